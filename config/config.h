@@ -1,0 +1,198 @@
+#pragma once
+
+// sluice's configuration as plain structs: the whole schema of DESIGN.md §2.
+//
+// The loader (config/loader.h) decodes one YAML file into a `Config` and
+// validates it strictly; everything downstream reads these structs and never
+// touches YAML. Defaults here are the defaults of the contract. Durations are
+// std::chrono types, sizes are bytes.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sluice::config {
+
+using Duration = std::chrono::milliseconds;
+
+/** A host and port as written in `listen` / `admin` ("0.0.0.0:8080", "[::1]:0"). */
+struct SocketAddress {
+  std::string host;  // without brackets for IPv6
+  uint16_t port = 0;
+
+  std::string toString() const;
+};
+
+/** Downstream TLS termination for one listener. */
+struct ListenerTlsConfig {
+  std::string cert_file;
+  std::string key_file;
+};
+
+/** One entry of `listen`: an address, optionally with TLS. */
+struct ListenerConfig {
+  SocketAddress address;
+  std::optional<ListenerTlsConfig> tls;
+};
+
+enum class Http2Mode { Auto, On, Off };
+
+/** `upstreams[].tls`: verification is on unless explicitly turned off. */
+struct UpstreamTlsConfig {
+  bool verify = true;
+  std::string ca_file;  // empty = the system CA store
+  std::string sni;      // empty = the URL's host
+};
+
+/** Where a quota is keyed: one per upstream, or one per value of a request header. */
+struct RateLimitKey {
+  enum class Kind { None, Header };
+  Kind kind = Kind::Header;
+  std::string header = "authorization";  // lower-case; only for Kind::Header
+};
+
+/**
+ * `upstreams[].rate_limit`: proactive throttling from the upstream's quota
+ * headers. Absent in YAML = throttling off for that upstream.
+ */
+struct RateLimitConfig {
+  RateLimitKey key;
+  int64_t reserve = 1;
+  uint32_t max_queue = 1000;
+};
+
+/** `failure_rate` of a circuit breaker; threshold in [0, 1]. */
+struct FailureRateConfig {
+  double threshold = 0.5;
+  Duration window = std::chrono::seconds(10);
+  uint32_t min_requests = 20;
+};
+
+/** The outcome kinds a circuit breaker's `failure_on` and a retry's `on` can name. */
+struct OutcomeSet {
+  std::vector<int> statuses;  // exact status codes, e.g. 429, 503
+  bool any_4xx = false;       // "4xx"
+  bool any_5xx = false;       // "5xx"
+  bool connect_error = false;
+  bool reset = false;
+  bool timeout = false;
+
+  /** True when `status` is in the set (exact code or class). */
+  bool matchesStatus(int status) const;
+};
+
+/** `upstreams[].circuit_breaker`. Always present; defaults as in the contract. */
+struct CircuitBreakerConfig {
+  uint32_t consecutive_failures = 5;
+  FailureRateConfig failure_rate;
+  Duration cooldown = std::chrono::seconds(5);
+  Duration max_cooldown = std::chrono::seconds(60);
+  uint32_t half_open_probes = 1;
+  OutcomeSet failure_on{{}, false, true, true, true, true};
+  uint32_t max_requests = 1000;
+  uint32_t max_pending = 1000;
+};
+
+/** A parsed upstream `url`. */
+struct UpstreamUrl {
+  enum class Scheme { Http, Https };
+  Scheme scheme = Scheme::Http;
+  std::string host;
+  uint16_t port = 0;        // filled from the scheme when absent
+  std::string path_prefix;  // "" or "/base" (no trailing slash); prepended to request paths
+
+  bool isTls() const { return scheme == Scheme::Https; }
+  /** The Host header value: host, plus ":port" when not the scheme's default. */
+  std::string authority() const;
+};
+
+/** One `upstreams[]` entry. */
+struct UpstreamConfig {
+  std::string name;
+  UpstreamUrl url;
+  std::string raw_url;
+  Duration connect_timeout = std::chrono::seconds(2);
+  Http2Mode http2 = Http2Mode::Auto;
+  UpstreamTlsConfig tls;
+  // Set on every upstream request; keys lower-cased, values already ${VAR}-expanded.
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::optional<RateLimitConfig> rate_limit;
+  CircuitBreakerConfig circuit_breaker;
+};
+
+/** `routes[].match`. An empty `methods` list matches every method. */
+struct RouteMatch {
+  std::string path_prefix = "/";
+  std::vector<std::string> methods;  // upper-case
+};
+
+/** `routes[].budget`. */
+struct BudgetConfig {
+  std::string header = "x-budget-ms";  // lower-case
+  Duration default_budget = std::chrono::seconds(120);
+  Duration max = std::chrono::seconds(600);
+  bool propagate = true;
+};
+
+struct BackoffConfig {
+  Duration base = std::chrono::milliseconds(250);
+  Duration max = std::chrono::seconds(8);
+};
+
+enum class IdempotencyMode { Auto, Always, Never };
+
+/** `routes[].retry`. */
+struct RetryConfig {
+  uint32_t attempts = 3;  // total, the first included; 1 = no retries
+  OutcomeSet on{{429, 500, 502, 503, 504}, false, false, true, true, true};
+  BackoffConfig backoff;
+  bool respect_retry_after = true;
+  IdempotencyMode idempotent = IdempotencyMode::Always;
+  uint32_t budget_percent = 20;
+  uint64_t max_body = 8ull * 1024 * 1024;
+};
+
+enum class ClientDisconnectMode { Cancel, Finish };
+
+/** One `routes[]` entry. `upstream_index` points into Config::upstreams. */
+struct RouteConfig {
+  std::string name;
+  RouteMatch match;
+  std::string upstream;
+  size_t upstream_index = 0;
+  BudgetConfig budget;
+  RetryConfig retry;
+  Duration first_byte_timeout = Duration::zero();  // 0 = only the budget bounds it
+  Duration idle_timeout = std::chrono::seconds(30);
+  ClientDisconnectMode on_client_disconnect = ClientDisconnectMode::Cancel;
+  Duration finish_grace = std::chrono::seconds(30);
+};
+
+/** One `pricing[]` entry: USD per million tokens for models matching a glob. */
+struct PriceConfig {
+  std::string model_glob;
+  double input_usd_per_mtok = 0;
+  double output_usd_per_mtok = 0;
+};
+
+/** The whole file. */
+struct Config {
+  int version = 1;
+  std::vector<ListenerConfig> listeners;
+  SocketAddress admin{"127.0.0.1", 9901};
+  uint32_t workers = 0;  // 0 = auto (one per core)
+  Duration drain_timeout = std::chrono::seconds(30);
+  std::vector<UpstreamConfig> upstreams;
+  std::vector<RouteConfig> routes;
+  std::vector<PriceConfig> pricing;
+
+  std::string source_path;  // the file it came from, for messages and reloads
+};
+
+using ConfigPtr = std::shared_ptr<const Config>;
+
+}  // namespace sluice::config

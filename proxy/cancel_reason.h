@@ -1,0 +1,41 @@
+#pragma once
+
+// Why an Exchange stopped before completing (DESIGN.md §4). The set is closed:
+// these strings are metric label values and appear in problem+json bodies.
+
+#include <optional>
+#include <string_view>
+
+namespace sluice {
+
+enum class CancelReason {
+  ClientDisconnect,
+  BudgetExhausted,
+  CircuitOpen,
+  RateLimited,
+  Overloaded,
+  UpstreamTimeout,
+  Draining,
+};
+
+inline constexpr CancelReason kAllCancelReasons[] = {
+    CancelReason::ClientDisconnect, CancelReason::BudgetExhausted, CancelReason::CircuitOpen,
+    CancelReason::RateLimited,      CancelReason::Overloaded,      CancelReason::UpstreamTimeout,
+    CancelReason::Draining,
+};
+
+/** The label value, e.g. "client_disconnect". */
+constexpr std::string_view toString(CancelReason r) {
+  switch (r) {
+    case CancelReason::ClientDisconnect: return "client_disconnect";
+    case CancelReason::BudgetExhausted: return "budget_exhausted";
+    case CancelReason::CircuitOpen: return "circuit_open";
+    case CancelReason::RateLimited: return "rate_limited";
+    case CancelReason::Overloaded: return "overloaded";
+    case CancelReason::UpstreamTimeout: return "upstream_timeout";
+    case CancelReason::Draining: return "draining";
+  }
+  return "unknown";
+}
+
+}  // namespace sluice

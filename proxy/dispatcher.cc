@@ -1,0 +1,70 @@
+#include "proxy/dispatcher.h"
+
+#include <event2/thread.h>
+
+namespace sluice {
+
+Dispatcher::Dispatcher(const Clock& clock) : clock_(clock) {
+  // Cross-thread event_active() needs libevent's locking; Server enables
+  // pthreads support before any Dispatcher exists.
+  base_.reset(event_base_new());
+  dns_ = evdns_base_new(base_.get(), EVDNS_BASE_INITIALIZE_NAMESERVERS |
+                                         EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+  if (dns_ == nullptr) {
+    // No usable resolv.conf (sealed sandboxes): /etc/hosts and IP literals still work.
+    dns_ = evdns_base_new(base_.get(), 0);
+    if (dns_ != nullptr) evdns_base_load_hosts(dns_, nullptr);
+  }
+  deferred_event_.reset(event_new(base_.get(), -1, 0, &Dispatcher::onDeferred, this));
+  posted_event_.reset(event_new(base_.get(), -1, 0, &Dispatcher::onPosted, this));
+}
+
+Dispatcher::~Dispatcher() {
+  clearDeferred();
+  deferred_event_.reset();
+  posted_event_.reset();
+  if (dns_ != nullptr) evdns_base_free(dns_, 0);
+}
+
+void Dispatcher::deferredDelete(DeferredDeletablePtr obj) {
+  if (!obj) return;
+  to_delete_.push_back(std::move(obj));
+  if (to_delete_.size() == 1) event_active(deferred_event_.get(), 0, 0);
+}
+
+void Dispatcher::onDeferred(evutil_socket_t, short, void* arg) {
+  static_cast<Dispatcher*>(arg)->clearDeferred();
+}
+
+void Dispatcher::clearDeferred() {
+  // Deleting one object may retire others; loop until quiet.
+  while (!to_delete_.empty()) {
+    std::vector<DeferredDeletablePtr> batch;
+    batch.swap(to_delete_);
+    batch.clear();
+  }
+}
+
+void Dispatcher::post(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(posted_mu_);
+    posted_.push_back(std::move(fn));
+  }
+  event_active(posted_event_.get(), 0, 0);
+}
+
+void Dispatcher::onPosted(evutil_socket_t, short, void* arg) {
+  auto* self = static_cast<Dispatcher*>(arg);
+  std::vector<std::function<void()>> work;
+  {
+    std::lock_guard<std::mutex> lock(self->posted_mu_);
+    work.swap(self->posted_);
+  }
+  for (auto& fn : work) fn();
+}
+
+void Dispatcher::run() { event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY); }
+
+void Dispatcher::exit() { event_base_loopexit(base_.get(), nullptr); }
+
+}  // namespace sluice

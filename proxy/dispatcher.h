@@ -1,0 +1,68 @@
+#pragma once
+
+// One worker thread's event loop and the services every object on that
+// thread shares: the event_base, async DNS, deferred deletion and a
+// thread-safe inbox for work posted from other threads (admin queries,
+// drain, reload). Objects that live on a worker never touch another
+// worker's Dispatcher directly; they post().
+
+#include <event2/dns.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "proxy/clock.h"
+#include "proxy/event_util.h"
+
+namespace sluice {
+
+/** Something the Dispatcher can delete later, outside the callback that retired it. */
+class DeferredDeletable {
+ public:
+  virtual ~DeferredDeletable() = default;
+};
+using DeferredDeletablePtr = std::unique_ptr<DeferredDeletable>;
+
+class Dispatcher {
+ public:
+  explicit Dispatcher(const Clock& clock);
+  ~Dispatcher();
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  event_base* base() const { return base_.get(); }
+  evdns_base* dns() const { return dns_; }
+  const Clock& clock() const { return clock_; }
+
+  /**
+   * Deletes `obj` on the next loop iteration (Envoy's deferred deletion): an
+   * object may retire itself from inside its own callback safely.
+   */
+  void deferredDelete(DeferredDeletablePtr obj);
+
+  /** Runs `fn` on this dispatcher's thread. Safe to call from any thread. */
+  void post(std::function<void()> fn);
+
+  /** Runs the loop until exit() (call from the owning thread). */
+  void run();
+  /** Makes run() return. Safe from any thread. */
+  void exit();
+
+ private:
+  static void onDeferred(evutil_socket_t, short, void* arg);
+  static void onPosted(evutil_socket_t, short, void* arg);
+  void clearDeferred();
+
+  const Clock& clock_;
+  EventBasePtr base_;
+  evdns_base* dns_ = nullptr;
+  EventPtr deferred_event_;
+  std::vector<DeferredDeletablePtr> to_delete_;
+  EventPtr posted_event_;
+  std::mutex posted_mu_;
+  std::vector<std::function<void()>> posted_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,546 @@
+#include "proxy/exchange.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "proxy/filter_chain.h"
+#include "proxy/header_rewrite.h"
+#include "proxy/upstream_pool.h"
+
+namespace sluice {
+
+namespace {
+
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+constexpr int kClientClosedRequest = 499;  // nginx's code for "the client went away"
+
+}  // namespace
+
+Exchange::Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const RouteRuntime* route,
+                   DownstreamStream* downstream, MonotonicTime start)
+    : host_(host),
+      id_(id),
+      runtime_(std::move(runtime)),
+      route_(route != nullptr ? route : &runtime_->noRoute()),
+      downstream_(downstream),
+      start_(start),
+      wake_(host.dispatcher().base(), [this] { onWake(); }) {
+  route_->metrics->active().Increment();
+  if (route_->config != nullptr) {
+    max_body_ = route_->config->retry.max_body;
+    filters_ = buildFilterChain(*route_);
+    for (auto& filter : filters_) filter->setCallbacks(*this);
+  }
+}
+
+Exchange::~Exchange() {
+  // finish() normally ran; this is the safety net for a worker shutting down.
+  if (conn_ != nullptr && pool_ != nullptr) {
+    conn_->detach();
+    pool_->destroy(conn_);
+  }
+}
+
+// --- lifecycle ----------------------------------------------------------------
+
+bool Exchange::transition(ExchangeState to) {
+  if (!isLegalTransition(state_, to)) {
+    assert(false && "illegal Exchange transition");
+    return false;
+  }
+  state_ = to;
+  return true;
+}
+
+// --- request path -----------------------------------------------------------------
+
+void Exchange::decodeHeaders(RequestHead&& head) {
+  request_ = std::move(head);
+  if (route_->config == nullptr) {
+    answer(Problem{404, "no-route", "No route",
+                   "no route matches " + request_.method + " " +
+                       std::string(request_.pathOnly()),
+                   std::nullopt, false, std::nullopt},
+           ExchangeState::Completed);
+    return;
+  }
+  phase_ = Phase::DecodeHeaders;
+  runChain(0);
+}
+
+void Exchange::decodeData(const char* data, size_t len) {
+  if (finished_) return;
+  if (body_.size() + len > max_body_) {
+    answer(Problem{413, "body-too-large", "Request body too large",
+                   "the request body exceeds retry.max_body (" + std::to_string(max_body_) +
+                       " bytes) of route " + route_->name(),
+                   std::nullopt, false, std::nullopt},
+           ExchangeState::Failed);
+    return;
+  }
+  body_.append(data, len);
+}
+
+void Exchange::decodeComplete() {
+  request_complete_ = true;
+  if (finished_ || held_) return;
+  if (phase_ == Phase::DecodeComplete) runChain(0);
+}
+
+void Exchange::runChain(size_t from) {
+  for (size_t i = from; i < filters_.size(); ++i) {
+    StreamFilter& filter = *filters_[i];
+    FilterStatus status = FilterStatus::Continue;
+    switch (phase_) {
+      case Phase::DecodeHeaders: status = filter.decodeHeaders(request_); break;
+      case Phase::DecodeComplete: status = filter.decodeComplete(body_); break;
+      case Phase::BeforeAttempt: status = filter.beforeAttempt(upstream_request_); break;
+      case Phase::Done: return;
+    }
+    if (finished_ || state_ == ExchangeState::Cancelling) return;
+    if (status == FilterStatus::StopIteration) {
+      held_ = true;
+      resume_index_ = i + 1;
+      return;
+    }
+  }
+  // The phase ran to its end: move on.
+  switch (phase_) {
+    case Phase::DecodeHeaders:
+      phase_ = Phase::DecodeComplete;
+      if (request_complete_) runChain(0);
+      return;
+    case Phase::DecodeComplete:
+      startAttempt();
+      return;
+    case Phase::BeforeAttempt:
+      sendAttempt();
+      return;
+    case Phase::Done:
+      return;
+  }
+}
+
+void Exchange::continueDecoding() {
+  if (finished_ || !held_) return;
+  held_ = false;
+  runChain(resume_index_);
+}
+
+// --- attempts ---------------------------------------------------------------------
+
+void Exchange::startAttempt() {
+  ++attempts_;
+  upstream_request_ = request_;
+  rewriteRequestForUpstream(upstream_request_, *route_->upstream->config,
+                            downstream_ != nullptr ? downstream_->clientInfo() : ClientInfo{});
+  upstream_request_.headers.remove("expect");  // the body is already here
+  phase_ = Phase::BeforeAttempt;
+  runChain(0);
+}
+
+void Exchange::sendAttempt() {
+  phase_ = Phase::Done;
+  if (!transition(ExchangeState::Running)) return;
+  const config::RouteConfig& rc = *route_->config;
+  const config::UpstreamConfig& uc = *route_->upstream->config;
+  const MonotonicTime now = clock().now();
+
+  attempt_connected_ = false;
+  upstream_headers_ = false;
+  upstream_paused_ = false;
+  response_status_ = 0;
+  last_upstream_byte_ = now;
+  connect_timer_ = armTimer(now + uc.connect_timeout, [this] {
+    connect_timer_ = 0;
+    failAttempt(AttemptResult::ConnectError,
+                Problem{504, "upstream-connect-timeout", "Upstream connect timeout",
+                        "no connection to upstream " + route_->upstream->config->name +
+                            " within connect_timeout",
+                        std::nullopt, true, std::nullopt});
+  });
+  if (rc.first_byte_timeout.count() > 0) {
+    first_byte_timer_ = armTimer(now + rc.first_byte_timeout, [this] {
+      first_byte_timer_ = 0;
+      onAttemptTimeout(true);
+    });
+  }
+
+  pool_ = &host_.pool(*runtime_, route_->upstream_index);
+  conn_ = pool_->acquire();
+  conn_->sendRequest(upstream_request_, body_, this);  // may report back synchronously
+}
+
+void Exchange::endAttempt(AttemptResult result, bool reuse) {
+  disarmTimer(connect_timer_);
+  disarmTimer(first_byte_timer_);
+  disarmTimer(idle_timer_);
+  connect_timer_ = first_byte_timer_ = idle_timer_ = 0;
+  route_->upstream->metrics->attempts(result).Increment();
+  const AttemptOutcome outcome{result, response_status_, response_started_};
+  for (auto& filter : filters_) filter->onAttemptEnd(outcome);
+  if (conn_ != nullptr) {
+    conn_->detach();
+    if (reuse) {
+      pool_->release(conn_);
+    } else {
+      pool_->destroy(conn_);  // closes the socket now: the upstream stops generating
+    }
+    conn_ = nullptr;
+  }
+  upstream_paused_ = false;
+}
+
+void Exchange::failAttempt(AttemptResult result, const Problem& problem) {
+  if (finished_) return;
+  endAttempt(result, false);
+  if (response_started_) {
+    if (downstream_ != nullptr) downstream_->resetStream();
+    transition(ExchangeState::Failed);
+    finish(response_status_);
+    return;
+  }
+  if (discarding_) {
+    transition(ExchangeState::Failed);
+    finish(kClientClosedRequest);
+    return;
+  }
+  answer(problem, ExchangeState::Failed);
+}
+
+void Exchange::onAttemptTimeout(bool first_byte) {
+  if (finished_) return;
+  (void)first_byte;
+  // A stalled upstream: stop it (cancel_reason upstream_timeout). Retrying a
+  // timeout is the retry filter's call (it sees onAttemptEnd first).
+  cancel(CancelReason::UpstreamTimeout);
+}
+
+void Exchange::armIdleTimer() {
+  if (route_->config == nullptr || upstream_paused_ || conn_ == nullptr) return;
+  const auto idle = route_->config->idle_timeout;
+  if (idle.count() <= 0) return;
+  disarmTimer(idle_timer_);
+  idle_timer_ = armTimer(last_upstream_byte_ + idle, [this, idle] {
+    idle_timer_ = 0;
+    if (upstream_paused_ || conn_ == nullptr) return;
+    const MonotonicTime due = last_upstream_byte_ + idle;
+    if (clock().now() >= due) {
+      onAttemptTimeout(false);
+    } else {
+      armIdleTimer();  // bytes arrived since: sleep until the new due time
+    }
+  });
+}
+
+// --- UpstreamCallbacks --------------------------------------------------------------
+
+void Exchange::onUpstreamConnected() {
+  attempt_connected_ = true;
+  disarmTimer(connect_timer_);
+  connect_timer_ = 0;
+  if (first_byte_timer_ == 0) armIdleTimer();  // waiting for the first byte counts as idle
+}
+
+void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
+  if (finished_) return;
+  disarmTimer(first_byte_timer_);
+  first_byte_timer_ = 0;
+  upstream_headers_ = true;
+  response_status_ = head.status;
+  last_upstream_byte_ = clock().now();
+  rewriteResponseForDownstream(head);
+  for (auto& filter : filters_) {
+    if (filter->encodeHeaders(head, end_stream) == FilterStatus::StopIteration) {
+      return;  // the filter took the attempt over (e.g. a retry): nothing goes to the client
+    }
+    if (finished_) return;
+  }
+  head.headers.set("x-sluice-attempts", std::to_string(attempts_));
+  if (!discarding_ && downstream_ != nullptr) {
+    response_started_ = true;
+    downstream_->encodeHeaders(head, false);
+  }
+  armIdleTimer();
+}
+
+void Exchange::onUpstreamData(const char* data, size_t len) {
+  if (finished_) return;
+  last_upstream_byte_ = clock().now();
+  response_bytes_ += len;
+  for (auto& filter : filters_) filter->encodeData(data, len, false);
+  if (discarding_ || downstream_ == nullptr) return;
+  downstream_->encodeData(data, len, false);
+  if (!upstream_paused_ && conn_ != nullptr && downstream_->aboveHighWatermark()) {
+    // The client is slower than the upstream: stop reading the upstream until
+    // the client drains (onDownstreamWritable). Memory per stream stays bounded.
+    upstream_paused_ = true;
+    conn_->pauseReading();
+    disarmTimer(idle_timer_);
+    idle_timer_ = 0;
+  }
+}
+
+void Exchange::onUpstreamComplete() {
+  if (finished_) return;
+  for (auto& filter : filters_) filter->encodeData(nullptr, 0, true);
+  endAttempt(attemptResultForStatus(response_status_), /*reuse=*/true);
+  if (discarding_ || downstream_ == nullptr) {
+    transition(ExchangeState::Completed);
+    finish(kClientClosedRequest);
+    return;
+  }
+  downstream_->encodeData(nullptr, 0, true);
+  transition(ExchangeState::Completed);
+  finish(response_status_);
+}
+
+void Exchange::onUpstreamError(UpstreamError error, const std::string& detail) {
+  if (finished_) return;
+  const AttemptResult result =
+      error == UpstreamError::ConnectError ? AttemptResult::ConnectError : AttemptResult::Reset;
+  const char* slug = error == UpstreamError::ConnectError ? "upstream-connect-error"
+                     : error == UpstreamError::Protocol   ? "upstream-protocol-error"
+                                                          : "upstream-reset";
+  const char* title = error == UpstreamError::ConnectError ? "Upstream connect error"
+                      : error == UpstreamError::Protocol   ? "Invalid upstream response"
+                                                           : "Upstream reset";
+  failAttempt(result, Problem{502, slug, title, detail, std::nullopt, true, std::nullopt});
+}
+
+// --- downstream events ----------------------------------------------------------------
+
+void Exchange::onDownstreamDisconnect() {
+  downstream_ = nullptr;  // never write to the client again
+  if (finished_) return;
+  const bool finish_mode =
+      route_->config != nullptr &&
+      route_->config->on_client_disconnect == config::ClientDisconnectMode::Finish;
+  if (finish_mode && conn_ != nullptr && state_ == ExchangeState::Running) {
+    // Let the side-effecting call complete, within finish_grace; its output is leaked.
+    discarding_ = true;
+    if (!cancel_reason_) cancel_reason_ = CancelReason::ClientDisconnect;
+    route_->metrics->cancellations(CancelReason::ClientDisconnect).Increment();
+    cancel_counted_ = true;
+    if (upstream_paused_) {
+      upstream_paused_ = false;
+      conn_->resumeReading();
+      last_upstream_byte_ = clock().now();
+      armIdleTimer();
+    }
+    grace_timer_ = armTimer(clock().now() + route_->config->finish_grace, [this] {
+      grace_timer_ = 0;
+      cancel(CancelReason::ClientDisconnect);
+    });
+    return;
+  }
+  cancel(CancelReason::ClientDisconnect);
+}
+
+void Exchange::onDownstreamWritable() {
+  if (finished_ || !upstream_paused_ || conn_ == nullptr) return;
+  upstream_paused_ = false;
+  conn_->resumeReading();
+  last_upstream_byte_ = clock().now();
+  armIdleTimer();
+}
+
+// --- endings --------------------------------------------------------------------------
+
+void Exchange::cancel(CancelReason reason, std::optional<std::chrono::milliseconds> retry_after) {
+  if (finished_ || isTerminal(state_) || state_ == ExchangeState::Cancelling) return;
+  if (!cancel_reason_) cancel_reason_ = reason;  // first cause wins
+  const MonotonicTime decided = clock().now();
+  const bool had_attempt = conn_ != nullptr;
+  transition(ExchangeState::Cancelling);
+  clearTimers();  // wakes nothing: every sleep of this request ends here
+  if (had_attempt) {
+    endAttempt(*cancel_reason_ == CancelReason::UpstreamTimeout ? AttemptResult::Timeout
+                                                                : AttemptResult::Cancelled,
+               /*reuse=*/false);
+    route_->upstream->metrics->cancelPropagation().Observe(seconds(clock().now() - decided));
+  }
+  if (!cancel_counted_) {
+    route_->metrics->cancellations(*cancel_reason_).Increment();
+    cancel_counted_ = true;
+  }
+  int code = kClientClosedRequest;
+  if (downstream_ != nullptr) {
+    if (!response_started_) {
+      const Problem problem = problemFor(*cancel_reason_, retry_after);
+      const LocalReply reply = makeProblemReply(problem);
+      response_started_ = true;
+      downstream_->encodeHeaders(reply.head, false);
+      downstream_->encodeData(reply.body.data(), reply.body.size(), true);
+      code = problem.status;
+    } else {
+      downstream_->resetStream();
+      code = response_status_;
+    }
+  }
+  transition(ExchangeState::Cancelled);
+  finish(code);
+}
+
+void Exchange::sendLocalReply(const Problem& problem) {
+  if (finished_) return;
+  if (conn_ != nullptr) endAttempt(AttemptResult::Cancelled, false);
+  answer(problem, ExchangeState::Completed);
+}
+
+void Exchange::answer(const Problem& problem, ExchangeState terminal) {
+  if (finished_) return;
+  if (downstream_ != nullptr && !response_started_) {
+    const LocalReply reply = makeProblemReply(problem);
+    response_started_ = true;
+    downstream_->encodeHeaders(reply.head, false);
+    downstream_->encodeData(reply.body.data(), reply.body.size(), true);
+  }
+  transition(terminal);
+  finish(problem.status);
+}
+
+Problem Exchange::problemFor(CancelReason reason,
+                             std::optional<std::chrono::milliseconds> retry_after) const {
+  Problem p;
+  p.cancel_reason = reason;
+  p.retry_after = retry_after;
+  const std::string upstream = route_->upstream ? route_->upstream->config->name : "none";
+  switch (reason) {
+    case CancelReason::BudgetExhausted:
+      p = Problem{504, "budget-exhausted", "Request budget exhausted",
+                  "the request's time budget ran out after " + std::to_string(attempts_) +
+                      " attempt(s)",
+                  reason, false, std::nullopt};
+      break;
+    case CancelReason::UpstreamTimeout:
+      p = Problem{504, "upstream-timeout", "Upstream timed out",
+                  "upstream " + upstream + " stopped sending (first_byte_timeout/idle_timeout)",
+                  reason, attempts_ <= 1, std::nullopt};
+      break;
+    case CancelReason::CircuitOpen:
+      p = Problem{503, "circuit-open", "Upstream circuit open",
+                  "upstream " + upstream + " is failing; sluice is not calling it for now", reason,
+                  true, retry_after};
+      break;
+    case CancelReason::RateLimited:
+      p = Problem{429, "rate-limited", "Upstream quota exhausted",
+                  "upstream " + upstream + " quota would be exceeded; wait for its reset", reason,
+                  true, retry_after};
+      break;
+    case CancelReason::Overloaded:
+      p = Problem{503, "overloaded", "Upstream overloaded",
+                  "too many requests in flight or waiting for upstream " + upstream, reason, true,
+                  retry_after};
+      break;
+    case CancelReason::Draining:
+      p = Problem{503, "draining", "sluice is shutting down",
+                  "this sluice instance is draining; retry on another", reason, true, retry_after};
+      break;
+    case CancelReason::ClientDisconnect:
+      p = Problem{kClientClosedRequest, "client-disconnect", "Client disconnected",
+                  "the client went away", reason, false, std::nullopt};
+      break;
+  }
+  return p;
+}
+
+void Exchange::finish(int status_code) {
+  if (finished_) return;
+  finished_ = true;
+  phase_ = Phase::Done;
+  clearTimers();
+  if (conn_ != nullptr) endAttempt(AttemptResult::Cancelled, false);
+  for (auto& filter : filters_) filter->onDestroy();
+  RouteMetrics& m = *route_->metrics;
+  m.requests(status_code).Increment();
+  m.duration().Observe(seconds(clock().now() - start_));
+  m.active().Decrement();
+  if (DownstreamStream* d = downstream_) {
+    downstream_ = nullptr;
+    d->onExchangeDone();
+  }
+  host_.retire(*this);
+}
+
+// --- timers -----------------------------------------------------------------------------
+
+TimerId Exchange::armTimer(MonotonicTime at, std::function<void()> cb) {
+  const TimerId id = next_timer_id_++;
+  timers_.push_back(PendingTimer{id, at, std::move(cb)});
+  rearmWake();
+  return id;
+}
+
+void Exchange::disarmTimer(TimerId id) {
+  if (id == 0) return;
+  timers_.erase(std::remove_if(timers_.begin(), timers_.end(),
+                               [id](const PendingTimer& t) { return t.id == id; }),
+                timers_.end());
+  // The wake event may now fire early; onWake() finds nothing due and re-arms.
+}
+
+void Exchange::setDeadline(MonotonicTime deadline) {
+  deadline_ = deadline;
+  disarmTimer(deadline_timer_);
+  deadline_timer_ = armTimer(deadline, [this] {
+    deadline_timer_ = 0;
+    cancel(CancelReason::BudgetExhausted);
+  });
+}
+
+void Exchange::clearTimers() {
+  timers_.clear();
+  wake_.disarm();
+}
+
+void Exchange::rearmWake() {
+  if (timers_.empty()) {
+    wake_.disarm();
+    return;
+  }
+  MonotonicTime earliest = MonotonicTime::max();
+  for (const auto& t : timers_) earliest = std::min(earliest, t.at);
+  wake_.arm(earliest - clock().now());
+}
+
+void Exchange::onWake() {
+  // Run every due timer; each callback may arm, disarm or end the exchange.
+  while (!finished_) {
+    const MonotonicTime now = clock().now();
+    auto it = std::find_if(timers_.begin(), timers_.end(),
+                           [now](const PendingTimer& t) { return t.at <= now; });
+    if (it == timers_.end()) break;
+    std::function<void()> cb = std::move(it->cb);
+    timers_.erase(it);
+    cb();
+  }
+  if (!finished_) rearmWake();
+}
+
+// --- introspection -----------------------------------------------------------------------
+
+ExchangeSnapshot Exchange::snapshot() const {
+  ExchangeSnapshot s;
+  const MonotonicTime now = clock().now();
+  s.id = id_;
+  s.route = route_->name();
+  s.upstream = route_->upstream ? route_->upstream->config->name : "none";
+  s.method = request_.method;
+  s.path = std::string(request_.pathOnly());
+  s.state = std::string(toString(state_));
+  s.cancel_reason = cancel_reason_ ? std::string(toString(*cancel_reason_)) : "";
+  s.attempts = attempts_;
+  s.age_seconds = seconds(now - start_);
+  s.budget_left_seconds = deadline_ == MonotonicTime::max() ? -1 : seconds(deadline_ - now);
+  s.client_attached = downstream_ != nullptr;
+  s.upstream_paused = upstream_paused_;
+  s.downstream_buffered_bytes = downstream_ != nullptr ? downstream_->bufferedBytes() : 0;
+  s.response_bytes = response_bytes_;
+  return s;
+}
+
+}  // namespace sluice

@@ -1,0 +1,194 @@
+#pragma once
+
+// The Exchange: the single owner of one client request (DESIGN.md §1).
+//
+// It owns the cancel token (cancel(), first cause wins), the deadline, every
+// timer of the request (one libevent timer armed at the earliest of them, as
+// HAProxy does per stream), the filter chain and the in-flight upstream
+// attempt. The downstream codec feeds it the request and is told about the
+// response; the upstream connection reports to it. Nothing asynchronous that
+// belongs to a request outlives its Exchange.
+//
+// Lifecycle: an explicit state machine (exchange_state.h). Every state change
+// goes through transition(), which refuses illegal edges.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "proxy/cancel_reason.h"
+#include "proxy/dispatcher.h"
+#include "proxy/downstream_stream.h"
+#include "proxy/event_util.h"
+#include "proxy/exchange_state.h"
+#include "proxy/filter.h"
+#include "proxy/runtime.h"
+#include "proxy/upstream_connection.h"
+
+namespace sluice {
+
+class Exchange;
+class UpstreamPool;
+
+/** What the Exchange needs from the worker that hosts it. */
+class ExchangeHost {
+ public:
+  virtual ~ExchangeHost() = default;
+  virtual Dispatcher& dispatcher() = 0;
+  /** This worker's pool for `runtime`'s upstream number `index`. */
+  virtual UpstreamPool& pool(const Runtime& runtime, size_t index) = 0;
+  /** The Exchange has finished: the host deletes it (deferred). */
+  virtual void retire(Exchange& exchange) = 0;
+};
+
+/** A point-in-time view of an Exchange for the admin `/exchanges` endpoint. */
+struct ExchangeSnapshot {
+  uint64_t id = 0;
+  std::string route;
+  std::string upstream;
+  std::string method;
+  std::string path;
+  std::string state;
+  std::string cancel_reason;  // "" while none
+  uint32_t attempts = 0;
+  double age_seconds = 0;
+  double budget_left_seconds = -1;  // -1 = unbounded
+  bool client_attached = true;
+  bool upstream_paused = false;  // backpressure: a slow client holds the upstream
+  size_t downstream_buffered_bytes = 0;
+  uint64_t response_bytes = 0;
+};
+
+class Exchange final : public DeferredDeletable,
+                       public FilterCallbacks,
+                       private UpstreamCallbacks {
+ public:
+  /**
+   * `route` is null when no route matched (the Exchange answers 404).
+   * `start` is when the request headers arrived: the budget's origin.
+   */
+  Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const RouteRuntime* route,
+           DownstreamStream* downstream, MonotonicTime start);
+  ~Exchange() override;
+
+  // --- from the downstream codec ----------------------------------------------
+  /** The request head. Runs decodeHeaders; may answer at once (404, 400). */
+  void decodeHeaders(RequestHead&& head);
+  /** A slice of the request body (buffered for replay, bounded by retry.max_body). */
+  void decodeData(const char* data, size_t len);
+  /** The request is complete: the first attempt may start. */
+  void decodeComplete();
+  /** The client went away (EOF, reset, RST_STREAM). */
+  void onDownstreamDisconnect();
+  /** The client drained its buffer below the low watermark: resume the upstream. */
+  void onDownstreamWritable();
+
+  // --- FilterCallbacks ------------------------------------------------------------
+  void continueDecoding() override;
+  void sendLocalReply(const Problem& problem) override;
+  void cancel(CancelReason reason,
+              std::optional<std::chrono::milliseconds> retry_after = std::nullopt) override;
+  TimerId armTimer(MonotonicTime at, std::function<void()> cb) override;
+  void disarmTimer(TimerId id) override;
+  const Clock& clock() const override { return host_.dispatcher().clock(); }
+  MonotonicTime deadline() const override { return deadline_; }
+  void setDeadline(MonotonicTime deadline) override;
+  MonotonicTime startTime() const override { return start_; }
+  const RequestHead& request() const override { return request_; }
+  const RouteRuntime& route() const override { return *route_; }
+  uint32_t attemptNumber() const override { return attempts_; }
+
+  // --- introspection ----------------------------------------------------------
+  uint64_t id() const { return id_; }
+  ExchangeState state() const { return state_; }
+  std::optional<CancelReason> cancelReason() const { return cancel_reason_; }
+  ExchangeSnapshot snapshot() const;
+
+  /** Largest request body buffered when the route has no retry.max_body (no route). */
+  static constexpr uint64_t kDefaultMaxBody = 8ull * 1024 * 1024;
+
+ private:
+  enum class Phase { DecodeHeaders, DecodeComplete, BeforeAttempt, Done };
+
+  // UpstreamCallbacks
+  void onUpstreamConnected() override;
+  void onUpstreamHeaders(ResponseHead&& head, bool end_stream) override;
+  void onUpstreamData(const char* data, size_t len) override;
+  void onUpstreamComplete() override;
+  void onUpstreamError(UpstreamError error, const std::string& detail) override;
+
+  bool transition(ExchangeState to);
+  void runChain(size_t from);
+  void startAttempt();
+  void sendAttempt();
+  void endAttempt(AttemptResult result, bool reuse);
+  void onAttemptTimeout(bool first_byte);
+  void failAttempt(AttemptResult result, const Problem& problem);
+  void answer(const Problem& problem, ExchangeState terminal);
+  void finish(int status_code);
+  Problem problemFor(CancelReason reason,
+                     std::optional<std::chrono::milliseconds> retry_after) const;
+  void armIdleTimer();
+
+  void rearmWake();
+  void onWake();
+  void clearTimers();
+
+  ExchangeHost& host_;
+  const uint64_t id_;
+  RuntimePtr runtime_;  // pinned: a reload never changes an in-flight request
+  const RouteRuntime* route_;
+  DownstreamStream* downstream_;
+  const MonotonicTime start_;
+
+  ExchangeState state_ = ExchangeState::Queued;
+  std::optional<CancelReason> cancel_reason_;
+  bool cancel_counted_ = false;
+  Phase phase_ = Phase::DecodeHeaders;
+  size_t resume_index_ = 0;
+  bool held_ = false;  // a filter returned StopIteration and has not resumed yet
+  bool finished_ = false;
+
+  RequestHead request_;
+  std::string body_;
+  uint64_t max_body_ = kDefaultMaxBody;
+  bool request_complete_ = false;
+  std::vector<StreamFilterPtr> filters_;
+
+  // The in-flight attempt.
+  uint32_t attempts_ = 0;
+  UpstreamPool* pool_ = nullptr;
+  UpstreamConnection* conn_ = nullptr;
+  RequestHead upstream_request_;
+  bool attempt_connected_ = false;
+  bool upstream_headers_ = false;
+  bool upstream_paused_ = false;
+  int response_status_ = 0;
+  bool response_started_ = false;  // something went to the client
+  bool discarding_ = false;        // finish mode: client gone, drain and discard
+  uint64_t response_bytes_ = 0;
+  MonotonicTime last_upstream_byte_{};
+  TimerId connect_timer_ = 0;
+  TimerId first_byte_timer_ = 0;
+  TimerId idle_timer_ = 0;
+  TimerId deadline_timer_ = 0;
+  TimerId grace_timer_ = 0;
+
+  // Every timer of this request, served by one libevent timer at the earliest.
+  struct PendingTimer {
+    TimerId id;
+    MonotonicTime at;
+    std::function<void()> cb;
+  };
+  std::vector<PendingTimer> timers_;
+  TimerId next_timer_id_ = 1;
+  Timer wake_;
+  MonotonicTime deadline_ = MonotonicTime::max();
+};
+
+using ExchangePtr = std::unique_ptr<Exchange>;
+
+}  // namespace sluice

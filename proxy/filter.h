@@ -1,0 +1,117 @@
+#pragma once
+
+// The filter chain interface, after Envoy's StreamFilter: filters see the
+// request on the way in (decode*) and each attempt's response on the way out
+// (encode*), return a small status, and resume asynchronous work through the
+// callbacks the Exchange gives them. Filters never own sockets or timers:
+// they ask the Exchange (armTimer), so cancelling the Exchange stops
+// everything a filter started.
+//
+// Order of calls for one request (DESIGN.md §1):
+//   decodeHeaders → decodeComplete                  once per request
+//   { beforeAttempt → encodeHeaders → encodeData* → onAttemptEnd }   per attempt
+//   onDestroy                                       once, always last
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "proxy/cancel_reason.h"
+#include "proxy/clock.h"
+#include "proxy/http_message.h"
+#include "proxy/metrics.h"
+#include "proxy/problem.h"
+
+namespace sluice {
+
+struct RouteRuntime;
+
+/** What a filter returns: go on to the next filter, or stop here until resumed. */
+enum class FilterStatus { Continue, StopIteration };
+
+/** Identifies a timer armed through FilterCallbacks::armTimer. 0 is never used. */
+using TimerId = uint64_t;
+
+/** How one upstream attempt ended, as filters see it in onAttemptEnd(). */
+struct AttemptOutcome {
+  AttemptResult result = AttemptResult::Ok;
+  int status = 0;                 // HTTP status, 0 if none arrived
+  bool response_started = false;  // something of this response reached the client
+};
+
+/** What the Exchange offers the filters it runs. */
+class FilterCallbacks {
+ public:
+  virtual ~FilterCallbacks() = default;
+
+  /** Resumes the chain after a filter returned StopIteration. */
+  virtual void continueDecoding() = 0;
+  /** Answers the client with `problem` and ends the exchange (no upstream call). */
+  virtual void sendLocalReply(const Problem& problem) = 0;
+  /**
+   * Cancels the exchange for `reason` (first cause wins), answering with the
+   * reason's problem if nothing was sent yet; `retry_after` becomes its
+   * Retry-After when a wait is known.
+   */
+  virtual void cancel(CancelReason reason,
+                      std::optional<std::chrono::milliseconds> retry_after = std::nullopt) = 0;
+
+  /** Arms a one-shot timer owned by the Exchange; it dies with the Exchange. */
+  virtual TimerId armTimer(MonotonicTime at, std::function<void()> cb) = 0;
+  virtual void disarmTimer(TimerId id) = 0;
+  virtual const Clock& clock() const = 0;
+
+  /** The request's deadline (budget); MonotonicTime::max() when unbounded. */
+  virtual MonotonicTime deadline() const = 0;
+  /** Sets the deadline; the Exchange cancels with budget_exhausted when it passes. */
+  virtual void setDeadline(MonotonicTime deadline) = 0;
+  /** When the request headers arrived: the budget's origin. */
+  virtual MonotonicTime startTime() const = 0;
+
+  /** The client's request as received (before upstream rewriting). */
+  virtual const RequestHead& request() const = 0;
+  virtual const RouteRuntime& route() const = 0;
+  /** 1 for the first attempt. */
+  virtual uint32_t attemptNumber() const = 0;
+};
+
+/** One filter instance per Exchange. Default methods pass everything through. */
+class StreamFilter {
+ public:
+  virtual ~StreamFilter() = default;
+
+  /** A stable name for logs and the chain table ("budget", "retry", ...). */
+  virtual std::string_view name() const = 0;
+
+  void setCallbacks(FilterCallbacks& callbacks) { callbacks_ = &callbacks; }
+
+  /** Once per request: the client's request headers. */
+  virtual FilterStatus decodeHeaders(RequestHead&) { return FilterStatus::Continue; }
+  /** Once per request: the whole body is in (buffered for replay). */
+  virtual FilterStatus decodeComplete(std::string_view /*body*/) { return FilterStatus::Continue; }
+  /**
+   * Per attempt, before it goes upstream, with the request as the upstream
+   * will see it. StopIteration holds the attempt until continueDecoding().
+   */
+  virtual FilterStatus beforeAttempt(RequestHead&) { return FilterStatus::Continue; }
+  /** Per attempt: the upstream's response head, before it goes to the client. */
+  virtual FilterStatus encodeHeaders(ResponseHead&, bool /*end_stream*/) {
+    return FilterStatus::Continue;
+  }
+  /** Per attempt: a slice of the response body (observe only). */
+  virtual void encodeData(const char* /*data*/, size_t /*len*/, bool /*end_stream*/) {}
+  /** Per attempt: the attempt ended, however it ended. */
+  virtual void onAttemptEnd(const AttemptOutcome&) {}
+  /** The Exchange is ending: drop anything asynchronous. Always called, once. */
+  virtual void onDestroy() {}
+
+ protected:
+  FilterCallbacks* callbacks_ = nullptr;
+};
+
+using StreamFilterPtr = std::unique_ptr<StreamFilter>;
+
+}  // namespace sluice

@@ -1,0 +1,42 @@
+#include "proxy/filter_chain.h"
+
+#include "filters/budget/budget_filter.h"
+
+namespace sluice {
+
+namespace {
+
+using Factory = StreamFilterPtr (*)(const RouteRuntime&);
+
+struct FilterEntry {
+  std::string_view name;
+  Factory make;  // returns null when the route does not use the filter
+};
+
+// The chain, in order. Request path: top to bottom; each attempt's response:
+// top to bottom as well (observers first, the retry decision last).
+constexpr FilterEntry kFilterTable[] = {
+    {"budget",
+     [](const RouteRuntime& r) -> StreamFilterPtr {
+       return std::make_unique<BudgetFilter>(r.config->budget);
+     }},
+};
+
+}  // namespace
+
+std::vector<StreamFilterPtr> buildFilterChain(const RouteRuntime& route) {
+  std::vector<StreamFilterPtr> chain;
+  if (route.config == nullptr) return chain;
+  for (const auto& entry : kFilterTable) {
+    if (auto filter = entry.make(route)) chain.push_back(std::move(filter));
+  }
+  return chain;
+}
+
+std::vector<std::string_view> filterChainNames() {
+  std::vector<std::string_view> names;
+  for (const auto& entry : kFilterTable) names.push_back(entry.name);
+  return names;
+}
+
+}  // namespace sluice

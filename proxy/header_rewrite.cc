@@ -1,0 +1,81 @@
+#include "proxy/header_rewrite.h"
+
+#include <string>
+#include <vector>
+
+namespace sluice {
+
+namespace {
+
+constexpr std::string_view kHopByHop[] = {
+    "connection", "keep-alive",          "proxy-connection", "te",
+    "trailer",    "transfer-encoding",   "upgrade",          "proxy-authenticate",
+    "proxy-authorization",
+};
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+void stripHopByHop(HeaderMap& headers) {
+  // Fields named by Connection are hop-by-hop too; collect them before removal.
+  std::vector<std::string> named;
+  for (auto value : headers.getAll("connection")) {
+    while (!value.empty()) {
+      const auto comma = value.find(',');
+      const auto token = trim(value.substr(0, comma));
+      if (!token.empty()) named.push_back(toLower(token));
+      if (comma == std::string_view::npos) break;
+      value.remove_prefix(comma + 1);
+    }
+  }
+  for (const auto& name : named) headers.remove(name);
+  for (auto name : kHopByHop) headers.remove(name);
+}
+
+void rewriteRequestForUpstream(RequestHead& head, const config::UpstreamConfig& upstream,
+                               const ClientInfo& client) {
+  stripHopByHop(head.headers);
+  head.headers.remove("content-length");  // the codec re-frames the body
+
+  // x-sluice-* is sluice's own namespace: a client must not be able to forge it.
+  std::vector<std::string> forged;
+  for (const auto& [name, value] : head.headers) {
+    if (name.rfind("x-sluice-", 0) == 0) forged.push_back(name);
+  }
+  for (const auto& name : forged) head.headers.remove(name);
+
+  head.headers.set("host", upstream.url.authority());
+
+  if (!client.address.empty()) {
+    const auto prior = head.headers.getAll("x-forwarded-for");
+    std::string xff;
+    for (auto v : prior) {
+      if (!xff.empty()) xff += ", ";
+      xff += v;
+    }
+    if (!xff.empty()) xff += ", ";
+    xff += client.address;
+    head.headers.set("x-forwarded-for", xff);
+  }
+  if (!head.headers.has("x-forwarded-proto")) {
+    head.headers.add("x-forwarded-proto", client.tls ? "https" : "http");
+  }
+
+  if (!upstream.url.path_prefix.empty()) head.path = upstream.url.path_prefix + head.path;
+
+  for (const auto& [name, value] : upstream.headers) head.headers.set(name, value);
+}
+
+void rewriteResponseForDownstream(ResponseHead& head) {
+  stripHopByHop(head.headers);
+  // x-sluice-* on responses is sluice's own; an upstream (maybe another sluice)
+  // must not set ours.
+  head.headers.remove("x-sluice-attempts");
+}
+
+}  // namespace sluice

@@ -1,0 +1,37 @@
+#pragma once
+
+// How a request is rewritten on its way upstream and a response on its way
+// back (RFC 9110 §7.6.1): hop-by-hop fields are connection-specific and are
+// never forwarded; Host names the upstream; X-Forwarded-For records the
+// client; the upstream's configured headers (API keys) are applied last.
+
+#include <string_view>
+
+#include "config/config.h"
+#include "proxy/http_message.h"
+
+namespace sluice {
+
+/** What the downstream side knows about the client, for X-Forwarded-*. */
+struct ClientInfo {
+  std::string_view address;  // IP literal of the peer
+  bool tls = false;          // the downstream connection was TLS
+};
+
+/**
+ * Rewrites `head` in place for `upstream`: strips hop-by-hop fields (and the
+ * ones the client's Connection header names), strips client-supplied
+ * `x-sluice-*`, sets Host, appends X-Forwarded-For, sets X-Forwarded-Proto if
+ * absent, prefixes the upstream URL's base path and applies `upstream.headers`.
+ * Framing (Content-Length / Transfer-Encoding) is the codec's job.
+ */
+void rewriteRequestForUpstream(RequestHead& head, const config::UpstreamConfig& upstream,
+                               const ClientInfo& client);
+
+/** Strips hop-by-hop fields from an upstream response before it goes downstream. */
+void rewriteResponseForDownstream(ResponseHead& head);
+
+/** Removes the hop-by-hop fields of RFC 9110 §7.6.1 and those listed in Connection. */
+void stripHopByHop(HeaderMap& headers);
+
+}  // namespace sluice

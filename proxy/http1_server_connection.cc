@@ -1,0 +1,409 @@
+#include "proxy/http1_server_connection.h"
+
+#include <sys/socket.h>
+
+#include <cstdio>
+
+#include "proxy/exchange.h"
+#include "proxy/problem.h"
+
+namespace sluice {
+
+Http1ServerConnection::Http1ServerConnection(Http1ConnectionHost& host, evutil_socket_t fd,
+                                             std::string peer_address, Http1Limits limits)
+    : host_(host), limits_(limits), peer_address_(std::move(peer_address)) {
+  client_info_.address = peer_address_;
+  client_info_.tls = false;
+
+  http_parser_init(&parser_, HTTP_REQUEST);
+  parser_.data = this;
+  http_parser_settings_init(&settings_);
+  settings_.on_message_begin = &Http1ServerConnection::onMessageBegin;
+  settings_.on_url = &Http1ServerConnection::onUrl;
+  settings_.on_header_field = &Http1ServerConnection::onHeaderField;
+  settings_.on_header_value = &Http1ServerConnection::onHeaderValue;
+  settings_.on_headers_complete = &Http1ServerConnection::onHeadersComplete;
+  settings_.on_body = &Http1ServerConnection::onBody;
+  settings_.on_message_complete = &Http1ServerConnection::onMessageComplete;
+
+  event_base* base = host.dispatcher().base();
+  bev_.reset(bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS));
+  resume_event_.reset(event_new(base, -1, 0, &Http1ServerConnection::onResumeCb, this));
+  bufferevent_setcb(bev_.get(), &Http1ServerConnection::onReadCb,
+                    &Http1ServerConnection::onWriteCb, &Http1ServerConnection::onEventCb, this);
+  // The write callback fires when the client has drained us to the low watermark.
+  bufferevent_setwatermark(bev_.get(), EV_WRITE, limits_.low_watermark, 0);
+  bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
+}
+
+Http1ServerConnection::~Http1ServerConnection() {
+  if (exchange_ != nullptr) {
+    Exchange* ex = exchange_;
+    exchange_ = nullptr;
+    ex->onDownstreamDisconnect();
+  }
+}
+
+// --- reading ------------------------------------------------------------------------
+
+void Http1ServerConnection::onReadCb(bufferevent*, void* arg) {
+  static_cast<Http1ServerConnection*>(arg)->onRead();
+}
+
+void Http1ServerConnection::onRead() { parseInput(); }
+
+void Http1ServerConnection::parseInput() {
+  if (closed_ || closing_) return;
+  evbuffer* input = bufferevent_get_input(bev_.get());
+  while (!closed_ && !closing_ && evbuffer_get_length(input) > 0) {
+    if (HTTP_PARSER_ERRNO(&parser_) == HPE_PAUSED) break;  // a request is being served
+    evbuffer_iovec vec;
+    if (evbuffer_peek(input, -1, nullptr, &vec, 1) < 1) break;
+    const size_t len = vec.iov_len;
+    const size_t consumed =
+        http_parser_execute(&parser_, &settings_, static_cast<const char*>(vec.iov_base), len);
+    if (closed_) return;
+    const auto err = HTTP_PARSER_ERRNO(&parser_);
+    if (err != HPE_OK && err != HPE_PAUSED) {
+      if (reject_status_ != 0) {
+        // A callback refused the request and already chose the answer.
+        const int status = reject_status_;
+        reject_status_ = 0;
+        rejectRequest(status,
+                      status == 431 ? "header-too-large" : "bad-request",
+                      status == 431 ? "Request header fields too large" : "Bad request",
+                      status == 431 ? "request headers exceed sluice's limits"
+                                    : "the request cannot be proxied");
+      } else if (err == HPE_HEADER_OVERFLOW) {
+        rejectRequest(431, "header-too-large", "Request header fields too large",
+                      "request headers exceed sluice's limits");
+      } else {
+        rejectRequest(400, "malformed-request", "Malformed HTTP request",
+                      std::string("the request is not valid HTTP/1.1: ") +
+                          http_errno_description(err));
+      }
+      return;
+    }
+    evbuffer_drain(input, consumed);
+    if (err == HPE_PAUSED) break;
+    if (consumed < len) break;
+  }
+  // Pipelined bytes beyond a bound: stop reading until the current request is done.
+  if (!closed_ && HTTP_PARSER_ERRNO(&parser_) == HPE_PAUSED &&
+      evbuffer_get_length(input) > limits_.max_pipelined_bytes) {
+    bufferevent_disable(bev_.get(), EV_READ);
+  }
+}
+
+void Http1ServerConnection::resetRequestState() {
+  head_ = RequestHead{};
+  field_.clear();
+  value_.clear();
+  in_value_ = false;
+  header_bytes_ = 0;
+  request_complete_ = false;
+  response_complete_ = false;
+  head_request_ = false;
+  chunked_response_ = false;
+  close_delimited_ = false;
+}
+
+bool Http1ServerConnection::countHeaderBytes(size_t len) {
+  header_bytes_ += len;
+  if (header_bytes_ > limits_.max_header_bytes) {
+    reject_status_ = 431;
+    return false;
+  }
+  return true;
+}
+
+int Http1ServerConnection::onMessageBegin(http_parser* p) {
+  auto* self = static_cast<Http1ServerConnection*>(p->data);
+  self->resetRequestState();
+  self->in_request_ = true;
+  return 0;
+}
+
+int Http1ServerConnection::onUrl(http_parser* p, const char* at, size_t len) {
+  auto* self = static_cast<Http1ServerConnection*>(p->data);
+  if (!self->countHeaderBytes(len)) return -1;
+  self->head_.path.append(at, len);
+  return 0;
+}
+
+int Http1ServerConnection::onHeaderField(http_parser* p, const char* at, size_t len) {
+  auto* self = static_cast<Http1ServerConnection*>(p->data);
+  if (!self->countHeaderBytes(len)) return -1;
+  if (self->in_value_) {
+    self->head_.headers.add(self->field_, self->value_);
+    self->field_.clear();
+    self->value_.clear();
+    self->in_value_ = false;
+    if (self->head_.headers.size() >= self->limits_.max_headers) {
+      self->reject_status_ = 431;
+      return -1;
+    }
+  }
+  self->field_.append(at, len);
+  return 0;
+}
+
+int Http1ServerConnection::onHeaderValue(http_parser* p, const char* at, size_t len) {
+  auto* self = static_cast<Http1ServerConnection*>(p->data);
+  if (!self->countHeaderBytes(len)) return -1;
+  self->in_value_ = true;
+  self->value_.append(at, len);
+  return 0;
+}
+
+int Http1ServerConnection::onHeadersComplete(http_parser* p) {
+  auto* self = static_cast<Http1ServerConnection*>(p->data);
+  if (self->in_value_) {
+    self->head_.headers.add(self->field_, self->value_);
+    self->field_.clear();
+    self->value_.clear();
+    self->in_value_ = false;
+  }
+  if (self->head_.headers.size() > self->limits_.max_headers) {
+    self->reject_status_ = 431;
+    return -1;
+  }
+  if (p->upgrade || p->method == HTTP_CONNECT) {
+    self->reject_status_ = 400;  // sluice proxies requests, not tunnels
+    return -1;
+  }
+  // Both framings at once is how requests are smuggled (RFC 9112 §6.3).
+  if ((p->flags & F_CHUNKED) && self->head_.headers.has("content-length")) {
+    self->reject_status_ = 400;
+    return -1;
+  }
+  self->head_.method = http_method_str(static_cast<http_method>(p->method));
+  self->head_.version_major = p->http_major;
+  self->head_.version_minor = p->http_minor;
+  self->head_request_ = p->method == HTTP_HEAD;
+  self->keep_alive_ = http_should_keep_alive(p) != 0 && !self->close_after_response_;
+
+  const MonotonicTime start = self->host_.dispatcher().clock().now();
+  if (auto expect = self->head_.headers.get("expect");
+      expect && *expect == "100-continue" && p->http_minor >= 1) {
+    // The body is buffered by sluice, so let the client send it now.
+    static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    bufferevent_write(self->bev_.get(), kContinue, sizeof(kContinue) - 1);
+  }
+  self->head_.headers.remove("expect");
+  self->client_minor_ = p->http_minor;
+  Exchange& ex = self->host_.newExchange(self->head_, *self, start);
+  if (self->closed_) return -1;
+  self->exchange_ = &ex;  // decodeHeaders may answer at once (404, 400) and let go of us
+  ex.decodeHeaders(std::move(self->head_));
+  self->head_ = RequestHead{};
+  return self->closed_ ? -1 : 0;
+}
+
+int Http1ServerConnection::onBody(http_parser* p, const char* at, size_t len) {
+  auto* self = static_cast<Http1ServerConnection*>(p->data);
+  if (self->exchange_ != nullptr) self->exchange_->decodeData(at, len);
+  return self->closed_ ? -1 : 0;
+}
+
+int Http1ServerConnection::onMessageComplete(http_parser* p) {
+  auto* self = static_cast<Http1ServerConnection*>(p->data);
+  self->request_complete_ = true;
+  // Stop here: the next pipelined request waits until this response is written.
+  http_parser_pause(p, 1);
+  if (self->exchange_ != nullptr) self->exchange_->decodeComplete();
+  if (!self->closed_ && self->response_complete_) self->maybeNextRequest();
+  return 0;
+}
+
+void Http1ServerConnection::rejectRequest(int status, const std::string& slug,
+                                          const std::string& title, const std::string& detail) {
+  // The stream is unparseable from here on: answer (if no response is under way) and close.
+  close_after_response_ = true;
+  keep_alive_ = false;
+  if (exchange_ != nullptr) {
+    // The request broke mid-body: the client is not a valid peer any more.
+    Exchange* ex = exchange_;
+    exchange_ = nullptr;
+    ex->onDownstreamDisconnect();
+    close();
+    return;
+  }
+  host_.countUnparsedRequest(status);
+  const LocalReply reply = makeProblemReply(
+      Problem{status, slug, title, detail, std::nullopt, false, std::nullopt});
+  head_request_ = false;
+  encodeHeaders(reply.head, false);
+  encodeData(reply.body.data(), reply.body.size(), true);
+  closing_ = true;
+  bufferevent_disable(bev_.get(), EV_READ);
+  if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
+}
+
+// --- writing ------------------------------------------------------------------------
+
+void Http1ServerConnection::encodeHeaders(const ResponseHead& head, bool end_stream) {
+  if (closed_) return;
+  std::string out;
+  out.reserve(256 + head.headers.size() * 48);
+  out += "HTTP/1.1 ";
+  out += std::to_string(head.status);
+  out += ' ';
+  out += head.reason.empty() ? reasonPhrase(head.status) : head.reason;
+  out += "\r\n";
+
+  const bool no_body = head_request_ || head.status == 204 || head.status == 304 ||
+                       (head.status >= 100 && head.status < 200);
+  const bool has_length = head.headers.has("content-length");
+  chunked_response_ = false;
+  close_delimited_ = false;
+  if (head.status == 413) close_after_response_ = true;  // never read an oversized body
+  if (!no_body && !has_length) {
+    if (end_stream) {
+      out += "content-length: 0\r\n";
+    } else if (client_minor_ >= 1) {
+      // Unknown length: chunked for HTTP/1.1 clients, close-delimited for 1.0.
+      chunked_response_ = true;
+      out += "transfer-encoding: chunked\r\n";
+    } else {
+      close_delimited_ = true;
+      keep_alive_ = false;
+    }
+  }
+  for (const auto& [name, value] : head.headers) {
+    if (name == "connection" || name == "transfer-encoding" || name == "keep-alive") continue;
+    out += name;
+    out += ": ";
+    out += value;
+    out += "\r\n";
+  }
+  if (!keep_alive_ || close_after_response_) {
+    out += "connection: close\r\n";
+  } else if (client_minor_ == 0) {
+    out += "connection: keep-alive\r\n";
+  }
+  out += "\r\n";
+  bufferevent_write(bev_.get(), out.data(), out.size());
+  if (end_stream) encodeData(nullptr, 0, true);
+}
+
+void Http1ServerConnection::encodeData(const char* data, size_t len, bool end_stream) {
+  if (closed_) return;
+  evbuffer* output = bufferevent_get_output(bev_.get());
+  if (len > 0 && !head_request_) {
+    if (chunked_response_) {
+      char size_line[32];
+      const int n = std::snprintf(size_line, sizeof(size_line), "%zx\r\n", len);
+      evbuffer_add(output, size_line, static_cast<size_t>(n));
+      evbuffer_add(output, data, len);
+      evbuffer_add(output, "\r\n", 2);
+    } else {
+      evbuffer_add(output, data, len);
+    }
+  }
+  if (!end_stream) return;
+  if (chunked_response_ && !head_request_) evbuffer_add(output, "0\r\n\r\n", 5);
+  response_complete_ = true;
+  if (close_delimited_ || !keep_alive_ || close_after_response_) {
+    closing_ = true;  // close once the client has it all (onWrite)
+    if (evbuffer_get_length(output) == 0) close();
+  }
+}
+
+void Http1ServerConnection::resetStream() {
+  // An HTTP/1.1 response cannot be aborted in-band: closing the connection
+  // mid-body tells the client the response is incomplete.
+  exchange_ = nullptr;
+  close();
+}
+
+bool Http1ServerConnection::aboveHighWatermark() const {
+  return !closed_ && evbuffer_get_length(bufferevent_get_output(bev_.get())) > limits_.high_watermark;
+}
+
+size_t Http1ServerConnection::bufferedBytes() const {
+  return closed_ ? 0 : evbuffer_get_length(bufferevent_get_output(bev_.get()));
+}
+
+void Http1ServerConnection::onExchangeDone() {
+  exchange_ = nullptr;
+  if (closed_) return;
+  if (!response_complete_) {
+    close();  // the exchange ended without finishing its response
+    return;
+  }
+  if (closing_) return;  // encodeData chose to close once the output drains
+  // Answered before the request was fully read (404 on a POST, say): keep
+  // parsing and discard the rest of its body, then serve the next request.
+  if (request_complete_) maybeNextRequest();
+}
+
+void Http1ServerConnection::maybeNextRequest() {
+  if (closed_ || closing_ || !request_complete_ || !response_complete_ || exchange_ != nullptr) {
+    return;
+  }
+  in_request_ = false;
+  // Resume parsing on the next loop turn, never from inside the Exchange's
+  // stack or the parser's own callback.
+  event_active(resume_event_.get(), 0, 0);
+}
+
+void Http1ServerConnection::onResumeCb(evutil_socket_t, short, void* arg) {
+  auto* self = static_cast<Http1ServerConnection*>(arg);
+  if (self->closed_ || self->closing_) return;
+  http_parser_pause(&self->parser_, 0);
+  self->resetRequestState();
+  bufferevent_enable(self->bev_.get(), EV_READ);
+  self->parseInput();
+}
+
+void Http1ServerConnection::onWriteCb(bufferevent*, void* arg) {
+  static_cast<Http1ServerConnection*>(arg)->onWrite();
+}
+
+void Http1ServerConnection::onWrite() {
+  if (closed_) return;
+  if (closing_ && evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) {
+    close();
+    return;
+  }
+  if (exchange_ != nullptr) exchange_->onDownstreamWritable();
+}
+
+// --- connection events ------------------------------------------------------------
+
+void Http1ServerConnection::onEventCb(bufferevent*, short events, void* arg) {
+  static_cast<Http1ServerConnection*>(arg)->onEvent(events);
+}
+
+void Http1ServerConnection::onEvent(short events) {
+  if (closed_) return;
+  if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+    // EOF or reset: the client is gone. Whatever its Exchange is doing, it learns now.
+    close();
+  }
+}
+
+void Http1ServerConnection::closeWhenIdle() {
+  close_after_response_ = true;
+  keep_alive_ = false;
+  if (exchange_ == nullptr && !in_request_) close();
+}
+
+void Http1ServerConnection::close() {
+  if (closed_) return;
+  closed_ = true;
+  if (exchange_ != nullptr) {
+    Exchange* ex = exchange_;
+    exchange_ = nullptr;
+    ex->onDownstreamDisconnect();
+  }
+  if (bev_) {
+    bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
+    bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);
+  }
+  event_del(resume_event_.get());
+  host_.connectionClosed(*this);
+}
+
+}  // namespace sluice

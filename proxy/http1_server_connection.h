@@ -1,0 +1,123 @@
+#pragma once
+
+// One downstream HTTP/1.1 connection: keep-alive, chunked bodies both ways,
+// pipelined requests answered in order, parsed by http-parser.
+//
+// Requests are served one at a time: after a request's last byte the parser
+// pauses, later pipelined bytes wait in the input buffer, and parsing resumes
+// when the response has been written — so responses can never be reordered.
+// Reading stays enabled the whole time, so the client's EOF or reset is seen
+// the moment the kernel reports it, whatever the Exchange is doing (reading
+// the body, queued, waiting for the first byte, streaming).
+
+#include <http_parser.h>
+
+#include <cstdint>
+#include <string>
+
+#include "proxy/dispatcher.h"
+#include "proxy/downstream_stream.h"
+#include "proxy/event_util.h"
+#include "proxy/http_message.h"
+
+namespace sluice {
+
+class Exchange;
+
+/** What the connection needs from its worker. */
+class Http1ConnectionHost {
+ public:
+  virtual ~Http1ConnectionHost() = default;
+  virtual Dispatcher& dispatcher() = 0;
+  /** Creates the Exchange for a request whose headers just arrived (never null). */
+  virtual Exchange& newExchange(RequestHead& head, DownstreamStream& downstream,
+                                MonotonicTime start) = 0;
+  /** Counts a request that failed to parse (no Exchange exists for it). */
+  virtual void countUnparsedRequest(int status) = 0;
+  /** The connection closed: the host deletes it (deferred). */
+  virtual void connectionClosed(class Http1ServerConnection& conn) = 0;
+};
+
+/** Limits that protect sluice from a hostile or broken client. */
+struct Http1Limits {
+  size_t max_header_bytes = 64 * 1024;  // request line + headers → 431 beyond
+  size_t max_headers = 100;             // header count → 431 beyond
+  size_t high_watermark = 64 * 1024;    // response bytes buffered before the upstream pauses
+  size_t low_watermark = 16 * 1024;     // ... and resumes
+  size_t max_pipelined_bytes = 1024 * 1024;  // unparsed input buffered while a request runs
+};
+
+class Http1ServerConnection final : public DeferredDeletable, public DownstreamStream {
+ public:
+  Http1ServerConnection(Http1ConnectionHost& host, evutil_socket_t fd, std::string peer_address,
+                        Http1Limits limits = {});
+  ~Http1ServerConnection() override;
+
+  // DownstreamStream
+  void encodeHeaders(const ResponseHead& head, bool end_stream) override;
+  void encodeData(const char* data, size_t len, bool end_stream) override;
+  void resetStream() override;
+  bool aboveHighWatermark() const override;
+  size_t bufferedBytes() const override;
+  void onExchangeDone() override;
+  const ClientInfo& clientInfo() const override { return client_info_; }
+
+  /** Closes after the in-flight response (drain): Connection: close. */
+  void closeWhenIdle();
+  /** Closes at once; the Exchange, if any, sees a client disconnect. */
+  void close();
+
+ private:
+  static void onReadCb(bufferevent*, void* arg);
+  static void onWriteCb(bufferevent*, void* arg);
+  static void onEventCb(bufferevent*, short events, void* arg);
+  static void onResumeCb(evutil_socket_t, short, void* arg);
+  void onRead();
+  void onWrite();
+  void onEvent(short events);
+  void parseInput();
+  void rejectRequest(int status, const std::string& slug, const std::string& title,
+                     const std::string& detail);
+  void maybeNextRequest();
+  void resetRequestState();
+
+  static int onMessageBegin(http_parser*);
+  static int onUrl(http_parser*, const char*, size_t);
+  static int onHeaderField(http_parser*, const char*, size_t);
+  static int onHeaderValue(http_parser*, const char*, size_t);
+  static int onHeadersComplete(http_parser*);
+  static int onBody(http_parser*, const char*, size_t);
+  static int onMessageComplete(http_parser*);
+  bool countHeaderBytes(size_t len);
+
+  Http1ConnectionHost& host_;
+  Http1Limits limits_;
+  BufferEventPtr bev_;
+  EventPtr resume_event_;
+  std::string peer_address_;
+  ClientInfo client_info_;
+
+  http_parser parser_{};
+  http_parser_settings settings_{};
+  RequestHead head_;
+  std::string field_;
+  std::string value_;
+  bool in_value_ = false;
+  size_t header_bytes_ = 0;
+  int reject_status_ = 0;  // set by a parser callback that refuses the request
+
+  Exchange* exchange_ = nullptr;
+  bool request_complete_ = false;   // the current request's last byte was parsed
+  bool response_complete_ = false;  // the current response's last byte was written
+  bool in_request_ = false;         // between message begin and response done
+  bool head_request_ = false;
+  int client_minor_ = 1;  // HTTP/1.<minor> of the current request
+  bool keep_alive_ = true;
+  bool chunked_response_ = false;
+  bool close_delimited_ = false;
+  bool close_after_response_ = false;
+  bool closing_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace sluice

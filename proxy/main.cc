@@ -1,0 +1,115 @@
+// sluice: a resilience reverse proxy for AI agents.
+//
+//   sluice --config FILE          run
+//   sluice --check-config FILE    validate FILE and exit (0 ok, 2 invalid)
+//
+// Exit codes: 0 clean shutdown, 1 runtime failure (cannot bind, ...),
+// 2 invalid config or usage.
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "config/loader.h"
+#include "proxy/server.h"
+
+namespace {
+
+void usage() {
+  std::cerr << "usage: sluice --config FILE\n"
+               "       sluice --check-config FILE\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path;
+  bool check_only = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if ((arg == "--config" || arg == "-c") && i + 1 < argc) {
+      config_path = argv[++i];
+    } else if (arg == "--check-config" && i + 1 < argc) {
+      config_path = argv[++i];
+      check_only = true;
+    } else if (arg == "--help" || arg == "-h") {
+      usage();
+      return 0;
+    } else {
+      usage();
+      return 2;
+    }
+  }
+  if (config_path.empty()) {
+    usage();
+    return 2;
+  }
+
+  auto loaded = sluice::config::loadConfigFile(config_path);
+  if (!loaded.ok()) {
+    std::cerr << "sluice: invalid config: " << loaded.error->toString() << "\n";
+    return 2;
+  }
+  if (check_only) {
+    std::cout << config_path << ": ok\n";
+    return 0;
+  }
+
+  // Signals are handled by one thread with sigwait: nothing async-signal-unsafe
+  // runs in a handler, and worker threads never see them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  sluice::Server server(loaded.config);
+  std::string error;
+  if (!server.start(&error)) {
+    std::cerr << "sluice: " << error << "\n";
+    return 1;
+  }
+  const auto& cfg = *loaded.config;
+  for (size_t i = 0; i < cfg.listeners.size(); ++i) {
+    std::cout << "sluice listening on " << cfg.listeners[i].address.host << ":"
+              << server.listenerPort(i) << "\n";
+  }
+  std::cout << "sluice admin on " << cfg.admin.host << ":" << server.adminPort() << std::endl;
+
+  std::thread signal_thread([&] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&signals, &sig) != 0) continue;
+      if (sig == SIGHUP) {
+        auto next = sluice::config::loadConfigFile(config_path);
+        if (!next.ok()) {
+          std::cerr << "sluice: reload rejected, keeping the running config: "
+                    << next.error->toString() << "\n";
+          continue;
+        }
+        std::string reload_error;
+        if (server.reload(next.config, &reload_error)) {
+          std::cerr << "sluice: config reloaded from " << config_path << "\n";
+        } else {
+          std::cerr << "sluice: reload rejected: " << reload_error << "\n";
+        }
+        continue;
+      }
+      server.requestShutdown();
+      return;
+    }
+  });
+  signal_thread.detach();
+
+  server.waitForShutdownRequest();
+  std::cerr << "sluice: draining\n";
+  server.drain();
+  server.stop();
+  std::cerr << "sluice: stopped\n";
+  return 0;
+}

@@ -1,0 +1,200 @@
+#include "proxy/metrics.h"
+
+#include <prometheus/text_serializer.h>
+
+#include <sstream>
+
+namespace sluice {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+std::string_view toString(AttemptResult r) {
+  switch (r) {
+    case AttemptResult::Ok: return "ok";
+    case AttemptResult::Http429: return "http_429";
+    case AttemptResult::Http5xx: return "http_5xx";
+    case AttemptResult::Http4xx: return "http_4xx";
+    case AttemptResult::ConnectError: return "connect_error";
+    case AttemptResult::Reset: return "reset";
+    case AttemptResult::Timeout: return "timeout";
+    case AttemptResult::Cancelled: return "cancelled";
+  }
+  return "ok";
+}
+
+AttemptResult attemptResultForStatus(int status) {
+  if (status == 429) return AttemptResult::Http429;
+  if (status >= 500) return AttemptResult::Http5xx;
+  if (status >= 400) return AttemptResult::Http4xx;
+  return AttemptResult::Ok;
+}
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      requests_total(BuildCounter()
+                         .Name("sluice_requests_total")
+                         .Help("Requests answered, by route, upstream and HTTP status code.")
+                         .Register(*registry_)),
+      request_duration(BuildHistogram()
+                           .Name("sluice_request_duration_seconds")
+                           .Help("Time from request headers to the end of the response.")
+                           .Register(*registry_)),
+      upstream_attempts(BuildCounter()
+                            .Name("sluice_upstream_attempts_total")
+                            .Help("Upstream attempts by outcome.")
+                            .Register(*registry_)),
+      retries_total(BuildCounter()
+                        .Name("sluice_retries_total")
+                        .Help("Retries sluice made, by the cause of the failed attempt.")
+                        .Register(*registry_)),
+      cancellations_total(BuildCounter()
+                              .Name("sluice_cancellations_total")
+                              .Help("Exchanges stopped before completion, by cancel_reason.")
+                              .Register(*registry_)),
+      cancel_propagation(BuildHistogram()
+                             .Name("sluice_cancel_propagation_seconds")
+                             .Help("Time from a cancel decision to the upstream attempt torn down.")
+                             .Register(*registry_)),
+      circuit_state(BuildGauge()
+                        .Name("sluice_circuit_state")
+                        .Help("Circuit breaker state: 0 closed, 1 open, 2 half-open.")
+                        .Register(*registry_)),
+      circuit_transitions(BuildCounter()
+                              .Name("sluice_circuit_transitions_total")
+                              .Help("Circuit breaker transitions, by target state.")
+                              .Register(*registry_)),
+      ratelimit_remaining(BuildGauge()
+                              .Name("sluice_ratelimit_remaining")
+                              .Help("Quota remaining as last reported by the upstream.")
+                              .Register(*registry_)),
+      throttle_queue_depth(BuildGauge()
+                               .Name("sluice_throttle_queue_depth")
+                               .Help("Requests waiting for upstream quota.")
+                               .Register(*registry_)),
+      throttle_wait(BuildHistogram()
+                        .Name("sluice_throttle_wait_seconds")
+                        .Help("Time requests waited for upstream quota.")
+                        .Register(*registry_)),
+      tokens_total(BuildCounter()
+                       .Name("sluice_tokens_total")
+                       .Help("Tokens billed, by kind and whether a listening client got them.")
+                       .Register(*registry_)),
+      spend_usd_total(BuildCounter()
+                          .Name("sluice_spend_usd_total")
+                          .Help("Spend in USD, delivered or leaked.")
+                          .Register(*registry_)),
+      leaked_spend_usd_total(BuildCounter()
+                                 .Name("sluice_leaked_spend_usd_total")
+                                 .Help("Spend in USD on work no listening client received.")
+                                 .Register(*registry_)),
+      active_requests(BuildGauge()
+                          .Name("sluice_active_requests")
+                          .Help("Requests in flight.")
+                          .Register(*registry_)) {}
+
+std::string Metrics::serialize() const {
+  prometheus::TextSerializer serializer;
+  std::ostringstream out;
+  serializer.Serialize(out, registry_->Collect());
+  return out.str();
+}
+
+const prometheus::Histogram::BucketBoundaries& Metrics::durationBuckets() {
+  static const prometheus::Histogram::BucketBoundaries b{
+      0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+  return b;
+}
+
+const prometheus::Histogram::BucketBoundaries& Metrics::propagationBuckets() {
+  static const prometheus::Histogram::BucketBoundaries b{
+      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5};
+  return b;
+}
+
+UpstreamMetrics::UpstreamMetrics(Metrics& m, const std::string& upstream) : name_(upstream) {
+  for (size_t i = 0; i < kAttemptResultCount; ++i) {
+    attempts_[i] = &m.upstream_attempts.Add(
+        {{"upstream", upstream}, {"result", std::string(toString(static_cast<AttemptResult>(i)))}});
+  }
+  cancel_propagation_ =
+      &m.cancel_propagation.Add({{"upstream", upstream}}, Metrics::propagationBuckets());
+  circuit_state_ = &m.circuit_state.Add({{"upstream", upstream}});
+  to_closed_ = &m.circuit_transitions.Add({{"upstream", upstream}, {"to", "closed"}});
+  to_open_ = &m.circuit_transitions.Add({{"upstream", upstream}, {"to", "open"}});
+  to_half_open_ = &m.circuit_transitions.Add({{"upstream", upstream}, {"to", "half_open"}});
+  rl_requests_ = &m.ratelimit_remaining.Add({{"upstream", upstream}, {"kind", "requests"}});
+  rl_tokens_ = &m.ratelimit_remaining.Add({{"upstream", upstream}, {"kind", "tokens"}});
+  throttle_queue_depth_ = &m.throttle_queue_depth.Add({{"upstream", upstream}});
+  throttle_wait_ = &m.throttle_wait.Add({{"upstream", upstream}}, Metrics::durationBuckets());
+}
+
+prometheus::Counter& UpstreamMetrics::circuitTransitions(std::string_view to) {
+  if (to == "open") return *to_open_;
+  if (to == "half_open") return *to_half_open_;
+  return *to_closed_;
+}
+
+RouteMetrics::RouteMetrics(Metrics& m, const std::string& route, const std::string& upstream)
+    : metrics_(m), route_(route), upstream_(upstream) {
+  for (CancelReason r : kAllCancelReasons) {
+    cancellations_[static_cast<size_t>(r)] = &m.cancellations_total.Add(
+        {{"route", route}, {"upstream", upstream}, {"cancel_reason", std::string(toString(r))}});
+  }
+  duration_ = &m.request_duration.Add({{"route", route}, {"upstream", upstream}},
+                                      Metrics::durationBuckets());
+  active_ = &m.active_requests.Add({{"route", route}});
+}
+
+prometheus::Counter& RouteMetrics::requests(int code) {
+  if (code < 100 || code > 599) code = 500;
+  auto& slot = by_code_[static_cast<size_t>(code)];
+  if (auto* c = slot.load(std::memory_order_acquire)) return *c;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto* c = slot.load(std::memory_order_relaxed)) return *c;
+  auto* c = &metrics_.requests_total.Add(
+      {{"route", route_}, {"upstream", upstream_}, {"code", std::to_string(code)}});
+  slot.store(c, std::memory_order_release);
+  return *c;
+}
+
+prometheus::Counter& RouteMetrics::lookup(prometheus::Family<prometheus::Counter>& family,
+                                          const prometheus::Labels& extra) {
+  std::string key = std::to_string(reinterpret_cast<uintptr_t>(&family));
+  for (const auto& [k, v] : extra) key += "\x1f" + k + "=" + v;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = lazy_.find(key);
+  if (it != lazy_.end()) return *it->second;
+  prometheus::Labels labels = extra;
+  labels["route"] = route_;
+  labels["upstream"] = upstream_;
+  auto* c = &family.Add(labels);
+  lazy_.emplace(std::move(key), c);
+  return *c;
+}
+
+prometheus::Counter& RouteMetrics::retries(const std::string& cause) {
+  return lookup(metrics_.retries_total, {{"cause", cause}});
+}
+
+prometheus::Counter& RouteMetrics::tokens(const std::string& model, bool output, Disposition d) {
+  return lookup(metrics_.tokens_total,
+                {{"model", model},
+                 {"kind", output ? "output" : "input"},
+                 {"disposition", d == Disposition::Delivered ? "delivered" : "leaked"}});
+}
+
+prometheus::Counter& RouteMetrics::spend(const std::string& model, Disposition d) {
+  return lookup(metrics_.spend_usd_total,
+                {{"model", model},
+                 {"disposition", d == Disposition::Delivered ? "delivered" : "leaked"}});
+}
+
+prometheus::Counter& RouteMetrics::leakedSpend(const std::string& model,
+                                               std::string_view cancel_reason) {
+  return lookup(metrics_.leaked_spend_usd_total,
+                {{"model", model}, {"cancel_reason", std::string(cancel_reason)}});
+}
+
+}  // namespace sluice

@@ -1,0 +1,140 @@
+#pragma once
+
+// sluice's Prometheus metrics (DESIGN.md §4), built once.
+//
+// `Metrics` owns the registry and every family. Per-route and per-upstream
+// handle sets (`RouteMetrics`, `UpstreamMetrics`) are resolved once when a
+// config is applied, so the request path only touches atomics: no label
+// lookups per request, none per byte. Label sets that vary per request
+// (status code, retry cause, model) are cached on first use.
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <array>
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "proxy/cancel_reason.h"
+
+namespace sluice {
+
+/** `result` label of sluice_upstream_attempts_total. */
+enum class AttemptResult { Ok, Http429, Http5xx, Http4xx, ConnectError, Reset, Timeout, Cancelled };
+inline constexpr size_t kAttemptResultCount = 8;
+std::string_view toString(AttemptResult r);
+/** Classifies a completed attempt's HTTP status. */
+AttemptResult attemptResultForStatus(int status);
+
+/** `disposition` label: delivered to a listening client, or leaked. */
+enum class Disposition { Delivered, Leaked };
+
+class Metrics;
+
+/** Handles for one upstream. Thread-safe; shared by all workers. */
+class UpstreamMetrics {
+ public:
+  UpstreamMetrics(Metrics& m, const std::string& upstream);
+
+  prometheus::Counter& attempts(AttemptResult r) { return *attempts_[static_cast<size_t>(r)]; }
+  prometheus::Histogram& cancelPropagation() { return *cancel_propagation_; }
+  prometheus::Gauge& circuitState() { return *circuit_state_; }
+  /** `to` ∈ closed, open, half_open. */
+  prometheus::Counter& circuitTransitions(std::string_view to);
+  prometheus::Gauge& rateLimitRemaining(bool tokens) { return *(tokens ? rl_tokens_ : rl_requests_); }
+  prometheus::Gauge& throttleQueueDepth() { return *throttle_queue_depth_; }
+  prometheus::Histogram& throttleWait() { return *throttle_wait_; }
+
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  std::array<prometheus::Counter*, kAttemptResultCount> attempts_{};
+  prometheus::Histogram* cancel_propagation_;
+  prometheus::Gauge* circuit_state_;
+  prometheus::Counter* to_closed_;
+  prometheus::Counter* to_open_;
+  prometheus::Counter* to_half_open_;
+  prometheus::Gauge* rl_requests_;
+  prometheus::Gauge* rl_tokens_;
+  prometheus::Gauge* throttle_queue_depth_;
+  prometheus::Histogram* throttle_wait_;
+};
+
+/** Handles for one route (and its upstream). Thread-safe; shared by all workers. */
+class RouteMetrics {
+ public:
+  RouteMetrics(Metrics& m, const std::string& route, const std::string& upstream);
+
+  /** sluice_requests_total{route,upstream,code}; cached per code after first use. */
+  prometheus::Counter& requests(int code);
+  prometheus::Histogram& duration() { return *duration_; }
+  prometheus::Gauge& active() { return *active_; }
+  prometheus::Counter& cancellations(CancelReason r) {
+    return *cancellations_[static_cast<size_t>(r)];
+  }
+  /** sluice_retries_total{route,upstream,cause}. */
+  prometheus::Counter& retries(const std::string& cause);
+  /** sluice_tokens_total{route,upstream,model,kind,disposition}; kind ∈ input, output. */
+  prometheus::Counter& tokens(const std::string& model, bool output, Disposition d);
+  /** sluice_spend_usd_total{route,upstream,model,disposition}. */
+  prometheus::Counter& spend(const std::string& model, Disposition d);
+  /** sluice_leaked_spend_usd_total{route,upstream,model,cancel_reason}. */
+  prometheus::Counter& leakedSpend(const std::string& model, std::string_view cancel_reason);
+
+ private:
+  prometheus::Counter& lookup(prometheus::Family<prometheus::Counter>& family,
+                              const prometheus::Labels& extra);
+
+  Metrics& metrics_;
+  std::string route_;
+  std::string upstream_;
+  std::array<std::atomic<prometheus::Counter*>, 600> by_code_{};
+  std::array<prometheus::Counter*, 7> cancellations_{};
+  prometheus::Histogram* duration_;
+  prometheus::Gauge* active_;
+  std::mutex mu_;  // guards the lazily filled caches below and by_code_ creation
+  std::map<std::string, prometheus::Counter*> lazy_;
+};
+
+/** The registry and every metric family of DESIGN.md §4. */
+class Metrics {
+  // Declared first: the family references below are built from it.
+  std::shared_ptr<prometheus::Registry> registry_;
+
+ public:
+  Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  /** The Prometheus text exposition of everything registered. */
+  std::string serialize() const;
+  const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
+
+  prometheus::Family<prometheus::Counter>& requests_total;
+  prometheus::Family<prometheus::Histogram>& request_duration;
+  prometheus::Family<prometheus::Counter>& upstream_attempts;
+  prometheus::Family<prometheus::Counter>& retries_total;
+  prometheus::Family<prometheus::Counter>& cancellations_total;
+  prometheus::Family<prometheus::Histogram>& cancel_propagation;
+  prometheus::Family<prometheus::Gauge>& circuit_state;
+  prometheus::Family<prometheus::Counter>& circuit_transitions;
+  prometheus::Family<prometheus::Gauge>& ratelimit_remaining;
+  prometheus::Family<prometheus::Gauge>& throttle_queue_depth;
+  prometheus::Family<prometheus::Histogram>& throttle_wait;
+  prometheus::Family<prometheus::Counter>& tokens_total;
+  prometheus::Family<prometheus::Counter>& spend_usd_total;
+  prometheus::Family<prometheus::Counter>& leaked_spend_usd_total;
+  prometheus::Family<prometheus::Gauge>& active_requests;
+
+  static const prometheus::Histogram::BucketBoundaries& durationBuckets();
+  static const prometheus::Histogram::BucketBoundaries& propagationBuckets();
+};
+
+}  // namespace sluice

@@ -1,0 +1,57 @@
+#include "proxy/runtime.h"
+
+namespace sluice {
+
+std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics& metrics,
+                                              std::string* error) {
+  auto rt = std::make_shared<Runtime>();
+  rt->config_ = std::move(config);
+  rt->metrics_ = &metrics;
+  const config::Config& cfg = *rt->config_;
+
+  rt->upstreams_.reserve(cfg.upstreams.size());
+  for (const auto& up : cfg.upstreams) {
+    UpstreamRuntime u;
+    u.config = &up;
+    u.metrics = std::make_unique<UpstreamMetrics>(metrics, up.name);
+    if (up.url.isTls()) {
+      TlsError tls_error;
+      u.ssl_ctx = makeUpstreamSslCtx(up.tls, &tls_error);
+      if (!u.ssl_ctx) {
+        if (error) *error = "upstream " + up.name + ": " + tls_error.message;
+        return nullptr;
+      }
+    }
+    rt->upstreams_.push_back(std::move(u));
+  }
+
+  rt->routes_.reserve(cfg.routes.size());
+  for (const auto& route : cfg.routes) {
+    RouteRuntime r;
+    r.config = &route;
+    r.upstream_index = route.upstream_index;
+    r.upstream = &rt->upstreams_.at(route.upstream_index);
+    r.name_ = route.name;
+    r.metrics = std::make_unique<RouteMetrics>(metrics, route.name, route.upstream);
+    rt->routes_.push_back(std::move(r));
+  }
+  rt->no_route_.name_ = "none";
+  rt->no_route_.metrics = std::make_unique<RouteMetrics>(metrics, "none", "none");
+  return rt;
+}
+
+const RouteRuntime* Runtime::match(std::string_view method, std::string_view path) const {
+  for (const auto& route : routes_) {
+    const auto& m = route.config->match;
+    if (path.substr(0, m.path_prefix.size()) != m.path_prefix) continue;
+    if (!m.methods.empty()) {
+      bool ok = false;
+      for (const auto& allowed : m.methods) ok = ok || allowed == method;
+      if (!ok) continue;
+    }
+    return &route;
+  }
+  return nullptr;
+}
+
+}  // namespace sluice

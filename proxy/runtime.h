@@ -1,0 +1,69 @@
+#pragma once
+
+// The immutable, shared form of one loaded config: the config itself plus
+// everything resolved from it once — metric handles, TLS contexts, the route
+// table. Workers hold a shared_ptr to the current Runtime; every Exchange
+// pins the Runtime it started with, so a reload applies to new requests while
+// in-flight ones finish on the old config.
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.h"
+#include "proxy/metrics.h"
+#include "proxy/tls.h"
+
+namespace sluice {
+
+/** Per-upstream state shared by all workers. */
+struct UpstreamRuntime {
+  const config::UpstreamConfig* config = nullptr;
+  std::unique_ptr<UpstreamMetrics> metrics;
+  SslCtxPtr ssl_ctx;  // null for http://
+};
+
+/** Per-route state shared by all workers. */
+struct RouteRuntime {
+  const config::RouteConfig* config = nullptr;  // null for the "no route" pseudo-route
+  const UpstreamRuntime* upstream = nullptr;    // null for the "no route" pseudo-route
+  size_t upstream_index = 0;
+  std::unique_ptr<RouteMetrics> metrics;
+
+  const std::string& name() const { return name_; }
+  std::string name_;
+};
+
+class Runtime : public std::enable_shared_from_this<Runtime> {
+ public:
+  /**
+   * Resolves `config` against `metrics`. Returns null with `error` set when a
+   * part cannot be built (e.g. an unreadable `ca_file`).
+   */
+  static std::shared_ptr<const Runtime> build(config::ConfigPtr config, Metrics& metrics,
+                                              std::string* error);
+
+  /** First route whose path prefix and method match (DESIGN §2), else null. */
+  const RouteRuntime* match(std::string_view method, std::string_view path) const;
+
+  /** The pseudo-route that counts requests no route matched or that failed to parse. */
+  const RouteRuntime& noRoute() const { return no_route_; }
+
+  const config::Config& config() const { return *config_; }
+  const config::ConfigPtr& configPtr() const { return config_; }
+  const std::vector<UpstreamRuntime>& upstreams() const { return upstreams_; }
+  const std::vector<RouteRuntime>& routes() const { return routes_; }
+  Metrics& metrics() const { return *metrics_; }
+
+ private:
+  config::ConfigPtr config_;
+  Metrics* metrics_ = nullptr;
+  std::vector<UpstreamRuntime> upstreams_;
+  std::vector<RouteRuntime> routes_;
+  RouteRuntime no_route_;
+};
+
+using RuntimePtr = std::shared_ptr<const Runtime>;
+
+}  // namespace sluice

@@ -1,0 +1,171 @@
+#include "proxy/server.h"
+
+#include <event2/thread.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+namespace sluice {
+
+namespace {
+
+/** One listening socket bound with SO_REUSEPORT so every worker can have its own. */
+evutil_socket_t bindListener(const std::string& host, uint16_t port, std::string* error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string port_str = std::to_string(port);
+  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port_str.c_str(), &hints, &res);
+  if (rc != 0) {
+    *error = "resolving " + host + ": " + gai_strerror(rc);
+    return -1;
+  }
+  evutil_socket_t fd = -1;
+  std::string last;
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 1024) == 0) break;
+    last = std::strerror(errno);
+    ::close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(res);
+  if (fd < 0) *error = "cannot listen on " + host + ":" + port_str + ": " + last;
+  return fd;
+}
+
+uint16_t boundPort(evutil_socket_t fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return 0;
+  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  if (ss.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  return 0;
+}
+
+}  // namespace
+
+Server::Server(config::ConfigPtr config, const Clock& clock) : clock_(clock), admin_(*this) {
+  // Cross-thread posting to event loops needs libevent's locks; idempotent.
+  static const int threads_enabled = evthread_use_pthreads();
+  (void)threads_enabled;
+  std::string error;
+  runtime_ = Runtime::build(std::move(config), metrics_, &error);
+  if (!runtime_) init_error_ = error;
+}
+
+Server::~Server() { stop(); }
+
+bool Server::start(std::string* error) {
+  if (!runtime_) {
+    *error = init_error_;
+    return false;
+  }
+  const config::Config& cfg = runtime_->config();
+  const size_t nworkers =
+      cfg.workers > 0 ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
+
+  std::vector<std::vector<evutil_socket_t>> fds(nworkers);
+  for (const auto& listener : cfg.listeners) {
+    if (listener.tls) {
+      *error = "listener " + listener.address.toString() +
+               ": downstream TLS termination is not implemented yet (HTTP/2 + TLS work)";
+      return false;
+    }
+    uint16_t port = listener.address.port;
+    for (size_t w = 0; w < nworkers; ++w) {
+      evutil_socket_t fd = bindListener(listener.address.host, port, error);
+      if (fd < 0) {
+        for (auto& list : fds) for (auto f : list) ::close(f);
+        return false;
+      }
+      if (w == 0) port = boundPort(fd);  // port 0: every worker shares the one we got
+      fds[w].push_back(fd);
+    }
+    listener_ports_.push_back(port);
+  }
+  for (size_t w = 0; w < nworkers; ++w) {
+    workers_.push_back(std::make_unique<Worker>(w, clock_, runtime_, std::move(fds[w])));
+  }
+  if (!admin_.start(cfg.admin.host, cfg.admin.port, error)) {
+    workers_.clear();
+    return false;
+  }
+  for (auto& w : workers_) w->start();
+  started_ = true;
+  return true;
+}
+
+void Server::stop() {
+  if (!started_.exchange(false)) return;
+  admin_.stop();
+  for (auto& w : workers_) w->stop();
+  workers_.clear();
+}
+
+void Server::drain() {
+  if (draining_.exchange(true)) return;
+  for (auto& w : workers_) w->stopAccepting();
+  const auto deadline = clock_.now() + runtime()->config().drain_timeout;
+  // Poll the workers' counts; draining is rare and coarse, 10 ms steps are fine.
+  while (activeExchanges() > 0 && clock_.now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (auto& w : workers_) w->cancelAll(CancelReason::Draining);
+  while (activeExchanges() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+void Server::requestShutdown() {
+  draining_.store(true);  // /ready turns 503 at once
+  std::lock_guard<std::mutex> lock(shutdown_mu_);
+  shutdown_requested_ = true;
+  shutdown_cv_.notify_all();
+}
+
+void Server::waitForShutdownRequest() {
+  std::unique_lock<std::mutex> lock(shutdown_mu_);
+  shutdown_cv_.wait(lock, [this] { return shutdown_requested_; });
+}
+
+bool Server::reload(config::ConfigPtr config, std::string* error) {
+  RuntimePtr next = Runtime::build(std::move(config), metrics_, error);
+  if (!next) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    runtime_ = next;
+  }
+  for (auto& w : workers_) w->setRuntime(next);
+  return true;
+}
+
+RuntimePtr Server::runtime() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return runtime_;
+}
+
+std::vector<ExchangeSnapshot> Server::exchanges() {
+  std::vector<ExchangeSnapshot> all;
+  for (auto& w : workers_) {
+    auto part = w->snapshotExchanges();
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  return all;
+}
+
+size_t Server::activeExchanges() const {
+  size_t n = 0;
+  for (const auto& w : workers_) n += w->activeExchanges();
+  return n;
+}
+
+}  // namespace sluice

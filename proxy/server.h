@@ -1,0 +1,78 @@
+#pragma once
+
+// The sluice process in one object: config → Runtime, the listening sockets
+// (one SO_REUSEPORT socket per worker per listener), the workers, the admin
+// server and the metrics registry. main() builds one; integration tests build
+// one in-process on port 0 and read the bound ports back.
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "proxy/admin_server.h"
+#include "proxy/clock.h"
+#include "proxy/exchange.h"
+#include "proxy/metrics.h"
+#include "proxy/runtime.h"
+#include "proxy/worker.h"
+
+namespace sluice {
+
+class Server {
+ public:
+  explicit Server(config::ConfigPtr config, const Clock& clock = RealClock::instance());
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  /** Binds every socket and starts the workers and admin. False + `error` on failure. */
+  bool start(std::string* error);
+  /** Stops everything at once (in-flight exchanges are cancelled with `draining`). */
+  void stop();
+
+  /**
+   * Graceful drain (DESIGN §3): /ready turns 503, listeners close, in-flight
+   * exchanges get `drain_timeout` to finish, the rest are cancelled with
+   * `draining`. Returns when no exchange is left. Thread-safe; idempotent.
+   */
+  void drain();
+  /** Asks the owner's wait loop to drain and exit (signal handlers, POST /drain). */
+  void requestShutdown();
+  /** Blocks until requestShutdown() (used by main). */
+  void waitForShutdownRequest();
+
+  /** Applies a new, already validated config to new requests. */
+  bool reload(config::ConfigPtr config, std::string* error);
+
+  /** The port listener `i` actually bound (port 0 in config = any free port). */
+  uint16_t listenerPort(size_t i = 0) const { return listener_ports_.at(i); }
+  uint16_t adminPort() const { return admin_.port(); }
+  bool ready() const { return !draining_.load(); }
+
+  Metrics& metrics() { return metrics_; }
+  RuntimePtr runtime() const;
+  /** In-flight exchanges across all workers. */
+  std::vector<ExchangeSnapshot> exchanges();
+  size_t activeExchanges() const;
+
+ private:
+  const Clock& clock_;
+  Metrics metrics_;
+  mutable std::mutex mu_;
+  RuntimePtr runtime_;
+  std::string init_error_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<uint16_t> listener_ports_;
+  AdminServer admin_;
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> started_{false};
+  std::mutex shutdown_mu_;
+  std::condition_variable shutdown_cv_;
+  bool shutdown_requested_ = false;
+};
+
+}  // namespace sluice

@@ -1,0 +1,325 @@
+#include "proxy/upstream_connection.h"
+
+#include <event2/bufferevent_ssl.h>
+#include <event2/dns.h>
+#include <openssl/x509v3.h>
+#include <sys/socket.h>
+
+#include <arpa/inet.h>
+
+#include "proxy/tls.h"
+#include "proxy/upstream_pool.h"
+
+namespace sluice {
+
+std::string_view toString(UpstreamError e) {
+  switch (e) {
+    case UpstreamError::ConnectError: return "connect_error";
+    case UpstreamError::Reset: return "reset";
+    case UpstreamError::Protocol: return "protocol_error";
+  }
+  return "reset";
+}
+
+namespace {
+
+bool isIpLiteral(const std::string& host) {
+  unsigned char buf[sizeof(in6_addr)];
+  return inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
+}
+
+}  // namespace
+
+UpstreamConnection::UpstreamConnection(Dispatcher& dispatcher,
+                                       const config::UpstreamConfig& upstream, SSL_CTX* ssl_ctx,
+                                       UpstreamPool& pool, uint64_t id)
+    : dispatcher_(dispatcher), upstream_(upstream), pool_(pool), id_(id) {
+  http_parser_init(&parser_, HTTP_RESPONSE);
+  parser_.data = this;
+  http_parser_settings_init(&settings_);
+  settings_.on_status = &UpstreamConnection::onStatus;
+  settings_.on_header_field = &UpstreamConnection::onHeaderField;
+  settings_.on_header_value = &UpstreamConnection::onHeaderValue;
+  settings_.on_headers_complete = &UpstreamConnection::onHeadersComplete;
+  settings_.on_body = &UpstreamConnection::onBody;
+  settings_.on_message_complete = &UpstreamConnection::onMessageComplete;
+
+  const int options = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
+  if (ssl_ctx != nullptr) {
+    SSL* ssl = SSL_new(ssl_ctx);
+    const std::string& sni = upstream.tls.sni.empty() ? upstream.url.host : upstream.tls.sni;
+    if (!isIpLiteral(sni)) SSL_set_tlsext_host_name(ssl, sni.c_str());
+    if (upstream.tls.verify) {
+      // Verify the name we connect to (or the configured SNI), IP literals as IPs.
+      X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+      X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+      if (isIpLiteral(sni)) {
+        X509_VERIFY_PARAM_set1_ip_asc(param, sni.c_str());
+      } else {
+        X509_VERIFY_PARAM_set1_host(param, sni.c_str(), 0);
+      }
+    }
+    bev_.reset(bufferevent_openssl_socket_new(dispatcher.base(), -1, ssl,
+                                              BUFFEREVENT_SSL_CONNECTING, options));
+    if (bev_) bufferevent_openssl_set_allow_dirty_shutdown(bev_.get(), 1);
+  } else {
+    bev_.reset(bufferevent_socket_new(dispatcher.base(), -1, options));
+  }
+  if (!bev_) {
+    closed_ = true;
+    return;
+  }
+  bufferevent_setcb(bev_.get(), &UpstreamConnection::onReadCb, nullptr,
+                    &UpstreamConnection::onEventCb, this);
+  bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
+  if (bufferevent_socket_connect_hostname(bev_.get(), dispatcher.dns(), AF_UNSPEC,
+                                          upstream.url.host.c_str(), upstream.url.port) != 0) {
+    // Reported to the holder on sendRequest (connect_error), never synchronously here.
+    closed_ = true;
+  }
+}
+
+UpstreamConnection::~UpstreamConnection() = default;
+
+void UpstreamConnection::sendRequest(const RequestHead& head, std::string_view body,
+                                     UpstreamCallbacks* callbacks) {
+  callbacks_ = callbacks;
+  idle_ = false;
+  reusable_ = false;
+  message_done_ = false;
+  awaiting_response_ = true;
+  head_request_ = head.method == "HEAD";
+  ++request_count_;
+  if (closed_ || !bev_) {
+    fail(UpstreamError::ConnectError, "cannot connect to " + upstream_.url.authority());
+    return;
+  }
+  http_parser_init(&parser_, HTTP_RESPONSE);
+  parser_.data = this;
+
+  std::string out;
+  out.reserve(256 + head.headers.size() * 48);
+  out += head.method;
+  out += ' ';
+  out += head.path;
+  out += " HTTP/1.1\r\n";
+  for (const auto& [name, value] : head.headers) {
+    out += name;
+    out += ": ";
+    out += value;
+    out += "\r\n";
+  }
+  const bool may_have_body = !(body.empty() && (head.method == "GET" || head.method == "HEAD" ||
+                                                head.method == "DELETE" || head.method == "OPTIONS"));
+  if (may_have_body) {
+    out += "content-length: ";
+    out += std::to_string(body.size());
+    out += "\r\n";
+  }
+  out += "\r\n";
+  evbuffer* output = bufferevent_get_output(bev_.get());
+  evbuffer_add(output, out.data(), out.size());
+  if (!body.empty()) evbuffer_add(output, body.data(), body.size());
+  if (connected_ && callbacks_ != nullptr) {
+    // A pooled connection is already up: report it so the attempt's
+    // connect timer stops the same way as for a fresh connection.
+    callbacks_->onUpstreamConnected();
+  }
+}
+
+void UpstreamConnection::pauseReading() {
+  if (bev_ && !closed_) bufferevent_disable(bev_.get(), EV_READ);
+}
+
+void UpstreamConnection::resumeReading() {
+  if (bev_ && !closed_) bufferevent_enable(bev_.get(), EV_READ);
+}
+
+void UpstreamConnection::close() {
+  if (closed_) return;
+  closed_ = true;
+  callbacks_ = nullptr;
+  if (bev_) {
+    const evutil_socket_t fd = bufferevent_getfd(bev_.get());
+    // shutdown() sends the FIN now, whatever libevent's deferred machinery
+    // does with the bufferevent: the upstream must see the close at once.
+    if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+    bev_.reset();
+  }
+}
+
+void UpstreamConnection::markIdle() {
+  idle_ = true;
+  callbacks_ = nullptr;
+  if (bev_) bufferevent_enable(bev_.get(), EV_READ);
+}
+
+void UpstreamConnection::fail(UpstreamError error, const std::string& detail) {
+  UpstreamCallbacks* cb = callbacks_;
+  callbacks_ = nullptr;
+  awaiting_response_ = false;
+  reusable_ = false;
+  if (cb != nullptr) {
+    cb->onUpstreamError(error, detail);  // the holder destroys us through the pool
+  } else {
+    pool_.destroy(this);
+  }
+}
+
+void UpstreamConnection::onReadCb(bufferevent*, void* arg) {
+  static_cast<UpstreamConnection*>(arg)->onRead();
+}
+
+void UpstreamConnection::onEventCb(bufferevent*, short events, void* arg) {
+  static_cast<UpstreamConnection*>(arg)->onEvent(events);
+}
+
+void UpstreamConnection::onRead() {
+  if (closed_ || !bev_) return;
+  evbuffer* input = bufferevent_get_input(bev_.get());
+  if (idle_ || !awaiting_response_) {
+    // Bytes on an idle connection are a protocol violation: never reuse it.
+    evbuffer_drain(input, evbuffer_get_length(input));
+    fail(UpstreamError::Protocol, "unexpected bytes from upstream on an idle connection");
+    return;
+  }
+  // Feed the parser straight from libevent's chunks (no copy), draining what it consumed.
+  while (!closed_ && awaiting_response_ && evbuffer_get_length(input) > 0) {
+    evbuffer_iovec vec;
+    if (evbuffer_peek(input, -1, nullptr, &vec, 1) < 1) break;
+    const size_t len = vec.iov_len;
+    const size_t consumed =
+        http_parser_execute(&parser_, &settings_, static_cast<const char*>(vec.iov_base), len);
+    if (closed_) return;  // a callback tore us down
+    const auto err = HTTP_PARSER_ERRNO(&parser_);
+    if (err == HPE_PAUSED) {
+      evbuffer_drain(input, consumed);
+      http_parser_pause(&parser_, 0);
+      // Response complete. Anything left over means the upstream is confused.
+      if (evbuffer_get_length(input) > 0) reusable_ = false;
+      break;
+    }
+    if (err != HPE_OK) {
+      fail(UpstreamError::Protocol,
+           std::string("invalid HTTP response from upstream: ") + http_errno_description(err));
+      return;
+    }
+    evbuffer_drain(input, consumed);
+    if (consumed < len) break;
+  }
+  if (message_done_) {
+    message_done_ = false;
+    UpstreamCallbacks* cb = callbacks_;
+    callbacks_ = nullptr;
+    if (cb != nullptr) cb->onUpstreamComplete();  // the holder releases or destroys us
+  }
+}
+
+void UpstreamConnection::onEvent(short events) {
+  if (closed_) return;
+  if (events & BEV_EVENT_CONNECTED) {
+    connected_ = true;
+    if (callbacks_ != nullptr) callbacks_->onUpstreamConnected();
+    return;
+  }
+  if (!(events & (BEV_EVENT_EOF | BEV_EVENT_ERROR))) return;
+
+  if (!connected_) {
+    std::string detail = "connect to " + upstream_.url.authority() + " failed";
+    if (const int dns_err = bufferevent_socket_get_dns_error(bev_.get()); dns_err != 0) {
+      detail += ": " + std::string(evutil_gai_strerror(dns_err));
+    } else if (const std::string ssl = lastSslError(); !ssl.empty()) {
+      detail += ": TLS: " + ssl;
+    } else if (EVUTIL_SOCKET_ERROR() != 0) {
+      detail += ": " + std::string(evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    }
+    fail(UpstreamError::ConnectError, detail);
+    return;
+  }
+  if (awaiting_response_ && (events & BEV_EVENT_EOF)) {
+    // EOF may legitimately end a close-delimited body: tell the parser.
+    onRead();  // drain whatever arrived with the FIN first
+    if (closed_ || !awaiting_response_) return;
+    http_parser_execute(&parser_, &settings_, nullptr, 0);
+    if (closed_) return;
+    if (message_done_) {
+      message_done_ = false;
+      reusable_ = false;
+      UpstreamCallbacks* cb = callbacks_;
+      callbacks_ = nullptr;
+      if (cb != nullptr) cb->onUpstreamComplete();
+      return;
+    }
+  }
+  if (awaiting_response_) {
+    fail(UpstreamError::Reset, "upstream closed the connection mid-response");
+  } else {
+    pool_.destroy(this);  // idle connection closed by the upstream
+  }
+}
+
+int UpstreamConnection::onStatus(http_parser*, const char*, size_t) { return 0; }
+
+int UpstreamConnection::onHeaderField(http_parser* p, const char* at, size_t len) {
+  auto* self = static_cast<UpstreamConnection*>(p->data);
+  if (self->in_value_) {
+    self->head_.headers.add(self->field_, self->value_);
+    self->field_.clear();
+    self->value_.clear();
+    self->in_value_ = false;
+  }
+  self->field_.append(at, len);
+  return 0;
+}
+
+int UpstreamConnection::onHeaderValue(http_parser* p, const char* at, size_t len) {
+  auto* self = static_cast<UpstreamConnection*>(p->data);
+  self->in_value_ = true;
+  self->value_.append(at, len);
+  return 0;
+}
+
+int UpstreamConnection::onHeadersComplete(http_parser* p) {
+  auto* self = static_cast<UpstreamConnection*>(p->data);
+  if (self->in_value_) {
+    self->head_.headers.add(self->field_, self->value_);
+    self->field_.clear();
+    self->value_.clear();
+    self->in_value_ = false;
+  }
+  self->head_.status = static_cast<int>(p->status_code);
+  if (p->status_code >= 100 && p->status_code < 200 && p->status_code != 101) {
+    self->interim_ = true;  // 100 Continue & co: swallowed
+    self->head_ = ResponseHead{};
+    return 0;
+  }
+  const bool no_body = self->head_request_ || p->status_code == 204 || p->status_code == 304;
+  const bool end_stream =
+      no_body || (!(p->flags & F_CHUNKED) && p->content_length == 0);
+  ResponseHead head = std::move(self->head_);
+  self->head_ = ResponseHead{};
+  if (self->callbacks_ != nullptr) self->callbacks_->onUpstreamHeaders(std::move(head), end_stream);
+  if (self->closed_) return -1;  // abort parsing: we were torn down
+  return no_body ? 1 : 0;       // 1 = skip the body (HEAD)
+}
+
+int UpstreamConnection::onBody(http_parser* p, const char* at, size_t len) {
+  auto* self = static_cast<UpstreamConnection*>(p->data);
+  if (self->callbacks_ != nullptr) self->callbacks_->onUpstreamData(at, len);
+  return self->closed_ ? -1 : 0;
+}
+
+int UpstreamConnection::onMessageComplete(http_parser* p) {
+  auto* self = static_cast<UpstreamConnection*>(p->data);
+  if (self->interim_) {
+    self->interim_ = false;
+    return 0;
+  }
+  self->reusable_ = http_should_keep_alive(p) != 0;
+  self->awaiting_response_ = false;
+  self->message_done_ = true;
+  http_parser_pause(p, 1);
+  return 0;
+}
+
+}  // namespace sluice
