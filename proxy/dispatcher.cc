@@ -5,8 +5,10 @@
 namespace sluice {
 
 Dispatcher::Dispatcher(const Clock& clock) : clock_(clock) {
-  // Cross-thread event_active() needs libevent's locking; Server enables
-  // pthreads support before any Dispatcher exists.
+  // Cross-thread post()/exit() need libevent's locking and wake-up support,
+  // which must be on before the first event_base is made. Idempotent.
+  static const int threads_enabled = evthread_use_pthreads();
+  (void)threads_enabled;
   base_.reset(event_base_new());
   dns_ = evdns_base_new(base_.get(), EVDNS_BASE_INITIALIZE_NAMESERVERS |
                                          EVDNS_BASE_DISABLE_WHEN_INACTIVE);

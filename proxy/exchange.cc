@@ -180,7 +180,7 @@ void Exchange::endAttempt(AttemptResult result, bool reuse) {
   disarmTimer(idle_timer_);
   connect_timer_ = first_byte_timer_ = idle_timer_ = 0;
   route_->upstream->metrics->attempts(result).Increment();
-  const AttemptOutcome outcome{result, response_status_, response_started_};
+  const AttemptEnd outcome{result, response_status_, response_started_};
   for (auto& filter : filters_) filter->onAttemptEnd(outcome);
   if (conn_ != nullptr) {
     conn_->detach();

@@ -36,7 +36,7 @@ enum class FilterStatus { Continue, StopIteration };
 using TimerId = uint64_t;
 
 /** How one upstream attempt ended, as filters see it in onAttemptEnd(). */
-struct AttemptOutcome {
+struct AttemptEnd {
   AttemptResult result = AttemptResult::Ok;
   int status = 0;                 // HTTP status, 0 if none arrived
   bool response_started = false;  // something of this response reached the client
@@ -104,7 +104,7 @@ class StreamFilter {
   /** Per attempt: a slice of the response body (observe only). */
   virtual void encodeData(const char* /*data*/, size_t /*len*/, bool /*end_stream*/) {}
   /** Per attempt: the attempt ended, however it ended. */
-  virtual void onAttemptEnd(const AttemptOutcome&) {}
+  virtual void onAttemptEnd(const AttemptEnd&) {}
   /** The Exchange is ending: drop anything asynchronous. Always called, once. */
   virtual void onDestroy() {}
 

@@ -56,9 +56,6 @@ uint16_t boundPort(evutil_socket_t fd) {
 }  // namespace
 
 Server::Server(config::ConfigPtr config, const Clock& clock) : clock_(clock), admin_(*this) {
-  // Cross-thread posting to event loops needs libevent's locks; idempotent.
-  static const int threads_enabled = evthread_use_pthreads();
-  (void)threads_enabled;
   std::string error;
   runtime_ = Runtime::build(std::move(config), metrics_, &error);
   if (!runtime_) init_error_ = error;

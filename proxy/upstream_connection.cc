@@ -2,6 +2,7 @@
 
 #include <event2/bufferevent_ssl.h>
 #include <event2/dns.h>
+#include <openssl/err.h>
 #include <openssl/x509v3.h>
 #include <sys/socket.h>
 
@@ -228,7 +229,7 @@ void UpstreamConnection::onEvent(short events) {
     std::string detail = "connect to " + upstream_.url.authority() + " failed";
     if (const int dns_err = bufferevent_socket_get_dns_error(bev_.get()); dns_err != 0) {
       detail += ": " + std::string(evutil_gai_strerror(dns_err));
-    } else if (const std::string ssl = lastSslError(); !ssl.empty()) {
+    } else if (const std::string ssl = tlsFailure(); !ssl.empty()) {
       detail += ": TLS: " + ssl;
     } else if (EVUTIL_SOCKET_ERROR() != 0) {
       detail += ": " + std::string(evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
@@ -256,6 +257,27 @@ void UpstreamConnection::onEvent(short events) {
   } else {
     pool_.destroy(this);  // idle connection closed by the upstream
   }
+}
+
+std::string UpstreamConnection::tlsFailure() {
+  if (!bev_ || !upstream_.url.isTls()) return "";
+  std::string out;
+  // libevent moves OpenSSL's errors off the thread's queue into the bufferevent.
+  while (const unsigned long err = bufferevent_get_openssl_error(bev_.get())) {
+    char buf[256];
+    ERR_error_string_n(err, buf, sizeof(buf));
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  if (SSL* ssl = bufferevent_openssl_get_ssl(bev_.get())) {
+    const long verify = SSL_get_verify_result(ssl);
+    if (verify != X509_V_OK) {
+      if (!out.empty()) out += "; ";
+      out += std::string("certificate verification failed: ") +
+             X509_verify_cert_error_string(verify);
+    }
+  }
+  return out.empty() ? lastSslError() : out;
 }
 
 int UpstreamConnection::onStatus(http_parser*, const char*, size_t) { return 0; }

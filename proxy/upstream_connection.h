@@ -86,6 +86,8 @@ class UpstreamConnection : public DeferredDeletable {
   void onEvent(short events);
   void parse(const char* data, size_t len);
   void fail(UpstreamError error, const std::string& detail);
+  /** Why a TLS handshake failed, in words ("" when it did not). */
+  std::string tlsFailure();
 
   // http_parser callbacks.
   static int onHeaderField(http_parser*, const char*, size_t);

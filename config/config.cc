@@ -1,0 +1,31 @@
+#include "config/config.h"
+
+#include <algorithm>
+
+namespace sluice::config {
+
+namespace {
+// IPv6 literals are bracketed wherever a port follows them.
+std::string hostForAuthority(const std::string& host) {
+  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+}
+}  // namespace
+
+std::string SocketAddress::toString() const {
+  return hostForAuthority(host) + ":" + std::to_string(port);
+}
+
+bool OutcomeSet::matchesStatus(int status) const {
+  if (any_4xx && status >= 400 && status <= 499) return true;
+  if (any_5xx && status >= 500 && status <= 599) return true;
+  return std::find(statuses.begin(), statuses.end(), status) != statuses.end();
+}
+
+std::string UpstreamUrl::authority() const {
+  const uint16_t default_port = isTls() ? 443 : 80;
+  std::string out = hostForAuthority(host);
+  if (port != 0 && port != default_port) out += ":" + std::to_string(port);
+  return out;
+}
+
+}  // namespace sluice::config

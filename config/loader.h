@@ -1,0 +1,122 @@
+#pragma once
+
+// Loads sluice's YAML config (DESIGN.md §2) into the plain structs of
+// config/config.h, validating strictly.
+//
+// Every problem is reported as one ConfigError naming the file, the 1-based
+// line and column, and the key path (`upstreams[0].circuit_breaker.cooldown`),
+// so an operator can fix the file without guessing. The first error found
+// wins; the loader never throws (yaml-cpp's exceptions are converted).
+//
+// `${VAR}` in any scalar value expands from the environment before the value
+// is interpreted; an unset variable is an error; `$$` is a literal `$`.
+//
+// Where DESIGN.md §2 is silent, the loader decides:
+// - Positions: a value error points at the value; an unknown or duplicate key
+//   at the key; a missing required key at its parent mapping (path = the
+//   missing key); an empty value (`admin:`) at its key. Cross-field checks
+//   (`base <= max`) point at whichever of the two was written, the first
+//   preferred. Duplicate YAML keys are errors (yaml-cpp accepts them).
+// - Types: every scalar is text until converted, so `"5"` and `5` are the
+//   same; an empty value is never "absent", it is a type error. Booleans are
+//   true/false only (not yes/on). Unknown keys suggest a close match.
+// - `${...}`: names are [A-Za-z_][A-Za-z0-9_]*; a `$` not followed by `$` or
+//   `{` is literal; a set-but-empty variable is fine. Keys are not expanded.
+// - Durations: h/m/s/ms, may be combined largest-first ("1m30s"), at most
+//   10 years, whole milliseconds. Zero is allowed where it means "off" or
+//   "no wait" (drain_timeout, first_byte_timeout, idle_timeout, finish_grace,
+//   backoff) and rejected for connect_timeout, failure_rate.window, cooldown,
+//   max_cooldown and the budget's default/max.
+// - Counts: consecutive_failures, min_requests, half_open_probes,
+//   max_requests and attempts are >= 1; max_pending, max_queue, reserve and
+//   budget_percent (<= 100) may be 0.
+// - `listen`: a string, or a list whose items are `{address, tls}` or plain
+//   address strings. Two listeners on the same non-zero port, or a listener
+//   on the admin address, are errors. `routes` and `upstreams` may be absent.
+// - URLs: scheme case-insensitive; no credentials (put them in `headers`);
+//   port 1..65535. `tls.ca_file` / `tls.sni` may be "" (= the default).
+// - `headers`: names must be tokens and unique ignoring case; values may not
+//   hold CR/LF/NUL; framing headers (content-length, transfer-encoding,
+//   connection, keep-alive, proxy-connection, te, upgrade) are rejected.
+// - Outcome lists (`on`, `failure_on`) replace the default list; duplicates
+//   are errors. `methods` are upper-cased; duplicates are errors.
+// - `pricing` entries need all of model, input and output.
+// - Multiple YAML documents in one file are an error.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "config/config.h"
+
+namespace sluice::config {
+
+/** Why a config was rejected, with the position of the offending YAML node. */
+struct ConfigError {
+  std::string file;      // the path or source name given to the loader
+  int line = 0;          // 1-based; 0 when the error has no position (unreadable file)
+  int column = 0;        // 1-based
+  std::string key_path;  // e.g. "routes[1].match.path_prefix"; empty for file-level errors
+  std::string message;
+
+  /**
+   * "FILE:LINE:COL: KEY.PATH: message". Parts that are unknown are left out:
+   * no position gives "FILE: KEY.PATH: message", no key path "FILE:LINE:COL: message".
+   */
+  std::string toString() const;
+};
+
+/** Resolves `${NAME}`: the variable's value, or nullopt when it is unset. */
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+/** The process environment (getenv). */
+EnvLookup processEnvironment();
+
+/** Either a validated config or the first error found. */
+struct LoadResult {
+  ConfigPtr config;                  // null on error
+  std::optional<ConfigError> error;  // set on error
+
+  bool ok() const { return config != nullptr; }
+};
+
+/** Reads, parses and validates the file at `path`; `Config::source_path` = `path`. */
+LoadResult loadConfigFile(const std::string& path, const EnvLookup& env = processEnvironment());
+
+/**
+ * Parses and validates YAML text. `source_name` is used in error messages and
+ * as `Config::source_path`.
+ */
+LoadResult loadConfigString(const std::string& yaml_text, const std::string& source_name,
+                            const EnvLookup& env = processEnvironment());
+
+/**
+ * Parses a duration: one or more `<number><unit>` parts with units h, m, s, ms
+ * in decreasing order ("250ms", "1.5s", "5m", "1h30m", "0s"). A bare number is
+ * rejected (no unit to guess), as are negative values and sub-millisecond
+ * precision. On failure returns nullopt and, if `error` is given, says why.
+ */
+std::optional<Duration> parseDuration(std::string_view text, std::string* error = nullptr);
+
+/**
+ * Parses a byte size: a plain integer of bytes, or a number with a unit —
+ * B, KB/MB/GB/TB (powers of 1000) or KiB/MiB/GiB/TiB (powers of 1024), e.g.
+ * "8MiB", "1.5KiB", "10MB". The result must be a whole number of bytes.
+ */
+std::optional<uint64_t> parseSize(std::string_view text, std::string* error = nullptr);
+
+/** Parses "host:port" or "[v6]:port" (port 0..65535; 0 = pick an ephemeral port). */
+std::optional<SocketAddress> parseSocketAddress(std::string_view text,
+                                                std::string* error = nullptr);
+
+/**
+ * Parses an upstream URL: `http://` or `https://`, a host, an optional port
+ * (1..65535; default from the scheme) and an optional base path. Credentials,
+ * a query or a fragment are rejected. The host is lower-cased and trailing
+ * slashes are dropped from the base path.
+ */
+std::optional<UpstreamUrl> parseUpstreamUrl(std::string_view text, std::string* error = nullptr);
+
+}  // namespace sluice::config

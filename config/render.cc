@@ -1,0 +1,166 @@
+#include "config/render.h"
+
+namespace sluice::config {
+
+namespace {
+
+using nlohmann::json;
+
+const char* toString(Http2Mode m) {
+  switch (m) {
+    case Http2Mode::Auto:
+      return "auto";
+    case Http2Mode::On:
+      return "on";
+    case Http2Mode::Off:
+      return "off";
+  }
+  return "auto";
+}
+
+const char* toString(IdempotencyMode m) {
+  switch (m) {
+    case IdempotencyMode::Auto:
+      return "auto";
+    case IdempotencyMode::Always:
+      return "always";
+    case IdempotencyMode::Never:
+      return "never";
+  }
+  return "always";
+}
+
+const char* toString(ClientDisconnectMode m) {
+  return m == ClientDisconnectMode::Finish ? "finish" : "cancel";
+}
+
+json listenerToJson(const ListenerConfig& l) {
+  json tls = nullptr;
+  if (l.tls) tls = {{"cert", l.tls->cert_file}, {"key", l.tls->key_file}};
+  return {{"address", l.address.toString()}, {"tls", tls}};
+}
+
+json upstreamToJson(const UpstreamConfig& u) {
+  json headers = json::object();
+  for (const auto& [name, value] : u.headers) headers[name] = "<redacted>";  // they hold API keys
+
+  json rate_limit = nullptr;
+  if (u.rate_limit) {
+    const RateLimitConfig& r = *u.rate_limit;
+    rate_limit = {
+        {"key", r.key.kind == RateLimitKey::Kind::None ? "none" : "header:" + r.key.header},
+        {"reserve", r.reserve},
+        {"max_queue", r.max_queue},
+    };
+  }
+
+  const CircuitBreakerConfig& cb = u.circuit_breaker;
+  return {
+      {"name", u.name},
+      {"url", u.raw_url},
+      {"connect_timeout", formatDuration(u.connect_timeout)},
+      {"http2", toString(u.http2)},
+      {"tls", {{"verify", u.tls.verify}, {"ca_file", u.tls.ca_file}, {"sni", u.tls.sni}}},
+      {"headers", headers},
+      {"rate_limit", rate_limit},
+      {"circuit_breaker",
+       {
+           {"consecutive_failures", cb.consecutive_failures},
+           {"failure_rate",
+            {{"threshold", cb.failure_rate.threshold},
+             {"window", formatDuration(cb.failure_rate.window)},
+             {"min_requests", cb.failure_rate.min_requests}}},
+           {"cooldown", formatDuration(cb.cooldown)},
+           {"max_cooldown", formatDuration(cb.max_cooldown)},
+           {"half_open_probes", cb.half_open_probes},
+           {"failure_on", outcomeSetToJson(cb.failure_on)},
+           {"max_requests", cb.max_requests},
+           {"max_pending", cb.max_pending},
+       }},
+  };
+}
+
+json routeToJson(const RouteConfig& r) {
+  return {
+      {"name", r.name},
+      {"match", {{"path_prefix", r.match.path_prefix}, {"methods", r.match.methods}}},
+      {"upstream", r.upstream},
+      {"budget",
+       {{"header", r.budget.header},
+        {"default", formatDuration(r.budget.default_budget)},
+        {"max", formatDuration(r.budget.max)},
+        {"propagate", r.budget.propagate}}},
+      {"retry",
+       {{"attempts", r.retry.attempts},
+        {"on", outcomeSetToJson(r.retry.on)},
+        {"backoff",
+         {{"base", formatDuration(r.retry.backoff.base)},
+          {"max", formatDuration(r.retry.backoff.max)}}},
+        {"respect_retry_after", r.retry.respect_retry_after},
+        {"idempotent", toString(r.retry.idempotent)},
+        {"budget_percent", r.retry.budget_percent},
+        {"max_body", formatSize(r.retry.max_body)}}},
+      {"first_byte_timeout", formatDuration(r.first_byte_timeout)},
+      {"idle_timeout", formatDuration(r.idle_timeout)},
+      {"on_client_disconnect", toString(r.on_client_disconnect)},
+      {"finish_grace", formatDuration(r.finish_grace)},
+  };
+}
+
+}  // namespace
+
+std::string formatDuration(Duration d) {
+  const int64_t ms = d.count();
+  if (ms % 1'000 == 0) return std::to_string(ms / 1'000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+std::string formatSize(uint64_t bytes) {
+  static constexpr std::pair<uint64_t, const char*> kUnits[] = {
+      {1ULL << 40, "TiB"}, {1ULL << 30, "GiB"}, {1ULL << 20, "MiB"}, {1ULL << 10, "KiB"}};
+  if (bytes != 0) {
+    for (const auto& [unit, name] : kUnits) {
+      if (bytes % unit == 0) return std::to_string(bytes / unit) + name;
+    }
+  }
+  return std::to_string(bytes) + "B";
+}
+
+nlohmann::json outcomeSetToJson(const OutcomeSet& set) {
+  json out = json::array();
+  for (int status : set.statuses) out.push_back(status);
+  if (set.any_4xx) out.push_back("4xx");
+  if (set.any_5xx) out.push_back("5xx");
+  if (set.connect_error) out.push_back("connect_error");
+  if (set.reset) out.push_back("reset");
+  if (set.timeout) out.push_back("timeout");
+  return out;
+}
+
+nlohmann::json toRedactedJson(const Config& config) {
+  json listen = json::array();
+  for (const ListenerConfig& l : config.listeners) listen.push_back(listenerToJson(l));
+  json upstreams = json::array();
+  for (const UpstreamConfig& u : config.upstreams) upstreams.push_back(upstreamToJson(u));
+  json routes = json::array();
+  for (const RouteConfig& r : config.routes) routes.push_back(routeToJson(r));
+  json pricing = json::array();
+  for (const PriceConfig& p : config.pricing) {
+    pricing.push_back({{"model", p.model_glob},
+                       {"input", p.input_usd_per_mtok},
+                       {"output", p.output_usd_per_mtok}});
+  }
+  return {
+      {"version", config.version},
+      {"listen", listen},
+      {"admin", config.admin.toString()},
+      {"workers", config.workers == 0 ? json("auto") : json(config.workers)},
+      {"drain_timeout", formatDuration(config.drain_timeout)},
+      {"upstreams", upstreams},
+      {"routes", routes},
+      {"pricing", pricing},
+      {"source_path", config.source_path},
+  };
+}
+
+}  // namespace sluice::config

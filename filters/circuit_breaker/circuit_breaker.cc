@@ -1,0 +1,287 @@
+#include "filters/circuit_breaker/circuit_breaker.h"
+
+#include <algorithm>
+
+namespace sluice {
+
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::nanoseconds;
+
+// The failure-rate window is kept as this many buckets (Hystrix's rolling
+// window): the rate forgets old traffic in window/10 steps, not all at once.
+constexpr size_t kWindowBuckets = 10;
+
+nanoseconds bucketWidth(const config::CircuitBreakerConfig& c) {
+  const auto width = std::chrono::duration_cast<nanoseconds>(c.failure_rate.window) /
+                     static_cast<int64_t>(kWindowBuckets);
+  return std::max(width, nanoseconds(std::chrono::milliseconds(1)));
+}
+
+milliseconds clampCooldown(milliseconds value, const config::CircuitBreakerConfig& c) {
+  const milliseconds lo = std::max(c.cooldown, milliseconds(0));
+  const milliseconds hi = std::max(c.max_cooldown, lo);
+  return std::clamp(value, lo, hi);
+}
+
+}  // namespace
+
+std::string_view toString(CircuitState state) {
+  switch (state) {
+    case CircuitState::Closed:
+      return "closed";
+    case CircuitState::Open:
+      return "open";
+    case CircuitState::HalfOpen:
+      return "half_open";
+  }
+  return "unknown";
+}
+
+std::string_view toString(CircuitEvent event) {
+  switch (event) {
+    case CircuitEvent::Trip:
+      return "trip";
+    case CircuitEvent::CooldownElapsed:
+      return "cooldown_elapsed";
+    case CircuitEvent::ProbesSucceeded:
+      return "probes_succeeded";
+    case CircuitEvent::ProbeFailed:
+      return "probe_failed";
+  }
+  return "unknown";
+}
+
+std::optional<CircuitState> circuitTransition(CircuitState from, CircuitEvent event) {
+  struct Row {
+    CircuitState from;
+    CircuitEvent event;
+    CircuitState to;
+  };
+  static constexpr Row kTable[] = {
+      {CircuitState::Closed, CircuitEvent::Trip, CircuitState::Open},
+      {CircuitState::Open, CircuitEvent::CooldownElapsed, CircuitState::HalfOpen},
+      {CircuitState::HalfOpen, CircuitEvent::ProbesSucceeded, CircuitState::Closed},
+      {CircuitState::HalfOpen, CircuitEvent::ProbeFailed, CircuitState::Open},
+  };
+  for (const Row& row : kTable) {
+    if (row.from == from && row.event == event) return row.to;
+  }
+  return std::nullopt;
+}
+
+CircuitBreaker::CircuitBreaker(const config::CircuitBreakerConfig& config, const Clock& clock,
+                               TransitionListener listener)
+    : clock_(clock),
+      listener_(std::move(listener)),
+      config_(config),
+      current_cooldown_(clampCooldown(config.cooldown, config)),
+      bucket_width_(bucketWidth(config)),
+      buckets_(kWindowBuckets) {}
+
+CircuitAdmission CircuitBreaker::admit() {
+  const MonotonicTime now = clock_.now();
+  std::lock_guard lock(mutex_);
+  maybeEndCooldownLocked(now);
+
+  CircuitAdmission a;
+  a.generation = generation_;
+  if (state_ == CircuitState::Open) {
+    a.result = CircuitAdmission::Result::Rejected;
+    a.retry_after = cooldownLeftLocked(now);
+    return a;
+  }
+  if (config_.max_requests != 0 && active_ >= config_.max_requests) {
+    ++overloaded_;
+    a.result = CircuitAdmission::Result::Overloaded;
+    return a;
+  }
+  if (state_ == CircuitState::HalfOpen) {
+    if (probes_admitted_ >= std::max<uint32_t>(1, config_.half_open_probes)) {
+      a.result = CircuitAdmission::Result::Rejected;
+      a.retry_after = std::min(config_.cooldown, kHalfOpenRetryAfter);
+      return a;
+    }
+    ++probes_admitted_;
+    a.probe = true;
+  }
+  ++active_;
+  a.result = CircuitAdmission::Result::Admitted;
+  return a;
+}
+
+void CircuitBreaker::onResult(const CircuitAdmission& admission, const AttemptOutcome& outcome) {
+  if (!admission.admitted()) return;
+  const MonotonicTime now = clock_.now();
+  std::lock_guard lock(mutex_);
+  if (active_ > 0) --active_;
+  if (admission.generation != generation_) return;  // admitted under an earlier state
+
+  const bool cancelled = outcome.kind == OutcomeKind::Cancelled;
+  const bool failure = outcomeIn(config_.failure_on, outcome);
+
+  if (state_ == CircuitState::HalfOpen) {
+    if (!admission.probe) return;
+    if (cancelled) {
+      // The probe told us nothing: free its slot for another one.
+      if (probes_admitted_ > 0) --probes_admitted_;
+      return;
+    }
+    if (failure) {
+      fireLocked(CircuitEvent::ProbeFailed, now);
+    } else if (++probe_successes_ >= std::max<uint32_t>(1, config_.half_open_probes)) {
+      fireLocked(CircuitEvent::ProbesSucceeded, now);
+    }
+    return;
+  }
+
+  if (state_ != CircuitState::Closed || cancelled) return;
+  recordLocked(failure, now);
+  if (!failure) {
+    consecutive_failures_ = 0;
+    return;
+  }
+  ++consecutive_failures_;
+  const bool consecutive_trip =
+      config_.consecutive_failures != 0 && consecutive_failures_ >= config_.consecutive_failures;
+  if (consecutive_trip || rateTripsLocked(now)) fireLocked(CircuitEvent::Trip, now);
+}
+
+bool CircuitBreaker::tryEnterPending() {
+  std::lock_guard lock(mutex_);
+  if (config_.max_pending != 0 && pending_ >= config_.max_pending) {
+    ++overloaded_;
+    return false;
+  }
+  ++pending_;
+  return true;
+}
+
+void CircuitBreaker::leavePending() {
+  std::lock_guard lock(mutex_);
+  if (pending_ > 0) --pending_;
+}
+
+CircuitState CircuitBreaker::state() {
+  const MonotonicTime now = clock_.now();
+  std::lock_guard lock(mutex_);
+  maybeEndCooldownLocked(now);
+  return state_;
+}
+
+milliseconds CircuitBreaker::cooldownLeft() {
+  const MonotonicTime now = clock_.now();
+  std::lock_guard lock(mutex_);
+  maybeEndCooldownLocked(now);
+  return cooldownLeftLocked(now);
+}
+
+milliseconds CircuitBreaker::currentCooldown() const {
+  std::lock_guard lock(mutex_);
+  return current_cooldown_;
+}
+
+uint32_t CircuitBreaker::consecutiveFailures() const {
+  std::lock_guard lock(mutex_);
+  return consecutive_failures_;
+}
+
+uint32_t CircuitBreaker::activeRequests() const {
+  std::lock_guard lock(mutex_);
+  return active_;
+}
+
+uint32_t CircuitBreaker::pendingRequests() const {
+  std::lock_guard lock(mutex_);
+  return pending_;
+}
+
+uint64_t CircuitBreaker::overloadedCount() const {
+  std::lock_guard lock(mutex_);
+  return overloaded_;
+}
+
+void CircuitBreaker::updateConfig(const config::CircuitBreakerConfig& config) {
+  std::lock_guard lock(mutex_);
+  config_ = config;
+  current_cooldown_ = clampCooldown(current_cooldown_, config_);
+  bucket_width_ = bucketWidth(config_);
+  resetCountersLocked();
+}
+
+void CircuitBreaker::maybeEndCooldownLocked(MonotonicTime now) {
+  if (state_ == CircuitState::Open && now >= open_until_) {
+    fireLocked(CircuitEvent::CooldownElapsed, now);
+  }
+}
+
+void CircuitBreaker::fireLocked(CircuitEvent event, MonotonicTime now) {
+  const auto next = circuitTransition(state_, event);
+  if (!next) return;
+  const CircuitState from = state_;
+  state_ = *next;
+  ++generation_;  // results of attempts admitted before this point no longer count
+
+  switch (event) {
+    case CircuitEvent::Trip:
+      open_until_ = now + current_cooldown_;
+      break;
+    case CircuitEvent::ProbeFailed:
+      // Re-trip: the upstream is still broken, so wait twice as long (capped).
+      current_cooldown_ = clampCooldown(current_cooldown_ * 2, config_);
+      open_until_ = now + current_cooldown_;
+      break;
+    case CircuitEvent::CooldownElapsed:
+      probes_admitted_ = 0;
+      probe_successes_ = 0;
+      break;
+    case CircuitEvent::ProbesSucceeded:
+      current_cooldown_ = clampCooldown(config_.cooldown, config_);
+      break;
+  }
+  resetCountersLocked();
+  if (listener_) listener_(from, state_);
+}
+
+void CircuitBreaker::resetCountersLocked() {
+  consecutive_failures_ = 0;
+  for (Bucket& b : buckets_) b = Bucket{};
+}
+
+int64_t CircuitBreaker::bucketIndexLocked(MonotonicTime now) const {
+  return now.time_since_epoch() / bucket_width_;
+}
+
+void CircuitBreaker::recordLocked(bool failure, MonotonicTime now) {
+  const int64_t index = bucketIndexLocked(now);
+  Bucket& b = buckets_[static_cast<size_t>(index) % buckets_.size()];
+  if (b.index != index) b = Bucket{index, 0, 0};
+  if (failure) {
+    ++b.failures;
+  } else {
+    ++b.successes;
+  }
+}
+
+bool CircuitBreaker::rateTripsLocked(MonotonicTime now) const {
+  const int64_t current = bucketIndexLocked(now);
+  const int64_t oldest = current - static_cast<int64_t>(buckets_.size()) + 1;
+  uint64_t failures = 0;
+  uint64_t total = 0;
+  for (const Bucket& b : buckets_) {
+    if (b.index < oldest || b.index > current) continue;
+    failures += b.failures;
+    total += b.failures + b.successes;
+  }
+  if (failures == 0 || total < config_.failure_rate.min_requests) return false;
+  return static_cast<double>(failures) >=
+         config_.failure_rate.threshold * static_cast<double>(total);
+}
+
+milliseconds CircuitBreaker::cooldownLeftLocked(MonotonicTime now) const {
+  if (state_ != CircuitState::Open || now >= open_until_) return milliseconds(0);
+  return std::chrono::ceil<milliseconds>(open_until_ - now);
+}
+
+}  // namespace sluice

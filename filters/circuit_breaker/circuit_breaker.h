@@ -1,0 +1,167 @@
+#pragma once
+
+// A per-upstream circuit breaker (DESIGN.md §3 "Circuit breakers"), shared by
+// every worker thread. It stops sending to an upstream that is failing, then
+// lets a few probe attempts find out whether it recovered:
+//
+//   closed ──trip──► open ──cooldown elapsed──► half_open ──all probes ok──► closed
+//                     ▲                             │
+//                     └──────── probe failed ───────┘   (cooldown doubles, capped)
+//
+// The state machine is the table in circuitTransition(), tested on its own;
+// CircuitBreaker only decides *when* an event happens. It has no timers: the
+// open → half_open step happens lazily on the first admit() (or state()) after
+// the cooldown, read from the injected Clock.
+//
+// It also bounds concurrency (Envoy's circuit-breaker thresholds):
+// `max_requests` attempts in flight and `max_pending` requests waiting; past
+// either the caller answers 503 `overloaded`.
+//
+// One mutex guards everything; each call does O(buckets) work at most, and
+// none happens per byte.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "config/config.h"
+#include "filters/attempt_outcome.h"
+#include "proxy/clock.h"
+
+namespace sluice {
+
+/** Breaker states. The values are the `sluice_circuit_state` gauge values. */
+enum class CircuitState : int { Closed = 0, Open = 1, HalfOpen = 2 };
+
+/** "closed", "open", "half_open": the `to` label of sluice_circuit_transitions_total. */
+std::string_view toString(CircuitState state);
+
+/** What can happen to a breaker. */
+enum class CircuitEvent {
+  Trip,             // consecutive failures or the failure rate reached the threshold
+  CooldownElapsed,  // the open period is over
+  ProbesSucceeded,  // every admitted half-open probe succeeded
+  ProbeFailed,      // a half-open probe failed
+};
+
+/** "trip", "cooldown_elapsed", "probes_succeeded", "probe_failed". */
+std::string_view toString(CircuitEvent event);
+
+/**
+ * The transition table: the state after `event` in state `from`, or nullopt
+ * when the event does not apply there (e.g. a probe result while closed) and
+ * must be ignored.
+ */
+std::optional<CircuitState> circuitTransition(CircuitState from, CircuitEvent event);
+
+/** Half-open with every probe slot taken: how long a rejected caller is told to wait at most. */
+inline constexpr std::chrono::milliseconds kHalfOpenRetryAfter = std::chrono::seconds(1);
+
+/** The answer of CircuitBreaker::admit(). Pass it back to onResult(). */
+struct CircuitAdmission {
+  enum class Result {
+    Admitted,    // go ahead; report the outcome with onResult()
+    Rejected,    // circuit open (or half-open with every probe in flight): 503 circuit_open
+    Overloaded,  // max_requests attempts already in flight: 503 overloaded
+  };
+  Result result = Result::Rejected;
+  // Rejected: how long until the breaker may admit again (the cooldown left).
+  std::chrono::milliseconds retry_after{0};
+  bool probe = false;       // admitted as a half-open probe
+  uint64_t generation = 0;  // the breaker's state generation at admission
+
+  bool admitted() const { return result == Result::Admitted; }
+};
+
+class CircuitBreaker {
+ public:
+  /**
+   * Called on every state change, *under the breaker's lock*, so calls arrive
+   * in transition order (a gauge set from them is never stale). It must be
+   * cheap (a metric update) and must not call back into this breaker.
+   */
+  using TransitionListener = std::function<void(CircuitState from, CircuitState to)>;
+
+  CircuitBreaker(const config::CircuitBreakerConfig& config, const Clock& clock,
+                 TransitionListener listener = {});
+
+  /**
+   * Asks to start one attempt. When Admitted, the attempt holds one of
+   * `max_requests` slots until onResult() — which must then be called exactly
+   * once, with OutcomeKind::Cancelled if the attempt was abandoned.
+   */
+  CircuitAdmission admit();
+
+  /**
+   * Reports how an admitted attempt ended and frees its slot. Failures are
+   * outcomes in `failure_on`; Cancelled counts as neither; anything else is a
+   * success. Results of attempts admitted under an earlier state generation
+   * (e.g. before the circuit opened) free their slot but do not count.
+   * Ignores admissions that were not Admitted.
+   */
+  void onResult(const CircuitAdmission& admission, const AttemptOutcome& outcome);
+
+  /** Takes a waiting-request slot (`max_pending`); false = overloaded. */
+  bool tryEnterPending();
+  /** Frees a slot taken by tryEnterPending(). */
+  void leavePending();
+
+  /** The current state (applies an elapsed cooldown first). */
+  CircuitState state();
+  /** Open: the cooldown left; otherwise 0. */
+  std::chrono::milliseconds cooldownLeft();
+  /** The open period the next trip will use (doubles on each re-trip). */
+  std::chrono::milliseconds currentCooldown() const;
+  uint32_t consecutiveFailures() const;
+  uint32_t activeRequests() const;
+  uint32_t pendingRequests() const;
+  /** Rejections by max_requests / max_pending since construction. */
+  uint64_t overloadedCount() const;
+
+  /**
+   * Applies a reloaded config. The state is kept; the rolling window and the
+   * consecutive count restart, and the current cooldown is clamped to the new
+   * bounds.
+   */
+  void updateConfig(const config::CircuitBreakerConfig& config);
+
+ private:
+  // One slice of the rolling failure-rate window.
+  struct Bucket {
+    int64_t index = -1;  // which slice of time this bucket currently holds
+    uint32_t successes = 0;
+    uint32_t failures = 0;
+  };
+
+  void maybeEndCooldownLocked(MonotonicTime now);
+  void fireLocked(CircuitEvent event, MonotonicTime now);
+  void recordLocked(bool failure, MonotonicTime now);
+  bool rateTripsLocked(MonotonicTime now) const;
+  int64_t bucketIndexLocked(MonotonicTime now) const;
+  void resetCountersLocked();
+  std::chrono::milliseconds cooldownLeftLocked(MonotonicTime now) const;
+
+  const Clock& clock_;
+  const TransitionListener listener_;
+  mutable std::mutex mutex_;
+
+  config::CircuitBreakerConfig config_;
+  CircuitState state_ = CircuitState::Closed;
+  uint64_t generation_ = 0;
+  std::chrono::milliseconds current_cooldown_;
+  MonotonicTime open_until_{};
+  uint32_t consecutive_failures_ = 0;
+  uint32_t probes_admitted_ = 0;
+  uint32_t probe_successes_ = 0;
+  uint32_t active_ = 0;
+  uint32_t pending_ = 0;
+  uint64_t overloaded_ = 0;
+  std::chrono::nanoseconds bucket_width_;
+  std::vector<Bucket> buckets_;
+};
+
+}  // namespace sluice

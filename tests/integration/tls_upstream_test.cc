@@ -1,0 +1,111 @@
+// HTTPS upstreams: sluice verifies the upstream's certificate (system CAs by
+// default, `ca_file` when given), sends SNI, and refuses a certificate it
+// cannot verify. Certificates are made at test time with the openssl CLI.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/http_client.h"
+#include "tests/support/processes.h"
+
+namespace sluice::test {
+namespace {
+
+/** A throwaway CA and a server certificate for localhost / 127.0.0.1. */
+class TestPki {
+ public:
+  TestPki() {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("sluice-pki-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    std::filesystem::create_directories(dir_);
+    const std::string d = dir_.string();
+    std::ofstream(d + "/san.ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
+    const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    const std::string script =
+        "cd " + d + " && openssl req -x509 " + ec +
+        " -keyout ca.key -out ca.pem -days 2 -subj /CN=sluice-test-ca && openssl req " + ec +
+        " -keyout server.key -out server.csr -subj /CN=localhost && openssl x509 -req -in "
+        "server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile "
+        "san.ext";
+    auto [code, out] = runCommand(script);
+    EXPECT_EQ(code, 0) << out;
+  }
+  ~TestPki() { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path dir_;
+};
+
+std::string tlsConfig(uint16_t port, const std::string& tls_block) {
+  return substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - name: secure
+    url: https://localhost:${PORT}
+    tls: ${TLS}
+routes:
+  - name: all
+    match: {path_prefix: /}
+    upstream: secure
+)",
+                    {{"PORT", std::to_string(port)}, {"TLS", tls_block}});
+}
+
+TEST(TlsUpstreamTest, VerifiesAgainstCaFileAndStreams) {
+  TestPki pki;
+  MockLlm mock(pki.path("server.pem"), pki.path("server.key"));
+  ASSERT_NE(mock.port(), 0);
+  SluiceUnderTest sluice(tlsConfig(mock.port(), "{ca_file: " + pki.path("ca.pem") + "}"));
+  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                       {{"x-mock-tokens", "5"}},
+                       R"({"model":"gpt-4o","stream":true,"messages":[]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("tok4 "), std::string::npos);
+  EXPECT_NE(r.body.find("data: [DONE]"), std::string::npos);
+  // Keep-alive works over TLS too.
+  auto echo = httpRequest(sluice.port(), "GET", "/echo/tls");
+  ASSERT_EQ(echo.status, 200);
+  EXPECT_EQ(nlohmann::json::parse(echo.body)["headers"]["host"],
+            "localhost:" + std::to_string(mock.port()));
+}
+
+TEST(TlsUpstreamTest, UnknownIssuerIsRejectedByDefault) {
+  TestPki pki;
+  MockLlm mock(pki.path("server.pem"), pki.path("server.key"));
+  // No ca_file: the system store does not know the test CA.
+  SluiceUnderTest sluice(tlsConfig(mock.port(), "{verify: true}"));
+  auto r = httpRequest(sluice.port(), "GET", "/echo/x");
+  EXPECT_EQ(r.status, 502);
+  auto j = nlohmann::json::parse(r.body);
+  EXPECT_EQ(j["type"], "urn:sluice:problem:upstream-connect-error");
+  EXPECT_NE(j["detail"].get<std::string>().find("certificate"), std::string::npos) << j.dump();
+  EXPECT_EQ(mock.ledger().size(), 0u);
+}
+
+TEST(TlsUpstreamTest, WrongHostnameIsRejected) {
+  TestPki pki;
+  MockLlm mock(pki.path("server.pem"), pki.path("server.key"));
+  // The certificate is for localhost, not for this SNI / verification name.
+  SluiceUnderTest sluice(
+      tlsConfig(mock.port(), "{ca_file: " + pki.path("ca.pem") + ", sni: api.example.com}"));
+  EXPECT_EQ(httpRequest(sluice.port(), "GET", "/echo/x").status, 502);
+}
+
+TEST(TlsUpstreamTest, VerifyOffAcceptsAnyCertificate) {
+  TestPki pki;
+  MockLlm mock(pki.path("server.pem"), pki.path("server.key"));
+  SluiceUnderTest sluice(tlsConfig(mock.port(), "{verify: false}"));
+  EXPECT_EQ(httpRequest(sluice.port(), "GET", "/echo/x").status, 200);
+}
+
+}  // namespace
+}  // namespace sluice::test

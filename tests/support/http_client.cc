@@ -1,0 +1,198 @@
+#include "tests/support/http_client.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+
+namespace sluice::test {
+
+TestConnection::TestConnection(uint16_t port, int receive_buffer) {
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (receive_buffer > 0) {
+    setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ADD_FAILURE() << "connect to 127.0.0.1:" << port << " failed: " << strerror(errno);
+    ::close(fd_);
+    fd_ = -1;
+  }
+  const int one = 1;
+  if (fd_ >= 0) setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  http_parser_init(&parser_, HTTP_RESPONSE);
+  parser_.data = this;
+  http_parser_settings_init(&settings_);
+  settings_.on_status = &TestConnection::onStatus;
+  settings_.on_header_field = &TestConnection::onHeaderField;
+  settings_.on_header_value = &TestConnection::onHeaderValue;
+  settings_.on_headers_complete = &TestConnection::onHeadersComplete;
+  settings_.on_body = &TestConnection::onBody;
+  settings_.on_message_complete = &TestConnection::onMessageComplete;
+}
+
+TestConnection::~TestConnection() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void TestConnection::send(const std::string& bytes) {
+  size_t off = 0;
+  while (fd_ >= 0 && off < bytes.size()) {
+    const ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+void TestConnection::sendRequest(const std::string& method, const std::string& path,
+                                 const std::vector<std::pair<std::string, std::string>>& headers,
+                                 const std::string& body) {
+  std::string out = method + " " + path + " HTTP/1.1\r\nhost: test\r\n";
+  bool has_length = false;
+  for (const auto& [k, v] : headers) {
+    out += k + ": " + v + "\r\n";
+    if (equalsIgnoreCase(k, "content-length") || equalsIgnoreCase(k, "transfer-encoding")) {
+      has_length = true;
+    }
+  }
+  if (!has_length && (!body.empty() || method == "POST" || method == "PUT")) {
+    out += "content-length: " + std::to_string(body.size()) + "\r\n";
+  }
+  out += "\r\n" + body;
+  send(out);
+}
+
+bool TestConnection::readOnce(std::chrono::milliseconds timeout) {
+  if (fd_ < 0 || peer_closed_) return false;
+  pollfd pfd{fd_, POLLIN, 0};
+  const int rc = ::poll(&pfd, 1, static_cast<int>(timeout.count()));
+  if (rc <= 0) return false;
+  char buf[16384];
+  const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+  if (n <= 0) {
+    peer_closed_ = true;
+    http_parser_execute(&parser_, &settings_, nullptr, 0);
+    return false;
+  }
+  raw_.append(buf, static_cast<size_t>(n));
+  http_parser_execute(&parser_, &settings_, buf, static_cast<size_t>(n));
+  return true;
+}
+
+const TestResponse& TestConnection::readUntil(
+    const std::function<bool(const TestResponse&)>& done, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done(current_)) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    const size_t before = completed_.size();
+    if (!readOnce(left) && (peer_closed_ || fd_ < 0)) break;
+    if (completed_.size() > before && done(completed_.back())) return completed_.back();
+  }
+  return current_;
+}
+
+TestResponse TestConnection::readResponse(std::chrono::milliseconds timeout) {
+  const size_t want = ++responses_returned_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (completed_.size() < want) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    if (!readOnce(left) && (peer_closed_ || fd_ < 0)) break;
+  }
+  if (completed_.size() >= want) return completed_[want - 1];
+  return current_;  // incomplete: complete == false
+}
+
+void TestConnection::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+void TestConnection::reset() {
+  if (fd_ < 0) return;
+  linger lg{1, 0};
+  setsockopt(fd_, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  ::close(fd_);
+  fd_ = -1;
+}
+
+bool TestConnection::waitForClose(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!peer_closed_) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    readOnce(left);
+  }
+  return true;
+}
+
+int TestConnection::onStatus(http_parser*, const char*, size_t) { return 0; }
+
+int TestConnection::onHeaderField(http_parser* p, const char* at, size_t len) {
+  auto* self = static_cast<TestConnection*>(p->data);
+  if (self->in_value_) {
+    self->current_.headers.add(self->field_, self->value_);
+    self->field_.clear();
+    self->value_.clear();
+    self->in_value_ = false;
+  }
+  self->field_.append(at, len);
+  return 0;
+}
+
+int TestConnection::onHeaderValue(http_parser* p, const char* at, size_t len) {
+  auto* self = static_cast<TestConnection*>(p->data);
+  self->in_value_ = true;
+  self->value_.append(at, len);
+  return 0;
+}
+
+int TestConnection::onHeadersComplete(http_parser* p) {
+  auto* self = static_cast<TestConnection*>(p->data);
+  if (self->in_value_) {
+    self->current_.headers.add(self->field_, self->value_);
+    self->field_.clear();
+    self->value_.clear();
+    self->in_value_ = false;
+  }
+  self->current_.status = static_cast<int>(p->status_code);
+  return 0;
+}
+
+int TestConnection::onBody(http_parser* p, const char* at, size_t len) {
+  static_cast<TestConnection*>(p->data)->current_.body.append(at, len);
+  return 0;
+}
+
+int TestConnection::onMessageComplete(http_parser* p) {
+  auto* self = static_cast<TestConnection*>(p->data);
+  self->current_.complete = true;
+  if (self->current_.status >= 100 && self->current_.status < 200) {
+    self->current_ = TestResponse{};  // interim (100 Continue): not a response
+    return 0;
+  }
+  self->completed_.push_back(std::move(self->current_));
+  self->current_ = TestResponse{};
+  return 0;
+}
+
+TestResponse httpRequest(uint16_t port, const std::string& method, const std::string& path,
+                         const std::vector<std::pair<std::string, std::string>>& headers,
+                         const std::string& body) {
+  TestConnection conn(port);
+  conn.sendRequest(method, path, headers, body);
+  return conn.readResponse();
+}
+
+}  // namespace sluice::test

@@ -1,0 +1,98 @@
+#pragma once
+
+// A small blocking HTTP/1.1 client for integration tests: a real socket on
+// loopback, responses parsed by http-parser, and the rude behaviours real
+// agents have (half-read streams, abrupt close, reset, pipelining).
+
+#include <http_parser.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "proxy/http_headers.h"
+
+namespace sluice::test {
+
+/** One parsed response. */
+struct TestResponse {
+  int status = 0;
+  HeaderMap headers;
+  std::string body;
+  bool complete = false;  // the message ended (framing satisfied)
+};
+
+class TestConnection {
+ public:
+  /**
+   * Connects to 127.0.0.1:`port`; fails the test (ADD_FAILURE) if it cannot.
+   * `receive_buffer` > 0 shrinks SO_RCVBUF before connecting (slow-reader tests).
+   */
+  explicit TestConnection(uint16_t port, int receive_buffer = 0);
+  ~TestConnection();
+  TestConnection(const TestConnection&) = delete;
+  TestConnection& operator=(const TestConnection&) = delete;
+
+  bool connected() const { return fd_ >= 0; }
+  /** Writes raw bytes. */
+  void send(const std::string& bytes);
+  /** Writes a request with an optional body (Content-Length framing). */
+  void sendRequest(const std::string& method, const std::string& path,
+                   const std::vector<std::pair<std::string, std::string>>& headers = {},
+                   const std::string& body = "");
+
+  /**
+   * Reads until `done(response)` is true, the response completes, the peer
+   * closes, or `timeout` passes. Returns the response so far (the one being
+   * parsed; completed ones move to completed()).
+   */
+  const TestResponse& readUntil(const std::function<bool(const TestResponse&)>& done,
+                                std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  /** Reads one whole response. */
+  TestResponse readResponse(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+  /** Responses fully parsed so far, in order (for pipelining). */
+  std::vector<TestResponse>& completed() { return completed_; }
+  /** True once the server closed the connection. */
+  bool peerClosed() const { return peer_closed_; }
+  /** Raw bytes received so far. */
+  const std::string& raw() const { return raw_; }
+  /** Total body bytes parsed for the current response. */
+  size_t bodyBytes() const { return current_.body.size(); }
+
+  /** Closes with FIN. */
+  void close();
+  /** Closes with RST (SO_LINGER 0). */
+  void reset();
+  /** Waits for the server to close, up to `timeout`; true if it did. */
+  bool waitForClose(std::chrono::milliseconds timeout);
+
+ private:
+  bool readOnce(std::chrono::milliseconds timeout);
+  static int onStatus(http_parser*, const char*, size_t);
+  static int onHeaderField(http_parser*, const char*, size_t);
+  static int onHeaderValue(http_parser*, const char*, size_t);
+  static int onHeadersComplete(http_parser*);
+  static int onBody(http_parser*, const char*, size_t);
+  static int onMessageComplete(http_parser*);
+
+  int fd_ = -1;
+  http_parser parser_{};
+  http_parser_settings settings_{};
+  TestResponse current_;
+  std::vector<TestResponse> completed_;
+  size_t responses_returned_ = 0;  // readResponse() hands them out in order
+  std::string field_, value_;
+  bool in_value_ = false;
+  bool peer_closed_ = false;
+  std::string raw_;
+};
+
+/** One-shot helper: opens a connection, sends, reads one response. */
+TestResponse httpRequest(uint16_t port, const std::string& method, const std::string& path,
+                         const std::vector<std::pair<std::string, std::string>>& headers = {},
+                         const std::string& body = "");
+
+}  // namespace sluice::test

@@ -1,0 +1,211 @@
+#include "tests/support/processes.h"
+
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "config/loader.h"
+#include "tests/support/http_client.h"
+
+namespace sluice::test {
+
+std::string mockLlmPath() { return MOCK_LLM_PATH; }
+std::string sluicePath() { return SLUICE_PATH; }
+std::string sourceDir() { return SLUICE_SOURCE_DIR; }
+
+std::pair<int, std::string> runCommand(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return {-1, ""};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::string& ready_marker) {
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) return;
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    ::dup2(pipefd[1], STDOUT_FILENO);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    _exit(127);
+  }
+  ::close(pipefd[1]);
+  stdout_fd_ = pipefd[0];
+  // Read the announcement line (poll with a deadline: a broken binary must not hang the test).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::string buf;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd pfd{stdout_fd_, POLLIN, 0};
+    if (::poll(&pfd, 1, 100) <= 0) continue;
+    char c;
+    const ssize_t n = ::read(stdout_fd_, &c, 1);
+    if (n <= 0) break;
+    if (c == '\n') {
+      if (buf.find(ready_marker) != std::string::npos) {
+        ready_line_ = buf;
+        return;
+      }
+      buf.clear();
+    } else {
+      buf.push_back(c);
+    }
+  }
+  ADD_FAILURE() << "process " << argv[0] << " did not announce '" << ready_marker << "'";
+  stop();
+}
+
+ChildProcess::~ChildProcess() { stop(); }
+
+int ChildProcess::stop() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (::waitpid(pid_, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  pid_ = -1;
+  if (stdout_fd_ >= 0) ::close(stdout_fd_);
+  stdout_fd_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+MockLlm::MockLlm(const std::string& tls_cert, const std::string& tls_key) {
+  std::vector<std::string> argv{mockLlmPath(), "--listen", "127.0.0.1:0"};
+  if (!tls_cert.empty()) {
+    argv.insert(argv.end(), {"--tls-cert", tls_cert, "--tls-key", tls_key});
+    tls_ = true;
+  }
+  proc_ = std::make_unique<ChildProcess>(argv, "mock-llm listening on");
+  const auto& line = proc_->readyLine();
+  const auto colon = line.rfind(':');
+  if (colon != std::string::npos) port_ = static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
+}
+
+std::string MockLlm::url() const {
+  return std::string(tls_ ? "https" : "http") + "://127.0.0.1:" + std::to_string(port_);
+}
+
+nlohmann::json MockLlm::ledger(const std::string& id) {
+  // The ledger is read over plain HTTP on the same port; TLS mocks are read with curl.
+  std::string path = "/_ledger" + (id.empty() ? std::string() : "?id=" + id);
+  std::string body;
+  if (tls_) {
+    auto [code, out] = runCommand("curl -sk " + url() + path);
+    body = out;
+  } else {
+    body = httpRequest(port_, "GET", path).body;
+  }
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.contains("requests")) {
+    ADD_FAILURE() << "bad ledger: " << body;
+    return nlohmann::json::array();
+  }
+  return j["requests"];
+}
+
+nlohmann::json MockLlm::entry(const std::string& id) {
+  auto list = ledger(id);
+  if (list.size() != 1) {
+    ADD_FAILURE() << "expected one ledger entry for " << id << ", got " << list.dump();
+    return nlohmann::json::object();
+  }
+  return list[0];
+}
+
+nlohmann::json MockLlm::waitForEntry(const std::string& id,
+                                     const std::function<bool(const nlohmann::json&)>& pred,
+                                     std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  nlohmann::json last;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto list = ledger(id);
+    if (list.size() == 1) {
+      last = list[0];
+      if (pred(last)) return last;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ADD_FAILURE() << "ledger entry " << id << " never matched; last: " << last.dump();
+  return last;
+}
+
+void MockLlm::clearLedger() {
+  if (tls_) {
+    runCommand("curl -sk -X DELETE " + url() + "/_ledger");
+  } else {
+    httpRequest(port_, "DELETE", "/_ledger");
+  }
+}
+
+std::string substitute(std::string text,
+                       const std::vector<std::pair<std::string, std::string>>& vars) {
+  for (const auto& [name, value] : vars) {
+    const std::string key = "${" + name + "}";
+    for (size_t pos; (pos = text.find(key)) != std::string::npos;) text.replace(pos, key.size(), value);
+  }
+  return text;
+}
+
+SluiceUnderTest::SluiceUnderTest(const std::string& yaml) {
+  auto loaded = config::loadConfigString(yaml, "test.yaml");
+  if (!loaded.ok()) {
+    ADD_FAILURE() << "test config invalid: " << loaded.error->toString();
+    throw std::runtime_error("bad test config");
+  }
+  server_ = std::make_unique<Server>(loaded.config);
+  std::string error;
+  if (!server_->start(&error)) {
+    ADD_FAILURE() << "sluice failed to start: " << error;
+    throw std::runtime_error(error);
+  }
+}
+
+SluiceUnderTest::~SluiceUnderTest() {
+  if (server_) server_->stop();
+}
+
+std::string SluiceUnderTest::metricsText() {
+  return httpRequest(adminPort(), "GET", "/metrics").body;
+}
+
+double SluiceUnderTest::metric(const std::string& name,
+                               const std::vector<std::pair<std::string, std::string>>& labels) {
+  const std::string text = metricsText();
+  std::istringstream in(text);
+  std::string line;
+  double sum = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + "{", 0) != 0 && line.rfind(name + " ", 0) != 0) continue;
+    bool all = true;
+    for (const auto& [k, v] : labels) {
+      if (line.find(k + "=\"" + v + "\"") == std::string::npos) all = false;
+    }
+    if (!all) continue;
+    const auto space = line.rfind(' ');
+    sum += std::stod(line.substr(space + 1));
+  }
+  return sum;
+}
+
+}  // namespace sluice::test

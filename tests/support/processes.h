@@ -1,0 +1,96 @@
+#pragma once
+
+// Real processes for integration tests: mock-llm (the fake provider) started
+// on port 0, and an in-process sluice Server built from inline YAML. Ports
+// are read back, never guessed; nothing sleeps to wait for a server.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "proxy/server.h"
+
+namespace sluice::test {
+
+/** A child process whose first stdout line announces its address. */
+class ChildProcess {
+ public:
+  /** Starts `argv`, waits (up to 10 s) for a stdout line containing `ready_marker`. */
+  ChildProcess(const std::vector<std::string>& argv, const std::string& ready_marker);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  bool running() const { return pid_ > 0; }
+  const std::string& readyLine() const { return ready_line_; }
+  pid_t pid() const { return pid_; }
+  /** SIGTERM, then wait; returns the exit status (or -1). */
+  int stop();
+
+ private:
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  std::string ready_line_;
+};
+
+/** mock-llm on 127.0.0.1:0 (optionally TLS), and its ledger. */
+class MockLlm {
+ public:
+  explicit MockLlm(const std::string& tls_cert = "", const std::string& tls_key = "");
+  uint16_t port() const { return port_; }
+  std::string url() const;
+  /** The ledger entries (all, or those with this request id). */
+  nlohmann::json ledger(const std::string& id = "");
+  /** The single ledger entry for `id` (fails the test when there is not exactly one). */
+  nlohmann::json entry(const std::string& id);
+  /**
+   * Polls the ledger until `pred(entry(id))` holds or `timeout` passes — the
+   * mock records asynchronously, so tests wait for the fact, not a time.
+   */
+  nlohmann::json waitForEntry(const std::string& id,
+                              const std::function<bool(const nlohmann::json&)>& pred,
+                              std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  void clearLedger();
+
+ private:
+  std::unique_ptr<ChildProcess> proc_;
+  uint16_t port_ = 0;
+  bool tls_ = false;
+};
+
+/** sluice in-process on port 0 from inline YAML (the mock's URL substituted for ${MOCK_URL}). */
+class SluiceUnderTest {
+ public:
+  explicit SluiceUnderTest(const std::string& yaml);
+  ~SluiceUnderTest();
+  uint16_t port() const { return server_->listenerPort(0); }
+  uint16_t adminPort() const { return server_->adminPort(); }
+  Server& server() { return *server_; }
+  /** The Prometheus exposition, fetched over HTTP from the admin port. */
+  std::string metricsText();
+  /** The sum of the samples of `name` whose labels include `labels`; 0 if none. */
+  double metric(const std::string& name, const std::vector<std::pair<std::string, std::string>>& labels);
+
+ private:
+  std::unique_ptr<Server> server_;
+};
+
+/** Expands ${NAME} in `text` from `vars` (test configs only). */
+std::string substitute(std::string text, const std::vector<std::pair<std::string, std::string>>& vars);
+
+/** Path of a built binary or source file, from the build's compile definitions. */
+std::string mockLlmPath();
+std::string sluicePath();
+std::string sourceDir();
+
+/** Runs a command, returns {exit code, stdout+stderr}. */
+std::pair<int, std::string> runCommand(const std::string& cmd);
+
+}  // namespace sluice::test
