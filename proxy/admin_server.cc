@@ -91,7 +91,8 @@ void AdminServer::handle(evhttp_request* req) {
     nlohmann::json chain = nlohmann::json::array();
     for (auto name : filterChainNames()) chain.push_back(std::string(name));
     j["filter_chain"] = chain;
-    reply(req, 200, "OK", "application/json", j.dump(2) + "\n");
+    reply(req, 200, "OK", "application/json",
+          j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   } else if (path == "/exchanges" && !post) {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& s : server_.exchanges()) {
@@ -113,7 +114,10 @@ void AdminServer::handle(evhttp_request* req) {
                       {"downstream_buffered_bytes", s.downstream_buffered_bytes},
                       {"response_bytes", s.response_bytes}});
     }
-    reply(req, 200, "OK", "application/json", nlohmann::json{{"exchanges", list}}.dump(2) + "\n");
+    reply(req, 200, "OK", "application/json",
+          nlohmann::json{{"exchanges", list}}.dump(2, ' ', false,
+                                                   nlohmann::json::error_handler_t::replace) +
+              "\n");
   } else if (path == "/drain" && post) {
     server_.requestShutdown();
     reply(req, 202, "Accepted", "text/plain", "draining\n");

@@ -19,7 +19,9 @@ LocalReply makeProblemReply(const Problem& p) {
 
   LocalReply reply;
   reply.head.status = p.status;
-  reply.body = j.dump();
+  // Details quote client input (a header value, a path): invalid UTF-8 must
+  // become U+FFFD, never an exception on the data path.
+  reply.body = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   reply.body.push_back('\n');
   reply.head.headers.add("content-type", "application/problem+json");
   reply.head.headers.add("content-length", std::to_string(reply.body.size()));

@@ -1,0 +1,613 @@
+#include "filters/spend/usage_meter.h"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+namespace sluice {
+
+namespace {
+
+using nlohmann::json;
+
+// Model names longer than this are treated as unknown rather than stored.
+constexpr size_t kMaxModelBytes = 512;
+
+bool endsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+std::string lowerAscii(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Never throws: a parse error yields a discarded value.
+json parseJson(std::string_view text) {
+  return json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+}
+
+const json* objectField(const json& obj, const char* key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_object() ? &*it : nullptr;
+}
+
+const json* arrayField(const json& obj, const char* key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_array() ? &*it : nullptr;
+}
+
+std::string_view stringField(const json& obj, const char* key) {
+  if (!obj.is_object()) return {};
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_string()) return {};
+  return it->get_ref<const std::string&>();
+}
+
+std::optional<uint64_t> countField(const json& obj, const char* key) {
+  if (!obj.is_object()) return std::nullopt;
+  auto it = obj.find(key);
+  if (it == obj.end()) return std::nullopt;
+  if (it->is_number_unsigned()) return it->get<uint64_t>();
+  if (it->is_number_integer()) {
+    const int64_t v = it->get<int64_t>();
+    return v >= 0 ? std::optional<uint64_t>(static_cast<uint64_t>(v)) : std::nullopt;
+  }
+  if (it->is_number_float()) {
+    const double v = it->get<double>();
+    return v >= 0 && v < 1e15 ? std::optional<uint64_t>(static_cast<uint64_t>(v)) : std::nullopt;
+  }
+  return std::nullopt;
+}
+
+struct UsageCounts {
+  std::optional<uint64_t> input;
+  std::optional<uint64_t> output;
+};
+
+// One reader for every provider's `usage` object: OpenAI chat names the counts
+// prompt/completion_tokens, Responses and Anthropic input/output_tokens, and
+// Anthropic reports prompt-cache tokens separately from input_tokens (OpenAI's
+// cached_tokens are a detail already inside the input count).
+UsageCounts readUsage(const json& usage) {
+  UsageCounts counts;
+  counts.input = countField(usage, "prompt_tokens");
+  if (!counts.input) counts.input = countField(usage, "input_tokens");
+  if (counts.input) {
+    *counts.input += countField(usage, "cache_creation_input_tokens").value_or(0);
+    *counts.input += countField(usage, "cache_read_input_tokens").value_or(0);
+  }
+  counts.output = countField(usage, "completion_tokens");
+  if (!counts.output) counts.output = countField(usage, "output_tokens");
+  return counts;
+}
+
+bool nonEmptyString(const json& obj, const char* key) { return !stringField(obj, key).empty(); }
+
+// An OpenAI chat `choices[].delta` that carries generated output.
+bool chatDeltaHasOutput(const json& delta) {
+  if (nonEmptyString(delta, "content") || nonEmptyString(delta, "refusal") ||
+      nonEmptyString(delta, "reasoning_content") || nonEmptyString(delta, "reasoning")) {
+    return true;
+  }
+  const json* tool_calls = arrayField(delta, "tool_calls");
+  return (tool_calls && !tool_calls->empty()) || objectField(delta, "function_call");
+}
+
+// Bytes of generated text in a non-streaming body, for the estimate when it has
+// no `usage`: chat/completions choices, Responses output items, Anthropic content.
+uint64_t generatedTextBytes(const json& doc) {
+  uint64_t bytes = 0;
+  auto add = [&](const json& obj, const char* key) { bytes += stringField(obj, key).size(); };
+  if (const json* choices = arrayField(doc, "choices")) {
+    for (const json& choice : *choices) {
+      add(choice, "text");
+      if (const json* message = objectField(choice, "message")) {
+        add(*message, "content");
+        add(*message, "refusal");
+        add(*message, "reasoning_content");
+        if (const json* calls = arrayField(*message, "tool_calls")) {
+          for (const json& call : *calls) {
+            if (const json* fn = objectField(call, "function")) add(*fn, "arguments");
+          }
+        }
+      }
+    }
+  }
+  if (const json* output = arrayField(doc, "output")) {
+    for (const json& item : *output) {
+      add(item, "arguments");
+      if (const json* parts = arrayField(item, "content")) {
+        for (const json& part : *parts) add(part, "text");
+      }
+    }
+  }
+  if (const json* content = arrayField(doc, "content")) {
+    for (const json& block : *content) {
+      add(block, "text");
+      add(block, "thinking");
+      if (const json* input = objectField(block, "input")) {
+        bytes += input->dump(-1, ' ', false, json::error_handler_t::replace).size();
+      }
+    }
+  }
+  return bytes;
+}
+
+// Index one past the '}' closing the object that opens at `open`, or npos.
+size_t matchObjectEnd(std::string_view s, size_t open) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = open; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{') {
+      ++depth;
+    } else if (c == '}') {
+      if (--depth == 0) return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// The last `"usage": {...}` object in the tail of an oversized JSON body.
+json trailingUsageObject(std::string_view tail) {
+  static constexpr std::string_view kKey = "\"usage\"";
+  size_t pos = tail.rfind(kKey);
+  while (pos != std::string_view::npos) {
+    size_t p = pos + kKey.size();
+    while (p < tail.size() &&
+           (tail[p] == ' ' || tail[p] == '\n' || tail[p] == '\r' || tail[p] == '\t')) {
+      ++p;
+    }
+    if (p < tail.size() && tail[p] == ':') {
+      ++p;
+      while (p < tail.size() &&
+             (tail[p] == ' ' || tail[p] == '\n' || tail[p] == '\r' || tail[p] == '\t')) {
+        ++p;
+      }
+      if (p < tail.size() && tail[p] == '{') {
+        const size_t end = matchObjectEnd(tail, p);
+        if (end != std::string_view::npos) {
+          json usage = parseJson(tail.substr(p, end - p));
+          if (usage.is_object()) return usage;
+        }
+      }
+    }
+    if (pos == 0) break;
+    pos = tail.rfind(kKey, pos - 1);
+  }
+  return json();
+}
+
+// Stops at the request body's top-level "model" string without building a DOM
+// (bodies can carry megabytes of base64 images after it).
+class ModelFinder final : public nlohmann::json_sax<json> {
+ public:
+  std::string model;
+
+  bool null() override { return scalar(); }
+  bool boolean(bool) override { return scalar(); }
+  bool number_integer(number_integer_t) override { return scalar(); }
+  bool number_unsigned(number_unsigned_t) override { return scalar(); }
+  bool number_float(number_float_t, const string_t&) override { return scalar(); }
+  bool string(string_t& value) override {
+    if (want_value_) {
+      if (value.size() <= kMaxModelBytes) model = value;
+      return false;  // found: stop parsing
+    }
+    return true;
+  }
+  bool binary(binary_t&) override { return scalar(); }
+  bool start_object(std::size_t) override { return open(); }
+  bool key(string_t& name) override {
+    want_value_ = depth_ == 1 && name == "model";
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  bool scalar() {
+    if (want_value_) return false;  // "model" is not a string: give up
+    return true;
+  }
+  bool open() {
+    if (want_value_) return false;
+    ++depth_;
+    return true;
+  }
+  bool close() {
+    --depth_;
+    return true;
+  }
+
+  int depth_ = 0;
+  bool want_value_ = false;
+};
+
+}  // namespace
+
+ApiKind apiKindForPath(std::string_view path) {
+  const size_t query = path.find_first_of("?#");
+  if (query != std::string_view::npos) path = path.substr(0, query);
+  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  if (endsWith(path, "/chat/completions")) return ApiKind::OpenAiChat;
+  if (endsWith(path, "/responses")) return ApiKind::OpenAiResponses;
+  if (endsWith(path, "/v1/messages")) return ApiKind::AnthropicMessages;
+  return ApiKind::Generic;
+}
+
+std::string_view toString(ApiKind kind) {
+  switch (kind) {
+    case ApiKind::OpenAiChat:
+      return "openai_chat";
+    case ApiKind::OpenAiResponses:
+      return "openai_responses";
+    case ApiKind::AnthropicMessages:
+      return "anthropic_messages";
+    case ApiKind::Generic:
+      return "generic";
+  }
+  return "generic";
+}
+
+MeteredRequest MeteredRequest::fromRequest(std::string_view path, std::string_view body) {
+  return fromBody(apiKindForPath(path), body);
+}
+
+MeteredRequest MeteredRequest::fromBody(ApiKind kind, std::string_view body) {
+  MeteredRequest request;
+  request.kind = kind;
+  request.input_token_estimate = (static_cast<uint64_t>(body.size()) + 3) / 4;
+  ModelFinder finder;
+  json::sax_parse(body.begin(), body.end(), &finder);
+  request.model = std::move(finder.model);
+  return request;
+}
+
+UsageMeter::UsageMeter(ApiKind kind, std::string_view request_body)
+    : UsageMeter(MeteredRequest::fromBody(kind, request_body)) {}
+
+UsageMeter::UsageMeter(MeteredRequest request) : request_(std::move(request)) {}
+
+void UsageMeter::onResponseHeaders(int status, std::string_view content_type) {
+  if (format_ != BodyFormat::Unknown) return;
+  billable_ = status >= 200 && status < 300;
+  const std::string mime = lowerAscii(trim(content_type.substr(0, content_type.find(';'))));
+  if (!billable_) {
+    format_ = BodyFormat::Other;
+  } else if (mime == "text/event-stream") {
+    format_ = BodyFormat::Sse;
+    sse_.emplace([this](const SseEvent& event) { onSseEvent(event); }, kMaxSseEventBytes);
+  } else if (mime == "application/json" || endsWith(mime, "+json")) {
+    format_ = BodyFormat::Json;
+  } else {
+    format_ = BodyFormat::Other;
+  }
+}
+
+void UsageMeter::onResponseData(const char* data, size_t len) {
+  if (complete_ || len == 0) return;
+  body_bytes_ += len;
+  if (format_ == BodyFormat::Sse) {
+    sse_->feed(data, len);
+  } else if (format_ == BodyFormat::Json) {
+    bufferJson(data, len);
+  }
+}
+
+void UsageMeter::onResponseEnd() {
+  if (complete_) return;
+  complete_ = true;
+  if (format_ == BodyFormat::Sse) {
+    sse_->finish();
+  } else if (format_ == BodyFormat::Json) {
+    finishJson();
+  }
+}
+
+void UsageMeter::onBytesDelivered(uint64_t body_bytes) {
+  if (body_bytes <= bytes_delivered_) return;
+  bytes_delivered_ = body_bytes;
+  while (!pending_.empty() && pending_.front().end_offset <= bytes_delivered_) {
+    deltas_delivered_ += pending_.front().count;
+    pending_.pop_front();
+  }
+}
+
+const std::string& UsageMeter::model() const {
+  return request_.model.empty() ? response_model_ : request_.model;
+}
+
+uint64_t UsageMeter::inputTokens() const {
+  if (!billable_) return 0;
+  if (input_reported_) return reported_input_;
+  // An unknown endpoint is only assumed to bill input once it streams like an LLM.
+  if (request_.kind == ApiKind::Generic && format_ != BodyFormat::Sse) return 0;
+  return request_.input_token_estimate;
+}
+
+uint64_t UsageMeter::outputTokens() const {
+  if (!billable_) return 0;
+  if (output_reported_) return reported_output_;
+  return std::max({deltas_, partial_output_, text_output_estimate_});
+}
+
+uint64_t UsageMeter::eventsSkipped() const { return sse_ ? sse_->eventsSkipped() : 0; }
+
+uint64_t UsageMeter::deliveredOutputTokens() const {
+  if (!billable_) return 0;
+  const uint64_t total = outputTokens();
+  if (deltas_ == 0) return deliveredAll() ? total : 0;
+  if (deltas_delivered_ >= deltas_) return total;
+  const long double share = static_cast<long double>(total) *
+                            static_cast<long double>(deltas_delivered_) /
+                            static_cast<long double>(deltas_);
+  return std::min(total, static_cast<uint64_t>(std::llround(share)));
+}
+
+bool UsageMeter::anyOutputDelivered() const {
+  return billable_ && (deltas_delivered_ > 0 || deliveredAll());
+}
+
+AttemptTokens UsageMeter::tokenCounts() const {
+  AttemptTokens tokens;
+  tokens.input_tokens = inputTokens();
+  tokens.output_tokens = outputTokens();
+  tokens.delivered_output_tokens = deliveredOutputTokens();
+  tokens.output_delivered = anyOutputDelivered();
+  return tokens;
+}
+
+void UsageMeter::onSseEvent(const SseEvent& event) {
+  if (event.oversized) {
+    // Too big to parse; a huge event is almost certainly generated content.
+    // A named event only counts if its name is a delta type.
+    const bool unnamed = event.type.empty() || event.type == "message";
+    const bool delta_type =
+        request_.kind == ApiKind::OpenAiResponses     ? endsWith(event.type, ".delta")
+        : request_.kind == ApiKind::AnthropicMessages ? event.type == "content_block_delta"
+                                                      : true;
+    if (unnamed || delta_type) recordDeltas(event.end_offset, 1);
+    return;
+  }
+  switch (request_.kind) {
+    case ApiKind::OpenAiChat:
+      onChatEvent(event);
+      break;
+    case ApiKind::OpenAiResponses:
+      onResponsesEvent(event);
+      break;
+    case ApiKind::AnthropicMessages:
+      onAnthropicEvent(event);
+      break;
+    case ApiKind::Generic:
+      onGenericEvent(event);
+      break;
+  }
+}
+
+void UsageMeter::onChatEvent(const SseEvent& event) {
+  if (stream_done_) return;
+  if (trim(event.data) == "[DONE]") {
+    stream_done_ = true;
+    return;
+  }
+  const json chunk = parseJson(event.data);
+  if (!chunk.is_object()) return;
+  noteResponseModel(stringField(chunk, "model"));
+  if (const json* usage = objectField(chunk, "usage")) {
+    const UsageCounts counts = readUsage(*usage);
+    report(counts.input, counts.output);
+  }
+  uint64_t with_output = 0;  // with n > 1, each choice's delta is a token of its own
+  if (const json* choices = arrayField(chunk, "choices")) {
+    for (const json& choice : *choices) {
+      const json* delta = objectField(choice, "delta");
+      if (delta && chatDeltaHasOutput(*delta)) ++with_output;
+    }
+  }
+  if (with_output > 0) recordDeltas(event.end_offset, with_output);
+}
+
+void UsageMeter::onResponsesEvent(const SseEvent& event) {
+  // OpenAI names each event; fall back to the JSON `type` when a server doesn't.
+  json doc;
+  bool parsed = false;
+  std::string_view type = event.type;
+  if (type == "message") {
+    doc = parseJson(event.data);
+    parsed = true;
+    type = stringField(doc, "type");
+  }
+  // output_text, refusal, function_call_arguments, reasoning_* ... are all output.
+  if (endsWith(type, ".delta")) {
+    recordDeltas(event.end_offset, 1);
+    return;
+  }
+  if (type != "response.completed" && type != "response.incomplete" && type != "response.failed" &&
+      type != "response.created" && type != "response.in_progress") {
+    return;
+  }
+  if (!parsed) doc = parseJson(event.data);
+  const json* response = objectField(doc, "response");
+  if (response == nullptr) return;
+  noteResponseModel(stringField(*response, "model"));
+  if (const json* usage = objectField(*response, "usage")) {
+    const UsageCounts counts = readUsage(*usage);
+    report(counts.input, counts.output);
+  }
+}
+
+void UsageMeter::onAnthropicEvent(const SseEvent& event) {
+  json doc;
+  bool parsed = false;
+  std::string_view type = event.type;
+  if (type == "message") {
+    doc = parseJson(event.data);
+    parsed = true;
+    type = stringField(doc, "type");
+  }
+  if (type == "content_block_delta") {
+    recordDeltas(event.end_offset, 1);
+    return;
+  }
+  if (type != "message_start" && type != "message_delta") return;
+  if (!parsed) doc = parseJson(event.data);
+
+  if (type == "message_start") {
+    const json* message = objectField(doc, "message");
+    if (message == nullptr) return;
+    noteResponseModel(stringField(*message, "model"));
+    if (const json* usage = objectField(*message, "usage")) {
+      const UsageCounts counts = readUsage(*usage);
+      report(counts.input, std::nullopt);
+      // The output count so far (usually 1): a floor for the estimate, not final.
+      if (counts.output) partial_output_ = *counts.output;
+    }
+    return;
+  }
+  // message_delta: usage.output_tokens is cumulative for the message: replace.
+  if (const json* usage = objectField(doc, "usage")) {
+    // Newer API versions repeat the (cumulative) input counts here too.
+    const UsageCounts counts = readUsage(*usage);
+    report(counts.input, counts.output);
+  }
+}
+
+void UsageMeter::onGenericEvent(const SseEvent& event) {
+  if (trim(event.data) == "[DONE]") return;
+  // An event carrying a usage object (top level, or nested as Responses and
+  // Anthropic do) reports counts instead of content. The substring test keeps
+  // ordinary content events from being parsed.
+  if (event.data.find("\"usage\"") != std::string_view::npos) {
+    const json doc = parseJson(event.data);
+    const json* usage = objectField(doc, "usage");
+    if (usage == nullptr) {
+      if (const json* response = objectField(doc, "response"))
+        usage = objectField(*response, "usage");
+    }
+    if (usage == nullptr) {
+      if (const json* message = objectField(doc, "message")) usage = objectField(*message, "usage");
+    }
+    if (usage != nullptr) {
+      const UsageCounts counts = readUsage(*usage);
+      report(counts.input, counts.output);
+      return;
+    }
+  }
+  recordDeltas(event.end_offset, 1);
+}
+
+void UsageMeter::bufferJson(const char* data, size_t len) {
+  if (!json_overflowed_) {
+    if (json_body_.size() + len <= kMaxJsonBodyBytes) {
+      json_body_.append(data, len);
+      return;
+    }
+    // Too big to parse whole: from now on keep only a tail for a trailing `usage`.
+    json_overflowed_ = true;
+    if (json_body_.size() > kJsonTailBytes) json_body_.erase(0, json_body_.size() - kJsonTailBytes);
+    json_body_.shrink_to_fit();
+  }
+  if (len >= kJsonTailBytes) {
+    json_body_.assign(data + len - kJsonTailBytes, kJsonTailBytes);
+    return;
+  }
+  json_body_.append(data, len);
+  if (json_body_.size() > 2 * kJsonTailBytes) {
+    json_body_.erase(0, json_body_.size() - kJsonTailBytes);
+  }
+}
+
+void UsageMeter::finishJson() {
+  json usage;
+  if (json_overflowed_) {
+    usage = trailingUsageObject(json_body_);
+  } else {
+    const json doc = parseJson(json_body_);
+    if (doc.is_object()) {
+      noteResponseModel(stringField(doc, "model"));
+      if (const json* u = objectField(doc, "usage")) usage = *u;
+      if (!usage.is_object() && request_.kind != ApiKind::Generic) {
+        text_output_estimate_ = (generatedTextBytes(doc) + 3) / 4;
+      }
+    }
+  }
+  std::string().swap(json_body_);
+  if (!usage.is_object()) return;
+  const UsageCounts counts = readUsage(usage);
+  report(counts.input, counts.output);
+}
+
+void UsageMeter::recordDeltas(uint64_t end_offset, uint64_t count) {
+  deltas_ += count;
+  if (end_offset <= bytes_delivered_) {
+    deltas_delivered_ += count;
+    return;
+  }
+  if (!pending_.empty() && pending_.back().end_offset == end_offset) {
+    pending_.back().count += count;
+    return;
+  }
+  if (pending_.size() >= kMaxPendingDeltaEntries) coalescePending();
+  pending_.push_back(PendingDeltas{end_offset, count});
+}
+
+void UsageMeter::coalescePending() {
+  // Merge neighbours pairwise: each merged entry counts as delivered only when
+  // its later offset is, so delivery can only be undercounted, never inflated.
+  std::deque<PendingDeltas> merged;
+  for (size_t i = 0; i < pending_.size(); i += 2) {
+    if (i + 1 < pending_.size()) {
+      merged.push_back(
+          PendingDeltas{pending_[i + 1].end_offset, pending_[i].count + pending_[i + 1].count});
+    } else {
+      merged.push_back(pending_[i]);
+    }
+  }
+  pending_.swap(merged);
+}
+
+void UsageMeter::report(std::optional<uint64_t> input, std::optional<uint64_t> output) {
+  if (input) {
+    reported_input_ = *input;
+    input_reported_ = true;
+  }
+  if (output) {
+    reported_output_ = *output;
+    output_reported_ = true;
+  }
+}
+
+void UsageMeter::noteResponseModel(std::string_view model) {
+  if (response_model_.empty() && !model.empty() && model.size() <= kMaxModelBytes) {
+    response_model_.assign(model);
+  }
+}
+
+}  // namespace sluice

@@ -1,0 +1,144 @@
+#include "tools/mock-llm/fault_counters.h"
+
+#include <algorithm>
+#include <ctime>
+
+namespace mockllm {
+
+using std::chrono::milliseconds;
+
+std::string formatGoDuration(milliseconds d) {
+  int64_t ms = d.count();
+  if (ms <= 0) return "0s";
+  if (ms < 1000) return std::to_string(ms) + "ms";
+  std::string out;
+  const int64_t hours = ms / 3'600'000;
+  ms %= 3'600'000;
+  const int64_t minutes = ms / 60'000;
+  ms %= 60'000;
+  if (hours > 0) out += std::to_string(hours) + "h";
+  if (hours > 0 || minutes > 0) out += std::to_string(minutes) + "m";
+  out += std::to_string(ms / 1000);
+  if (const int64_t frac = ms % 1000; frac != 0) {
+    std::string digits = std::to_string(frac);
+    digits.insert(0, 3 - digits.size(), '0');
+    while (digits.back() == '0') digits.pop_back();
+    out += "." + digits;
+  }
+  out += "s";
+  return out;
+}
+
+std::string formatRfc3339Utc(std::chrono::system_clock::time_point t) {
+  const std::time_t secs =
+      std::chrono::system_clock::to_time_t(std::chrono::floor<std::chrono::seconds>(t));
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+int64_t ceilSeconds(milliseconds d) {
+  if (d.count() <= 0) return 0;
+  return (d.count() + 999) / 1000;
+}
+
+int64_t FailCounter::next(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ++attempts_[key];
+}
+
+void FailCounter::clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  attempts_.clear();
+}
+
+std::optional<unsigned> parseQuotaStyles(std::string_view text) {
+  unsigned styles = 0;
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (item == "openai") {
+      styles |= kQuotaOpenAi;
+    } else if (item == "generic") {
+      styles |= kQuotaGeneric;
+    } else if (item == "anthropic") {
+      styles |= kQuotaAnthropic;
+    } else if (item == "ietf") {
+      styles |= kQuotaIetf;
+    } else if (item == "all") {
+      styles |= kQuotaAll;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (styles == 0) return std::nullopt;
+  return styles;
+}
+
+std::string quotaHeaderLines(const QuotaStatus& q, unsigned styles,
+                             std::chrono::system_clock::time_point wall_now) {
+  const std::string limit = std::to_string(q.limit);
+  const std::string remaining = std::to_string(q.remaining);
+  const int64_t reset_s = ceilSeconds(q.reset_in);
+  std::string out;
+  if (styles & kQuotaOpenAi) {
+    out += "x-ratelimit-limit-requests: " + limit + "\r\n";
+    out += "x-ratelimit-remaining-requests: " + remaining + "\r\n";
+    out += "x-ratelimit-reset-requests: " + formatGoDuration(q.reset_in) + "\r\n";
+  }
+  if (styles & kQuotaGeneric) {
+    out += "x-ratelimit-limit: " + limit + "\r\n";
+    out += "x-ratelimit-remaining: " + remaining + "\r\n";
+    out += "x-ratelimit-reset: " + std::to_string(reset_s) + "\r\n";
+  }
+  if (styles & kQuotaAnthropic) {
+    // Round up to the whole second so the advertised reset is never early.
+    const auto reset_at = std::chrono::ceil<std::chrono::seconds>(wall_now + q.reset_in);
+    out += "anthropic-ratelimit-requests-limit: " + limit + "\r\n";
+    out += "anthropic-ratelimit-requests-remaining: " + remaining + "\r\n";
+    out += "anthropic-ratelimit-requests-reset: " + formatRfc3339Utc(reset_at) + "\r\n";
+  }
+  if (styles & kQuotaIetf) {
+    const int64_t window_s = std::max<int64_t>(1, ceilSeconds(q.window));
+    out += "RateLimit: \"default\";r=" + remaining + ";t=" + std::to_string(reset_s) + "\r\n";
+    out += "RateLimit-Policy: \"default\";q=" + limit + ";w=" + std::to_string(window_s) + "\r\n";
+  }
+  return out;
+}
+
+QuotaStatus QuotaBook::admit(const std::string& key, int64_t limit, milliseconds window,
+                             std::chrono::steady_clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto [it, inserted] = windows_.try_emplace(key);
+  Window& w = it->second;
+  if (inserted) w.start = now;
+  if (now - w.start >= window) {
+    // Windows follow back to back from the key's first request.
+    const auto elapsed = now - w.start;
+    w.start += (elapsed / window) * window;
+    w.used = 0;
+  }
+  QuotaStatus status;
+  status.limit = limit;
+  status.window = window;
+  status.reset_in = std::chrono::ceil<milliseconds>(w.start + window - now);
+  if (status.reset_in.count() <= 0) status.reset_in = milliseconds(1);
+  if (w.used < limit) {
+    ++w.used;
+    status.admitted = true;
+  }
+  status.remaining = limit > w.used ? limit - w.used : 0;
+  return status;
+}
+
+void QuotaBook::clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  windows_.clear();
+}
+
+}  // namespace mockllm

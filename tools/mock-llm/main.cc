@@ -1,0 +1,110 @@
+// mock-llm: a fake LLM provider for sluice's tests, demo and benchmarks.
+// main() only parses flags; everything else lives in mockllm::Server.
+
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "tools/mock-llm/server.h"
+
+namespace {
+
+void usage(std::FILE* out) {
+  std::fprintf(
+      out,
+      "usage: mock-llm --listen HOST:PORT [--threads N] [--tls-cert FILE --tls-key FILE]\n"
+      "                [--ledger-limit N]\n"
+      "  --listen HOST:PORT   address to bind (port 0 = any free port)\n"
+      "  --threads N          event-loop threads (default 1)\n"
+      "  --tls-cert FILE      PEM certificate chain; with --tls-key serves HTTPS\n"
+      "  --tls-key FILE       PEM private key\n"
+      "  --ledger-limit N     keep at most N ledger entries (default 100000, 0 = no limit)\n"
+      "Prints 'mock-llm listening on HOST:PORT' once bound. See tools/mock-llm/README.md.\n");
+}
+
+bool parseCount(const char* text, long min, long max, long* out) {
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || v < min || v > max) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mockllm::ServerOptions options;
+  bool have_listen = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--help" || arg == "-h") {
+      usage(stdout);
+      return 0;
+    }
+    if (!has_value) {
+      std::fprintf(stderr, "mock-llm: %s needs a value (or is unknown)\n", argv[i]);
+      usage(stderr);
+      return 2;
+    }
+    const char* value = argv[++i];
+    long n = 0;
+    if (arg == "--listen") {
+      if (!mockllm::parseListenAddress(value, &options.host, &options.port)) {
+        std::fprintf(stderr, "mock-llm: bad --listen '%s' (want HOST:PORT)\n", value);
+        return 2;
+      }
+      have_listen = true;
+    } else if (arg == "--threads") {
+      if (!parseCount(value, 1, 1024, &n)) {
+        std::fprintf(stderr, "mock-llm: bad --threads '%s'\n", value);
+        return 2;
+      }
+      options.threads = static_cast<int>(n);
+    } else if (arg == "--tls-cert") {
+      options.tls_cert_file = value;
+    } else if (arg == "--tls-key") {
+      options.tls_key_file = value;
+    } else if (arg == "--ledger-limit") {
+      if (!parseCount(value, 0, 1L << 40, &n)) {
+        std::fprintf(stderr, "mock-llm: bad --ledger-limit '%s'\n", value);
+        return 2;
+      }
+      options.ledger_limit = static_cast<size_t>(n);
+    } else {
+      std::fprintf(stderr, "mock-llm: unknown flag %s\n", argv[i - 1]);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (!have_listen) {
+    usage(stderr);
+    return 2;
+  }
+
+  // SIGTERM/SIGINT are taken synchronously by this thread (sigwait); the worker
+  // threads inherit the blocked mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  mockllm::Server server(options);
+  std::string error;
+  if (!server.start(&error)) {
+    std::fprintf(stderr, "mock-llm: %s\n", error.c_str());
+    return 1;
+  }
+  std::printf("mock-llm listening on %s\n", server.address().c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  server.stop();
+  return 0;
+}

@@ -1,0 +1,389 @@
+#include "tools/mock-llm/router.h"
+
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+namespace mockllm {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr int64_t kDefaultTokens = 10;
+constexpr int64_t kMaxTokens = 100'000'000;
+constexpr int64_t kMaxMillis = 24LL * 3600 * 1000;
+
+enum class Endpoint { kChat, kResponses, kMessages, kModels, kEcho, kHealth, kLedger, kUnknown };
+
+Endpoint endpointFor(std::string_view path) {
+  if (path == "/v1/chat/completions") return Endpoint::kChat;
+  if (path == "/v1/responses") return Endpoint::kResponses;
+  if (path == "/v1/messages") return Endpoint::kMessages;
+  if (path == "/v1/models") return Endpoint::kModels;
+  if (path.substr(0, 5) == "/echo") return Endpoint::kEcho;
+  if (path == "/_health") return Endpoint::kHealth;
+  if (path == "/_ledger") return Endpoint::kLedger;
+  return Endpoint::kUnknown;
+}
+
+bool isLlm(Endpoint e) {
+  return e == Endpoint::kChat || e == Endpoint::kResponses || e == Endpoint::kMessages;
+}
+
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+std::optional<int64_t> parseInt(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+// Reads an optional integer header within [lo, hi]. Absent: `out` is left as is.
+// Invalid: returns false and explains in `error`.
+bool readInt(const Request& req, std::string_view name, int64_t lo, int64_t hi, int64_t& out,
+             std::string& error) {
+  const std::string* v = req.header(name);
+  if (v == nullptr) return true;
+  const auto parsed = parseInt(*v);
+  if (!parsed || *parsed < lo || *parsed > hi) {
+    error = "mock-llm: invalid " + std::string(name) + " header: '" + *v + "'";
+    return false;
+  }
+  out = *parsed;
+  return true;
+}
+
+bool isTruthy(const std::string* v) { return v != nullptr && (*v == "1" || *v == "true"); }
+
+std::string percentDecode(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      int v = 0;
+      const auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
+      if (ec == std::errc() && p == s.data() + i + 3) {
+        out += static_cast<char>(v);
+        i += 2;
+        continue;
+      }
+    }
+    out += s[i] == '+' ? ' ' : s[i];
+  }
+  return out;
+}
+
+// The value of query parameter `name` in `target`, if present.
+std::optional<std::string> queryParam(std::string_view target, std::string_view name) {
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return std::nullopt;
+  std::string_view query = target.substr(q + 1);
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    const size_t eq = pair.find('=');
+    if (percentDecode(pair.substr(0, eq)) != name) continue;
+    return eq == std::string_view::npos ? std::string() : percentDecode(pair.substr(eq + 1));
+  }
+  return std::nullopt;
+}
+
+// Status line and the headers every response carries; the caller appends its own
+// headers and the blank line.
+std::string statusLine(int status) {
+  std::string out = "HTTP/1.1 ";
+  out += std::to_string(status);
+  out += ' ';
+  out += reasonPhrase(status);
+  out += "\r\n";
+  return out;
+}
+
+// A complete non-streaming plan: `status`, `content_type`, `body`.
+ResponsePlan simplePlan(int status, std::string_view content_type, std::string body,
+                        bool keep_alive, const std::string& extra_headers = {}) {
+  ResponsePlan plan;
+  plan.keep_alive = keep_alive;
+  plan.head = statusLine(status);
+  const bool bodiless = status == 204 || status == 304;
+  if (!bodiless) {
+    plan.head += "content-type: ";
+    plan.head += content_type;
+    plan.head += "\r\ncontent-length: " + std::to_string(body.size()) + "\r\n";
+    plan.body = std::move(body);
+  }
+  plan.head += extra_headers;
+  if (!keep_alive) plan.head += "connection: close\r\n";
+  plan.head += "\r\n";
+  return plan;
+}
+
+ResponsePlan controlPlan(const Request& req, Endpoint e, SharedState& state) {
+  const bool ka = req.keep_alive;
+  const auto ok = [&](std::string body) {
+    return simplePlan(200, "application/json", std::move(body), ka);
+  };
+  if (e == Endpoint::kHealth) return ok("{\"status\":\"ok\"}");
+  if (req.method == "GET") {
+    const auto id = queryParam(req.target, "id");
+    return ok(state.ledger.toJson(id ? std::optional<std::string_view>(*id) : std::nullopt)
+                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  if (req.method == "DELETE") {
+    state.ledger.clear();
+    state.fail_counter.clear();
+    state.quotas.clear();
+    return ok("{\"cleared\":true}");
+  }
+  const ErrorBody err = makeErrorBody(
+      ErrorFlavor::kOpenAi, 405, "mock-llm: /_ledger supports GET and DELETE", false, std::nullopt);
+  return simplePlan(405, err.content_type, err.body, ka, "allow: GET, DELETE\r\n");
+}
+
+}  // namespace
+
+const std::string* Request::header(std::string_view name) const {
+  for (const auto& [n, v] : headers) {
+    if (n == name) return &v;
+  }
+  return nullptr;
+}
+
+std::string_view Request::path() const {
+  std::string_view t = target;
+  return t.substr(0, t.find('?'));
+}
+
+bool isControlPath(std::string_view path) {
+  const Endpoint e = endpointFor(path);
+  return e == Endpoint::kHealth || e == Endpoint::kLedger;
+}
+
+void inspectBody(Request& req) {
+  BodyInfo& info = req.info;
+  if (req.body.empty() || req.body.front() != '{') return;
+  const nlohmann::json j = nlohmann::json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return;
+  info.valid_json = true;
+  if (auto it = j.find("model"); it != j.end() && it->is_string()) {
+    info.model = it->get<std::string>();
+  }
+  if (auto it = j.find("stream"); it != j.end() && it->is_boolean()) info.stream = it->get<bool>();
+  if (auto it = j.find("stream_options"); it != j.end() && it->is_object()) {
+    if (auto u = it->find("include_usage"); u != it->end() && u->is_boolean()) {
+      info.include_usage = u->get<bool>();
+    }
+  }
+  for (const char* key : {"max_completion_tokens", "max_tokens", "max_output_tokens"}) {
+    if (auto it = j.find(key); it != j.end() && it->is_number_integer()) {
+      info.max_tokens = std::max<int64_t>(0, it->get<int64_t>());
+      break;
+    }
+  }
+}
+
+LedgerEntryPtr makeLedgerEntry(const Request& req, uint64_t connection_id, SharedState& state) {
+  auto e = std::make_shared<LedgerEntry>();
+  if (const std::string* id = req.header("x-mock-request-id"); id != nullptr && !id->empty()) {
+    e->id = *id;
+  } else {
+    e->id = "req-" + std::to_string(state.next_request_id.fetch_add(1));
+  }
+  e->method = req.method;
+  e->path = req.target;
+  e->model = req.info.model;
+  e->stream = req.info.stream && isLlm(endpointFor(req.path()));
+  e->input_tokens = static_cast<int64_t>((req.body.size() + 3) / 4);
+  e->received_us = req.received_us;
+  e->connection_id = connection_id;
+  e->request_headers = req.headers;
+  return e;
+}
+
+ResponsePlan planResponse(const Request& req, SharedState& state) {
+  const std::string_view path = req.path();
+  const Endpoint endpoint = endpointFor(path);
+  if (endpoint == Endpoint::kHealth || endpoint == Endpoint::kLedger) {
+    return controlPlan(req, endpoint, state);
+  }
+  const bool keep_alive = req.keep_alive && !req.malformed;
+  const ErrorFlavor flavor =
+      path.substr(0, 12) == "/v1/messages" ? ErrorFlavor::kAnthropic : ErrorFlavor::kOpenAi;
+  const auto now = std::chrono::steady_clock::now();
+  const auto wall_now = std::chrono::system_clock::now();
+  const LedgerEntryPtr& entry = req.entry;
+
+  const bool problem = isTruthy(req.header("x-mock-problem"));
+  std::optional<bool> retriable;
+  std::string error;  // a malformed x-mock-* header: answered with 400
+  if (const std::string* r = req.header("x-mock-problem-retriable")) {
+    if (*r == "true" || *r == "1") {
+      retriable = true;
+    } else if (*r == "false" || *r == "0") {
+      retriable = false;
+    } else {
+      error = "mock-llm: invalid x-mock-problem-retriable header: '" + *r + "'";
+    }
+  }
+
+  // Headers every answer to this request carries.
+  std::string extra;
+  if (entry) extra += "x-request-id: " + entry->id + "\r\n";
+  if (entry && flavor == ErrorFlavor::kAnthropic) extra += "request-id: " + entry->id + "\r\n";
+  const std::string* retry_after = req.header("x-mock-retry-after");
+  if (retry_after) extra += "Retry-After: " + *retry_after + "\r\n";
+  if (const std::string* v = req.header("x-mock-retry-after-ms")) {
+    extra += "retry-after-ms: " + *v + "\r\n";
+  }
+
+  // The fault script.
+  int64_t tokens = kDefaultTokens, interval_ms = 0, stall_before = 0, stall_after = -1,
+          stall_ms = 0, reset_after = -1, fail_times = -1, status_override = 0;
+  const bool ok =
+      error.empty() && readInt(req, "x-mock-tokens", 0, kMaxTokens, tokens, error) &&
+      readInt(req, "x-mock-token-interval-ms", 0, kMaxMillis, interval_ms, error) &&
+      readInt(req, "x-mock-stall-before-headers-ms", -1, kMaxMillis, stall_before, error) &&
+      readInt(req, "x-mock-stall-after-tokens", 0, kMaxTokens, stall_after, error) &&
+      readInt(req, "x-mock-stall-ms", -1, kMaxMillis, stall_ms, error) &&
+      readInt(req, "x-mock-reset-after-tokens", 0, kMaxTokens, reset_after, error) &&
+      readInt(req, "x-mock-fail-times", 0, kMaxTokens, fail_times, error) &&
+      readInt(req, "x-mock-status", 200, 599, status_override, error);
+
+  // Fail-key attempts count every request carrying the key.
+  int64_t attempt = 0;
+  if (const std::string* key = req.header("x-mock-fail-key"))
+    attempt = state.fail_counter.next(*key);
+  if (ok && fail_times >= 0 && !req.header("x-mock-fail-key")) {
+    attempt = state.fail_counter.next("default");
+  }
+
+  // Quota: admitted requests consume it; every answer reports it.
+  std::optional<QuotaStatus> quota;
+  if (const std::string* q = ok ? req.header("x-mock-quota") : nullptr) {
+    const size_t slash = q->find('/');
+    int64_t limit = -1, window = -1;
+    if (slash != std::string::npos) {
+      limit = parseInt(std::string_view(*q).substr(0, slash)).value_or(-1);
+      window = parseInt(std::string_view(*q).substr(slash + 1)).value_or(-1);
+    }
+    unsigned styles = kQuotaAll;
+    if (const std::string* s = req.header("x-mock-quota-style")) {
+      if (auto parsed = parseQuotaStyles(*s)) {
+        styles = *parsed;
+      } else {
+        error = "mock-llm: invalid x-mock-quota-style header: '" + *s + "'";
+      }
+    }
+    if (limit < 0 || window <= 0 || window > kMaxMillis) {
+      error = "mock-llm: invalid x-mock-quota header (want LIMIT/WINDOW_MS): '" + *q + "'";
+    } else if (error.empty()) {
+      const std::string* key = req.header("x-mock-quota-key");
+      quota =
+          state.quotas.admit(key ? *key : "default", limit, std::chrono::milliseconds(window), now);
+      extra += quotaHeaderLines(*quota, styles, wall_now);
+    }
+  }
+
+  // Decide the status.
+  int status = 200;
+  std::string message;
+  if (req.malformed) {
+    status = 400;
+    message = "mock-llm: malformed HTTP request";
+  } else if (!error.empty()) {
+    status = 400;
+    message = error;
+  } else if (quota && !quota->admitted) {
+    status = 429;
+    message = "Rate limit reached for requests (mock-llm quota)";
+    if (!retry_after) {
+      extra += "Retry-After: " + std::to_string(ceilSeconds(quota->reset_in)) + "\r\n";
+    }
+  } else if (fail_times >= 0 ? attempt <= fail_times : status_override != 0) {
+    status = status_override != 0 ? static_cast<int>(status_override) : 503;
+    message = "mock-llm: injected status " + std::to_string(status);
+  }
+  if (status == 200) {
+    const bool is_post = req.method == "POST";
+    if (endpoint == Endpoint::kUnknown) {
+      status = 404;
+      message = "Invalid URL (" + req.method + " " + std::string(path) + ")";
+    } else if ((isLlm(endpoint) && !is_post) ||
+               (endpoint == Endpoint::kModels && req.method != "GET")) {
+      status = 405;
+      message = "Invalid method for URL (" + req.method + " " + std::string(path) + ")";
+    } else if (isLlm(endpoint) && !req.info.valid_json) {
+      status = 400;
+      message = "We could not parse the JSON body of your request.";
+    }
+  }
+  if (entry) {
+    state.ledger.update(entry, [&](LedgerEntry& e) {
+      e.status = status;
+      e.attempt_for_key = attempt;
+    });
+  }
+
+  // Build the plan.
+  ResponsePlan plan;
+  if (status != 200) {
+    const ErrorBody err = makeErrorBody(flavor, status, message, problem, retriable);
+    plan = simplePlan(status, err.content_type, err.body, keep_alive, extra);
+  } else if (endpoint == Endpoint::kModels) {
+    plan = simplePlan(200, "application/json", modelsBody(), keep_alive, extra);
+  } else if (endpoint == Endpoint::kEcho) {
+    const Json echo{{"method", req.method},
+                    {"path", req.target},
+                    {"headers", headersToJson(req.headers)},
+                    {"body", req.body}};
+    plan = simplePlan(200, "application/json", dump(echo), keep_alive, extra);
+  } else {
+    Generation gen;
+    gen.api = endpoint == Endpoint::kChat        ? Api::kChatCompletions
+              : endpoint == Endpoint::kResponses ? Api::kResponses
+                                                 : Api::kMessages;
+    gen.id = entry ? entry->id : "unknown";
+    gen.model = req.info.model.empty()
+                    ? (gen.api == Api::kMessages ? "claude-sonnet-4-5" : "gpt-4o-mini")
+                    : req.info.model;
+    gen.created =
+        std::chrono::duration_cast<std::chrono::seconds>(wall_now.time_since_epoch()).count();
+    gen.input_tokens = static_cast<int64_t>((req.body.size() + 3) / 4);
+    gen.output_tokens = tokens;
+    if (req.info.max_tokens && *req.info.max_tokens < tokens) {
+      gen.output_tokens = *req.info.max_tokens;
+      gen.truncated = true;
+    }
+    gen.include_usage = req.info.include_usage;
+    if (req.info.stream) {
+      plan.keep_alive = keep_alive && !req.http10;
+      plan.chunked = !req.http10;
+      plan.head = statusLine(200);
+      plan.head += "content-type: text/event-stream; charset=utf-8\r\ncache-control: no-cache\r\n";
+      if (plan.chunked) plan.head += "transfer-encoding: chunked\r\n";
+      plan.head += extra;
+      if (!plan.keep_alive) plan.head += "connection: close\r\n";
+      plan.head += "\r\n";
+      plan.sse = makeSseStream(gen);
+    } else {
+      plan = simplePlan(200, "application/json", nonStreamingBody(gen), keep_alive, extra);
+      plan.usage_in_body = true;
+    }
+    plan.tokens = gen.output_tokens;
+    plan.token_interval = std::chrono::milliseconds(interval_ms);
+    plan.stall_after_tokens = stall_after;
+    plan.stall_ms = stall_ms;
+    plan.reset_after_tokens = reset_after;
+  }
+  if (ok) {
+    plan.stall_before_headers_ms = stall_before;
+    plan.close_after_headers = isTruthy(req.header("x-mock-close-after-headers"));
+    plan.garbage = isTruthy(req.header("x-mock-garbage"));
+  }
+  return plan;
+}
+
+}  // namespace mockllm
