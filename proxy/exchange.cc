@@ -134,6 +134,9 @@ void Exchange::continueDecoding() {
 
 void Exchange::startAttempt() {
   ++attempts_;
+  retry_scheduled_ = false;
+  held_head_.reset();
+  held_body_.clear();
   upstream_request_ = request_;
   rewriteRequestForUpstream(upstream_request_, *route_->upstream->config,
                             downstream_ != nullptr ? downstream_->clientInfo() : ClientInfo{});
@@ -196,7 +199,8 @@ void Exchange::endAttempt(AttemptResult result, bool reuse) {
 
 void Exchange::failAttempt(AttemptResult result, const Problem& problem) {
   if (finished_) return;
-  endAttempt(result, false);
+  endAttempt(result, false);  // the retry filter may schedule another attempt
+  if (finished_ || retry_scheduled_) return;
   if (response_started_) {
     if (downstream_ != nullptr) downstream_->resetStream();
     transition(ExchangeState::Failed);
@@ -214,8 +218,16 @@ void Exchange::failAttempt(AttemptResult result, const Problem& problem) {
 void Exchange::onAttemptTimeout(bool first_byte) {
   if (finished_) return;
   (void)first_byte;
-  // A stalled upstream: stop it (cancel_reason upstream_timeout). Retrying a
-  // timeout is the retry filter's call (it sees onAttemptEnd first).
+  if (response_started_ || discarding_ || held_head_) {
+    cancel(CancelReason::UpstreamTimeout);
+    return;
+  }
+  // Nothing reached the client: the attempt failed with `timeout`, which the
+  // retry filter may retry. Otherwise the exchange stops with upstream_timeout.
+  const MonotonicTime decided = clock().now();
+  endAttempt(AttemptResult::Timeout, /*reuse=*/false);
+  route_->upstream->metrics->cancelPropagation().Observe(seconds(clock().now() - decided));
+  if (finished_ || retry_scheduled_) return;
   cancel(CancelReason::UpstreamTimeout);
 }
 
@@ -254,17 +266,36 @@ void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
   last_upstream_byte_ = clock().now();
   rewriteResponseForDownstream(head);
   for (auto& filter : filters_) {
-    if (filter->encodeHeaders(head, end_stream) == FilterStatus::StopIteration) {
-      return;  // the filter took the attempt over (e.g. a retry): nothing goes to the client
-    }
+    const FilterStatus status = filter->encodeHeaders(head, end_stream);
     if (finished_) return;
+    if (status == FilterStatus::StopIteration) {
+      // Held back until the attempt ends: maybe retried, maybe released.
+      held_head_ = std::move(head);
+      armIdleTimer();
+      return;
+    }
   }
+  sendResponseHead(head);
+  armIdleTimer();
+}
+
+void Exchange::sendResponseHead(ResponseHead& head) {
   head.headers.set("x-sluice-attempts", std::to_string(attempts_));
   if (!discarding_ && downstream_ != nullptr) {
     response_started_ = true;
     downstream_->encodeHeaders(head, false);
   }
-  armIdleTimer();
+}
+
+void Exchange::releaseHeldResponse(bool end_stream) {
+  ResponseHead head = std::move(*held_head_);
+  held_head_.reset();
+  std::string body;
+  body.swap(held_body_);
+  sendResponseHead(head);
+  if (!discarding_ && downstream_ != nullptr) {
+    downstream_->encodeData(body.data(), body.size(), end_stream);
+  }
 }
 
 void Exchange::onUpstreamData(const char* data, size_t len) {
@@ -272,6 +303,13 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
   last_upstream_byte_ = clock().now();
   response_bytes_ += len;
   for (auto& filter : filters_) filter->encodeData(data, len, false);
+  if (held_head_) {
+    if (held_body_.size() + len <= kMaxHeldBody) {
+      held_body_.append(data, len);
+      return;
+    }
+    releaseHeldResponse(false);  // too big to be an error worth retrying: stream it
+  }
   if (discarding_ || downstream_ == nullptr) return;
   downstream_->encodeData(data, len, false);
   if (!upstream_paused_ && conn_ != nullptr && downstream_->aboveHighWatermark()) {
@@ -287,7 +325,14 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
 void Exchange::onUpstreamComplete() {
   if (finished_) return;
   for (auto& filter : filters_) filter->encodeData(nullptr, 0, true);
-  endAttempt(attemptResultForStatus(response_status_), /*reuse=*/true);
+  endAttempt(attemptResultForStatus(response_status_), /*reuse=*/true);  // may schedule a retry
+  if (finished_ || retry_scheduled_) return;
+  if (held_head_) {
+    releaseHeldResponse(true);
+    transition(ExchangeState::Completed);
+    finish(discarding_ || downstream_ == nullptr ? kClientClosedRequest : response_status_);
+    return;
+  }
   if (discarding_ || downstream_ == nullptr) {
     transition(ExchangeState::Completed);
     finish(kClientClosedRequest);
@@ -371,7 +416,8 @@ void Exchange::cancel(CancelReason reason, std::optional<std::chrono::millisecon
   if (downstream_ != nullptr) {
     if (!response_started_) {
       const Problem problem = problemFor(*cancel_reason_, retry_after);
-      const LocalReply reply = makeProblemReply(problem);
+      LocalReply reply = makeProblemReply(problem);
+      if (attempts_ > 0) reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_));
       response_started_ = true;
       downstream_->encodeHeaders(reply.head, false);
       downstream_->encodeData(reply.body.data(), reply.body.size(), true);
@@ -394,7 +440,8 @@ void Exchange::sendLocalReply(const Problem& problem) {
 void Exchange::answer(const Problem& problem, ExchangeState terminal) {
   if (finished_) return;
   if (downstream_ != nullptr && !response_started_) {
-    const LocalReply reply = makeProblemReply(problem);
+    LocalReply reply = makeProblemReply(problem);
+    if (attempts_ > 0) reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_));
     response_started_ = true;
     downstream_->encodeHeaders(reply.head, false);
     downstream_->encodeData(reply.body.data(), reply.body.size(), true);
@@ -464,6 +511,21 @@ void Exchange::finish(int status_code) {
     d->onExchangeDone();
   }
   host_.retire(*this);
+}
+
+void Exchange::retryAttempt(std::chrono::milliseconds delay, const std::string& cause) {
+  if (finished_ || state_ != ExchangeState::Running || response_started_) return;
+  retry_scheduled_ = true;
+  held_head_.reset();
+  held_body_.clear();
+  route_->metrics->retries(cause).Increment();
+  transition(ExchangeState::BackingOff);
+  // The sleep is a timer of this Exchange: a cancel (client gone, budget)
+  // clears it and no further attempt is made.
+  backoff_timer_ = armTimer(clock().now() + delay, [this] {
+    backoff_timer_ = 0;
+    startAttempt();
+  });
 }
 
 // --- timers -----------------------------------------------------------------------------

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "proxy/cancel_reason.h"
@@ -100,6 +101,9 @@ class Exchange final : public DeferredDeletable,
   const RequestHead& request() const override { return request_; }
   const RouteRuntime& route() const override { return *route_; }
   uint32_t attemptNumber() const override { return attempts_; }
+  void retryAttempt(std::chrono::milliseconds delay, const std::string& cause) override;
+  ResponseHead* heldResponse() override { return held_head_ ? &*held_head_ : nullptr; }
+  std::string_view heldBody() const override { return held_body_; }
 
   // --- introspection ----------------------------------------------------------
   uint64_t id() const { return id_; }
@@ -132,6 +136,8 @@ class Exchange final : public DeferredDeletable,
   Problem problemFor(CancelReason reason,
                      std::optional<std::chrono::milliseconds> retry_after) const;
   void armIdleTimer();
+  void sendResponseHead(ResponseHead& head);
+  void releaseHeldResponse(bool end_stream);
 
   void rearmWake();
   void onWake();
@@ -169,6 +175,9 @@ class Exchange final : public DeferredDeletable,
   int response_status_ = 0;
   bool response_started_ = false;  // something went to the client
   bool discarding_ = false;        // finish mode: client gone, drain and discard
+  bool retry_scheduled_ = false;   // the retry filter asked for another attempt
+  std::optional<ResponseHead> held_head_;  // a response a filter is holding back
+  std::string held_body_;
   uint64_t response_bytes_ = 0;
   MonotonicTime last_upstream_byte_{};
   TimerId connect_timer_ = 0;
@@ -176,6 +185,7 @@ class Exchange final : public DeferredDeletable,
   TimerId idle_timer_ = 0;
   TimerId deadline_timer_ = 0;
   TimerId grace_timer_ = 0;
+  TimerId backoff_timer_ = 0;
 
   // Every timer of this request, served by one libevent timer at the earliest.
   struct PendingTimer {

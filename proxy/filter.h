@@ -76,7 +76,27 @@ class FilterCallbacks {
   virtual const RouteRuntime& route() const = 0;
   /** 1 for the first attempt. */
   virtual uint32_t attemptNumber() const = 0;
+
+  /**
+   * Schedules another attempt after `delay` (the retry filter, from
+   * onAttemptEnd): this attempt's response is discarded, the Exchange backs
+   * off (interruptibly) and runs the per-attempt chain again. `cause` is the
+   * `sluice_retries_total` label.
+   */
+  virtual void retryAttempt(std::chrono::milliseconds delay, const std::string& cause) = 0;
+  /**
+   * The response head a filter held back by returning StopIteration from
+   * encodeHeaders (null when none is held). The Exchange buffers its body
+   * (bounded, see heldBody) and releases it to the client after
+   * onAttemptEnd unless a retry was scheduled.
+   */
+  virtual ResponseHead* heldResponse() = 0;
+  /** The held response's body so far (at most kMaxHeldBody bytes). */
+  virtual std::string_view heldBody() const = 0;
 };
+
+/** The most body sluice buffers for a held (maybe-retried) response. */
+inline constexpr size_t kMaxHeldBody = 64 * 1024;
 
 /** One filter instance per Exchange. Default methods pass everything through. */
 class StreamFilter {
@@ -97,7 +117,11 @@ class StreamFilter {
    * will see it. StopIteration holds the attempt until continueDecoding().
    */
   virtual FilterStatus beforeAttempt(RequestHead&) { return FilterStatus::Continue; }
-  /** Per attempt: the upstream's response head, before it goes to the client. */
+  /**
+   * Per attempt: the upstream's response head, before it goes to the client.
+   * StopIteration holds the response back (the retry filter does this for
+   * answers it may retry): it is buffered until the attempt ends.
+   */
   virtual FilterStatus encodeHeaders(ResponseHead&, bool /*end_stream*/) {
     return FilterStatus::Continue;
   }

@@ -1,6 +1,8 @@
 #include "proxy/filter_chain.h"
 
 #include "filters/budget/budget_filter.h"
+#include "filters/circuit_breaker/circuit_breaker_filter.h"
+#include "filters/retry/retry_filter.h"
 
 namespace sluice {
 
@@ -19,6 +21,14 @@ constexpr FilterEntry kFilterTable[] = {
     {"budget",
      [](const RouteRuntime& r) -> StreamFilterPtr {
        return std::make_unique<BudgetFilter>(r.config->budget);
+     }},
+    {"circuit_breaker",
+     [](const RouteRuntime& r) -> StreamFilterPtr {
+       return std::make_unique<CircuitBreakerFilter>(*r.upstream->breaker);
+     }},
+    {"retry",
+     [](const RouteRuntime& r) -> StreamFilterPtr {
+       return std::make_unique<RetryFilter>(r.config->retry, *r.retry_budget);
      }},
 };
 

@@ -3,7 +3,7 @@
 namespace sluice {
 
 std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics& metrics,
-                                              std::string* error) {
+                                              const Clock& clock, std::string* error) {
   auto rt = std::make_shared<Runtime>();
   rt->config_ = std::move(config);
   rt->metrics_ = &metrics;
@@ -22,6 +22,13 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
         return nullptr;
       }
     }
+    UpstreamMetrics* um = u.metrics.get();
+    um->circuitState().Set(0);
+    u.breaker = std::make_unique<CircuitBreaker>(
+        up.circuit_breaker, clock, [um](CircuitState, CircuitState to) {
+          um->circuitState().Set(static_cast<double>(static_cast<int>(to)));
+          um->circuitTransitions(toString(to)).Increment();
+        });
     rt->upstreams_.push_back(std::move(u));
   }
 
@@ -33,6 +40,7 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
     r.upstream = &rt->upstreams_.at(route.upstream_index);
     r.name_ = route.name;
     r.metrics = std::make_unique<RouteMetrics>(metrics, route.name, route.upstream);
+    r.retry_budget = std::make_unique<RetryBudget>(route.retry.budget_percent);
     rt->routes_.push_back(std::move(r));
   }
   rt->no_route_.name_ = "none";

@@ -12,6 +12,9 @@
 #include <vector>
 
 #include "config/config.h"
+#include "filters/circuit_breaker/circuit_breaker.h"
+#include "filters/retry/retry_decision.h"
+#include "proxy/clock.h"
 #include "proxy/metrics.h"
 #include "proxy/tls.h"
 
@@ -22,6 +25,7 @@ struct UpstreamRuntime {
   const config::UpstreamConfig* config = nullptr;
   std::unique_ptr<UpstreamMetrics> metrics;
   SslCtxPtr ssl_ctx;  // null for http://
+  std::unique_ptr<CircuitBreaker> breaker;  // shared by every worker's attempts
 };
 
 /** Per-route state shared by all workers. */
@@ -30,6 +34,7 @@ struct RouteRuntime {
   const UpstreamRuntime* upstream = nullptr;    // null for the "no route" pseudo-route
   size_t upstream_index = 0;
   std::unique_ptr<RouteMetrics> metrics;
+  std::unique_ptr<RetryBudget> retry_budget;  // null for the "no route" pseudo-route
 
   const std::string& name() const { return name_; }
   std::string name_;
@@ -42,7 +47,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
    * part cannot be built (e.g. an unreadable `ca_file`).
    */
   static std::shared_ptr<const Runtime> build(config::ConfigPtr config, Metrics& metrics,
-                                              std::string* error);
+                                              const Clock& clock, std::string* error);
 
   /** First route whose path prefix and method match (DESIGN §2), else null. */
   const RouteRuntime* match(std::string_view method, std::string_view path) const;

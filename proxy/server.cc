@@ -57,7 +57,7 @@ uint16_t boundPort(evutil_socket_t fd) {
 
 Server::Server(config::ConfigPtr config, const Clock& clock) : clock_(clock), admin_(*this) {
   std::string error;
-  runtime_ = Runtime::build(std::move(config), metrics_, &error);
+  runtime_ = Runtime::build(std::move(config), metrics_, clock_, &error);
   if (!runtime_) init_error_ = error;
 }
 
@@ -135,7 +135,7 @@ void Server::waitForShutdownRequest() {
 }
 
 bool Server::reload(config::ConfigPtr config, std::string* error) {
-  RuntimePtr next = Runtime::build(std::move(config), metrics_, error);
+  RuntimePtr next = Runtime::build(std::move(config), metrics_, clock_, error);
   if (!next) return false;
   {
     std::lock_guard<std::mutex> lock(mu_);

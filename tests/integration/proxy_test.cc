@@ -421,9 +421,11 @@ TEST_F(ProxyTest, UpstreamDownIs502ConnectError) {
   auto r = httpRequest(sluice_->port(), "GET", "/v1/models");
   EXPECT_EQ(r.status, 502);
   EXPECT_EQ(nlohmann::json::parse(r.body)["type"], "urn:sluice:problem:upstream-connect-error");
+  // connect_error is in the default retry `on` list: 3 attempts, all refused.
+  EXPECT_EQ(r.headers.get("x-sluice-attempts").value_or(""), "3");
   EXPECT_EQ(sluice_->metric("sluice_upstream_attempts_total",
                             {{"upstream", "mock"}, {"result", "connect_error"}}),
-            1);
+            3);
   (void)dead_port;
 }
 

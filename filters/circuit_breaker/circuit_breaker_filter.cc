@@ -1,0 +1,35 @@
+#include "filters/circuit_breaker/circuit_breaker_filter.h"
+
+#include "filters/retry/retry_filter.h"
+
+namespace sluice {
+
+FilterStatus CircuitBreakerFilter::beforeAttempt(RequestHead&) {
+  const CircuitAdmission admission = breaker_.admit();
+  switch (admission.result) {
+    case CircuitAdmission::Result::Admitted:
+      admission_ = admission;
+      return FilterStatus::Continue;
+    case CircuitAdmission::Result::Rejected:
+      callbacks_->cancel(CancelReason::CircuitOpen, admission.retry_after);
+      return FilterStatus::StopIteration;
+    case CircuitAdmission::Result::Overloaded:
+      callbacks_->cancel(CancelReason::Overloaded, std::chrono::milliseconds(1000));
+      return FilterStatus::StopIteration;
+  }
+  return FilterStatus::Continue;
+}
+
+void CircuitBreakerFilter::onAttemptEnd(const AttemptEnd& end) {
+  if (!admission_) return;
+  breaker_.onResult(*admission_, toAttemptOutcome(end));
+  admission_.reset();
+}
+
+void CircuitBreakerFilter::onDestroy() {
+  // An admitted attempt that never reported (torn down early) frees its slot.
+  if (admission_) breaker_.onResult(*admission_, AttemptOutcome::cancelled());
+  admission_.reset();
+}
+
+}  // namespace sluice

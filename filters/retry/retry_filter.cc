@@ -1,0 +1,101 @@
+#include "filters/retry/retry_filter.h"
+
+#include <algorithm>
+
+namespace sluice {
+
+AttemptOutcome toAttemptOutcome(const AttemptEnd& end) {
+  switch (end.result) {
+    case AttemptResult::Ok:
+    case AttemptResult::Http429:
+    case AttemptResult::Http4xx:
+    case AttemptResult::Http5xx:
+      return AttemptOutcome::fromStatus(end.status);
+    case AttemptResult::ConnectError: return AttemptOutcome::connectError();
+    case AttemptResult::Reset: return AttemptOutcome::reset();
+    case AttemptResult::Timeout: return AttemptOutcome::timeout();
+    case AttemptResult::Cancelled: return AttemptOutcome::cancelled();
+  }
+  return AttemptOutcome::cancelled();
+}
+
+FilterStatus RetryFilter::decodeHeaders(RequestHead& request) {
+  method_ = request.method;
+  has_idempotency_key_ = request.headers.has("idempotency-key");
+  budget_.onRequestStart();
+  counted_active_ = true;
+  return FilterStatus::Continue;
+}
+
+bool RetryFilter::mayRetryStatus(const ResponseHead& response) const {
+  if (response.status < 400) return false;
+  if (callbacks_->attemptNumber() >= config_.attempts) return false;
+  if (!isRetrySafe(config_.idempotent, method_, has_idempotency_key_)) return false;
+  if (outcomeIn(config_.on, AttemptOutcome::fromStatus(response.status))) return true;
+  // A problem+json body may declare itself retriable whatever the status says.
+  const auto type = response.headers.get("content-type");
+  return type && type->find("application/problem+json") != std::string_view::npos;
+}
+
+FilterStatus RetryFilter::encodeHeaders(ResponseHead& response, bool /*end_stream*/) {
+  if (mayRetryStatus(response)) return FilterStatus::StopIteration;  // decided in onAttemptEnd
+  // sluice already retried: a client retry would multiply the calls.
+  if (callbacks_->attemptNumber() > 1) response.headers.set("x-should-retry", "false");
+  return FilterStatus::Continue;
+}
+
+void RetryFilter::onAttemptEnd(const AttemptEnd& end) {
+  releaseSlot();  // the retry this slot paid for has ended
+  if (end.result == AttemptResult::Cancelled) return;
+
+  ResponseHead* held = callbacks_->heldResponse();
+  const MonotonicTime now = callbacks_->clock().now();
+  const MonotonicTime deadline = callbacks_->deadline();
+  const auto remaining =
+      deadline == MonotonicTime::max()
+          ? std::chrono::milliseconds(std::chrono::hours(24))
+          : std::max(std::chrono::milliseconds(0),
+                     std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now));
+
+  RetryInput input;
+  input.config = &config_;
+  input.attempt = callbacks_->attemptNumber();
+  input.outcome = toAttemptOutcome(end);
+  input.response_headers = held != nullptr ? &held->headers : nullptr;
+  input.response_body = callbacks_->heldBody();
+  input.response_started = end.response_started;
+  input.method = method_;
+  input.has_idempotency_key = has_idempotency_key_;
+  input.remaining_budget = remaining;
+  input.retry_budget = &budget_;
+  input.clock = &callbacks_->clock();
+  const RetryDecision decision = decideRetry(input);
+
+  if (decision.retry) {
+    slot_held_ = decision.budget_acquired;
+    callbacks_->retryAttempt(decision.delay, decision.cause);
+    return;
+  }
+  if (held != nullptr &&
+      (input.attempt > 1 || decision.reason == NoRetryReason::WaitExceedsBudget)) {
+    // The answer goes to the client now; retrying it there cannot help.
+    held->headers.set("x-should-retry", "false");
+  }
+}
+
+void RetryFilter::releaseSlot() {
+  if (slot_held_) {
+    budget_.releaseRetry();
+    slot_held_ = false;
+  }
+}
+
+void RetryFilter::onDestroy() {
+  releaseSlot();
+  if (counted_active_) {
+    budget_.onRequestEnd();
+    counted_active_ = false;
+  }
+}
+
+}  // namespace sluice
