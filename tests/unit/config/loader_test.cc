@@ -1124,8 +1124,10 @@ TEST(ConfigLoaderTest, LoadConfigFileSetsSourcePathAndReportsUnreadableFiles) {
 
 TEST(ConfigLoaderTest, EveryShippedExampleLoads) {
   const std::filesystem::path dir = std::filesystem::path(SLUICE_SOURCE_DIR) / "config/examples";
-  // Any ${VAR} the examples use resolves to a fake value.
+  // Any ${VAR} the examples use resolves to a fake value of the right shape.
   const EnvLookup env = [](const std::string& name) -> std::optional<std::string> {
+    if (name.size() > 5 && name.substr(name.size() - 5) == "_PORT") return "0";
+    if (name.size() > 4 && name.substr(name.size() - 4) == "_URL") return "http://127.0.0.1:9";
     return "fake-" + name;
   };
   std::set<std::string> loaded;
@@ -1135,7 +1137,8 @@ TEST(ConfigLoaderTest, EveryShippedExampleLoads) {
     EXPECT_TRUE(r.ok()) << (r.error ? r.error->toString() : "");
     if (r.ok()) loaded.insert(entry.path().filename().string());
   }
-  for (const char* name : {"minimal.yaml", "openai.yaml", "anthropic.yaml", "local-mock.yaml"}) {
+  for (const char* name :
+       {"minimal.yaml", "openai.yaml", "anthropic.yaml", "local-mock.yaml", "demo.yaml"}) {
     EXPECT_EQ(loaded.count(name), 1u) << name;
   }
 }
