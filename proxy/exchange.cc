@@ -30,7 +30,6 @@ Exchange::Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const Ro
       wake_(host.dispatcher().base(), [this] { onWake(); }) {
   route_->metrics->active().Increment();
   if (route_->config != nullptr) {
-    max_body_ = route_->config->retry.max_body;
     filters_ = buildFilterChain(*route_);
     for (auto& filter : filters_) filter->setCallbacks(*this);
   }
@@ -73,10 +72,10 @@ void Exchange::decodeHeaders(RequestHead&& head) {
 
 void Exchange::decodeData(const char* data, size_t len) {
   if (finished_) return;
-  if (body_.size() + len > max_body_) {
+  if (body_.size() + len > kMaxRequestBody) {
     answer(Problem{413, "body-too-large", "Request body too large",
-                   "the request body exceeds retry.max_body (" + std::to_string(max_body_) +
-                       " bytes) of route " + route_->name(),
+                   "the request body exceeds sluice's limit of " +
+                       std::to_string(kMaxRequestBody) + " bytes",
                    std::nullopt, false, std::nullopt},
            ExchangeState::Failed);
     return;
@@ -526,6 +525,17 @@ void Exchange::retryAttempt(std::chrono::milliseconds delay, const std::string& 
     backoff_timer_ = 0;
     startAttempt();
   });
+}
+
+std::function<void()> Exchange::crossThreadWaker(std::function<void()> fn) {
+  Dispatcher* dispatcher = &host_.dispatcher();
+  ExchangeHost* host = &host_;
+  const uint64_t id = id_;
+  return [dispatcher, host, id, fn = std::move(fn)] {
+    dispatcher->post([host, id, fn] {
+      if (host->alive(id)) fn();
+    });
+  };
 }
 
 // --- timers -----------------------------------------------------------------------------

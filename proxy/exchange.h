@@ -43,6 +43,8 @@ class ExchangeHost {
   virtual UpstreamPool& pool(const Runtime& runtime, size_t index) = 0;
   /** The Exchange has finished: the host deletes it (deferred). */
   virtual void retire(Exchange& exchange) = 0;
+  /** True while exchange `id` exists on this host and has not finished. */
+  virtual bool alive(uint64_t id) const = 0;
 };
 
 /** A point-in-time view of an Exchange for the admin `/exchanges` endpoint. */
@@ -104,6 +106,7 @@ class Exchange final : public DeferredDeletable,
   void retryAttempt(std::chrono::milliseconds delay, const std::string& cause) override;
   ResponseHead* heldResponse() override { return held_head_ ? &*held_head_ : nullptr; }
   std::string_view heldBody() const override { return held_body_; }
+  std::function<void()> crossThreadWaker(std::function<void()> fn) override;
 
   // --- introspection ----------------------------------------------------------
   uint64_t id() const { return id_; }
@@ -111,8 +114,11 @@ class Exchange final : public DeferredDeletable,
   std::optional<CancelReason> cancelReason() const { return cancel_reason_; }
   ExchangeSnapshot snapshot() const;
 
-  /** Largest request body buffered when the route has no retry.max_body (no route). */
-  static constexpr uint64_t kDefaultMaxBody = 8ull * 1024 * 1024;
+  /**
+   * Largest request body sluice accepts (413 above). Bodies up to the route's
+   * `retry.max_body` may be replayed by retries; larger ones are sent once.
+   */
+  static constexpr uint64_t kMaxRequestBody = 64ull * 1024 * 1024;
 
  private:
   enum class Phase { DecodeHeaders, DecodeComplete, BeforeAttempt, Done };
@@ -160,7 +166,6 @@ class Exchange final : public DeferredDeletable,
 
   RequestHead request_;
   std::string body_;
-  uint64_t max_body_ = kDefaultMaxBody;
   bool request_complete_ = false;
   std::vector<StreamFilterPtr> filters_;
 

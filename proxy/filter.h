@@ -93,6 +93,12 @@ class FilterCallbacks {
   virtual ResponseHead* heldResponse() = 0;
   /** The held response's body so far (at most kMaxHeldBody bytes). */
   virtual std::string_view heldBody() const = 0;
+  /**
+   * Wraps `fn` into a callback any thread may call: it runs `fn` on this
+   * Exchange's worker thread, and not at all if the Exchange has ended by
+   * then. Shared state (quota trackers) wakes waiters with it.
+   */
+  virtual std::function<void()> crossThreadWaker(std::function<void()> fn) = 0;
 };
 
 /** The most body sluice buffers for a held (maybe-retried) response. */

@@ -3,6 +3,7 @@
 #include "filters/budget/budget_filter.h"
 #include "filters/circuit_breaker/circuit_breaker_filter.h"
 #include "filters/retry/retry_filter.h"
+#include "filters/throttle/throttle_filter.h"
 
 namespace sluice {
 
@@ -25,6 +26,12 @@ constexpr FilterEntry kFilterTable[] = {
     {"circuit_breaker",
      [](const RouteRuntime& r) -> StreamFilterPtr {
        return std::make_unique<CircuitBreakerFilter>(*r.upstream->breaker);
+     }},
+    {"throttle",
+     [](const RouteRuntime& r) -> StreamFilterPtr {
+       if (!r.upstream->quota) return nullptr;
+       return std::make_unique<ThrottleFilter>(*r.upstream->config->rate_limit, *r.upstream->quota,
+                                               *r.upstream->metrics);
      }},
     {"retry",
      [](const RouteRuntime& r) -> StreamFilterPtr {

@@ -29,6 +29,7 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
           um->circuitState().Set(static_cast<double>(static_cast<int>(to)));
           um->circuitTransitions(toString(to)).Increment();
         });
+    if (up.rate_limit) u.quota = std::make_unique<QuotaTracker>(*up.rate_limit, clock);
     rt->upstreams_.push_back(std::move(u));
   }
 

@@ -14,6 +14,7 @@
 #include "config/config.h"
 #include "filters/circuit_breaker/circuit_breaker.h"
 #include "filters/retry/retry_decision.h"
+#include "filters/throttle/quota_tracker.h"
 #include "proxy/clock.h"
 #include "proxy/metrics.h"
 #include "proxy/tls.h"
@@ -26,6 +27,7 @@ struct UpstreamRuntime {
   std::unique_ptr<UpstreamMetrics> metrics;
   SslCtxPtr ssl_ctx;  // null for http://
   std::unique_ptr<CircuitBreaker> breaker;  // shared by every worker's attempts
+  std::unique_ptr<QuotaTracker> quota;      // null when `rate_limit` is absent
 };
 
 /** Per-route state shared by all workers. */

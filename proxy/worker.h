@@ -48,6 +48,7 @@ class Worker final : public ExchangeHost, public Http1ConnectionHost {
   Dispatcher& dispatcher() override { return dispatcher_; }
   UpstreamPool& pool(const Runtime& runtime, size_t index) override;
   void retire(Exchange& exchange) override;
+  bool alive(uint64_t id) const override { return exchanges_.count(id) != 0; }
 
   // Http1ConnectionHost
   Exchange& newExchange(RequestHead& head, DownstreamStream& downstream,

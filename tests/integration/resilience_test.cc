@@ -149,6 +149,24 @@ TEST(RetryTest, NonIdempotentPostIsRetriedOnlyWithIdempotencyKey) {
   EXPECT_EQ(attemptsFor(mock, "withkey").size(), 2u);
 }
 
+TEST(RetryTest, BodyAboveMaxBodyIsProxiedOnceNotRetried) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url(), "",
+                                "    retry: {attempts: 3, max_body: 16B, backoff: {base: 5ms}}"));
+  auto big = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                         {{"x-mock-fail-times", "1"}, {"x-mock-fail-key", "big"},
+                          {"x-mock-status", "503"}},
+                         kChat);  // ~70 bytes > 16 B
+  EXPECT_EQ(big.status, 503);
+  EXPECT_EQ(attemptsFor(mock, "big").size(), 1u);
+  auto small = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                           {{"x-mock-fail-times", "1"}, {"x-mock-fail-key", "small"},
+                            {"x-mock-status", "503"}},
+                           "{}");
+  EXPECT_EQ(small.status, 200);
+  EXPECT_EQ(attemptsFor(mock, "small").size(), 2u);
+}
+
 TEST(RetryTest, ClientLeavingDuringBackoffStopsFurtherAttempts) {
   MockLlm mock;
   SluiceUnderTest sluice(config(mock.url(), "", "    retry: {attempts: 3}"));

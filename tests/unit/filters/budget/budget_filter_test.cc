@@ -102,6 +102,7 @@ class FakeFilterCallbacks : public FilterCallbacks {
   }
   ResponseHead* heldResponse() override { return nullptr; }
   std::string_view heldBody() const override { return {}; }
+  std::function<void()> crossThreadWaker(std::function<void()> fn) override { return fn; }
 
   int continue_calls = 0;
   int set_deadline_calls = 0;

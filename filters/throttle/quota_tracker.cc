@@ -1,0 +1,438 @@
+#include "filters/throttle/quota_tracker.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace sluice {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+// Token needs are estimates; clamp them so sums of many cannot overflow.
+constexpr int64_t kMaxTokenNeed = int64_t{1} << 40;
+
+// How often (at most) idle keys are swept.
+constexpr std::chrono::minutes kSweepInterval{1};
+
+milliseconds retryAfterFor(const std::optional<MonotonicTime>& wait, MonotonicTime now) {
+  if (!wait) return kUnknownQuotaRetryAfter;
+  if (*wait <= now) return milliseconds(0);
+  return std::chrono::ceil<milliseconds>(*wait - now);
+}
+
+// The wait ends at or after the deadline (or the deadline already passed).
+bool missesDeadline(const std::optional<MonotonicTime>& wait, MonotonicTime deadline,
+                    MonotonicTime now) {
+  return now >= deadline || (wait && *wait >= deadline);
+}
+
+using Admission = QuotaTracker::Admission;
+
+Admission rejected(milliseconds retry_after) {
+  return {Admission::Kind::Rejected, 0, std::nullopt, retry_after};
+}
+Admission admitted(uint64_t ticket) {
+  return {Admission::Kind::Admitted, ticket, std::nullopt, milliseconds(0)};
+}
+Admission queued(uint64_t ticket, std::optional<MonotonicTime> wake_at) {
+  return {Admission::Kind::Queued, ticket, wake_at, milliseconds(0)};
+}
+
+}  // namespace
+
+std::string quotaKeyFor(const config::RateLimitConfig& config, const HeaderMap& request_headers) {
+  if (config.key.kind == config::RateLimitKey::Kind::None) return "";
+  const auto value = request_headers.get(config.key.header);
+  if (!value) return "-";
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int digest_len = 0;
+  if (EVP_Digest(value->data(), value->size(), digest, &digest_len, EVP_sha256(), nullptr) != 1 ||
+      digest_len < 8) {
+    return "-";  // cannot happen with a working OpenSSL; never fall back to the raw value
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string key;
+  key.reserve(16);
+  for (size_t i = 0; i < 8; ++i) {
+    key.push_back(kHex[digest[i] >> 4]);
+    key.push_back(kHex[digest[i] & 0xf]);
+  }
+  return key;
+}
+
+QuotaTracker::QuotaTracker(const config::RateLimitConfig& config, const Clock& clock)
+    : config_(config), clock_(clock), last_sweep_(clock.now()) {}
+
+// --- admission rules ----------------------------------------------------------
+
+int64_t QuotaTracker::reserveFor(const QuotaState& quota) const {
+  const int64_t reserve = std::max<int64_t>(config_.reserve, 0);
+  // A quota no larger than the reserve would never admit anything: keep one slot.
+  return quota.limit > 0 ? std::min(reserve, quota.limit - 1) : reserve;
+}
+
+int64_t QuotaTracker::tokenNeed(const KeyState& key, int64_t need) const {
+  // A need above the whole limit could never fit: it waits for a full quota instead.
+  return key.tokens.limit > 0 ? std::min(need, key.tokens.limit) : need;
+}
+
+bool QuotaTracker::fitsLocked(const KeyState& key, int64_t need) const {
+  if (!key.requests.known && !key.tokens.known) return key.unthrottled;
+  if (key.requests.known &&
+      key.requests.remaining - key.requests.charged <= reserveFor(key.requests)) {
+    return false;
+  }
+  if (key.tokens.known && need > 0 &&
+      tokenNeed(key, need) > key.tokens.remaining - key.tokens.charged) {
+    return false;
+  }
+  return true;
+}
+
+std::optional<MonotonicTime> QuotaTracker::waitUntilLocked(const KeyState& key, int64_t need,
+                                                           MonotonicTime now) const {
+  if (fitsLocked(key, need)) return now;
+  if (!key.requests.known && !key.tokens.known) return std::nullopt;  // waiting for a probe
+  MonotonicTime until = now;
+  const auto blockedBy = [&](const QuotaState& quota) -> bool {
+    if (!quota.reset_at) return false;
+    until = std::max(until, *quota.reset_at);
+    return true;
+  };
+  if (key.requests.known &&
+      key.requests.remaining - key.requests.charged <= reserveFor(key.requests) &&
+      !blockedBy(key.requests)) {
+    return std::nullopt;
+  }
+  if (key.tokens.known && need > 0 &&
+      tokenNeed(key, need) > key.tokens.remaining - key.tokens.charged && !blockedBy(key.tokens)) {
+    return std::nullopt;
+  }
+  return until;
+}
+
+bool QuotaTracker::canProbeLocked(const KeyState& key, int64_t need, MonotonicTime now) const {
+  // Only when nothing could bring news otherwise: no known reset, nothing awaiting an answer.
+  return key.unanswered == 0 && !waitUntilLocked(key, need, now);
+}
+
+std::optional<MonotonicTime> QuotaTracker::ticketWaitLocked(const KeyState& key,
+                                                            const Ticket& ticket,
+                                                            MonotonicTime now) const {
+  // Strict FIFO: nobody goes before the head, so the wait is at least the head's.
+  auto wait = waitUntilLocked(key, ticket.token_need, now);
+  if (!key.queue.empty() && wait) {
+    const auto head = tickets_.find(key.queue.front());
+    if (head != tickets_.end()) {
+      const auto head_wait = waitUntilLocked(key, head->second.token_need, now);
+      if (!head_wait) return std::nullopt;
+      wait = std::max(*wait, *head_wait);
+    }
+  }
+  return wait;
+}
+
+// --- state changes ------------------------------------------------------------
+
+void QuotaTracker::refreshLocked(KeyState& key, MonotonicTime now) {
+  const auto refill = [&](QuotaState& quota, int64_t in_flight) {
+    if (!quota.known || !quota.reset_at || now < *quota.reset_at) return;
+    quota.window_end = quota.reset_at;
+    quota.reset_at.reset();
+    if (quota.limit > 0) {
+      quota.remaining = quota.limit;
+      // Requests sent before the reset and still unanswered may count in the new window.
+      quota.charged = in_flight;
+    } else {
+      quota.known = false;  // nothing to refill to: learn it again (a probe, for requests)
+    }
+  };
+  refill(key.requests, key.unanswered);
+  refill(key.tokens, key.unanswered_tokens);
+}
+
+void QuotaTracker::grantLocked(KeyState& key, Ticket& ticket) {
+  ticket.state = Ticket::State::Admitted;
+  key.in_flight += 1;
+  key.unanswered += 1;
+  key.unanswered_tokens += ticket.token_need;
+  key.requests.charged += 1;
+  key.tokens.charged += ticket.token_need;
+}
+
+void QuotaTracker::releaseLocked(KeyState& key, MonotonicTime now, uint64_t caller,
+                                 Wakers& wakers) {
+  while (!key.queue.empty()) {
+    const uint64_t id = key.queue.front();
+    auto it = tickets_.find(id);
+    if (it == tickets_.end()) {  // defensive: never expected
+      key.queue.pop_front();
+      --queued_;
+      continue;
+    }
+    Ticket& ticket = it->second;
+    if (now >= ticket.deadline) {
+      // Do not spend quota on a request whose budget is gone; its poll() rejects it.
+      key.queue.pop_front();
+      --queued_;
+      ticket.state = Ticket::State::Expired;
+      if (id != caller && ticket.waker) wakers.push_back(ticket.waker);
+      continue;
+    }
+    if (!fitsLocked(key, ticket.token_need) && !canProbeLocked(key, ticket.token_need, now)) {
+      break;
+    }
+    key.queue.pop_front();
+    --queued_;
+    grantLocked(key, ticket);
+    if (id != caller && ticket.waker) wakers.push_back(ticket.waker);
+  }
+}
+
+void QuotaTracker::removeFromQueueLocked(KeyState& key, uint64_t ticket) {
+  const auto it = std::find(key.queue.begin(), key.queue.end(), ticket);
+  if (it == key.queue.end()) return;
+  key.queue.erase(it);
+  --queued_;
+}
+
+bool QuotaTracker::applyQuota(QuotaState& state, const Quota& reported, MonotonicTime now,
+                              int64_t unanswered) {
+  if (reported.limit > 0) state.limit = reported.limit;
+  const auto& reset = reported.reset_at;
+  // A report about a window that is already over (or the one we refilled after)
+  // must not lower the refilled quota: it is an old response arriving late.
+  if (state.known && reset && *reset <= now) return false;
+  if (state.window_end && reset && *reset <= *state.window_end) return false;
+  // Within one window remaining only goes down: more than last time = an older report.
+  if (state.known && state.reset_at && reported.remaining > state.remaining &&
+      (!reset || *reset <= *state.reset_at)) {
+    return false;
+  }
+  state.known = true;
+  state.remaining = reported.remaining;
+  if (reset) state.reset_at = reset;
+  state.charged = unanswered;
+  return true;
+}
+
+void QuotaTracker::maybeSweepLocked(MonotonicTime now) {
+  if (now - last_sweep_ < kSweepInterval) return;
+  last_sweep_ = now;
+  for (auto it = keys_.begin(); it != keys_.end();) {
+    const KeyState& key = it->second;
+    MonotonicTime idle_since = key.last_active;
+    if (key.requests.reset_at) idle_since = std::max(idle_since, *key.requests.reset_at);
+    if (key.tokens.reset_at) idle_since = std::max(idle_since, *key.tokens.reset_at);
+    if (key.queue.empty() && key.in_flight == 0 && now - idle_since > kQuotaKeyIdleExpiry) {
+      it = keys_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void QuotaTracker::wakeAll(Wakers& wakers) {
+  for (auto& waker : wakers) waker();
+}
+
+// --- the public API -------------------------------------------------------------
+
+QuotaTracker::Admission QuotaTracker::admit(const std::string& key_name, uint64_t token_need,
+                                            MonotonicTime deadline, Waker waker) {
+  Wakers wakers;
+  Admission result = rejected(milliseconds(0));
+  {
+    std::lock_guard lock(mutex_);
+    const MonotonicTime now = clock_.now();
+    maybeSweepLocked(now);
+    KeyState& key = keys_[key_name];
+    key.last_active = now;
+    refreshLocked(key, now);
+    releaseLocked(key, now, 0, wakers);  // a reset may have passed with nobody polling
+
+    const int64_t need =
+        static_cast<int64_t>(std::min<uint64_t>(token_need, static_cast<uint64_t>(kMaxTokenNeed)));
+    Ticket ticket{key_name, need, deadline, std::move(waker), Ticket::State::Queued};
+    if (key.queue.empty() && (fitsLocked(key, need) || canProbeLocked(key, need, now))) {
+      const uint64_t id = next_ticket_++;
+      grantLocked(key, ticket);
+      tickets_.emplace(id, std::move(ticket));
+      result = admitted(id);
+    } else {
+      const auto wait = ticketWaitLocked(key, ticket, now);
+      if (key.queue.size() >= config_.max_queue || missesDeadline(wait, deadline, now)) {
+        result = rejected(retryAfterFor(wait, now));
+      } else {
+        const uint64_t id = next_ticket_++;
+        tickets_.emplace(id, std::move(ticket));
+        key.queue.push_back(id);
+        ++queued_;
+        result = queued(id, wait);
+      }
+    }
+  }
+  wakeAll(wakers);
+  return result;
+}
+
+QuotaTracker::Admission QuotaTracker::poll(uint64_t id) {
+  Wakers wakers;
+  Admission result = rejected(milliseconds(0));
+  {
+    std::lock_guard lock(mutex_);
+    const MonotonicTime now = clock_.now();
+    auto it = tickets_.find(id);
+    if (it == tickets_.end()) return rejected(milliseconds(0));
+    Ticket& ticket = it->second;
+    if (ticket.state == Ticket::State::Admitted) return admitted(id);
+    auto key_it = keys_.find(ticket.key);
+    if (ticket.state == Ticket::State::Expired || key_it == keys_.end()) {
+      tickets_.erase(it);
+      return rejected(kUnknownQuotaRetryAfter);
+    }
+    KeyState& key = key_it->second;
+    key.last_active = now;
+    refreshLocked(key, now);
+    releaseLocked(key, now, id, wakers);
+    if (ticket.state == Ticket::State::Admitted) {
+      result = admitted(id);
+    } else {
+      const auto wait = ticketWaitLocked(key, ticket, now);
+      if (ticket.state == Ticket::State::Expired || missesDeadline(wait, ticket.deadline, now)) {
+        if (ticket.state == Ticket::State::Queued) removeFromQueueLocked(key, id);
+        tickets_.erase(it);
+        result = rejected(retryAfterFor(wait, now));
+        // The head may have left: whoever is next might fit now.
+        releaseLocked(key, now, 0, wakers);
+      } else {
+        result = queued(id, wait);
+      }
+    }
+  }
+  wakeAll(wakers);
+  return result;
+}
+
+void QuotaTracker::abandon(uint64_t id) {
+  Wakers wakers;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = tickets_.find(id);
+    if (it == tickets_.end()) return;
+    Ticket ticket = std::move(it->second);
+    tickets_.erase(it);
+    auto key_it = keys_.find(ticket.key);
+    if (key_it == keys_.end()) return;
+    KeyState& key = key_it->second;
+    const MonotonicTime now = clock_.now();
+    key.last_active = now;
+    if (ticket.state == Ticket::State::Queued) {
+      removeFromQueueLocked(key, id);
+    } else if (ticket.state == Ticket::State::Admitted) {
+      // Never sent: give its slot back (it was charged in every state since its grant).
+      key.in_flight -= 1;
+      key.unanswered = std::max<int64_t>(key.unanswered - 1, 0);
+      key.unanswered_tokens = std::max<int64_t>(key.unanswered_tokens - ticket.token_need, 0);
+      key.requests.charged = std::max<int64_t>(key.requests.charged - 1, 0);
+      key.tokens.charged = std::max<int64_t>(key.tokens.charged - ticket.token_need, 0);
+    }
+    refreshLocked(key, now);
+    releaseLocked(key, now, 0, wakers);
+  }
+  wakeAll(wakers);
+}
+
+void QuotaTracker::onAttemptDone(uint64_t id, bool headers_seen) {
+  Wakers wakers;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = tickets_.find(id);
+    if (it == tickets_.end() || it->second.state != Ticket::State::Admitted) return;
+    const int64_t need = it->second.token_need;
+    auto key_it = keys_.find(it->second.key);
+    tickets_.erase(it);
+    if (key_it == keys_.end()) return;
+    KeyState& key = key_it->second;
+    const MonotonicTime now = clock_.now();
+    key.last_active = now;
+    key.in_flight -= 1;
+    if (!headers_seen) {
+      // No answer will come for it. Its charge stays (the upstream may have
+      // counted it) until the next report or reset.
+      key.unanswered = std::max<int64_t>(key.unanswered - 1, 0);
+      key.unanswered_tokens = std::max<int64_t>(key.unanswered_tokens - need, 0);
+    }
+    refreshLocked(key, now);
+    releaseLocked(key, now, 0, wakers);
+  }
+  wakeAll(wakers);
+}
+
+void QuotaTracker::observe(const std::string& key_name, const QuotaObservation& observation) {
+  Wakers wakers;
+  {
+    std::lock_guard lock(mutex_);
+    const MonotonicTime now = clock_.now();
+    maybeSweepLocked(now);
+    KeyState& key = keys_[key_name];
+    key.last_active = now;
+    refreshLocked(key, now);
+
+    // One response answered. observe() does not say which request it answers,
+    // so its token need is estimated as the average of those awaiting an answer.
+    if (key.unanswered > 0) {
+      key.unanswered_tokens -= key.unanswered_tokens / key.unanswered;
+      key.unanswered -= 1;
+      if (key.unanswered == 0) key.unanswered_tokens = 0;
+    }
+
+    if (observation.requests) {
+      last_remaining_requests_ = observation.requests->remaining;
+      applyQuota(key.requests, *observation.requests, now, key.unanswered);
+    }
+    if (observation.tokens) {
+      last_remaining_tokens_ = observation.tokens->remaining;
+      applyQuota(key.tokens, *observation.tokens, now, key.unanswered_tokens);
+    }
+    if (key.requests.known || key.tokens.known) {
+      key.unthrottled = false;
+    } else if (observation.empty()) {
+      key.unthrottled = true;  // the upstream does not report quotas for this key
+    }
+    // A report of a passed reset ("0s") takes effect now.
+    refreshLocked(key, now);
+    releaseLocked(key, now, 0, wakers);
+
+    // Fail fast: queued requests whose wait no longer fits their deadline.
+    for (const uint64_t id : key.queue) {
+      const auto it = tickets_.find(id);
+      if (it == tickets_.end()) continue;
+      const auto wait = ticketWaitLocked(key, it->second, now);
+      if (wait && *wait >= it->second.deadline && it->second.waker) {
+        wakers.push_back(it->second.waker);
+      }
+    }
+  }
+  wakeAll(wakers);
+}
+
+size_t QuotaTracker::queueDepth() const {
+  std::lock_guard lock(mutex_);
+  return queued_;
+}
+
+std::optional<int64_t> QuotaTracker::lastRemaining(bool tokens) const {
+  std::lock_guard lock(mutex_);
+  return tokens ? last_remaining_tokens_ : last_remaining_requests_;
+}
+
+size_t QuotaTracker::keyCount() const {
+  std::lock_guard lock(mutex_);
+  return keys_.size();
+}
+
+}  // namespace sluice

@@ -1,0 +1,227 @@
+#pragma once
+
+// Proactive rate-limit throttling for one upstream (DESIGN.md §3 "Rate-limit
+// throttling"), shared by every worker thread.
+//
+// Per quota key (one per API key, or one per upstream) the tracker keeps what
+// the upstream last reported — limit, remaining and reset, for requests and,
+// when reported, tokens — and what sluice has sent since. Before each upstream
+// attempt a request asks admit(); the answer is Admitted, Queued (FIFO per
+// key, until the reset or a new report) or Rejected (429 `rate_limited`).
+// Every response's quota headers come back through observe().
+//
+//   unknown ──probe's headers carry a quota──► known ◄──┐ a later report replaces
+//      │                                          │      │ the assumption
+//      │                                          └──────┘ reset passed: assumed
+//      └──probe's headers carry no quota──► unthrottled     refilled to `limit`
+//
+// Accounting ("effective remaining"). A report can only include requests the
+// upstream had seen when it answered; with LLM latencies, others sluice sent
+// meanwhile are missing from it. So effective remaining = reported remaining −
+// the requests admitted and not yet answered (response headers not yet
+// observed) when the report was taken − the requests admitted since. That is the
+// contract's "admitted since the last header", made safe for concurrent
+// requests: 50 requests in flight cannot all spend the same `remaining: 5`,
+// and a report that overtakes an older one cannot undo the count either.
+// Reports are also checked for staleness: within one window (same reset) a
+// report with *more* remaining than the last one is an older response arriving
+// late and is ignored, as is a report about a window that is already over.
+//
+// Unknown quota: one request (the probe) goes; the rest wait until some
+// response's headers are observed, or the probe ends without headers (then the
+// next request is the probe). The same single probe is used whenever a key is
+// blocked with no known reset and nothing in flight could bring news — so a
+// quota can never wedge a queue forever. Reports of a key whose responses carry
+// no quota headers at all make it "unthrottled": everything is admitted until
+// a quota shows up (e.g. a 429 with Retry-After).
+//
+// No timers, no I/O: time comes from the injected Clock, a reset is applied
+// lazily by the next call after it. The caller arms a timer at `wake_at` (and
+// at its deadline) and polls. One mutex guards all state; Wakers are always
+// invoked after it is released.
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "config/config.h"
+#include "filters/throttle/quota_headers.h"
+#include "proxy/clock.h"
+#include "proxy/http_headers.h"
+
+namespace sluice {
+
+/** A key that is idle (nothing queued or in flight) this long past its reset is forgotten. */
+inline constexpr std::chrono::minutes kQuotaKeyIdleExpiry{10};
+
+/** Retry-After given when a request is rejected and no reset is known. */
+inline constexpr std::chrono::milliseconds kUnknownQuotaRetryAfter = std::chrono::seconds(1);
+
+/**
+ * The quota key for a request: "" for key kind None; for Header, the first 16
+ * hex chars of the SHA-256 of the header's (first) value. Raw keys — API keys —
+ * are never stored, logged or exposed. A missing header gives the key "-".
+ */
+std::string quotaKeyFor(const config::RateLimitConfig& config, const HeaderMap& request_headers);
+
+/**
+ * Throttling state for one upstream, across all its quota keys. Thread-safe.
+ *
+ * Ticket lifecycle: admit() → Admitted ─ onAttemptDone() (exactly once)
+ *                          → Queued ─ poll() … → Admitted | Rejected, or abandon()
+ *                          → Rejected (ticket 0: nothing to release).
+ * A ticket that was Admitted must end with onAttemptDone(), or with abandon()
+ * if its attempt was never sent; otherwise its quota slot is never returned.
+ * A queued ticket is admitted (its slot reserved, its waker called) the moment
+ * quota frees up; its next poll() just reads that. So poll promptly when woken:
+ * a released ticket nobody polls holds its slot.
+ */
+class QuotaTracker {
+ public:
+  /**
+   * Called from ANY thread when a queued ticket should call poll() again. Must
+   * be cheap and thread-safe (e.g. post to the waiter's event loop); it may call
+   * back into the tracker. Never called with the tracker's lock held. May fire
+   * after the ticket was abandoned (the caller must tolerate that).
+   */
+  using Waker = std::function<void()>;
+
+  /** The answer of admit() and poll(). */
+  struct Admission {
+    enum class Kind { Admitted, Queued, Rejected };
+    Kind kind;
+    // Identifies a Queued request (and an Admitted one, for onAttemptDone). 0 when Rejected.
+    uint64_t ticket = 0;
+    // Queued: poll() again at this time at the latest (the reset), if known.
+    std::optional<MonotonicTime> wake_at;
+    // Rejected: how long until the quota is expected back (for Retry-After).
+    std::chrono::milliseconds retry_after{0};
+  };
+
+  QuotaTracker(const config::RateLimitConfig& config, const Clock& clock);
+
+  /**
+   * Asks to send one request on `key`. `token_need` = estimated tokens (0 =
+   * unknown/ignore); `deadline` = the request's budget deadline
+   * (MonotonicTime::max() = none). Queued requests wait FIFO per key; a request
+   * is Rejected at once when the key's queue holds `max_queue` requests, or
+   * when the known wait (until the reset) ends at or after its deadline. An
+   * unknown wait (waiting for a probe's answer) is only rejected once the
+   * deadline has passed.
+   */
+  Admission admit(const std::string& key, uint64_t token_need, MonotonicTime deadline, Waker waker);
+
+  /**
+   * A Queued ticket asks again (its waker fired, or wake_at passed): Admitted,
+   * still Queued, or Rejected (its wait no longer fits its deadline; the ticket
+   * is then gone). Idempotent for an Admitted ticket; an unknown (finished)
+   * ticket gets Rejected with retry_after 0.
+   */
+  Admission poll(uint64_t ticket);
+
+  /**
+   * A queued ticket's request went away (client left, cancelled): drop it,
+   * never admit it. Also accepted for an Admitted ticket whose attempt was
+   * never sent: its quota slot is returned. Unknown tickets are ignored.
+   */
+  void abandon(uint64_t ticket);
+
+  /**
+   * An admitted request's attempt ended; `headers_seen` = its response headers
+   * were fed to observe() before. Without headers, the request stops counting
+   * as "awaiting an answer", which lets the next probe go on an unknown key.
+   */
+  void onAttemptDone(uint64_t ticket, bool headers_seen);
+
+  /**
+   * Feeds a response's quota headers (parsed with observeQuota(headers,
+   * status, clock), which folds a 429's Retry-After into remaining 0 until
+   * then). Call it once per response, also when the observation is empty.
+   * Wakes whatever can now proceed, and queued requests whose wait no longer
+   * fits their deadline (their poll() rejects them).
+   */
+  void observe(const std::string& key, const QuotaObservation& observation);
+
+  /** Requests queued, all keys (the sluice_throttle_queue_depth gauge). */
+  size_t queueDepth() const;
+
+  /**
+   * The latest reported remaining requests (`tokens` = false) or tokens, any
+   * key, for the sluice_ratelimit_remaining gauge. nullopt until reported.
+   */
+  std::optional<int64_t> lastRemaining(bool tokens) const;
+
+  /** Keys currently tracked (for tests of the idle expiry). */
+  size_t keyCount() const;
+
+ private:
+  // One quota (requests or tokens) of one key.
+  struct QuotaState {
+    bool known = false;                       // a usable report (or refill) is in force
+    int64_t limit = -1;                       // last reported limit; -1 = never reported
+    int64_t remaining = 0;                    // reported, or `limit` after a refill
+    std::optional<MonotonicTime> reset_at;    // when it refills; nullopt = not said
+    std::optional<MonotonicTime> window_end;  // the reset last refilled at: reports
+                                              // resetting at or before it are stale
+    int64_t charged = 0;                      // sent but not in `remaining` (see top)
+  };
+
+  struct KeyState {
+    QuotaState requests;
+    QuotaState tokens;
+    bool unthrottled = false;       // responses carry no quota headers at all
+    int64_t unanswered = 0;         // admitted, response headers not yet observed
+    int64_t unanswered_tokens = 0;  // their token needs (estimated, see observe())
+    size_t in_flight = 0;           // Admitted tickets not yet done
+    std::deque<uint64_t> queue;     // Queued tickets, FIFO
+    MonotonicTime last_active{};
+  };
+
+  struct Ticket {
+    enum class State { Queued, Admitted, Expired };
+    std::string key;
+    int64_t token_need = 0;
+    MonotonicTime deadline;
+    Waker waker;
+    State state = State::Queued;
+  };
+
+  using Wakers = std::vector<Waker>;
+
+  int64_t reserveFor(const QuotaState& quota) const;
+  int64_t tokenNeed(const KeyState& key, int64_t need) const;
+  bool fitsLocked(const KeyState& key, int64_t need) const;
+  std::optional<MonotonicTime> waitUntilLocked(const KeyState& key, int64_t need,
+                                               MonotonicTime now) const;
+  bool canProbeLocked(const KeyState& key, int64_t need, MonotonicTime now) const;
+  std::optional<MonotonicTime> ticketWaitLocked(const KeyState& key, const Ticket& ticket,
+                                                MonotonicTime now) const;
+  void refreshLocked(KeyState& key, MonotonicTime now);
+  void grantLocked(KeyState& key, Ticket& ticket);
+  void releaseLocked(KeyState& key, MonotonicTime now, uint64_t caller, Wakers& wakers);
+  void removeFromQueueLocked(KeyState& key, uint64_t ticket);
+  void maybeSweepLocked(MonotonicTime now);
+  static bool applyQuota(QuotaState& state, const Quota& reported, MonotonicTime now,
+                         int64_t unanswered);
+  static void wakeAll(Wakers& wakers);
+
+  const config::RateLimitConfig config_;
+  const Clock& clock_;
+  mutable std::mutex mutex_;
+
+  std::unordered_map<std::string, KeyState> keys_;
+  std::unordered_map<uint64_t, Ticket> tickets_;
+  uint64_t next_ticket_ = 1;
+  size_t queued_ = 0;
+  MonotonicTime last_sweep_{};
+  std::optional<int64_t> last_remaining_requests_;
+  std::optional<int64_t> last_remaining_tokens_;
+};
+
+}  // namespace sluice

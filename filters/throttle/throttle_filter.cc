@@ -1,0 +1,109 @@
+#include "filters/throttle/throttle_filter.h"
+
+#include <nlohmann/json.hpp>
+
+#include "filters/throttle/quota_headers.h"
+
+namespace sluice {
+
+uint64_t estimateTokenNeed(std::string_view request_body) {
+  uint64_t need = (request_body.size() + 3) / 4;
+  auto j = nlohmann::json::parse(request_body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object()) {
+    for (const char* field : {"max_tokens", "max_completion_tokens", "max_output_tokens"}) {
+      auto it = j.find(field);
+      if (it != j.end() && it->is_number_unsigned()) {
+        need += it->get<uint64_t>();
+        break;
+      }
+    }
+  }
+  return need;
+}
+
+FilterStatus ThrottleFilter::decodeComplete(std::string_view body) {
+  key_ = quotaKeyFor(config_, callbacks_->request().headers);
+  token_need_ = estimateTokenNeed(body);
+  return FilterStatus::Continue;
+}
+
+FilterStatus ThrottleFilter::beforeAttempt(RequestHead&) {
+  headers_seen_ = false;
+  // The waker may run on any thread; it only posts back to this Exchange's
+  // worker, which drops it if the Exchange is gone by then.
+  auto waker = callbacks_->crossThreadWaker([this] { poll(); });
+  return apply(tracker_.admit(key_, token_need_, callbacks_->deadline(), std::move(waker)));
+}
+
+FilterStatus ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
+  using Kind = QuotaTracker::Admission::Kind;
+  callbacks_->disarmTimer(wake_timer_);
+  wake_timer_ = 0;
+  switch (admission.kind) {
+    case Kind::Admitted:
+      ticket_ = admission.ticket;
+      admitted_ = true;
+      if (queued_) {
+        queued_ = false;
+        metrics_.throttleWait().Observe(
+            std::chrono::duration<double>(callbacks_->clock().now() - queued_at_).count());
+      }
+      updateGauges();
+      return FilterStatus::Continue;
+    case Kind::Rejected:
+      queued_ = false;
+      updateGauges();
+      callbacks_->cancel(CancelReason::RateLimited, admission.retry_after);
+      return FilterStatus::StopIteration;
+    case Kind::Queued:
+      if (!queued_) queued_at_ = callbacks_->clock().now();
+      queued_ = true;
+      ticket_ = admission.ticket;
+      if (admission.wake_at) {
+        wake_timer_ = callbacks_->armTimer(*admission.wake_at, [this] {
+          wake_timer_ = 0;
+          poll();
+        });
+      }
+      updateGauges();
+      return FilterStatus::StopIteration;
+  }
+  return FilterStatus::StopIteration;
+}
+
+void ThrottleFilter::poll() {
+  if (!queued_) return;
+  if (apply(tracker_.poll(ticket_)) == FilterStatus::Continue) callbacks_->continueDecoding();
+}
+
+FilterStatus ThrottleFilter::encodeHeaders(ResponseHead& response, bool) {
+  const QuotaObservation observation =
+      observeQuota(response.headers, response.status, callbacks_->clock());
+  tracker_.observe(key_, observation);
+  headers_seen_ = true;
+  updateGauges();
+  return FilterStatus::Continue;
+}
+
+void ThrottleFilter::onAttemptEnd(const AttemptEnd&) {
+  if (!admitted_) return;
+  tracker_.onAttemptDone(ticket_, headers_seen_);
+  admitted_ = false;
+}
+
+void ThrottleFilter::onDestroy() {
+  callbacks_->disarmTimer(wake_timer_);
+  wake_timer_ = 0;
+  if (queued_) tracker_.abandon(ticket_);  // a client that left is never sent
+  if (admitted_) tracker_.onAttemptDone(ticket_, headers_seen_);
+  queued_ = admitted_ = false;
+  updateGauges();
+}
+
+void ThrottleFilter::updateGauges() {
+  metrics_.throttleQueueDepth().Set(static_cast<double>(tracker_.queueDepth()));
+  if (auto r = tracker_.lastRemaining(false)) metrics_.rateLimitRemaining(false).Set(*r);
+  if (auto t = tracker_.lastRemaining(true)) metrics_.rateLimitRemaining(true).Set(*t);
+}
+
+}  // namespace sluice

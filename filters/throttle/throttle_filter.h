@@ -1,0 +1,59 @@
+#pragma once
+
+// The throttle filter (DESIGN.md §3 "Rate-limit throttling"): before each
+// attempt it asks the upstream's shared QuotaTracker for admission, so
+// sluice holds requests *before* the provider's own 429 when its reported
+// quota is nearly spent. A held request waits FIFO, on a timer of its
+// Exchange (the quota reset) and on a cross-thread wake-up (another
+// response refilled the quota); a client that leaves while queued is
+// dropped, never sent. A wait that cannot fit the budget, or a full queue,
+// answers 429 `rate_limited` with Retry-After. Every response's quota
+// headers are fed back to the tracker.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "config/config.h"
+#include "filters/throttle/quota_tracker.h"
+#include "proxy/filter.h"
+#include "proxy/metrics.h"
+
+namespace sluice {
+
+/** The tokens a request may spend: its output cap plus an input estimate (body bytes / 4). */
+uint64_t estimateTokenNeed(std::string_view request_body);
+
+class ThrottleFilter final : public StreamFilter {
+ public:
+  ThrottleFilter(const config::RateLimitConfig& config, QuotaTracker& tracker,
+                 UpstreamMetrics& metrics)
+      : config_(config), tracker_(tracker), metrics_(metrics) {}
+
+  std::string_view name() const override { return "throttle"; }
+  FilterStatus decodeComplete(std::string_view body) override;
+  FilterStatus beforeAttempt(RequestHead& upstream_request) override;
+  FilterStatus encodeHeaders(ResponseHead& response, bool end_stream) override;
+  void onAttemptEnd(const AttemptEnd& end) override;
+  void onDestroy() override;
+
+ private:
+  /** Acts on an admission: go, keep waiting (re-armed), or answer 429. */
+  FilterStatus apply(const QuotaTracker::Admission& admission);
+  void poll();
+  void updateGauges();
+
+  const config::RateLimitConfig& config_;
+  QuotaTracker& tracker_;
+  UpstreamMetrics& metrics_;
+  std::string key_;
+  uint64_t token_need_ = 0;
+  uint64_t ticket_ = 0;
+  bool queued_ = false;
+  bool admitted_ = false;
+  bool headers_seen_ = false;
+  MonotonicTime queued_at_{};
+  TimerId wake_timer_ = 0;
+};
+
+}  // namespace sluice
