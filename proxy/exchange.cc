@@ -136,6 +136,7 @@ void Exchange::startAttempt() {
   retry_scheduled_ = false;
   held_head_.reset();
   held_body_.clear();
+  attempt_forwarded_bytes_ = 0;
   upstream_request_ = request_;
   rewriteRequestForUpstream(upstream_request_, *route_->upstream->config,
                             downstream_ != nullptr ? downstream_->clientInfo() : ClientInfo{});
@@ -293,6 +294,7 @@ void Exchange::releaseHeldResponse(bool end_stream) {
   body.swap(held_body_);
   sendResponseHead(head);
   if (!discarding_ && downstream_ != nullptr) {
+    attempt_forwarded_bytes_ += body.size();
     downstream_->encodeData(body.data(), body.size(), end_stream);
   }
 }
@@ -310,6 +312,7 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
     releaseHeldResponse(false);  // too big to be an error worth retrying: stream it
   }
   if (discarding_ || downstream_ == nullptr) return;
+  attempt_forwarded_bytes_ += len;
   downstream_->encodeData(data, len, false);
   if (!upstream_paused_ && conn_ != nullptr && downstream_->aboveHighWatermark()) {
     // The client is slower than the upstream: stop reading the upstream until
@@ -358,6 +361,7 @@ void Exchange::onUpstreamError(UpstreamError error, const std::string& detail) {
 // --- downstream events ----------------------------------------------------------------
 
 void Exchange::onDownstreamDisconnect() {
+  if (downstream_ != nullptr) undelivered_at_disconnect_ = downstream_->bufferedBytes();
   downstream_ = nullptr;  // never write to the client again
   if (finished_) return;
   const bool finish_mode =
@@ -525,6 +529,14 @@ void Exchange::retryAttempt(std::chrono::milliseconds delay, const std::string& 
     backoff_timer_ = 0;
     startAttempt();
   });
+}
+
+uint64_t Exchange::deliveredBodyBytes() const {
+  // While the client is attached everything handed over counts (what is still
+  // buffered will be written); once it left, what was stuck in sluice did not
+  // reach it. (Chunk framing makes this a slight undercount.)
+  const uint64_t stuck = downstream_ != nullptr ? 0 : undelivered_at_disconnect_;
+  return attempt_forwarded_bytes_ > stuck ? attempt_forwarded_bytes_ - stuck : 0;
 }
 
 std::function<void()> Exchange::crossThreadWaker(std::function<void()> fn) {

@@ -111,7 +111,10 @@ class Exchange final : public DeferredDeletable,
   // --- introspection ----------------------------------------------------------
   uint64_t id() const { return id_; }
   ExchangeState state() const { return state_; }
-  std::optional<CancelReason> cancelReason() const { return cancel_reason_; }
+  std::optional<CancelReason> cancelReason() const override { return cancel_reason_; }
+  uint64_t deliveredBodyBytes() const override;
+  bool retrying() const override { return retry_scheduled_; }
+  bool finishDraining() const override { return discarding_; }
   ExchangeSnapshot snapshot() const;
 
   /**
@@ -184,6 +187,8 @@ class Exchange final : public DeferredDeletable,
   std::optional<ResponseHead> held_head_;  // a response a filter is holding back
   std::string held_body_;
   uint64_t response_bytes_ = 0;
+  uint64_t attempt_forwarded_bytes_ = 0;  // this attempt's body bytes handed to the client
+  uint64_t undelivered_at_disconnect_ = 0;  // still buffered in sluice when the client left
   MonotonicTime last_upstream_byte_{};
   TimerId connect_timer_ = 0;
   TimerId first_byte_timer_ = 0;

@@ -99,6 +99,20 @@ class FilterCallbacks {
    * then. Shared state (quota trackers) wakes waiters with it.
    */
   virtual std::function<void()> crossThreadWaker(std::function<void()> fn) = 0;
+
+  // --- for the spend meter --------------------------------------------------
+  /** The Exchange's cancel_reason so far (first cause), if any. */
+  virtual std::optional<CancelReason> cancelReason() const = 0;
+  /**
+   * Response body bytes of the current attempt that reached the client: what
+   * was handed to the client connection, minus what was still buffered in
+   * sluice when the client left.
+   */
+  virtual uint64_t deliveredBodyBytes() const = 0;
+  /** True when the retry filter scheduled another attempt (this one is abandoned). */
+  virtual bool retrying() const = 0;
+  /** True in `finish` mode after the client left: the response is drained and discarded. */
+  virtual bool finishDraining() const = 0;
 };
 
 /** The most body sluice buffers for a held (maybe-retried) response. */

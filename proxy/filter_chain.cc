@@ -3,6 +3,7 @@
 #include "filters/budget/budget_filter.h"
 #include "filters/circuit_breaker/circuit_breaker_filter.h"
 #include "filters/retry/retry_filter.h"
+#include "filters/spend/spend_filter.h"
 #include "filters/throttle/throttle_filter.h"
 
 namespace sluice {
@@ -36,6 +37,11 @@ constexpr FilterEntry kFilterTable[] = {
     {"retry",
      [](const RouteRuntime& r) -> StreamFilterPtr {
        return std::make_unique<RetryFilter>(r.config->retry, *r.retry_budget);
+     }},
+    // Last, so that when an attempt ends it sees the retry decision already made.
+    {"spend",
+     [](const RouteRuntime& r) -> StreamFilterPtr {
+       return std::make_unique<SpendFilter>(r.runtime->prices(), *r.metrics);
      }},
 };
 

@@ -36,6 +36,7 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
   rt->routes_.reserve(cfg.routes.size());
   for (const auto& route : cfg.routes) {
     RouteRuntime r;
+    r.runtime = rt.get();
     r.config = &route;
     r.upstream_index = route.upstream_index;
     r.upstream = &rt->upstreams_.at(route.upstream_index);
@@ -44,6 +45,8 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
     r.retry_budget = std::make_unique<RetryBudget>(route.retry.budget_percent);
     rt->routes_.push_back(std::move(r));
   }
+  rt->prices_ = PriceTable(cfg.pricing);
+  rt->no_route_.runtime = rt.get();
   rt->no_route_.name_ = "none";
   rt->no_route_.metrics = std::make_unique<RouteMetrics>(metrics, "none", "none");
   return rt;

@@ -14,6 +14,7 @@
 #include "config/config.h"
 #include "filters/circuit_breaker/circuit_breaker.h"
 #include "filters/retry/retry_decision.h"
+#include "filters/spend/pricing.h"
 #include "filters/throttle/quota_tracker.h"
 #include "proxy/clock.h"
 #include "proxy/metrics.h"
@@ -31,7 +32,10 @@ struct UpstreamRuntime {
 };
 
 /** Per-route state shared by all workers. */
+class Runtime;
+
 struct RouteRuntime {
+  const Runtime* runtime = nullptr;             // the runtime this route belongs to
   const config::RouteConfig* config = nullptr;  // null for the "no route" pseudo-route
   const UpstreamRuntime* upstream = nullptr;    // null for the "no route" pseudo-route
   size_t upstream_index = 0;
@@ -62,6 +66,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   const std::vector<UpstreamRuntime>& upstreams() const { return upstreams_; }
   const std::vector<RouteRuntime>& routes() const { return routes_; }
   Metrics& metrics() const { return *metrics_; }
+  /** The `pricing` table, for the spend meter. */
+  const PriceTable& prices() const { return prices_; }
 
  private:
   config::ConfigPtr config_;
@@ -69,6 +75,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   std::vector<UpstreamRuntime> upstreams_;
   std::vector<RouteRuntime> routes_;
   RouteRuntime no_route_;
+  PriceTable prices_;
 };
 
 using RuntimePtr = std::shared_ptr<const Runtime>;

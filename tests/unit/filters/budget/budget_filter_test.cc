@@ -103,6 +103,10 @@ class FakeFilterCallbacks : public FilterCallbacks {
   ResponseHead* heldResponse() override { return nullptr; }
   std::string_view heldBody() const override { return {}; }
   std::function<void()> crossThreadWaker(std::function<void()> fn) override { return fn; }
+  std::optional<CancelReason> cancelReason() const override { return std::nullopt; }
+  uint64_t deliveredBodyBytes() const override { return 0; }
+  bool retrying() const override { return false; }
+  bool finishDraining() const override { return false; }
 
   int continue_calls = 0;
   int set_deadline_calls = 0;

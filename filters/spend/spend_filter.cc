@@ -1,0 +1,80 @@
+#include "filters/spend/spend_filter.h"
+
+#include "filters/spend/spend_split.h"
+
+namespace sluice {
+
+FilterStatus SpendFilter::decodeComplete(std::string_view body) {
+  request_ = std::make_unique<MeteredRequest>(
+      MeteredRequest::fromRequest(callbacks_->request().pathOnly(), body));
+  return FilterStatus::Continue;
+}
+
+FilterStatus SpendFilter::beforeAttempt(RequestHead&) {
+  if (request_) meter_ = std::make_unique<UsageMeter>(*request_);
+  return FilterStatus::Continue;
+}
+
+FilterStatus SpendFilter::encodeHeaders(ResponseHead& response, bool) {
+  if (meter_) {
+    meter_->onResponseHeaders(response.status,
+                              response.headers.get("content-type").value_or(""));
+  }
+  return FilterStatus::Continue;
+}
+
+void SpendFilter::encodeData(const char* data, size_t len, bool end_stream) {
+  if (!meter_) return;
+  if (len > 0) meter_->onResponseData(data, len);
+  if (end_stream) meter_->onResponseEnd();
+}
+
+void SpendFilter::onAttemptEnd(const AttemptEnd& end) { account(end); }
+
+void SpendFilter::onDestroy() {
+  if (meter_) account(AttemptEnd{AttemptResult::Cancelled, 0, false});
+}
+
+void SpendFilter::account(const AttemptEnd& end) {
+  if (!meter_) return;
+  std::unique_ptr<UsageMeter> meter = std::move(meter_);
+  meter->onBytesDelivered(callbacks_->deliveredBodyBytes());
+
+  AttemptDisposition disposition = AttemptDisposition::Completed;
+  const auto reason = callbacks_->cancelReason();
+  if (callbacks_->finishDraining()) {
+    disposition = AttemptDisposition::Finished;
+  } else if (callbacks_->retrying() || end.result == AttemptResult::Timeout) {
+    disposition = AttemptDisposition::Abandoned;
+  } else if (end.result == AttemptResult::Cancelled || end.result == AttemptResult::Reset ||
+             reason) {
+    disposition = AttemptDisposition::Cancelled;
+  }
+
+  const ModelPrice& price = prices_.match(meter->model());
+  const SpendSplit split = splitSpend(meter->tokenCounts(), disposition, price);
+  const std::string& model = price.label;
+  if (split.delivered_input_tokens > 0) {
+    metrics_.tokens(model, false, Disposition::Delivered).Increment(split.delivered_input_tokens);
+  }
+  if (split.delivered_output_tokens > 0) {
+    metrics_.tokens(model, true, Disposition::Delivered).Increment(split.delivered_output_tokens);
+  }
+  if (split.leaked_input_tokens > 0) {
+    metrics_.tokens(model, false, Disposition::Leaked).Increment(split.leaked_input_tokens);
+  }
+  if (split.leaked_output_tokens > 0) {
+    metrics_.tokens(model, true, Disposition::Leaked).Increment(split.leaked_output_tokens);
+  }
+  if (split.delivered_usd > 0) metrics_.spend(model, Disposition::Delivered).Increment(split.delivered_usd);
+  if (split.leaked_usd > 0) {
+    metrics_.spend(model, Disposition::Leaked).Increment(split.leaked_usd);
+    // The reason the work went unused: the Exchange's cancel_reason, or for an
+    // attempt abandoned by a stall, upstream_timeout.
+    std::optional<CancelReason> why = reason;
+    if (!why && end.result == AttemptResult::Timeout) why = CancelReason::UpstreamTimeout;
+    if (why) metrics_.leakedSpend(model, toString(*why)).Increment(split.leaked_usd);
+  }
+}
+
+}  // namespace sluice

@@ -1,0 +1,42 @@
+#pragma once
+
+// The spend filter (DESIGN.md §4 "Leaked spend"): meters every attempt's
+// usage as the response streams past (UsageMeter: provider usage where
+// reported, estimates otherwise), and when the attempt ends splits its tokens
+// and USD into `delivered` (a listening client got them) and `leaked`
+// (produced after the client left, abandoned by a retry, a stall or the
+// budget, or drained in `finish` mode), attributing leaked USD to the
+// Exchange's cancel_reason. It observes only: it never changes the response.
+
+#include <memory>
+
+#include "filters/spend/pricing.h"
+#include "filters/spend/usage_meter.h"
+#include "proxy/filter.h"
+#include "proxy/metrics.h"
+
+namespace sluice {
+
+class SpendFilter final : public StreamFilter {
+ public:
+  SpendFilter(const PriceTable& prices, RouteMetrics& metrics) : prices_(prices), metrics_(metrics) {}
+
+  std::string_view name() const override { return "spend"; }
+  FilterStatus decodeComplete(std::string_view body) override;
+  FilterStatus beforeAttempt(RequestHead& upstream_request) override;
+  FilterStatus encodeHeaders(ResponseHead& response, bool end_stream) override;
+  void encodeData(const char* data, size_t len, bool end_stream) override;
+  void onAttemptEnd(const AttemptEnd& end) override;
+  void onDestroy() override;
+
+ private:
+  /** Books the current attempt's tokens and USD once, then forgets it. */
+  void account(const AttemptEnd& end);
+
+  const PriceTable& prices_;
+  RouteMetrics& metrics_;
+  std::unique_ptr<MeteredRequest> request_;
+  std::unique_ptr<UsageMeter> meter_;  // the attempt in flight
+};
+
+}  // namespace sluice
