@@ -156,6 +156,7 @@ void QuotaTracker::refreshLocked(KeyState& key, MonotonicTime now) {
 
 void QuotaTracker::grantLocked(KeyState& key, Ticket& ticket) {
   ticket.state = Ticket::State::Admitted;
+  ticket.granted_at = clock_.now();
   key.in_flight += 1;
   key.unanswered += 1;
   key.unanswered_tokens += ticket.token_need;
@@ -200,23 +201,63 @@ void QuotaTracker::removeFromQueueLocked(KeyState& key, uint64_t ticket) {
 }
 
 bool QuotaTracker::applyQuota(QuotaState& state, const Quota& reported, MonotonicTime now,
-                              int64_t unanswered) {
+                              MonotonicTime sent_at, int64_t unanswered) {
   if (reported.limit > 0) state.limit = reported.limit;
   const auto& reset = reported.reset_at;
-  // A report about a window that is already over (or the one we refilled after)
-  // must not lower the refilled quota: it is an old response arriving late.
+  // The reset was parsed on arrival; the upstream took the report at some point
+  // after the request was sent, so its real reset may be up to that long earlier.
+  std::optional<MonotonicTime> earliest = reset;
+  if (reset && sent_at < now) earliest = *reset - (now - sent_at);
+  // A report about a window that is already over (or possibly the one we
+  // refilled after) must not lower the refilled quota: it is an old response
+  // arriving late. Dropping a new window's report here is safe: the refill
+  // already counts every request sent since.
   if (state.known && reset && *reset <= now) return false;
-  if (state.window_end && reset && *reset <= *state.window_end) return false;
-  // Within one window remaining only goes down: more than last time = an older report.
+  if (state.window_end && earliest && *earliest <= *state.window_end) return false;
+  // Within one window remaining only goes down: more than last time = an older
+  // report. Unless it is surely a later window, keep the lower count: at worst
+  // it holds requests until the known reset, when the refill catches up.
   if (state.known && state.reset_at && reported.remaining > state.remaining &&
-      (!reset || *reset <= *state.reset_at)) {
+      (!earliest || *earliest <= *state.reset_at)) {
     return false;
   }
   state.known = true;
   state.remaining = reported.remaining;
-  if (reset) state.reset_at = reset;
+  if (reset) {
+    // Possibly the same window, seen through a jittered report (its send time
+    // is known): keep the latest estimate of its reset, so a late report of an
+    // older window cannot bring the refill forward. Without a send time the
+    // report is taken as the upstream's latest word (e.g. a 429's Retry-After).
+    if (sent_at < now && state.reset_at && earliest && *earliest <= *state.reset_at) {
+      state.reset_at = std::max(*state.reset_at, *reset);
+    } else {
+      state.reset_at = reset;
+    }
+  }
   state.charged = unanswered;
   return true;
+}
+
+void QuotaTracker::wakeChangedLocked(KeyState& key, MonotonicTime now, Wakers& wakers) {
+  // A queued ticket was told when to poll again (or that it cannot know yet).
+  // When its wait became known or earlier, wake it to learn the new time.
+  for (const uint64_t id : key.queue) {
+    const auto it = tickets_.find(id);
+    if (it == tickets_.end()) continue;
+    Ticket& ticket = it->second;
+    const auto wait = ticketWaitLocked(key, ticket, now);
+    if (!wait) continue;
+    if (!ticket.told_wake || *wait < *ticket.told_wake) {
+      ticket.told_wake = wait;
+      if (ticket.waker) wakers.push_back(ticket.waker);
+    }
+  }
+}
+
+QuotaTracker::Admission QuotaTracker::queuedLocked(Ticket& ticket, uint64_t id,
+                                                  std::optional<MonotonicTime> wait) {
+  ticket.told_wake = wait;
+  return queued(id, wait);
 }
 
 void QuotaTracker::maybeSweepLocked(MonotonicTime now) {
@@ -256,7 +297,7 @@ QuotaTracker::Admission QuotaTracker::admit(const std::string& key_name, uint64_
 
     const int64_t need =
         static_cast<int64_t>(std::min<uint64_t>(token_need, static_cast<uint64_t>(kMaxTokenNeed)));
-    Ticket ticket{key_name, need, deadline, std::move(waker), Ticket::State::Queued};
+    Ticket ticket{key_name, need, deadline, std::move(waker), Ticket::State::Queued, {}, {}};
     if (key.queue.empty() && (fitsLocked(key, need) || canProbeLocked(key, need, now))) {
       const uint64_t id = next_ticket_++;
       grantLocked(key, ticket);
@@ -268,10 +309,10 @@ QuotaTracker::Admission QuotaTracker::admit(const std::string& key_name, uint64_
         result = rejected(retryAfterFor(wait, now));
       } else {
         const uint64_t id = next_ticket_++;
-        tickets_.emplace(id, std::move(ticket));
+        auto& stored = tickets_.emplace(id, std::move(ticket)).first->second;
         key.queue.push_back(id);
         ++queued_;
-        result = queued(id, wait);
+        result = queuedLocked(stored, id, wait);
       }
     }
   }
@@ -309,7 +350,7 @@ QuotaTracker::Admission QuotaTracker::poll(uint64_t id) {
         // The head may have left: whoever is next might fit now.
         releaseLocked(key, now, 0, wakers);
       } else {
-        result = queued(id, wait);
+        result = queuedLocked(ticket, id, wait);
       }
     }
   }
@@ -342,6 +383,7 @@ void QuotaTracker::abandon(uint64_t id) {
     }
     refreshLocked(key, now);
     releaseLocked(key, now, 0, wakers);
+    wakeChangedLocked(key, now, wakers);
   }
   wakeAll(wakers);
 }
@@ -368,6 +410,7 @@ void QuotaTracker::onAttemptDone(uint64_t id, bool headers_seen) {
     }
     refreshLocked(key, now);
     releaseLocked(key, now, 0, wakers);
+    wakeChangedLocked(key, now, wakers);
   }
   wakeAll(wakers);
 }
@@ -377,6 +420,30 @@ void QuotaTracker::observe(const std::string& key_name, const QuotaObservation& 
   {
     std::lock_guard lock(mutex_);
     const MonotonicTime now = clock_.now();
+    observeLocked(key_name, observation, now, now, wakers);
+  }
+  wakeAll(wakers);
+}
+
+void QuotaTracker::observe(uint64_t ticket, const QuotaObservation& observation) {
+  Wakers wakers;
+  {
+    std::lock_guard lock(mutex_);
+    const MonotonicTime now = clock_.now();
+    const auto it = tickets_.find(ticket);
+    if (it != tickets_.end()) {
+      const MonotonicTime sent_at =
+          it->second.state == Ticket::State::Admitted ? it->second.granted_at : now;
+      const std::string key_name = it->second.key;
+      observeLocked(key_name, observation, now, sent_at, wakers);
+    }
+  }
+  wakeAll(wakers);
+}
+
+void QuotaTracker::observeLocked(const std::string& key_name, const QuotaObservation& observation,
+                                 MonotonicTime now, MonotonicTime sent_at, Wakers& wakers) {
+  {
     maybeSweepLocked(now);
     KeyState& key = keys_[key_name];
     key.last_active = now;
@@ -392,11 +459,11 @@ void QuotaTracker::observe(const std::string& key_name, const QuotaObservation& 
 
     if (observation.requests) {
       last_remaining_requests_ = observation.requests->remaining;
-      applyQuota(key.requests, *observation.requests, now, key.unanswered);
+      applyQuota(key.requests, *observation.requests, now, sent_at, key.unanswered);
     }
     if (observation.tokens) {
       last_remaining_tokens_ = observation.tokens->remaining;
-      applyQuota(key.tokens, *observation.tokens, now, key.unanswered_tokens);
+      applyQuota(key.tokens, *observation.tokens, now, sent_at, key.unanswered_tokens);
     }
     if (key.requests.known || key.tokens.known) {
       key.unthrottled = false;
@@ -416,8 +483,8 @@ void QuotaTracker::observe(const std::string& key_name, const QuotaObservation& 
         wakers.push_back(it->second.waker);
       }
     }
+    wakeChangedLocked(key, now, wakers);
   }
-  wakeAll(wakers);
 }
 
 size_t QuotaTracker::queueDepth() const {

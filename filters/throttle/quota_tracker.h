@@ -23,9 +23,14 @@
 // contract's "admitted since the last header", made safe for concurrent
 // requests: 50 requests in flight cannot all spend the same `remaining: 5`,
 // and a report that overtakes an older one cannot undo the count either.
-// Reports are also checked for staleness: within one window (same reset) a
-// report with *more* remaining than the last one is an older response arriving
-// late and is ignored, as is a report about a window that is already over.
+// Reports are also checked for staleness: within one window a report with
+// *more* remaining than the last one is an older response arriving late and is
+// ignored, as is a report about a window that is already over. "One window" is
+// decided with the report's earliest possible reset (see observe(ticket, ...)):
+// resets parsed from relative values carry the response latency as jitter, so
+// a report only counts as a new window when even its earliest possible reset
+// is after the current one; the reset kept for a window is the latest reported
+// (a reset estimate must never be early, or a refill would overrun the quota).
 //
 // Unknown quota: one request (the probe) goes; the rest wait until some
 // response's headers are observed, or the probe ends without headers (then the
@@ -34,6 +39,11 @@
 // quota can never wedge a queue forever. Reports of a key whose responses carry
 // no quota headers at all make it "unthrottled": everything is admitted until
 // a quota shows up (e.g. a 429 with Retry-After).
+//
+// Every Queued answer without a wake_at has someone bound to wake it: a
+// request awaiting its answer (observe()/onAttemptDone() re-examine the queue
+// and wake tickets whose wait became known or earlier than they were told), or
+// else the probe is granted at once.
 //
 // No timers, no I/O: time comes from the injected Clock, a reset is applied
 // lazily by the next call after it. The caller arms a timer at `wake_at` (and
@@ -148,6 +158,17 @@ class QuotaTracker {
    */
   void observe(const std::string& key, const QuotaObservation& observation);
 
+  /**
+   * The same, for the response to `ticket` (an Admitted ticket; unknown tickets
+   * are treated like the overload above). The ticket's grant time bounds when
+   * the upstream took the report: a relative reset ("1.996s") parsed on arrival
+   * lies up to the response's latency after the upstream's real reset, so two
+   * reports of one window differ by their latencies. Knowing the bound tells a
+   * late report of an old window, or a jittered one of the same window, from a
+   * report of a new window.
+   */
+  void observe(uint64_t ticket, const QuotaObservation& observation);
+
   /** Requests queued, all keys (the sluice_throttle_queue_depth gauge). */
   size_t queueDepth() const;
 
@@ -190,6 +211,8 @@ class QuotaTracker {
     MonotonicTime deadline;
     Waker waker;
     State state = State::Queued;
+    MonotonicTime granted_at{};                // Admitted: when
+    std::optional<MonotonicTime> told_wake;    // Queued: the wake_at last answered
   };
 
   using Wakers = std::vector<Waker>;
@@ -208,7 +231,11 @@ class QuotaTracker {
   void removeFromQueueLocked(KeyState& key, uint64_t ticket);
   void maybeSweepLocked(MonotonicTime now);
   static bool applyQuota(QuotaState& state, const Quota& reported, MonotonicTime now,
-                         int64_t unanswered);
+                         MonotonicTime sent_at, int64_t unanswered);
+  void observeLocked(const std::string& key_name, const QuotaObservation& observation,
+                     MonotonicTime now, MonotonicTime sent_at, Wakers& wakers);
+  void wakeChangedLocked(KeyState& key, MonotonicTime now, Wakers& wakers);
+  Admission queuedLocked(Ticket& ticket, uint64_t id, std::optional<MonotonicTime> wait);
   static void wakeAll(Wakers& wakers);
 
   const config::RateLimitConfig config_;

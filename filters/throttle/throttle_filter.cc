@@ -60,7 +60,12 @@ FilterStatus ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
       queued_ = true;
       ticket_ = admission.ticket;
       if (admission.wake_at) {
-        wake_timer_ = callbacks_->armTimer(*admission.wake_at, [this] {
+        // A wake_at at or before now is polled again on a later loop turn, never
+        // in a hot loop: at least a millisecond from now.
+        const MonotonicTime now = callbacks_->clock().now();
+        const MonotonicTime at =
+            *admission.wake_at > now ? *admission.wake_at : now + std::chrono::milliseconds(1);
+        wake_timer_ = callbacks_->armTimer(at, [this] {
           wake_timer_ = 0;
           poll();
         });
@@ -79,7 +84,12 @@ void ThrottleFilter::poll() {
 FilterStatus ThrottleFilter::encodeHeaders(ResponseHead& response, bool) {
   const QuotaObservation observation =
       observeQuota(response.headers, response.status, callbacks_->clock());
-  tracker_.observe(key_, observation);
+  // By ticket: its send time bounds the latency jitter of relative resets.
+  if (admitted_) {
+    tracker_.observe(ticket_, observation);
+  } else {
+    tracker_.observe(key_, observation);
+  }
   headers_seen_ = true;
   updateGauges();
   return FilterStatus::Continue;

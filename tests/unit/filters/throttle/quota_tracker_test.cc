@@ -6,6 +6,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <queue>
+#include <functional>
 #include <random>
 #include <set>
 #include <string>
@@ -276,7 +278,8 @@ TEST(QuotaTrackerTest, UnknownQuotaAdmitsOneProbe) {
   EXPECT_TRUE(log.take().empty());
   // The probe's headers: 3 left, reserve 1 → 2 may go (the probe's answer is in the report).
   tracker.observe(kKey, requestsQuota(clock, 100, 3, seconds(60)));
-  EXPECT_EQ(log.take(), (std::vector<int>{1, 2}));
+  // 1 and 2 are admitted; 3 was told "unknown" and is woken to learn its wait.
+  EXPECT_EQ(log.take(), (std::vector<int>{1, 2, 3}));
   EXPECT_EQ(tracker.poll(queued[0]).kind, Kind::Admitted);
   EXPECT_EQ(tracker.poll(queued[1]).kind, Kind::Admitted);
   EXPECT_EQ(tracker.poll(queued[2]).kind, Kind::Queued);
@@ -765,6 +768,186 @@ TEST(QuotaTrackerStressTest, FourThreads) {
   }
   EXPECT_GT(abandoned, 0);
   EXPECT_GT(rejected, 0);
+}
+
+// --- regression: fixed-window provider, many queued tickets across resets -------
+
+namespace window_sim {
+
+// Go-style duration as mock-llm / OpenAI print it: "20ms", "1.996s", "2s".
+std::string goDuration(milliseconds d) {
+  if (d < seconds(1)) return std::to_string(d.count()) + "ms";
+  std::string s = std::to_string(d.count() / 1000);
+  int64_t frac = d.count() % 1000;
+  if (frac != 0) {
+    std::string f = std::to_string(1000 + frac).substr(1);
+    while (!f.empty() && f.back() == '0') f.pop_back();
+    s += "." + f;
+  }
+  return s + "s";
+}
+
+// A discrete-event simulation of the throttle filter in front of mock-llm's fixed-window
+// quota (the window starts at the key's first request and resets every `window` exactly),
+// on a ManualClock. Each request's headers are computed at the provider when it arrives and
+// reach sluice `latency` later, so every report's reset is jittered by that latency.
+struct Result {
+  int admitted = 0;
+  int provider_429s = 0;
+  int max_per_window = 0;
+  milliseconds last_admit{0};  // after the start
+  std::vector<std::string> trace;
+};
+
+Result run(int tickets, int64_t limit, milliseconds window, std::vector<milliseconds> latencies,
+           milliseconds net, milliseconds timer_slack) {
+  ManualClock clock;
+  const MonotonicTime start = clock.now();
+  QuotaTracker tracker(makeConfig(/*reserve=*/0, /*max_queue=*/100), clock);
+  const MonotonicTime deadline = start + seconds(15);
+
+  struct Event {
+    MonotonicTime at;
+    uint64_t seq;
+    std::function<void()> fn;
+    bool operator>(const Event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+  uint64_t seq = 0;
+  const auto at = [&](MonotonicTime t, std::function<void()> fn) {
+    events.push(Event{t, seq++, std::move(fn)});
+  };
+
+  Result result;
+  std::optional<MonotonicTime> window_start;  // provider side
+  std::map<int64_t, int> used;                // provider: admitted per window index
+  size_t sent = 0;
+
+  struct Req {
+    uint64_t ticket = 0;
+    bool queued = false;
+    bool done = false;
+    uint64_t timer_gen = 0;
+  };
+  std::vector<Req> reqs(tickets);
+
+  std::function<void(int, QuotaTracker::Admission)> apply;
+  std::function<void(int)> poll = [&](int i) {
+    if (!reqs[i].queued) return;
+    apply(i, tracker.poll(reqs[i].ticket));
+  };
+  const auto send = [&](int i) {
+    const milliseconds latency = latencies[sent++ % latencies.size()];
+    const uint64_t ticket = reqs[i].ticket;
+    at(clock.now() + net, [&, i, latency, ticket] {
+      // The provider receives it.
+      const MonotonicTime now = clock.now();
+      if (!window_start) window_start = now;
+      const int64_t index = (now - *window_start) / window;
+      const MonotonicTime end = *window_start + window * (index + 1);
+      const bool ok = used[index] < limit;
+      if (ok) {
+        ++used[index];
+        result.max_per_window = std::max(result.max_per_window, used[index]);
+      } else {
+        ++result.provider_429s;
+      }
+      const int64_t remaining = limit - used[index];
+      milliseconds reset_in = ceil<milliseconds>(end - now);
+      if (reset_in <= milliseconds(0)) reset_in = milliseconds(1);
+      HeaderMap headers;
+      headers.add("x-ratelimit-limit-requests", std::to_string(limit));
+      headers.add("x-ratelimit-remaining-requests", std::to_string(remaining));
+      headers.add("x-ratelimit-reset-requests", goDuration(reset_in));
+      const int status = ok ? 200 : 429;
+      at(now + latency, [&, i, ticket, headers, status] {
+        tracker.observe(ticket, observeQuota(headers, status, clock));  // as the filter does
+        tracker.onAttemptDone(ticket, true);
+        reqs[i].done = true;
+      });
+    });
+  };
+  apply = [&](int i, QuotaTracker::Admission a) {
+    Req& r = reqs[i];
+    ++r.timer_gen;  // disarm
+    const auto ms = a.wake_at ? duration_cast<milliseconds>(*a.wake_at - clock.now()).count() : -999;
+    result.trace.push_back(std::to_string(duration_cast<milliseconds>(clock.now() - start).count()) +
+                           "ms ticket=" + std::to_string(a.ticket) +
+                           " kind=" + std::to_string(static_cast<int>(a.kind)) +
+                           " wake=" + std::to_string(ms));
+    switch (a.kind) {
+      case Kind::Admitted:
+        r.queued = false;
+        r.ticket = a.ticket;
+        ++result.admitted;
+        result.last_admit = duration_cast<milliseconds>(clock.now() - start);
+        send(i);
+        break;
+      case Kind::Rejected:
+        r.queued = false;
+        break;
+      case Kind::Queued:
+        r.queued = true;
+        r.ticket = a.ticket;
+        if (a.wake_at) {
+          const uint64_t gen = r.timer_gen;
+          // Event loops fire timers a little late, at ms granularity.
+          at(std::max(*a.wake_at, clock.now()) + timer_slack, [&, i, gen] {
+            if (reqs[i].timer_gen == gen) poll(i);
+          });
+        }
+        break;
+    }
+  };
+
+  for (int i = 0; i < tickets; ++i) {
+    at(start + milliseconds(i), [&, i] {
+      apply(i, tracker.admit(kKey, 0, deadline, [&, i] {
+        at(clock.now(), [&, i] { poll(i); });  // posted to the event loop
+      }));
+    });
+  }
+  while (!events.empty()) {
+    Event e = events.top();
+    events.pop();
+    if (e.at > start + seconds(30)) break;
+    if (e.at > clock.now()) clock.advance(e.at - clock.now());
+    e.fn();
+  }
+  return result;
+}
+
+}  // namespace window_sim
+
+TEST(QuotaTrackerTest, FixedWindowReleasesEveryQueuedTicketAcrossResets) {
+  // The integration scenario: 12 agents, 3 requests per 2 s, reserve 0; the provider's
+  // reports reach sluice after varying latencies, so each report's reset differs by a few ms.
+  struct Case {
+    std::vector<milliseconds> latencies;
+    milliseconds net;
+    milliseconds slack;
+  };
+  const std::vector<Case> cases = {
+      {{milliseconds(4)}, milliseconds(0), milliseconds(0)},
+      {{milliseconds(4), milliseconds(9), milliseconds(2), milliseconds(7)}, milliseconds(1),
+       milliseconds(1)},
+      {{milliseconds(30), milliseconds(3), milliseconds(12)}, milliseconds(1), milliseconds(0)},
+      {{milliseconds(3), milliseconds(25), milliseconds(8), milliseconds(15), milliseconds(1)},
+       milliseconds(0), milliseconds(1)},
+      {{milliseconds(50), milliseconds(5), milliseconds(120), milliseconds(20)}, milliseconds(1),
+       milliseconds(2)},
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const auto r = window_sim::run(12, 3, milliseconds(2000), cases[c].latencies, cases[c].net,
+                                   cases[c].slack);
+    std::string trace;
+    for (const auto& line : r.trace) trace += line + "\n";
+    EXPECT_EQ(r.admitted, 12) << "case " << c << "\n" << trace;
+    EXPECT_EQ(r.provider_429s, 0) << "case " << c << "\n" << trace;
+    EXPECT_LE(r.max_per_window, 3) << "case " << c << "\n" << trace;
+    // Windows at 0, 2, 4 and 6 s: everyone is sent within 4 windows.
+    EXPECT_LT(r.last_admit, milliseconds(8000)) << "case " << c << "\n" << trace;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,159 @@
+// Quota throttling end to end (DESIGN.md §3): sluice reads the provider's
+// rate-limit headers and holds requests before the provider would answer
+// 429. mock-llm enforces a real fixed-window quota; its ledger shows whether
+// any request was refused.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/http_client.h"
+#include "tests/support/processes.h"
+
+namespace sluice::test {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string config(const std::string& mock_url, bool throttle) {
+  return substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 2
+upstreams:
+  - name: mock
+    url: ${MOCK_URL}
+${RATE_LIMIT}
+routes:
+  - name: chat
+    match: {path_prefix: /v1/chat/completions}
+    upstream: mock
+    budget: {default: 15s}
+    retry: {attempts: 1}
+)",
+                    {{"MOCK_URL", mock_url},
+                     {"RATE_LIMIT", throttle ? "    rate_limit: {key: none, reserve: 0, max_queue: 100}"
+                                             : ""}});
+}
+
+const char* kChat = R"({"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]})";
+
+struct AgentsResult {
+  int ok = 0;
+  int rate_limited = 0;
+  int other = 0;
+};
+
+/** 12 concurrent agents, one request each, against a 3-requests-per-2-s quota. */
+AgentsResult runAgents(uint16_t port, const std::string& quota_key) {
+  std::atomic<int> ok{0}, limited{0}, other{0};
+  std::vector<std::thread> agents;
+  for (int i = 0; i < 12; ++i) {
+    agents.emplace_back([&, i] {
+      auto r = httpRequest(port, "POST", "/v1/chat/completions",
+                           {{"x-mock-quota", "3/2000"},
+                            {"x-mock-quota-key", quota_key},
+                            {"x-mock-quota-style", "openai"},
+                            {"x-mock-request-id", quota_key + "-" + std::to_string(i)}},
+                           kChat);
+      if (r.status == 200) {
+        ++ok;
+      } else if (r.status == 429) {
+        ++limited;
+      } else {
+        ++other;
+      }
+    });
+  }
+  for (auto& t : agents) t.join();
+  return {ok.load(), limited.load(), other.load()};
+}
+
+int upstream429s(MockLlm& mock) {
+  int n = 0;
+  for (auto& e : mock.ledger()) n += e["status"] == 429 ? 1 : 0;
+  return n;
+}
+
+TEST(ThrottleTest, HoldsRequestsSoTheProviderNeverSays429) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url(), true));
+  const auto result = runAgents(sluice.port(), "on");
+  EXPECT_EQ(result.ok, 12) << "429s: " << result.rate_limited << " other: " << result.other;
+  EXPECT_EQ(upstream429s(mock), 0) << mock.ledger().dump();
+  EXPECT_EQ(mock.ledger().size(), 12u);
+  // Some had to wait for a quota reset.
+  EXPECT_GE(sluice.metric("sluice_throttle_wait_seconds_count", {{"upstream", "mock"}}), 1);
+  EXPECT_EQ(sluice.metric("sluice_throttle_queue_depth", {{"upstream", "mock"}}), 0);
+}
+
+TEST(ThrottleTest, WithoutThrottlingTheSameLoadHitsProvider429s) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url(), false));
+  const auto result = runAgents(sluice.port(), "off");
+  EXPECT_GT(upstream429s(mock), 0);
+  EXPECT_GT(result.rate_limited, 0);
+}
+
+TEST(ThrottleTest, WaitBeyondTheBudgetIs429RateLimitedAtOnce) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url(), true));
+  // Spend the quota (3 per 10 s), then ask with a budget shorter than the reset.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                          {{"x-mock-quota", "3/10000"}, {"x-mock-quota-key", "spent"}}, kChat)
+                  .status,
+              200);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                       {{"x-mock-quota", "3/10000"}, {"x-mock-quota-key", "spent"},
+                        {"x-budget-ms", "1000"}},
+                       kChat);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(500));
+  EXPECT_EQ(r.status, 429);
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.body;
+  EXPECT_EQ(j["cancel_reason"], "rate_limited");
+  EXPECT_TRUE(r.headers.has("retry-after"));
+  EXPECT_TRUE(r.headers.has("retry-after-ms"));
+  EXPECT_EQ(mock.ledger().size(), 3u) << "the refused request must not reach the provider";
+}
+
+TEST(ThrottleTest, QueuedRequestWhoseClientLeavesIsNeverSent) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url(), true));
+  for (int i = 0; i < 3; ++i) {
+    httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                {{"x-mock-quota", "3/3000"}, {"x-mock-quota-key", "leave"}}, kChat);
+  }
+  {
+    TestConnection conn(sluice.port());
+    conn.sendRequest("POST", "/v1/chat/completions",
+                     {{"x-mock-quota", "3/3000"}, {"x-mock-quota-key", "leave"},
+                      {"x-mock-request-id", "left"}},
+                     kChat);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (sluice.metric("sluice_throttle_queue_depth", {{"upstream", "mock"}}) < 1) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "never queued";
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  }  // the client leaves while queued
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (sluice.metric("sluice_throttle_queue_depth", {{"upstream", "mock"}}) > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  std::this_thread::sleep_for(milliseconds(3200));  // past the reset
+  EXPECT_EQ(mock.ledger("left").size(), 0u);
+  EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}), 1);
+}
+
+}  // namespace
+}  // namespace sluice::test
