@@ -265,15 +265,18 @@ void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
   response_status_ = head.status;
   last_upstream_byte_ = clock().now();
   rewriteResponseForDownstream(head);
+  // Every filter sees every response head (the spend meter must know a held
+  // 503 is not billable); StopIteration from any of them holds the response.
+  bool hold = false;
   for (auto& filter : filters_) {
-    const FilterStatus status = filter->encodeHeaders(head, end_stream);
+    hold = filter->encodeHeaders(head, end_stream) == FilterStatus::StopIteration || hold;
     if (finished_) return;
-    if (status == FilterStatus::StopIteration) {
-      // Held back until the attempt ends: maybe retried, maybe released.
-      held_head_ = std::move(head);
-      armIdleTimer();
-      return;
-    }
+  }
+  if (hold) {
+    // Held back until the attempt ends: maybe retried, maybe released.
+    held_head_ = std::move(head);
+    armIdleTimer();
+    return;
   }
   sendResponseHead(head);
   armIdleTimer();

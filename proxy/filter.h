@@ -140,7 +140,9 @@ class StreamFilter {
   /**
    * Per attempt: the upstream's response head, before it goes to the client.
    * StopIteration holds the response back (the retry filter does this for
-   * answers it may retry): it is buffered until the attempt ends.
+   * answers it may retry): it is buffered until the attempt ends. Unlike
+   * the request path, every filter still sees the head (observers such as
+   * the spend meter need it even when the response is never released).
    */
   virtual FilterStatus encodeHeaders(ResponseHead&, bool /*end_stream*/) {
     return FilterStatus::Continue;

@@ -70,6 +70,18 @@ TEST(SpendTest, CompletedStreamIsAllDeliveredAtTheProvidersCount) {
   EXPECT_NEAR(usd, expected, 1e-12);
 }
 
+TEST(SpendTest, ARetriedErrorAnswerIsNotBilled) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url(), "    retry: {attempts: 2, backoff: {base: 5ms}}"));
+  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                       {{"x-mock-tokens", "4"}, {"x-mock-fail-times", "1"},
+                        {"x-mock-fail-key", "billing"}, {"x-mock-status", "503"}},
+                       kStream);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(tokens(sluice, "output", "delivered"), 4);
+  EXPECT_EQ(tokens(sluice, "input", "leaked"), 0) << "a 503 is not billed by providers";
+}
+
 TEST(SpendTest, AbortBeforeTheFirstTokenLeaksTheInput) {
   MockLlm mock;
   SluiceUnderTest sluice(config(mock.url()));
