@@ -1,0 +1,32 @@
+# sluice and mock-llm in one small image (used by docker-compose.yml).
+#   docker build -t sluice .
+#   docker run --rm -p 8080:8080 -p 9901:9901 -v $PWD/my.yaml:/etc/sluice/sluice.yaml sluice
+# Build stage: the same Debian packages as scripts/setup (minus the test-only ones).
+FROM debian:bookworm AS build
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      g++ cmake ninja-build pkg-config \
+      libevent-dev libnghttp2-dev libssl-dev libyaml-cpp-dev prometheus-cpp-dev \
+      libhttp-parser-dev nlohmann-json3-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLUICE_BUILD_TESTS=OFF \
+ && cmake --build /build --target sluice mock-llm \
+ && strip /build/sluice /build/tools/mock-llm
+
+# Runtime stage: only the shared libraries the two binaries link.
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      libevent-core-2.1-7 libevent-extra-2.1-7 libevent-pthreads-2.1-7 libevent-openssl-2.1-7 \
+      libnghttp2-14 libssl3 libyaml-cpp0.7 libprometheus-cpp-core1.0 libhttp-parser2.9 \
+      ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --no-create-home --shell /usr/sbin/nologin sluice
+COPY --from=build /build/sluice /build/tools/mock-llm /usr/local/bin/
+COPY config/examples/ /etc/sluice/examples/
+USER sluice
+# 8080: proxy listener, 9901: admin (/metrics, /ready, /healthz), 9000: mock-llm
+EXPOSE 8080 9901 9000
+CMD ["sluice", "--config", "/etc/sluice/sluice.yaml"]
