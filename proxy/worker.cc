@@ -32,9 +32,12 @@ void Worker::stop() {
   if (!thread_.joinable()) return;
   dispatcher_.post([this] {
     listeners_.clear();
-    // Closing a connection cancels its Exchange (client_disconnect semantics
-    // do not apply to shutdown: these are counted as draining).
-    for (auto& [id, ex] : exchanges_) ex->cancel(CancelReason::Draining);
+    // Shutdown cancels with `draining` before the connections close (so
+    // they are not counted as client disconnects). cancel() retires the
+    // Exchange from exchanges_: iterate over a copy.
+    std::vector<Exchange*> all;
+    for (auto& [id, ex] : exchanges_) all.push_back(ex.get());
+    for (auto* ex : all) ex->cancel(CancelReason::Draining);
     std::vector<Http1ServerConnection*> conns;
     for (auto& [raw, conn] : connections_) conns.push_back(raw);
     for (auto* conn : conns) conn->close();

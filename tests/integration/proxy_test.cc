@@ -463,6 +463,27 @@ TEST_F(ProxyTest, ExchangesShowsInFlightState) {
   EXPECT_EQ(list[0]["attempts"], 1);
 }
 
+TEST_F(ProxyTest, StopCancelsInFlightExchangesWithDraining) {
+  TestConnection a(sluice_->port());
+  TestConnection b(sluice_->port());
+  for (auto* conn : {&a, &b}) {
+    conn->sendRequest("POST", "/v1/chat/completions",
+                      {{"x-mock-stall-before-headers-ms", "10000"}}, chatBody(false));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (mock_->ledger().size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  sluice_->server().stop();
+  // stop() is the hard stop: the 503 may or may not be flushed before the close.
+  auto r = a.readResponse(milliseconds(2000));
+  EXPECT_TRUE(r.status == 503 || a.peerClosed()) << r.status;
+  const std::string text = sluice_->server().metrics().serialize();
+  EXPECT_NE(text.find("sluice_cancellations_total{cancel_reason=\"draining\",route=\"chat\",upstream=\"mock\"} 2"),
+            std::string::npos)
+      << text;
+}
+
 // on_client_disconnect: finish — the attempt runs to completion, discarded.
 TEST(ProxyFinishModeTest, FinishModeLetsTheAttemptComplete) {
   MockLlm mock;
