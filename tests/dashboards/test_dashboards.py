@@ -17,7 +17,7 @@ python3 when missing). No Docker needed. Steps:
      return at least one series (alerts: with their threshold turned into a
      `bool` comparison, so a quiet alert still proves its series exist).
      Expressions over the spend meter's families are only checked for
-     validity and reported as SKIP until the meter is wired (SPEND_NOT_WIRED; empty now).
+     validity and reported as SKIP until the meter is wired (SPEND_NOT_WIRED, empty now that it is wired).
 
 Prints one line per check and finally `N passed, M failed`; exits 1 on any failure.
 Leaves nothing running.
@@ -459,7 +459,7 @@ def run(work):
         if "$" in q:
             fail(label, f"unsubstituted variable in {q}")
             return
-        spend = sorted(referenced_families(q) & set(SPEND_NOT_WIRED; empty now).
+        spend = sorted(referenced_families(q) & set(SPEND_NOT_WIRED))
         if spend:
             err, _ = prom_query(prom_base, q)
             if check(err is None, f"{label}: valid, series not required", err or ""):
