@@ -80,28 +80,5 @@ inline std::string causeLabel(const AttemptOutcome& outcome) {
   return "unknown";
 }
 
-/**
- * The `result` label of `sluice_upstream_attempts_total` (DESIGN.md §4): `ok`
- * (1xx-3xx), `http_429`, `http_4xx`, `http_5xx`, `connect_error`, `reset`,
- * `timeout`, `cancelled`.
- */
-inline std::string_view attemptResultLabel(const AttemptOutcome& outcome) {
-  switch (outcome.kind) {
-    case OutcomeKind::Status:
-      if (outcome.status == 429) return "http_429";
-      if (outcome.status >= 500) return "http_5xx";
-      if (outcome.status >= 400) return "http_4xx";
-      return "ok";
-    case OutcomeKind::ConnectError:
-      return "connect_error";
-    case OutcomeKind::Reset:
-      return "reset";
-    case OutcomeKind::Timeout:
-      return "timeout";
-    case OutcomeKind::Cancelled:
-      return "cancelled";
-  }
-  return "ok";
-}
 
 }  // namespace sluice

@@ -459,8 +459,6 @@ void Exchange::answer(const Problem& problem, ExchangeState terminal) {
 Problem Exchange::problemFor(CancelReason reason,
                              std::optional<std::chrono::milliseconds> retry_after) const {
   Problem p;
-  p.cancel_reason = reason;
-  p.retry_after = retry_after;
   const std::string upstream = route_->upstream ? route_->upstream->config->name : "none";
   switch (reason) {
     case CancelReason::BudgetExhausted:

@@ -13,12 +13,6 @@ constexpr std::string_view kHopByHop[] = {
     "proxy-authorization",
 };
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 }  // namespace
 
 void stripHopByHop(HeaderMap& headers) {
@@ -27,7 +21,7 @@ void stripHopByHop(HeaderMap& headers) {
   for (auto value : headers.getAll("connection")) {
     while (!value.empty()) {
       const auto comma = value.find(',');
-      const auto token = trim(value.substr(0, comma));
+      const auto token = trimOws(value.substr(0, comma));
       if (!token.empty()) named.push_back(toLower(token));
       if (comma == std::string_view::npos) break;
       value.remove_prefix(comma + 1);

@@ -16,6 +16,8 @@ namespace sluice {
 std::string toLower(std::string_view s);
 /** Case-insensitive ASCII comparison. */
 bool equalsIgnoreCase(std::string_view a, std::string_view b);
+/** `s` without leading and trailing optional whitespace (SP / HTAB, RFC 9110 §5.6.3). */
+std::string_view trimOws(std::string_view s);
 
 class HeaderMap {
  public:

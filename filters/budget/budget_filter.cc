@@ -5,8 +5,7 @@
 namespace sluice {
 
 std::optional<std::chrono::milliseconds> parseBudgetMs(std::string_view value) {
-  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  value = trimOws(value);
   // 15 digits is ~31,000 years: anything longer is garbage, not a budget.
   if (value.empty() || value.size() > 15) return std::nullopt;
   long long ms = 0;

@@ -15,13 +15,6 @@ using std::chrono::milliseconds;
 constexpr size_t kMaxIntegerDigits = 15;
 
 bool isDigit(char c) { return c >= '0' && c <= '9'; }
-bool isOws(char c) { return c == ' ' || c == '\t'; }
-
-std::string_view trimOws(std::string_view s) {
-  while (!s.empty() && isOws(s.front())) s.remove_prefix(1);
-  while (!s.empty() && isOws(s.back())) s.remove_suffix(1);
-  return s;
-}
 
 // A non-negative decimal `1*DIGIT [ "." 1*DIGIT ]` in units of `unit_ms`
 // milliseconds, rounded up to a whole millisecond and clamped to 24 h.

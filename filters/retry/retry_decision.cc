@@ -14,12 +14,6 @@ using std::chrono::milliseconds;
 // Problem bodies are small; anything bigger is not worth parsing on this path.
 constexpr size_t kMaxProblemBodyBytes = 64 * 1024;
 
-std::string_view trimOws(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 bool isProblemJson(const HeaderMap& headers) {
   const auto content_type = headers.get("content-type");
   if (!content_type) return false;

@@ -1,5 +1,7 @@
 #include "filters/spend/usage_meter.h"
 
+#include "proxy/http_headers.h"
+
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -24,12 +26,6 @@ std::string lowerAscii(std::string_view s) {
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
   }
   return out;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
 }
 
 // Never throws: a parse error yields a discarded value.
@@ -297,7 +293,7 @@ UsageMeter::UsageMeter(MeteredRequest request) : request_(std::move(request)) {}
 void UsageMeter::onResponseHeaders(int status, std::string_view content_type) {
   if (format_ != BodyFormat::Unknown) return;
   billable_ = status >= 200 && status < 300;
-  const std::string mime = lowerAscii(trim(content_type.substr(0, content_type.find(';'))));
+  const std::string mime = lowerAscii(trimOws(content_type.substr(0, content_type.find(';'))));
   if (!billable_) {
     format_ = BodyFormat::Other;
   } else if (mime == "text/event-stream") {
@@ -413,7 +409,7 @@ void UsageMeter::onSseEvent(const SseEvent& event) {
 
 void UsageMeter::onChatEvent(const SseEvent& event) {
   if (stream_done_) return;
-  if (trim(event.data) == "[DONE]") {
+  if (trimOws(event.data) == "[DONE]") {
     stream_done_ = true;
     return;
   }
@@ -500,7 +496,7 @@ void UsageMeter::onAnthropicEvent(const SseEvent& event) {
 }
 
 void UsageMeter::onGenericEvent(const SseEvent& event) {
-  if (trim(event.data) == "[DONE]") return;
+  if (trimOws(event.data) == "[DONE]") return;
   // An event carrying a usage object (top level, or nested as Responses and
   // Anthropic do) reports counts instead of content. The substring test keeps
   // ordinary content events from being parsed.

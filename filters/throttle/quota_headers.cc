@@ -17,13 +17,6 @@ constexpr size_t kMaxIntegerDigits = 15;
 constexpr int64_t kMaxResetNs = std::chrono::duration_cast<nanoseconds>(kMaxQuotaReset).count();
 
 bool isDigit(char c) { return c >= '0' && c <= '9'; }
-bool isOws(char c) { return c == ' ' || c == '\t'; }
-
-std::string_view trimOws(std::string_view s) {
-  while (!s.empty() && isOws(s.front())) s.remove_prefix(1);
-  while (!s.empty() && isOws(s.back())) s.remove_suffix(1);
-  return s;
-}
 
 // A non-negative decimal "1*DIGIT [ . 1*DIGIT ]" read from the front of `s`
 // (advancing it): the whole part and the fraction as nanoseconds-of-one-unit

@@ -157,3 +157,18 @@ TEST(HeaderMapTest, ViewsStayValidAcrossLookups) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+TEST(TrimOwsTest, StripsSpacesAndTabsOnlyAtTheEnds) {
+  EXPECT_EQ(trimOws("  3  "), "3");
+  EXPECT_EQ(trimOws("\t1.5\t "), "1.5");
+  EXPECT_EQ(trimOws("a b"), "a b");
+  EXPECT_EQ(trimOws(" \t "), "");
+  EXPECT_EQ(trimOws(""), "");
+  EXPECT_EQ(trimOws("\r\n"), "\r\n");  // CR/LF are not OWS
+}
+
+}  // namespace
+}  // namespace sluice

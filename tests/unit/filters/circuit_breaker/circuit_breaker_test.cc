@@ -137,7 +137,7 @@ TEST_F(CircuitBreakerTest, WhatCountsAsFailure) {
     attempt(kFail);  // streak of 1
     attempt(c.outcome);
     EXPECT_EQ(breaker_->consecutiveFailures(), c.failure ? 2u : 0u)
-        << attemptResultLabel(c.outcome);
+        << causeLabel(c.outcome);
     attempt(kOk);
   }
   // Cancelled is neither: the streak is kept, not reset or extended.

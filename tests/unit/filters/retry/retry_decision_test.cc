@@ -534,15 +534,6 @@ TEST(RetryBudgetTest, ConcurrentAcquireNeverExceedsTheCap) {
 }
 
 TEST(AttemptOutcomeTest, Labels) {
-  EXPECT_EQ(attemptResultLabel(S(200)), "ok");
-  EXPECT_EQ(attemptResultLabel(S(304)), "ok");
-  EXPECT_EQ(attemptResultLabel(S(429)), "http_429");
-  EXPECT_EQ(attemptResultLabel(S(404)), "http_4xx");
-  EXPECT_EQ(attemptResultLabel(S(503)), "http_5xx");
-  EXPECT_EQ(attemptResultLabel(AttemptOutcome::connectError()), "connect_error");
-  EXPECT_EQ(attemptResultLabel(AttemptOutcome::reset()), "reset");
-  EXPECT_EQ(attemptResultLabel(AttemptOutcome::timeout()), "timeout");
-  EXPECT_EQ(attemptResultLabel(AttemptOutcome::cancelled()), "cancelled");
   EXPECT_EQ(causeLabel(S(429)), "429");
   EXPECT_EQ(causeLabel(AttemptOutcome::connectError()), "connect_error");
 
