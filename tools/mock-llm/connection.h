@@ -1,132 +1,28 @@
 #pragma once
 
-// One client connection of mock-llm. Requests are parsed with http-parser as
-// bytes arrive (pipelining included) and queued; their ResponsePlans are then
-// played out strictly one at a time, in order, driven by libevent timers and
-// write-drain callbacks — nothing ever blocks the loop. Reading stays enabled
-// the whole time so the moment a client leaves (EOF or RST) is recorded.
-
-#include <event2/bufferevent.h>
-#include <event2/event.h>
-#include <http_parser.h>
-
-#include <chrono>
-#include <cstdint>
-#include <deque>
-#include <memory>
-#include <string>
-#include <string_view>
-
-#include "tools/mock-llm/router.h"
+// What a Worker holds for each accepted socket. A new socket starts as a
+// ProtocolDetector, which hands its bufferevent to an Http1Connection or an
+// Http2Connection once the first bytes (or TLS ALPN) tell which protocol the
+// client speaks.
 
 namespace mockllm {
 
-class Worker;
-
 /**
- * A client connection. Owned by its Worker; it retires itself (close()) on
- * EOF, error, a scripted close/reset or when the server stops.
+ * A client connection owned by its Worker. It retires itself
+ * (Worker::retire) when it is done; the worker deletes it on a later loop turn.
  */
 class Connection {
  public:
-  /** Takes ownership of `bev` (plain or TLS). `id` is the ledger's connection_id. */
-  Connection(Worker& worker, bufferevent* bev, uint64_t id);
-  ~Connection();
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
+  virtual ~Connection() = default;
 
-  /** Installs callbacks and starts reading. */
-  void start();
+  /** Installs callbacks, starts reading and handles any bytes already buffered. */
+  virtual void start() = 0;
 
   /**
-   * Brings the active request's ledger entry up to date with the bytes the
-   * socket has taken so far (called before serving GET /_ledger).
+   * Brings the ledger entries of this connection's requests up to date with
+   * the bytes the socket has taken so far (called before serving GET /_ledger).
    */
-  void syncLedger();
-
- private:
-  // What happens once everything queued for the active response has been flushed.
-  enum class AfterFlush { kNextRequest, kClose, kReset };
-  enum class Phase { kStallBeforeHeaders, kGenerating, kFlushing };
-  enum class MarkKind { kHeaders, kTokens, kUsage, kEnd };
-
-  // A ledger event that happens when the output reaches byte `offset`.
-  struct Mark {
-    uint64_t offset;
-    MarkKind kind;
-    int64_t count;
-  };
-
-  // The response currently being played out.
-  struct Active {
-    Request req;
-    ResponsePlan plan;
-    Phase phase = Phase::kStallBeforeHeaders;
-    int64_t next_token = 0;
-    bool stall_done = false;
-    bool awaiting_drain = false;
-    AfterFlush after = AfterFlush::kNextRequest;
-    std::deque<Mark> marks;
-  };
-
-  static void onReadCb(bufferevent* bev, void* arg);
-  static void onWriteCb(bufferevent* bev, void* arg);
-  static void onEventCb(bufferevent* bev, short what, void* arg);
-  static void onTimerCb(evutil_socket_t fd, short what, void* arg);
-
-  static const http_parser_settings& parserSettings();
-  static int onMessageBegin(http_parser* p);
-  static int onUrl(http_parser* p, const char* at, size_t len);
-  static int onHeaderField(http_parser* p, const char* at, size_t len);
-  static int onHeaderValue(http_parser* p, const char* at, size_t len);
-  static int onHeadersComplete(http_parser* p);
-  static int onBody(http_parser* p, const char* at, size_t len);
-  static int onMessageComplete(http_parser* p);
-
-  void onRead();
-  // Feeds bytes to http-parser; false once the connection's input is unusable.
-  bool parse(const char* data, size_t len);
-  void onWrite();
-  void onTimer();
-  void flushPendingHeader();
-
-  void maybeStartNext();
-  void afterStall();
-  void generate();
-  void finishBody();
-  void sendHead();
-  void closeWhenFlushed(AfterFlush how);
-  void flushThen();
-  void onFlushed();
-  void peerClosed();
-  void close(bool reset);
-
-  void write(const char* data, size_t len);
-  void write(std::string_view s) { write(s.data(), s.size()); }
-  void writeBody(std::string_view s);
-  void addMark(MarkKind kind, int64_t count = 0);
-  void processMarks();
-  void armTimer(std::chrono::milliseconds d);
-  size_t outputLength() const;
-
-  Worker& worker_;
-  SharedState& state_;
-  bufferevent* bev_;
-  event* timer_;
-  const uint64_t id_;
-  bool closed_ = false;
-
-  http_parser parser_;
-  Request parsing_;
-  std::string header_name_;
-  std::string header_value_;
-  bool in_header_value_ = false;
-  bool parse_failed_ = false;
-  bool overflow_ = false;
-
-  std::deque<Request> queue_;
-  std::unique_ptr<Active> active_;
-  uint64_t bytes_queued_ = 0;  // every byte ever written to the output buffer
+  virtual void syncLedger() = 0;
 };
 
 }  // namespace mockllm

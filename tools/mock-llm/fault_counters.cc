@@ -80,33 +80,34 @@ std::optional<unsigned> parseQuotaStyles(std::string_view text) {
   return styles;
 }
 
-std::string quotaHeaderLines(const QuotaStatus& q, unsigned styles,
-                             std::chrono::system_clock::time_point wall_now) {
+HeaderList quotaHeaders(const QuotaStatus& q, unsigned styles,
+                        std::chrono::system_clock::time_point wall_now) {
   const std::string limit = std::to_string(q.limit);
   const std::string remaining = std::to_string(q.remaining);
   const int64_t reset_s = ceilSeconds(q.reset_in);
-  std::string out;
+  HeaderList out;
   if (styles & kQuotaOpenAi) {
-    out += "x-ratelimit-limit-requests: " + limit + "\r\n";
-    out += "x-ratelimit-remaining-requests: " + remaining + "\r\n";
-    out += "x-ratelimit-reset-requests: " + formatGoDuration(q.reset_in) + "\r\n";
+    out.emplace_back("x-ratelimit-limit-requests", limit);
+    out.emplace_back("x-ratelimit-remaining-requests", remaining);
+    out.emplace_back("x-ratelimit-reset-requests", formatGoDuration(q.reset_in));
   }
   if (styles & kQuotaGeneric) {
-    out += "x-ratelimit-limit: " + limit + "\r\n";
-    out += "x-ratelimit-remaining: " + remaining + "\r\n";
-    out += "x-ratelimit-reset: " + std::to_string(reset_s) + "\r\n";
+    out.emplace_back("x-ratelimit-limit", limit);
+    out.emplace_back("x-ratelimit-remaining", remaining);
+    out.emplace_back("x-ratelimit-reset", std::to_string(reset_s));
   }
   if (styles & kQuotaAnthropic) {
     // Round up to the whole second so the advertised reset is never early.
     const auto reset_at = std::chrono::ceil<std::chrono::seconds>(wall_now + q.reset_in);
-    out += "anthropic-ratelimit-requests-limit: " + limit + "\r\n";
-    out += "anthropic-ratelimit-requests-remaining: " + remaining + "\r\n";
-    out += "anthropic-ratelimit-requests-reset: " + formatRfc3339Utc(reset_at) + "\r\n";
+    out.emplace_back("anthropic-ratelimit-requests-limit", limit);
+    out.emplace_back("anthropic-ratelimit-requests-remaining", remaining);
+    out.emplace_back("anthropic-ratelimit-requests-reset", formatRfc3339Utc(reset_at));
   }
   if (styles & kQuotaIetf) {
     const int64_t window_s = std::max<int64_t>(1, ceilSeconds(q.window));
-    out += "RateLimit: \"default\";r=" + remaining + ";t=" + std::to_string(reset_s) + "\r\n";
-    out += "RateLimit-Policy: \"default\";q=" + limit + ";w=" + std::to_string(window_s) + "\r\n";
+    out.emplace_back("RateLimit", "\"default\";r=" + remaining + ";t=" + std::to_string(reset_s));
+    out.emplace_back("RateLimit-Policy",
+                     "\"default\";q=" + limit + ";w=" + std::to_string(window_s));
   }
   return out;
 }

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "tools/mock-llm/header_list.h"
+
 namespace mockllm {
 
 /**
@@ -59,11 +61,11 @@ enum QuotaStyle : unsigned {
 std::optional<unsigned> parseQuotaStyles(std::string_view text);
 
 /**
- * The rate-limit header lines (`name: value\r\n` each) for `status` in the
- * selected styles. `wall_now` anchors Anthropic's absolute reset timestamp.
+ * The rate-limit response headers for `status` in the selected styles.
+ * `wall_now` anchors Anthropic's absolute reset timestamp.
  */
-std::string quotaHeaderLines(const QuotaStatus& status, unsigned styles,
-                             std::chrono::system_clock::time_point wall_now);
+HeaderList quotaHeaders(const QuotaStatus& status, unsigned styles,
+                        std::chrono::system_clock::time_point wall_now);
 
 /** Whole seconds, rounded up (so a client waiting this long never wakes early). */
 int64_t ceilSeconds(std::chrono::milliseconds d);

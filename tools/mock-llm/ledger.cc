@@ -44,6 +44,13 @@ nlohmann::json entryToJson(const LedgerEntry& e) {
       {"finished_us", e.finished_us},
       {"connection_id", e.connection_id},
       {"request_headers", headersToJson(e.request_headers)},
+      {"protocol", e.protocol},
+      {"stream_id", e.stream_id},
+      {"client_reset", e.client_reset},
+      {"rst_error_code", e.rst_error_code},
+      {"mock_reset", e.mock_reset},
+      {"mock_rst_error_code", e.mock_rst_error_code},
+      {"refused", e.refused},
   };
 }
 

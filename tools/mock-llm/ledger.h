@@ -20,17 +20,18 @@
 #include <utility>
 #include <vector>
 
-namespace mockllm {
+#include "tools/mock-llm/header_list.h"
 
-/** Header list as received: lower-case names, values verbatim, order and duplicates kept. */
-using HeaderList = std::vector<std::pair<std::string, std::string>>;
+namespace mockllm {
 
 /** Microseconds of CLOCK_MONOTONIC (std::chrono::steady_clock on Linux). */
 int64_t monotonicMicros();
 
 /**
  * One request as the mock saw and answered it. Times are CLOCK_MONOTONIC
- * microseconds; 0 means "has not happened".
+ * microseconds; 0 means "has not happened". An HTTP/2 stream is one request;
+ * a client's RST_STREAM is recorded like an HTTP/1.1 client leaving
+ * (peer_closed, peer_closed_us) plus client_reset and its error code.
  */
 struct LedgerEntry {
   std::string id;
@@ -52,6 +53,13 @@ struct LedgerEntry {
   int64_t finished_us = 0;
   uint64_t connection_id = 0;
   HeaderList request_headers;
+  std::string protocol = "http/1.1";  // "http/1.1" or "h2"
+  int32_t stream_id = 0;              // the HTTP/2 stream id; 0 for HTTP/1.1
+  bool client_reset = false;          // h2: the client reset the stream (RST_STREAM)
+  uint32_t rst_error_code = 0;        // that RST_STREAM's error code (8 = CANCEL)
+  bool mock_reset = false;  // the mock reset it on purpose (x-mock-reset-after-tokens, ...)
+  uint32_t mock_rst_error_code = 0;  // h2: the code of the mock's RST_STREAM; 0 for HTTP/1.1
+  bool refused = false;  // h2: refused unprocessed (REFUSED_STREAM, or above a GOAWAY's last id)
 };
 
 using LedgerEntryPtr = std::shared_ptr<LedgerEntry>;

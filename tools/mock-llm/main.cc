@@ -17,12 +17,15 @@ void usage(std::FILE* out) {
   std::fprintf(
       out,
       "usage: mock-llm --listen HOST:PORT [--threads N] [--tls-cert FILE --tls-key FILE]\n"
-      "                [--ledger-limit N]\n"
+      "                [--ledger-limit N] [--http2 on|off] [--h2-max-concurrent-streams N]\n"
       "  --listen HOST:PORT   address to bind (port 0 = any free port)\n"
       "  --threads N          event-loop threads (default 1)\n"
       "  --tls-cert FILE      PEM certificate chain; with --tls-key serves HTTPS\n"
       "  --tls-key FILE       PEM private key\n"
       "  --ledger-limit N     keep at most N ledger entries (default 100000, 0 = no limit)\n"
+      "  --http2 on|off       HTTP/2: h2c prior knowledge, ALPN h2 with TLS (default on)\n"
+      "  --h2-max-concurrent-streams N\n"
+      "                       advertised SETTINGS_MAX_CONCURRENT_STREAMS (default 256)\n"
       "Prints 'mock-llm listening on HOST:PORT' once bound. See tools/mock-llm/README.md.\n");
 }
 
@@ -75,6 +78,19 @@ int main(int argc, char** argv) {
         return 2;
       }
       options.ledger_limit = static_cast<size_t>(n);
+    } else if (arg == "--http2") {
+      const std::string_view v = value;
+      if (v != "on" && v != "off") {
+        std::fprintf(stderr, "mock-llm: bad --http2 '%s' (want on or off)\n", value);
+        return 2;
+      }
+      options.http2 = v == "on";
+    } else if (arg == "--h2-max-concurrent-streams") {
+      if (!parseCount(value, 1, 0x7fffffffL, &n)) {
+        std::fprintf(stderr, "mock-llm: bad --h2-max-concurrent-streams '%s'\n", value);
+        return 2;
+      }
+      options.http2_max_concurrent_streams = static_cast<uint32_t>(n);
     } else {
       std::fprintf(stderr, "mock-llm: unknown flag %s\n", argv[i - 1]);
       usage(stderr);

@@ -58,6 +58,14 @@ bool readInt(const Request& req, std::string_view name, int64_t lo, int64_t hi, 
 
 bool isTruthy(const std::string* v) { return v != nullptr && (*v == "1" || *v == "true"); }
 
+// x-mock-refuse-stream / x-mock-goaway: only HTTP/2 can turn a request away unprocessed.
+Refusal refusalFor(const Request& req) {
+  if (req.protocol != Protocol::kHttp2) return Refusal::kNone;
+  if (isTruthy(req.header("x-mock-refuse-stream"))) return Refusal::kRefuseStream;
+  if (isTruthy(req.header("x-mock-goaway"))) return Refusal::kGoaway;
+  return Refusal::kNone;
+}
+
 std::string percentDecode(std::string_view s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -91,33 +99,23 @@ std::optional<std::string> queryParam(std::string_view target, std::string_view 
   return std::nullopt;
 }
 
-// Status line and the headers every response carries; the caller appends its own
-// headers and the blank line.
-std::string statusLine(int status) {
-  std::string out = "HTTP/1.1 ";
-  out += std::to_string(status);
-  out += ' ';
-  out += reasonPhrase(status);
-  out += "\r\n";
-  return out;
+void append(HeaderList& to, const HeaderList& more) {
+  to.insert(to.end(), more.begin(), more.end());
 }
 
 // A complete non-streaming plan: `status`, `content_type`, `body`.
 ResponsePlan simplePlan(int status, std::string_view content_type, std::string body,
-                        bool keep_alive, const std::string& extra_headers = {}) {
+                        bool keep_alive, const HeaderList& extra_headers = {}) {
   ResponsePlan plan;
+  plan.status = status;
   plan.keep_alive = keep_alive;
-  plan.head = statusLine(status);
   const bool bodiless = status == 204 || status == 304;
   if (!bodiless) {
-    plan.head += "content-type: ";
-    plan.head += content_type;
-    plan.head += "\r\ncontent-length: " + std::to_string(body.size()) + "\r\n";
+    plan.headers.emplace_back("content-type", std::string(content_type));
+    plan.headers.emplace_back("content-length", std::to_string(body.size()));
     plan.body = std::move(body);
   }
-  plan.head += extra_headers;
-  if (!keep_alive) plan.head += "connection: close\r\n";
-  plan.head += "\r\n";
+  append(plan.headers, extra_headers);
   return plan;
 }
 
@@ -140,7 +138,7 @@ ResponsePlan controlPlan(const Request& req, Endpoint e, SharedState& state) {
   }
   const ErrorBody err = makeErrorBody(
       ErrorFlavor::kOpenAi, 405, "mock-llm: /_ledger supports GET and DELETE", false, std::nullopt);
-  return simplePlan(405, err.content_type, err.body, ka, "allow: GET, DELETE\r\n");
+  return simplePlan(405, err.content_type, err.body, ka, {{"allow", "GET, DELETE"}});
 }
 
 }  // namespace
@@ -200,6 +198,8 @@ LedgerEntryPtr makeLedgerEntry(const Request& req, uint64_t connection_id, Share
   e->received_us = req.received_us;
   e->connection_id = connection_id;
   e->request_headers = req.headers;
+  e->protocol = req.protocol == Protocol::kHttp2 ? "h2" : "http/1.1";
+  e->stream_id = req.stream_id;
   return e;
 }
 
@@ -230,13 +230,13 @@ ResponsePlan planResponse(const Request& req, SharedState& state) {
   }
 
   // Headers every answer to this request carries.
-  std::string extra;
-  if (entry) extra += "x-request-id: " + entry->id + "\r\n";
-  if (entry && flavor == ErrorFlavor::kAnthropic) extra += "request-id: " + entry->id + "\r\n";
+  HeaderList extra;
+  if (entry) extra.emplace_back("x-request-id", entry->id);
+  if (entry && flavor == ErrorFlavor::kAnthropic) extra.emplace_back("request-id", entry->id);
   const std::string* retry_after = req.header("x-mock-retry-after");
-  if (retry_after) extra += "Retry-After: " + *retry_after + "\r\n";
+  if (retry_after) extra.emplace_back("Retry-After", *retry_after);
   if (const std::string* v = req.header("x-mock-retry-after-ms")) {
-    extra += "retry-after-ms: " + *v + "\r\n";
+    extra.emplace_back("retry-after-ms", *v);
   }
 
   // The fault script.
@@ -258,6 +258,20 @@ ResponsePlan planResponse(const Request& req, SharedState& state) {
     attempt = state.fail_counter.next(*key);
   if (ok && fail_times >= 0 && !req.header("x-mock-fail-key")) {
     attempt = state.fail_counter.next("default");
+  }
+  const bool failing_attempt = fail_times >= 0 ? attempt <= fail_times : true;
+
+  // HTTP/2 refusals: nothing is processed (no quota consumed, no status). With
+  // x-mock-fail-times only the failing attempts are refused.
+  if (const Refusal refusal = ok && failing_attempt ? refusalFor(req) : Refusal::kNone;
+      refusal != Refusal::kNone) {
+    if (entry) {
+      state.ledger.update(entry, [&](LedgerEntry& e) { e.attempt_for_key = attempt; });
+    }
+    ResponsePlan plan;
+    plan.status = 0;
+    plan.refusal = refusal;
+    return plan;
   }
 
   // Quota: admitted requests consume it; every answer reports it.
@@ -283,7 +297,7 @@ ResponsePlan planResponse(const Request& req, SharedState& state) {
       const std::string* key = req.header("x-mock-quota-key");
       quota =
           state.quotas.admit(key ? *key : "default", limit, std::chrono::milliseconds(window), now);
-      extra += quotaHeaderLines(*quota, styles, wall_now);
+      append(extra, quotaHeaders(*quota, styles, wall_now));
     }
   }
 
@@ -299,10 +313,9 @@ ResponsePlan planResponse(const Request& req, SharedState& state) {
   } else if (quota && !quota->admitted) {
     status = 429;
     message = "Rate limit reached for requests (mock-llm quota)";
-    if (!retry_after) {
-      extra += "Retry-After: " + std::to_string(ceilSeconds(quota->reset_in)) + "\r\n";
-    }
-  } else if (fail_times >= 0 ? attempt <= fail_times : status_override != 0) {
+    if (!retry_after)
+      extra.emplace_back("Retry-After", std::to_string(ceilSeconds(quota->reset_in)));
+  } else if (fail_times >= 0 ? failing_attempt : status_override != 0) {
     status = status_override != 0 ? static_cast<int>(status_override) : 503;
     message = "mock-llm: injected status " + std::to_string(status);
   }
@@ -361,12 +374,10 @@ ResponsePlan planResponse(const Request& req, SharedState& state) {
     if (req.info.stream) {
       plan.keep_alive = keep_alive && !req.http10;
       plan.chunked = !req.http10;
-      plan.head = statusLine(200);
-      plan.head += "content-type: text/event-stream; charset=utf-8\r\ncache-control: no-cache\r\n";
-      if (plan.chunked) plan.head += "transfer-encoding: chunked\r\n";
-      plan.head += extra;
-      if (!plan.keep_alive) plan.head += "connection: close\r\n";
-      plan.head += "\r\n";
+      plan.status = 200;
+      plan.headers = {{"content-type", "text/event-stream; charset=utf-8"},
+                      {"cache-control", "no-cache"}};
+      append(plan.headers, extra);
       plan.sse = makeSseStream(gen);
     } else {
       plan = simplePlan(200, "application/json", nonStreamingBody(gen), keep_alive, extra);
@@ -384,6 +395,22 @@ ResponsePlan planResponse(const Request& req, SharedState& state) {
     plan.garbage = isTruthy(req.header("x-mock-garbage"));
   }
   return plan;
+}
+
+std::string http1Head(const ResponsePlan& plan) {
+  std::string out = "HTTP/1.1 " + std::to_string(plan.status) + " ";
+  out += reasonPhrase(plan.status);
+  out += "\r\n";
+  for (const auto& [name, value] : plan.headers) {
+    out += name;
+    out += ": ";
+    out += value;
+    out += "\r\n";
+  }
+  if (plan.chunked) out += "transfer-encoding: chunked\r\n";
+  if (!plan.keep_alive) out += "connection: close\r\n";
+  out += "\r\n";
+  return out;
 }
 
 }  // namespace mockllm

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "tools/mock-llm/fault_counters.h"
+#include "tools/mock-llm/header_list.h"
 #include "tools/mock-llm/ledger.h"
 #include "tools/mock-llm/wire_format.h"
 
@@ -38,18 +39,23 @@ struct BodyInfo {
   std::optional<int64_t> max_tokens;  // max_tokens / max_completion_tokens / max_output_tokens
 };
 
-/** One parsed HTTP/1.1 request. */
+/** The protocol a request arrived over. */
+enum class Protocol { kHttp1, kHttp2 };
+
+/** One parsed request: an HTTP/1.1 message or an HTTP/2 stream. */
 struct Request {
   std::string method;
-  std::string target;  // as received: path and query
-  HeaderList headers;  // lower-case names
+  std::string target;  // as received: path and query (h2: :path)
+  HeaderList headers;  // lower-case names (h2: no pseudo-headers; :authority as `host`)
   std::string body;    // de-chunked
   bool keep_alive = true;
   bool http10 = false;
   bool malformed = false;   // the parser rejected the connection's bytes here
   int64_t received_us = 0;  // when the request's headers were complete
-  BodyInfo info;            // filled by inspectBody()
-  LedgerEntryPtr entry;     // null for control endpoints (/_ledger, /_health)
+  Protocol protocol = Protocol::kHttp1;
+  int32_t stream_id = 0;  // HTTP/2 stream id (0 for HTTP/1.1)
+  BodyInfo info;          // filled by inspectBody()
+  LedgerEntryPtr entry;   // null for control endpoints (/_ledger, /_health)
 
   /** The first value of header `name` (lower-case), or nullptr. */
   const std::string* header(std::string_view name) const;
@@ -58,15 +64,27 @@ struct Request {
 };
 
 /**
- * How to answer one request. Status line, headers and (non-streaming) body are
- * final bytes; the timing fields script the delivery.
+ * How an HTTP/2 stream is turned away before any response: nothing was
+ * processed, so a client may retry it safely. HTTP/1.1 has no such thing.
+ */
+enum class Refusal {
+  kNone,
+  kRefuseStream,  // x-mock-refuse-stream: RST_STREAM(REFUSED_STREAM)
+  kGoaway,        // x-mock-goaway: GOAWAY whose last-stream-id is below this stream
+};
+
+/**
+ * How to answer one request, independent of the protocol: status, headers
+ * and (non-streaming) body are final; the timing fields script the delivery.
+ * Each connection type renders the head in its own framing.
  */
 struct ResponsePlan {
-  std::string head;        // status line + headers + blank line
+  int status = 200;
+  HeaderList headers;      // in order; no hop-by-hop fields (those are HTTP/1.1's business)
   std::string body;        // the whole body when not streaming
-  SseStreamPtr sse;        // non-null: stream this SSE encoder after `head`
-  bool chunked = false;    // the body is sent with chunked transfer-encoding
-  bool keep_alive = true;  // keep the connection open afterwards
+  SseStreamPtr sse;        // non-null: stream this SSE encoder after the head
+  bool chunked = false;    // HTTP/1.1: send the body with chunked transfer-encoding
+  bool keep_alive = true;  // HTTP/1.1: keep the connection open afterwards
   bool usage_in_body = false;
 
   int64_t tokens = 0;  // content tokens generated (0 for non-LLM answers)
@@ -77,6 +95,7 @@ struct ResponsePlan {
   int64_t reset_after_tokens = -1;      // -1 = no reset
   bool close_after_headers = false;
   bool garbage = false;
+  Refusal refusal = Refusal::kNone;  // HTTP/2 only; when set, nothing else applies
 };
 
 /** True for the mock's own endpoints (`/_health`, `/_ledger`), which the ledger does not record. */
@@ -96,5 +115,8 @@ LedgerEntryPtr makeLedgerEntry(const Request& req, uint64_t connection_id, Share
  * quota counters, and records the status (and attempt) in the ledger entry.
  */
 ResponsePlan planResponse(const Request& req, SharedState& state);
+
+/** The HTTP/1.1 status line and header block (blank line included) for `plan`. */
+std::string http1Head(const ResponsePlan& plan);
 
 }  // namespace mockllm

@@ -29,17 +29,33 @@ std::string sslError(const std::string& what) {
   return what + ": " + buf;
 }
 
-// ALPN: this server speaks HTTP/1.1 only, so h2-capable clients fall back.
-int selectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
-               unsigned int inlen, void*) {
-  static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+// ALPN protocol lists in wire format, in the server's order of preference.
+constexpr unsigned char kAlpnH2AndHttp11[] = {2,   'h', '2', 8,   'h', 't',
+                                              't', 'p', '/', '1', '.', '1'};
+constexpr unsigned char kAlpnHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+
+// Picks the first protocol of `ours` the client offers; without a match, no ALPN.
+int selectAlpnFrom(const unsigned char* ours, unsigned int ours_len, const unsigned char** out,
+                   unsigned char* outlen, const unsigned char* in, unsigned int inlen) {
   unsigned char* selected = nullptr;
-  if (SSL_select_next_proto(&selected, outlen, kHttp11, sizeof(kHttp11), in, inlen) !=
+  if (SSL_select_next_proto(&selected, outlen, ours, ours_len, in, inlen) !=
       OPENSSL_NPN_NEGOTIATED) {
     return SSL_TLSEXT_ERR_NOACK;
   }
   *out = selected;
   return SSL_TLSEXT_ERR_OK;
+}
+
+// ALPN with HTTP/2 enabled: h2 first, http/1.1 for the rest.
+int selectAlpnH2(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+                 unsigned int inlen, void*) {
+  return selectAlpnFrom(kAlpnH2AndHttp11, sizeof(kAlpnH2AndHttp11), out, outlen, in, inlen);
+}
+
+// ALPN with --http2 off: HTTP/1.1 only, so h2-capable clients fall back.
+int selectAlpnHttp11(SSL*, const unsigned char** out, unsigned char* outlen,
+                     const unsigned char* in, unsigned int inlen, void*) {
+  return selectAlpnFrom(kAlpnHttp11, sizeof(kAlpnHttp11), out, outlen, in, inlen);
 }
 
 // A listening TCP socket on `addr`, port `port` (0 = any). -1 and `error` on failure.
@@ -140,7 +156,7 @@ bool Server::initTls(std::string* error) {
     *error = sslError("certificate and key do not match");
     return false;
   }
-  SSL_CTX_set_alpn_select_cb(ssl_ctx_, &selectAlpn, nullptr);
+  SSL_CTX_set_alpn_select_cb(ssl_ctx_, options_.http2 ? &selectAlpnH2 : &selectAlpnHttp11, nullptr);
   return true;
 }
 
@@ -175,7 +191,8 @@ bool Server::start(std::string* error) {
       port = ntohs(ss.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
                                            : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
     }
-    auto worker = std::make_unique<Worker>(*state_, ssl_ctx_);
+    const Http2Settings http2{options_.http2, options_.http2_max_concurrent_streams};
+    auto worker = std::make_unique<Worker>(*state_, ssl_ctx_, http2);
     if (!worker->init(fd, error)) break;
     workers_.push_back(std::move(worker));
   }

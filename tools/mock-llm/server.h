@@ -3,7 +3,9 @@
 // mockllm::Server — a fake LLM provider (OpenAI Chat Completions and
 // Responses, Anthropic Messages) with scripted faults and a ledger of every
 // request, used as the upstream of sluice's integration tests, demo and
-// benchmarks. See tools/mock-llm/README.md for the endpoints and headers.
+// benchmarks. It speaks HTTP/1.1 and HTTP/2 (h2c with prior knowledge on the
+// same port; h2 by ALPN over TLS). See tools/mock-llm/README.md for the
+// endpoints and headers.
 //
 //   mockllm::Server server({.host = "127.0.0.1", .port = 0});
 //   std::string error;
@@ -35,6 +37,8 @@ struct ServerOptions {
   std::string tls_cert_file;       // both set: serve HTTPS (PEM chain)
   std::string tls_key_file;        // PEM private key
   size_t ledger_limit = 100000;    // oldest ledger entries beyond this are dropped; 0 = no limit
+  bool http2 = true;               // h2c prior knowledge and ALPN h2; false: HTTP/1.1 only
+  uint32_t http2_max_concurrent_streams = 256;  // advertised SETTINGS_MAX_CONCURRENT_STREAMS
 };
 
 /** Splits `HOST:PORT` or `[V6]:PORT`; false if malformed. */

@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include "tools/mock-llm/connection.h"
+#include "tools/mock-llm/protocol_detector.h"
 
 namespace mockllm {
 
-Worker::Worker(SharedState& state, SSL_CTX* ssl_ctx) : state_(state), ssl_ctx_(ssl_ctx) {}
+Worker::Worker(SharedState& state, SSL_CTX* ssl_ctx, Http2Settings http2)
+    : state_(state), ssl_ctx_(ssl_ctx), http2_(http2) {}
 
 Worker::~Worker() {
   if (listener_ != nullptr) evconnlistener_free(listener_);
@@ -84,9 +86,14 @@ void Worker::onAccept(evconnlistener*, evutil_socket_t fd, sockaddr*, int, void*
     evutil_closesocket(fd);
     return;
   }
-  auto* conn = new Connection(*self, bev, self->state_.next_connection_id.fetch_add(1));
-  self->live_.insert(conn);
-  conn->start();
+  self->adopt(
+      std::make_unique<ProtocolDetector>(*self, bev, self->state_.next_connection_id.fetch_add(1)));
+}
+
+void Worker::adopt(std::unique_ptr<Connection> conn) {
+  Connection* c = conn.release();
+  live_.insert(c);
+  c->start();
 }
 
 void Worker::retire(Connection* conn) {

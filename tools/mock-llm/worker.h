@@ -2,16 +2,20 @@
 
 // One event loop of mock-llm: an event_base, its listener and the connections
 // it accepted. Each worker runs on its own thread; with several workers every
-// one listens on its own SO_REUSEPORT socket bound to the same port.
+// one listens on its own SO_REUSEPORT socket bound to the same port. Every
+// accepted socket starts as a ProtocolDetector, which hands it to an
+// HTTP/1.1 or an HTTP/2 connection.
 
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <openssl/ssl.h>
 
+#include <memory>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
+#include "tools/mock-llm/http2_connection.h"
 #include "tools/mock-llm/router.h"
 
 namespace mockllm {
@@ -22,7 +26,7 @@ class Connection;
 class Worker {
  public:
   /** `ssl_ctx` null: plain HTTP. The worker does not own `ssl_ctx`. */
-  Worker(SharedState& state, SSL_CTX* ssl_ctx);
+  Worker(SharedState& state, SSL_CTX* ssl_ctx, Http2Settings http2);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -39,6 +43,10 @@ class Worker {
 
   event_base* base() const { return base_; }
   SharedState& state() const { return state_; }
+  const Http2Settings& http2Settings() const { return http2_; }
+
+  /** Takes ownership of a new connection (a detector's successor) and starts it. */
+  void adopt(std::unique_ptr<Connection> conn);
 
   /** Called by a connection that closed itself: it is deleted on the next loop turn. */
   void retire(Connection* conn);
@@ -54,6 +62,7 @@ class Worker {
 
   SharedState& state_;
   SSL_CTX* ssl_ctx_;
+  const Http2Settings http2_;
   event_base* base_ = nullptr;
   evconnlistener* listener_ = nullptr;
   event* reap_ = nullptr;

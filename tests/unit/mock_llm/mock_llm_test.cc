@@ -10,10 +10,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
-#include <openssl/x509.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -34,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/unit/mock_llm/test_cert.h"
 #include "tools/mock-llm/fault_counters.h"
 #include "tools/mock-llm/server.h"
 #include "tools/mock-llm/wire_format.h"
@@ -712,6 +710,11 @@ TEST_F(MockLlmTest, ResetAfterTokensResetsTheConnection) {
   EXPECT_FALSE(e.completed);
   EXPECT_FALSE(e.peer_closed);
   EXPECT_FALSE(e.usage_reported);
+  EXPECT_TRUE(e.mock_reset);
+  EXPECT_EQ(e.mock_rst_error_code, 0u);  // a TCP RST has no HTTP/2 error code
+  EXPECT_EQ(e.protocol, "http/1.1");
+  EXPECT_EQ(e.stream_id, 0);
+  EXPECT_FALSE(e.client_reset);
 }
 
 TEST_F(MockLlmTest, ResetBeforeAnyByteWhenNotStreaming) {
@@ -1090,31 +1093,7 @@ TEST_F(MockLlmTest, ManyThreadsShareOneLedger) {
 
 // --- TLS -----------------------------------------------------------------------------
 
-// A self-signed certificate for "localhost", written to PEM files.
-bool writeSelfSignedCert(const std::string& cert_path, const std::string& key_path) {
-  EVP_PKEY* key = EVP_EC_gen("P-256");
-  X509* x = X509_new();
-  if (key == nullptr || x == nullptr) return false;
-  X509_set_version(x, 2);
-  ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
-  X509_gmtime_adj(X509_getm_notBefore(x), -60);
-  X509_gmtime_adj(X509_getm_notAfter(x), 3600);
-  X509_set_pubkey(x, key);
-  X509_NAME* name = X509_get_subject_name(x);
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
-                             reinterpret_cast<const unsigned char*>("localhost"), -1, -1, 0);
-  X509_set_issuer_name(x, name);
-  bool ok = X509_sign(x, key, EVP_sha256()) > 0;
-  FILE* cf = std::fopen(cert_path.c_str(), "w");
-  FILE* kf = std::fopen(key_path.c_str(), "w");
-  ok = ok && cf && kf && PEM_write_X509(cf, x) == 1 &&
-       PEM_write_PrivateKey(kf, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
-  if (cf) std::fclose(cf);
-  if (kf) std::fclose(kf);
-  X509_free(x);
-  EVP_PKEY_free(key);
-  return ok;
-}
+using test::writeSelfSignedCert;
 
 TEST_F(MockLlmTest, ServesHttpsWithTlsCertAndKey) {
   const std::string dir = ::testing::TempDir();

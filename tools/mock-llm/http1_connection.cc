@@ -1,4 +1,4 @@
-#include "tools/mock-llm/connection.h"
+#include "tools/mock-llm/http1_connection.h"
 
 #include <event2/buffer.h>
 #include <sys/socket.h>
@@ -14,8 +14,6 @@ namespace mockllm {
 
 namespace {
 
-// Streams queue tokens until this much output is waiting, then wait for a drain.
-constexpr size_t kHighWater = 64 * 1024;
 constexpr size_t kMaxBody = 64 * 1024 * 1024;
 constexpr size_t kMaxQueuedRequests = 1024;
 constexpr char kGarbageBytes[] =
@@ -26,41 +24,47 @@ char lowerAscii(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 
 
 }  // namespace
 
-Connection::Connection(Worker& worker, bufferevent* bev, uint64_t id)
+Http1Connection::Http1Connection(Worker& worker, bufferevent* bev, uint64_t id)
     : worker_(worker),
       state_(worker.state()),
       bev_(bev),
-      timer_(evtimer_new(worker.base(), &Connection::onTimerCb, this)),
+      timer_(evtimer_new(worker.base(), &Http1Connection::onTimerCb, this)),
       id_(id) {
   http_parser_init(&parser_, HTTP_REQUEST);
   parser_.data = this;
 }
 
-Connection::~Connection() {
+Http1Connection::~Http1Connection() {
   if (timer_ != nullptr) event_free(timer_);
   if (bev_ != nullptr) bufferevent_free(bev_);
 }
 
-void Connection::start() {
-  bufferevent_setcb(bev_, &Connection::onReadCb, &Connection::onWriteCb, &Connection::onEventCb,
-                    this);
+void Http1Connection::start() {
+  bufferevent_setcb(bev_, &Http1Connection::onReadCb, &Http1Connection::onWriteCb,
+                    &Http1Connection::onEventCb, this);
   bufferevent_enable(bev_, EV_READ | EV_WRITE);
+  // A ProtocolDetector may have read the first bytes already.
+  if (evbuffer_get_length(bufferevent_get_input(bev_)) > 0) onRead();
 }
 
 // --- libevent callbacks ------------------------------------------------------
 
-void Connection::onReadCb(bufferevent*, void* arg) { static_cast<Connection*>(arg)->onRead(); }
-void Connection::onWriteCb(bufferevent*, void* arg) { static_cast<Connection*>(arg)->onWrite(); }
-void Connection::onTimerCb(evutil_socket_t, short, void* arg) {
-  static_cast<Connection*>(arg)->onTimer();
+void Http1Connection::onReadCb(bufferevent*, void* arg) {
+  static_cast<Http1Connection*>(arg)->onRead();
+}
+void Http1Connection::onWriteCb(bufferevent*, void* arg) {
+  static_cast<Http1Connection*>(arg)->onWrite();
+}
+void Http1Connection::onTimerCb(evutil_socket_t, short, void* arg) {
+  static_cast<Http1Connection*>(arg)->onTimer();
 }
 
-void Connection::onEventCb(bufferevent*, short what, void* arg) {
-  auto* self = static_cast<Connection*>(arg);
+void Http1Connection::onEventCb(bufferevent*, short what, void* arg) {
+  auto* self = static_cast<Http1Connection*>(arg);
   if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) self->peerClosed();
 }
 
-void Connection::onRead() {
+void Http1Connection::onRead() {
   if (closed_) return;
   evbuffer* in = bufferevent_get_input(bev_);
   const size_t total = evbuffer_get_length(in);
@@ -80,7 +84,7 @@ void Connection::onRead() {
   maybeStartNext();
 }
 
-bool Connection::parse(const char* data, size_t len) {
+bool Http1Connection::parse(const char* data, size_t len) {
   size_t offset = 0;
   while (offset < len) {
     const size_t parsed =
@@ -112,58 +116,51 @@ bool Connection::parse(const char* data, size_t len) {
   return true;
 }
 
-void Connection::onWrite() {
+void Http1Connection::onWrite() {
   if (closed_) return;
   processMarks();
   if (!active_) return;
-  if (active_->awaiting_drain) {
-    active_->awaiting_drain = false;
-    generate();
-  } else if (active_->phase == Phase::kFlushing && outputLength() == 0) {
+  if (active_->player->awaitingDrain()) {
+    active_->player->onDrained();
+  } else if (active_->flushing && outputLength() == 0) {
     onFlushed();
   }
 }
 
-void Connection::onTimer() {
+void Http1Connection::onTimer() {
   if (closed_ || !active_) return;
   processMarks();
-  switch (active_->phase) {
-    case Phase::kStallBeforeHeaders:
-      afterStall();
-      break;
-    case Phase::kGenerating:
-      generate();
-      break;
-    case Phase::kFlushing:
-      if (outputLength() == 0) onFlushed();
-      break;
+  if (!active_->flushing) {
+    active_->player->onTimer();
+  } else if (outputLength() == 0) {
+    onFlushed();
   }
 }
 
 // --- http-parser callbacks -------------------------------------------------------
 
 namespace {
-Connection* self(http_parser* p) { return static_cast<Connection*>(p->data); }
+Http1Connection* self(http_parser* p) { return static_cast<Http1Connection*>(p->data); }
 }  // namespace
 
-const http_parser_settings& Connection::parserSettings() {
+const http_parser_settings& Http1Connection::parserSettings() {
   static const http_parser_settings settings = [] {
     http_parser_settings s;
     http_parser_settings_init(&s);
-    s.on_message_begin = &Connection::onMessageBegin;
-    s.on_url = &Connection::onUrl;
-    s.on_header_field = &Connection::onHeaderField;
-    s.on_header_value = &Connection::onHeaderValue;
-    s.on_headers_complete = &Connection::onHeadersComplete;
-    s.on_body = &Connection::onBody;
-    s.on_message_complete = &Connection::onMessageComplete;
+    s.on_message_begin = &Http1Connection::onMessageBegin;
+    s.on_url = &Http1Connection::onUrl;
+    s.on_header_field = &Http1Connection::onHeaderField;
+    s.on_header_value = &Http1Connection::onHeaderValue;
+    s.on_headers_complete = &Http1Connection::onHeadersComplete;
+    s.on_body = &Http1Connection::onBody;
+    s.on_message_complete = &Http1Connection::onMessageComplete;
     return s;
   }();
   return settings;
 }
 
-int Connection::onMessageBegin(http_parser* p) {
-  Connection* c = self(p);
+int Http1Connection::onMessageBegin(http_parser* p) {
+  Http1Connection* c = self(p);
   c->parsing_ = Request();
   c->header_name_.clear();
   c->header_value_.clear();
@@ -171,12 +168,12 @@ int Connection::onMessageBegin(http_parser* p) {
   return 0;
 }
 
-int Connection::onUrl(http_parser* p, const char* at, size_t len) {
+int Http1Connection::onUrl(http_parser* p, const char* at, size_t len) {
   self(p)->parsing_.target.append(at, len);
   return 0;
 }
 
-void Connection::flushPendingHeader() {
+void Http1Connection::flushPendingHeader() {
   if (header_name_.empty()) return;
   while (!header_value_.empty() && (header_value_.back() == ' ' || header_value_.back() == '\t')) {
     header_value_.pop_back();
@@ -186,8 +183,8 @@ void Connection::flushPendingHeader() {
   header_value_.clear();
 }
 
-int Connection::onHeaderField(http_parser* p, const char* at, size_t len) {
-  Connection* c = self(p);
+int Http1Connection::onHeaderField(http_parser* p, const char* at, size_t len) {
+  Http1Connection* c = self(p);
   if (c->in_header_value_) {
     c->flushPendingHeader();
     c->in_header_value_ = false;
@@ -196,15 +193,15 @@ int Connection::onHeaderField(http_parser* p, const char* at, size_t len) {
   return 0;
 }
 
-int Connection::onHeaderValue(http_parser* p, const char* at, size_t len) {
-  Connection* c = self(p);
+int Http1Connection::onHeaderValue(http_parser* p, const char* at, size_t len) {
+  Http1Connection* c = self(p);
   c->in_header_value_ = true;
   c->header_value_.append(at, len);
   return 0;
 }
 
-int Connection::onHeadersComplete(http_parser* p) {
-  Connection* c = self(p);
+int Http1Connection::onHeadersComplete(http_parser* p) {
+  Http1Connection* c = self(p);
   c->flushPendingHeader();
   c->in_header_value_ = false;
   Request& r = c->parsing_;
@@ -221,15 +218,15 @@ int Connection::onHeadersComplete(http_parser* p) {
   return 0;
 }
 
-int Connection::onBody(http_parser* p, const char* at, size_t len) {
-  Connection* c = self(p);
+int Http1Connection::onBody(http_parser* p, const char* at, size_t len) {
+  Http1Connection* c = self(p);
   if (c->parsing_.body.size() + len > kMaxBody) return -1;  // parse error → 400
   c->parsing_.body.append(at, len);
   return 0;
 }
 
-int Connection::onMessageComplete(http_parser* p) {
-  Connection* c = self(p);
+int Http1Connection::onMessageComplete(http_parser* p) {
+  Http1Connection* c = self(p);
   Request& r = c->parsing_;
   r.keep_alive = http_should_keep_alive(p) != 0;
   if (!isControlPath(r.path())) {
@@ -248,133 +245,53 @@ int Connection::onMessageComplete(http_parser* p) {
 
 // --- playing out responses ---------------------------------------------------
 
-void Connection::maybeStartNext() {
+void Http1Connection::maybeStartNext() {
   if (closed_ || active_ || queue_.empty()) return;
   auto a = std::make_unique<Active>();
   a->req = std::move(queue_.front());
   queue_.pop_front();
   if (a->req.entry == nullptr && a->req.path() == "/_ledger") worker_.syncLedgers();
   a->plan = planResponse(a->req, state_);
+  ResponseSink& sink = *this;
+  a->player = std::make_unique<ResponsePlayer>(a->plan, a->req.method == "HEAD", sink);
   active_ = std::move(a);
-  const int64_t stall = active_->plan.stall_before_headers_ms;
-  if (stall > 0) {
-    armTimer(std::chrono::milliseconds(stall));
-  } else if (stall == 0) {
-    afterStall();
-  }
-  // stall < 0: never answer; only the peer leaving (or stop) ends this.
+  active_->player->start();
 }
 
-void Connection::afterStall() {
-  Active& a = *active_;
-  const ResponsePlan& p = a.plan;
-  if (p.garbage) {
-    write(kGarbage);
-    closeWhenFlushed(AfterFlush::kClose);
-    return;
-  }
-  if (p.sse) {
-    sendHead();
-    if (p.close_after_headers) {
-      closeWhenFlushed(AfterFlush::kClose);
-      return;
-    }
-    for (const SsePiece& piece : p.sse->prologue()) {
-      writeBody(piece.text);
-      if (piece.carries_usage) addMark(MarkKind::kUsage);
-    }
-  }
-  a.phase = Phase::kGenerating;
-  generate();
-}
-
-void Connection::generate() {
-  Active& a = *active_;
-  const ResponsePlan& p = a.plan;
-  while (true) {
-    const int64_t i = a.next_token;
-    if (i == p.stall_after_tokens && !a.stall_done) {
-      a.stall_done = true;
-      if (p.stall_ms < 0) return;  // stalled for good: only the peer leaving ends it
-      if (p.stall_ms > 0) {
-        armTimer(std::chrono::milliseconds(p.stall_ms));
-        return;
-      }
-    }
-    if (i == p.reset_after_tokens) {
-      closeWhenFlushed(AfterFlush::kReset);
-      return;
-    }
-    if (i >= p.tokens) {
-      finishBody();
-      return;
-    }
-    if (p.sse) {
-      writeBody(p.sse->token(i));
-      addMark(MarkKind::kTokens, 1);
-      a.next_token = i + 1;
-    } else if (p.token_interval.count() > 0) {
-      a.next_token = i + 1;
-    } else {
-      // Non-streaming and untimed: jump to the next scripted event.
-      int64_t next = p.tokens;
-      if (!a.stall_done && p.stall_after_tokens > i) next = std::min(next, p.stall_after_tokens);
-      if (p.reset_after_tokens > i) next = std::min(next, p.reset_after_tokens);
-      a.next_token = next;
-      continue;
-    }
-    if (a.next_token < p.tokens && p.token_interval.count() > 0) {
-      armTimer(p.token_interval);
-      return;
-    }
-    if (outputLength() > kHighWater) {
-      a.awaiting_drain = true;
-      return;
-    }
-  }
-}
-
-void Connection::finishBody() {
-  Active& a = *active_;
-  const ResponsePlan& p = a.plan;
-  if (p.sse) {
-    for (const SsePiece& piece : p.sse->epilogue()) {
-      writeBody(piece.text);
-      if (piece.carries_usage) addMark(MarkKind::kUsage);
-    }
-    if (p.chunked) write("0\r\n\r\n");
-  } else {
-    sendHead();
-    if (p.close_after_headers) {
-      closeWhenFlushed(AfterFlush::kClose);
-      return;
-    }
-    if (a.req.method != "HEAD") write(p.body);
-    if (p.tokens > 0) addMark(MarkKind::kTokens, p.tokens);
-    if (p.usage_in_body) addMark(MarkKind::kUsage);
-  }
-  addMark(MarkKind::kEnd);
-  closeWhenFlushed(p.keep_alive ? AfterFlush::kNextRequest : AfterFlush::kClose);
-}
-
-void Connection::sendHead() {
-  write(active_->plan.head);
+void Http1Connection::sendHead() {
+  write(http1Head(active_->plan));
   addMark(MarkKind::kHeaders);
 }
 
-void Connection::closeWhenFlushed(AfterFlush how) {
-  active_->phase = Phase::kFlushing;
-  active_->after = how;
-  flushThen();
+void Http1Connection::end(Ending how) {
+  switch (how) {
+    case Ending::kComplete:
+      if (active_->plan.chunked) write("0\r\n\r\n");
+      addMark(MarkKind::kEnd);
+      closeWhenFlushed(active_->plan.keep_alive ? AfterFlush::kNextRequest : AfterFlush::kClose);
+      break;
+    case Ending::kCloseAfterHeaders:
+      closeWhenFlushed(AfterFlush::kClose);
+      break;
+    case Ending::kReset:
+      closeWhenFlushed(AfterFlush::kReset);
+      break;
+    case Ending::kGarbage:
+      write(kGarbage);
+      closeWhenFlushed(AfterFlush::kClose);
+      break;
+  }
 }
 
-void Connection::flushThen() {
+void Http1Connection::closeWhenFlushed(AfterFlush how) {
+  active_->flushing = true;
+  active_->after = how;
   // Normally the write callback reports the drain; with nothing queued, a
   // zero timer does (never recurse into the next request from here).
   if (outputLength() == 0) armTimer(std::chrono::milliseconds(0));
 }
 
-void Connection::onFlushed() {
+void Http1Connection::onFlushed() {
   evtimer_del(timer_);
   processMarks();
   const AfterFlush after = active_->after;
@@ -382,6 +299,7 @@ void Connection::onFlushed() {
     const int64_t now = monotonicMicros();
     state_.ledger.update(entry, [&](LedgerEntry& e) {
       if (e.finished_us == 0) e.finished_us = now;
+      if (after == AfterFlush::kReset) e.mock_reset = true;
     });
   }
   active_.reset();
@@ -398,7 +316,7 @@ void Connection::onFlushed() {
   }
 }
 
-void Connection::peerClosed() {
+void Http1Connection::peerClosed() {
   if (closed_) return;
   processMarks();
   const int64_t now = monotonicMicros();
@@ -416,7 +334,7 @@ void Connection::peerClosed() {
   close(false);
 }
 
-void Connection::close(bool reset) {
+void Http1Connection::close(bool reset) {
   if (closed_) return;
   closed_ = true;
   if (timer_ != nullptr) {
@@ -448,20 +366,20 @@ void Connection::close(bool reset) {
 
 // --- output and ledger bookkeeping --------------------------------------------
 
-void Connection::syncLedger() {
+void Http1Connection::syncLedger() {
   if (!closed_) processMarks();
 }
 
-size_t Connection::outputLength() const {
+size_t Http1Connection::outputLength() const {
   return evbuffer_get_length(bufferevent_get_output(bev_));
 }
 
-void Connection::write(const char* data, size_t len) {
+void Http1Connection::write(const char* data, size_t len) {
   bufferevent_write(bev_, data, len);
   bytes_queued_ += len;
 }
 
-void Connection::writeBody(std::string_view s) {
+void Http1Connection::sendBody(std::string_view s) {
   if (!active_->plan.chunked) {
     write(s);
     return;
@@ -473,11 +391,11 @@ void Connection::writeBody(std::string_view s) {
   write("\r\n", 2);
 }
 
-void Connection::addMark(MarkKind kind, int64_t count) {
+void Http1Connection::addMark(MarkKind kind, int64_t count) {
   if (active_->req.entry) active_->marks.push_back(Mark{bytes_queued_, kind, count});
 }
 
-void Connection::processMarks() {
+void Http1Connection::processMarks() {
   if (!active_ || active_->marks.empty() || bev_ == nullptr) return;
   // Bytes that left the output buffer have been handed to the socket (or TLS).
   const uint64_t flushed = bytes_queued_ - outputLength();
@@ -486,29 +404,13 @@ void Connection::processMarks() {
   const int64_t now = monotonicMicros();
   state_.ledger.update(active_->req.entry, [&](LedgerEntry& e) {
     while (!marks.empty() && marks.front().offset <= flushed) {
-      const Mark& m = marks.front();
-      switch (m.kind) {
-        case MarkKind::kHeaders:
-          e.headers_sent_us = now;
-          break;
-        case MarkKind::kTokens:
-          e.tokens_emitted += m.count;
-          e.last_token_us = now;
-          break;
-        case MarkKind::kUsage:
-          e.usage_reported = true;
-          break;
-        case MarkKind::kEnd:
-          e.completed = true;
-          e.finished_us = now;
-          break;
-      }
+      applyMark(e, marks.front().kind, marks.front().count, now);
       marks.pop_front();
     }
   });
 }
 
-void Connection::armTimer(std::chrono::milliseconds d) {
+void Http1Connection::armTimer(std::chrono::milliseconds d) {
   const timeval tv{static_cast<time_t>(d.count() / 1000),
                    static_cast<suseconds_t>((d.count() % 1000) * 1000)};
   evtimer_add(timer_, &tv);
