@@ -24,7 +24,11 @@ class DownstreamStream {
   virtual void resetStream() = 0;
   /** True while the client is slow: more than the high watermark is buffered for it. */
   virtual bool aboveHighWatermark() const = 0;
-  /** Bytes buffered in sluice for this client (for /exchanges and tests). */
+  /**
+   * Response body bytes buffered in sluice for this client, framing not
+   * counted: what has not reached it yet (spend metering, /exchanges). Also
+   * valid while the stream tells its Exchange that the client left.
+   */
   virtual size_t bufferedBytes() const = 0;
   /** The Exchange is done with this stream and will not call it again. */
   virtual void onExchangeDone() = 0;

@@ -37,9 +37,9 @@ Exchange::Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const Ro
 
 Exchange::~Exchange() {
   // finish() normally ran; this is the safety net for a worker shutting down.
-  if (conn_ != nullptr && pool_ != nullptr) {
-    conn_->detach();
-    pool_->destroy(conn_);
+  if (stream_ != nullptr) {
+    stream_->detach();
+    stream_->reset();
   }
 }
 
@@ -172,9 +172,9 @@ void Exchange::sendAttempt() {
     });
   }
 
-  pool_ = &host_.pool(*runtime_, route_->upstream_index);
-  conn_ = pool_->acquire();
-  conn_->sendRequest(upstream_request_, body_, this);  // may report back synchronously
+  attempt_unprocessed_ = false;
+  stream_ = host_.pool(*runtime_, route_->upstream_index).acquire();
+  stream_->sendRequest(upstream_request_, body_, this);  // may report back synchronously
 }
 
 void Exchange::endAttempt(AttemptResult result, bool reuse) {
@@ -183,16 +183,20 @@ void Exchange::endAttempt(AttemptResult result, bool reuse) {
   disarmTimer(idle_timer_);
   connect_timer_ = first_byte_timer_ = idle_timer_ = 0;
   route_->upstream->metrics->attempts(result).Increment();
-  const AttemptEnd outcome{result, response_status_, response_started_};
+  attempt_cut_ = result == AttemptResult::ConnectError || result == AttemptResult::Reset ||
+                 result == AttemptResult::Timeout || result == AttemptResult::Cancelled;
+  AttemptEnd outcome{result, response_status_, response_started_};
+  outcome.unprocessed = attempt_unprocessed_ || result == AttemptResult::ConnectError;
   for (auto& filter : filters_) filter->onAttemptEnd(outcome);
-  if (conn_ != nullptr) {
-    conn_->detach();
+  if (stream_ != nullptr) {
+    UpstreamStream* stream = stream_;
+    stream_ = nullptr;
+    stream->detach();
     if (reuse) {
-      pool_->release(conn_);
+      stream->release();
     } else {
-      pool_->destroy(conn_);  // closes the socket now: the upstream stops generating
+      stream->reset();  // closes the connection / resets the stream now: generation stops
     }
-    conn_ = nullptr;
   }
   upstream_paused_ = false;
 }
@@ -232,13 +236,13 @@ void Exchange::onAttemptTimeout(bool first_byte) {
 }
 
 void Exchange::armIdleTimer() {
-  if (route_->config == nullptr || upstream_paused_ || conn_ == nullptr) return;
+  if (route_->config == nullptr || upstream_paused_ || stream_ == nullptr) return;
   const auto idle = route_->config->idle_timeout;
   if (idle.count() <= 0) return;
   disarmTimer(idle_timer_);
   idle_timer_ = armTimer(last_upstream_byte_ + idle, [this, idle] {
     idle_timer_ = 0;
-    if (upstream_paused_ || conn_ == nullptr) return;
+    if (upstream_paused_ || stream_ == nullptr) return;
     const MonotonicTime due = last_upstream_byte_ + idle;
     if (clock().now() >= due) {
       onAttemptTimeout(false);
@@ -317,11 +321,11 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
   if (discarding_ || downstream_ == nullptr) return;
   attempt_forwarded_bytes_ += len;
   downstream_->encodeData(data, len, false);
-  if (!upstream_paused_ && conn_ != nullptr && downstream_->aboveHighWatermark()) {
+  if (!upstream_paused_ && stream_ != nullptr && downstream_->aboveHighWatermark()) {
     // The client is slower than the upstream: stop reading the upstream until
     // the client drains (onDownstreamWritable). Memory per stream stays bounded.
     upstream_paused_ = true;
-    conn_->pauseReading();
+    stream_->pauseReading();
     disarmTimer(idle_timer_);
     idle_timer_ = 0;
   }
@@ -350,14 +354,27 @@ void Exchange::onUpstreamComplete() {
 
 void Exchange::onUpstreamError(UpstreamError error, const std::string& detail) {
   if (finished_) return;
+  attempt_unprocessed_ = unprocessed(error);
   const AttemptResult result =
       error == UpstreamError::ConnectError ? AttemptResult::ConnectError : AttemptResult::Reset;
-  const char* slug = error == UpstreamError::ConnectError ? "upstream-connect-error"
-                     : error == UpstreamError::Protocol   ? "upstream-protocol-error"
-                                                          : "upstream-reset";
-  const char* title = error == UpstreamError::ConnectError ? "Upstream connect error"
-                      : error == UpstreamError::Protocol   ? "Invalid upstream response"
-                                                           : "Upstream reset";
+  const char* slug = "upstream-reset";
+  const char* title = "Upstream reset";
+  switch (error) {
+    case UpstreamError::ConnectError:
+      slug = "upstream-connect-error";
+      title = "Upstream connect error";
+      break;
+    case UpstreamError::Protocol:
+      slug = "upstream-protocol-error";
+      title = "Invalid upstream response";
+      break;
+    case UpstreamError::Refused:
+      slug = "upstream-refused";
+      title = "Upstream refused the request";
+      break;
+    case UpstreamError::Reset:
+      break;
+  }
   failAttempt(result, Problem{502, slug, title, detail, std::nullopt, true, std::nullopt});
 }
 
@@ -370,7 +387,7 @@ void Exchange::onDownstreamDisconnect() {
   const bool finish_mode =
       route_->config != nullptr &&
       route_->config->on_client_disconnect == config::ClientDisconnectMode::Finish;
-  if (finish_mode && conn_ != nullptr && state_ == ExchangeState::Running) {
+  if (finish_mode && stream_ != nullptr && state_ == ExchangeState::Running) {
     // Let the side-effecting call complete, within finish_grace; its output is leaked.
     discarding_ = true;
     if (!cancel_reason_) cancel_reason_ = CancelReason::ClientDisconnect;
@@ -378,7 +395,7 @@ void Exchange::onDownstreamDisconnect() {
     cancel_counted_ = true;
     if (upstream_paused_) {
       upstream_paused_ = false;
-      conn_->resumeReading();
+      stream_->resumeReading();
       last_upstream_byte_ = clock().now();
       armIdleTimer();
     }
@@ -392,9 +409,9 @@ void Exchange::onDownstreamDisconnect() {
 }
 
 void Exchange::onDownstreamWritable() {
-  if (finished_ || !upstream_paused_ || conn_ == nullptr) return;
+  if (finished_ || !upstream_paused_ || stream_ == nullptr) return;
   upstream_paused_ = false;
-  conn_->resumeReading();
+  stream_->resumeReading();
   last_upstream_byte_ = clock().now();
   armIdleTimer();
 }
@@ -405,7 +422,7 @@ void Exchange::cancel(CancelReason reason, std::optional<std::chrono::millisecon
   if (finished_ || isTerminal(state_) || state_ == ExchangeState::Cancelling) return;
   if (!cancel_reason_) cancel_reason_ = reason;  // first cause wins
   const MonotonicTime decided = clock().now();
-  const bool had_attempt = conn_ != nullptr;
+  const bool had_attempt = stream_ != nullptr;
   transition(ExchangeState::Cancelling);
   clearTimers();  // wakes nothing: every sleep of this request ends here
   if (had_attempt) {
@@ -439,7 +456,7 @@ void Exchange::cancel(CancelReason reason, std::optional<std::chrono::millisecon
 
 void Exchange::sendLocalReply(const Problem& problem) {
   if (finished_) return;
-  if (conn_ != nullptr) endAttempt(AttemptResult::Cancelled, false);
+  if (stream_ != nullptr) endAttempt(AttemptResult::Cancelled, false);
   answer(problem, ExchangeState::Completed);
 }
 
@@ -504,7 +521,7 @@ void Exchange::finish(int status_code) {
   finished_ = true;
   phase_ = Phase::Done;
   clearTimers();
-  if (conn_ != nullptr) endAttempt(AttemptResult::Cancelled, false);
+  if (stream_ != nullptr) endAttempt(AttemptResult::Cancelled, false);
   for (auto& filter : filters_) filter->onDestroy();
   RouteMetrics& m = *route_->metrics;
   m.requests(status_code).Increment();
@@ -534,9 +551,11 @@ void Exchange::retryAttempt(std::chrono::milliseconds delay, const std::string& 
 
 uint64_t Exchange::deliveredBodyBytes() const {
   // While the client is attached everything handed over counts (what is still
-  // buffered will be written); once it left, what was stuck in sluice did not
-  // reach it. (Chunk framing makes this a slight undercount.)
-  const uint64_t stuck = downstream_ != nullptr ? 0 : undelivered_at_disconnect_;
+  // buffered will be written) unless the attempt was cut: then the response is
+  // cut too and its buffer dropped. Once the client left, what was stuck in
+  // sluice did not reach it.
+  uint64_t stuck = undelivered_at_disconnect_;
+  if (downstream_ != nullptr) stuck = attempt_cut_ ? downstream_->bufferedBytes() : 0;
   return attempt_forwarded_bytes_ > stuck ? attempt_forwarded_bytes_ - stuck : 0;
 }
 

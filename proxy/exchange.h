@@ -27,7 +27,7 @@
 #include "proxy/exchange_state.h"
 #include "proxy/filter.h"
 #include "proxy/runtime.h"
-#include "proxy/upstream_connection.h"
+#include "proxy/upstream_stream.h"
 
 namespace sluice {
 
@@ -174,8 +174,8 @@ class Exchange final : public DeferredDeletable,
 
   // The in-flight attempt.
   uint32_t attempts_ = 0;
-  UpstreamPool* pool_ = nullptr;
-  UpstreamConnection* conn_ = nullptr;
+  UpstreamStream* stream_ = nullptr;  // from this worker's pool for the route's upstream
+  bool attempt_unprocessed_ = false;  // the upstream said it did not process the attempt
   RequestHead upstream_request_;
   bool attempt_connected_ = false;
   bool upstream_headers_ = false;
@@ -189,6 +189,7 @@ class Exchange final : public DeferredDeletable,
   uint64_t response_bytes_ = 0;
   uint64_t attempt_forwarded_bytes_ = 0;  // this attempt's body bytes handed to the client
   uint64_t undelivered_at_disconnect_ = 0;  // still buffered in sluice when the client left
+  bool attempt_cut_ = false;  // the attempt ended without its response's end (cancel, reset, stall)
   MonotonicTime last_upstream_byte_{};
   TimerId connect_timer_ = 0;
   TimerId first_byte_timer_ = 0;

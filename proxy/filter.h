@@ -40,6 +40,9 @@ struct AttemptEnd {
   AttemptResult result = AttemptResult::Ok;
   int status = 0;                 // HTTP status, 0 if none arrived
   bool response_started = false;  // something of this response reached the client
+  // The upstream cannot have processed the request: connect error, HTTP/2
+  // REFUSED_STREAM or GOAWAY. Safe to retry whatever the method.
+  bool unprocessed = false;
 };
 
 /** What the Exchange offers the filters it runs. */

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "proxy/exchange.h"
@@ -9,11 +10,20 @@
 
 namespace sluice {
 
-Http1ServerConnection::Http1ServerConnection(Http1ConnectionHost& host, evutil_socket_t fd,
+Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, evutil_socket_t fd,
                                              std::string peer_address, Http1Limits limits)
-    : host_(host), limits_(limits), peer_address_(std::move(peer_address)) {
+    : Http1ServerConnection(host,
+                            BufferEventPtr(bufferevent_socket_new(
+                                host.dispatcher().base(), fd,
+                                BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS)),
+                            std::move(peer_address), /*tls=*/false, limits) {}
+
+Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, BufferEventPtr bev,
+                                             std::string peer_address, bool tls,
+                                             Http1Limits limits)
+    : host_(host), limits_(limits), bev_(std::move(bev)), peer_address_(std::move(peer_address)) {
   client_info_.address = peer_address_;
-  client_info_.tls = false;
+  client_info_.tls = tls;
 
   http_parser_init(&parser_, HTTP_REQUEST);
   parser_.data = this;
@@ -27,13 +37,17 @@ Http1ServerConnection::Http1ServerConnection(Http1ConnectionHost& host, evutil_s
   settings_.on_message_complete = &Http1ServerConnection::onMessageComplete;
 
   event_base* base = host.dispatcher().base();
-  bev_.reset(bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS));
   resume_event_.reset(event_new(base, -1, 0, &Http1ServerConnection::onResumeCb, this));
   bufferevent_setcb(bev_.get(), &Http1ServerConnection::onReadCb,
                     &Http1ServerConnection::onWriteCb, &Http1ServerConnection::onEventCb, this);
   // The write callback fires when the client has drained us to the low watermark.
   bufferevent_setwatermark(bev_.get(), EV_WRITE, limits_.low_watermark, 0);
   bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
+  // Bytes the protocol detector already read will not raise a read event:
+  // parse them on the next loop turn (never from inside the constructor).
+  if (evbuffer_get_length(bufferevent_get_input(bev_.get())) > 0) {
+    event_active(resume_event_.get(), 0, 0);
+  }
 }
 
 Http1ServerConnection::~Http1ServerConnection() {
@@ -60,6 +74,13 @@ void Http1ServerConnection::parseInput() {
     evbuffer_iovec vec;
     if (evbuffer_peek(input, -1, nullptr, &vec, 1) < 1) break;
     const size_t len = vec.iov_len;
+    if (!head_scanner_.done() &&
+        !head_scanner_.scan(static_cast<const char*>(vec.iov_base), len)) {
+      rejectRequest(400, "bad-request", "Bad request",
+                    "obsolete line folding or whitespace before a header field's colon "
+                    "(RFC 9112 §5)");
+      return;
+    }
     const size_t consumed =
         http_parser_execute(&parser_, &settings_, static_cast<const char*>(vec.iov_base), len);
     if (closed_) return;
@@ -113,6 +134,39 @@ bool Http1ServerConnection::countHeaderBytes(size_t len) {
   if (header_bytes_ > limits_.max_header_bytes) {
     reject_status_ = 431;
     return false;
+  }
+  return true;
+}
+
+bool Http1ServerConnection::HeadScanner::scan(const char* data, size_t len) {
+  for (size_t i = 0; i < len && state_ != State::Done; ++i) {
+    const char c = data[i];
+    switch (state_) {
+      case State::RequestLine:
+        if (c == '\n') {
+          if (request_line_text_) state_ = State::LineStart;
+        } else if (c != '\r') {
+          request_line_text_ = true;
+        }
+        break;
+      case State::LineStart:
+        if (c == ' ' || c == '\t') return false;  // obs-fold (RFC 9112 §5.2)
+        state_ = c == '\r' ? State::EndCr : c == '\n' ? State::Done : State::Name;
+        break;
+      case State::Name:
+        if (c == ' ' || c == '\t') return false;  // whitespace before the colon (§5.1)
+        if (c == ':') state_ = State::Value;
+        if (c == '\n') state_ = State::LineStart;  // no colon: the parser rejects it
+        break;
+      case State::Value:
+        if (c == '\n') state_ = State::LineStart;
+        break;
+      case State::EndCr:
+        state_ = State::Done;  // CRLF ends the head; anything else, the parser judges
+        break;
+      case State::Done:
+        break;
+    }
   }
   return true;
 }
@@ -189,6 +243,7 @@ int Http1ServerConnection::onHeadersComplete(http_parser* p) {
     // The body is buffered by sluice, so let the client send it now.
     static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
     bufferevent_write(self->bev_.get(), kContinue, sizeof(kContinue) - 1);
+    self->noteOutput({sizeof(kContinue) - 1, 0, 0});
   }
   self->head_.headers.remove("expect");
   self->client_minor_ = p->http_minor;
@@ -222,11 +277,18 @@ void Http1ServerConnection::rejectRequest(int status, const std::string& slug,
   close_after_response_ = true;
   keep_alive_ = false;
   if (exchange_ != nullptr) {
-    // The request broke mid-body: the client is not a valid peer any more.
-    Exchange* ex = exchange_;
-    exchange_ = nullptr;
-    ex->onDownstreamDisconnect();
-    close();
+    // The request broke mid-body (a bad chunk size, say). Its body was never
+    // complete, so nothing went upstream: the Exchange answers 400 itself and
+    // the connection closes after it (close_after_response_).
+    bufferevent_disable(bev_.get(), EV_READ);
+    exchange_->sendLocalReply(
+        Problem{status, slug, title, detail, std::nullopt, false, std::nullopt});
+    if (exchange_ != nullptr) {  // it could not answer: drop the client
+      Exchange* ex = exchange_;
+      exchange_ = nullptr;
+      ex->onDownstreamDisconnect();
+      close();
+    }
     return;
   }
   host_.countUnparsedRequest(status);
@@ -284,6 +346,7 @@ void Http1ServerConnection::encodeHeaders(const ResponseHead& head, bool end_str
   }
   out += "\r\n";
   bufferevent_write(bev_.get(), out.data(), out.size());
+  noteOutput({out.size(), 0, 0});
   if (end_stream) encodeData(nullptr, 0, true);
 }
 
@@ -297,12 +360,17 @@ void Http1ServerConnection::encodeData(const char* data, size_t len, bool end_st
       evbuffer_add(output, size_line, static_cast<size_t>(n));
       evbuffer_add(output, data, len);
       evbuffer_add(output, "\r\n", 2);
+      noteOutput({static_cast<size_t>(n) + len + 2, len, 2});
     } else {
       evbuffer_add(output, data, len);
+      noteOutput({len, len, 0});
     }
   }
   if (!end_stream) return;
-  if (chunked_response_ && !head_request_) evbuffer_add(output, "0\r\n\r\n", 5);
+  if (chunked_response_ && !head_request_) {
+    evbuffer_add(output, "0\r\n\r\n", 5);
+    noteOutput({5, 0, 0});
+  }
   response_complete_ = true;
   if (close_delimited_ || !keep_alive_ || close_after_response_) {
     closing_ = true;  // close once the client has it all (onWrite)
@@ -322,7 +390,30 @@ bool Http1ServerConnection::aboveHighWatermark() const {
 }
 
 size_t Http1ServerConnection::bufferedBytes() const {
-  return closed_ ? 0 : evbuffer_get_length(bufferevent_get_output(bev_.get()));
+  // Also answers inside close(), when the Exchange asks what never reached the
+  // client that just left. The buffer holds the tail of what was added: walk
+  // the pieces back from the newest and count only their body bytes.
+  if (!bev_) return 0;
+  size_t left = evbuffer_get_length(bufferevent_get_output(bev_.get()));
+  size_t body = 0;
+  for (auto it = output_pieces_.rbegin(); it != output_pieces_.rend() && left > 0; ++it) {
+    const size_t tail = std::min(left, it->wire);
+    body += std::min(it->body, tail > it->suffix ? tail - it->suffix : 0);
+    left -= tail;
+  }
+  return body;
+}
+
+void Http1ServerConnection::noteOutput(OutputPiece piece) {
+  output_pieces_.push_back(piece);
+  output_pieces_wire_ += piece.wire;
+  // Forget the pieces already written: those after them cover the whole buffer.
+  const size_t buffered = evbuffer_get_length(bufferevent_get_output(bev_.get()));
+  while (output_pieces_.size() > 1 &&
+         output_pieces_wire_ - output_pieces_.front().wire >= buffered) {
+    output_pieces_wire_ -= output_pieces_.front().wire;
+    output_pieces_.pop_front();
+  }
 }
 
 void Http1ServerConnection::onExchangeDone() {
@@ -343,6 +434,7 @@ void Http1ServerConnection::maybeNextRequest() {
     return;
   }
   in_request_ = false;
+  head_scanner_.reset();  // parsing resumes at the next request's first byte
   // Resume parsing on the next loop turn, never from inside the Exchange's
   // stack or the parser's own callback.
   event_active(resume_event_.get(), 0, 0);

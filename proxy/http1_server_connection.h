@@ -9,13 +9,20 @@
 // Reading stays enabled the whole time, so the client's EOF or reset is seen
 // the moment the kernel reports it, whatever the Exchange is doing (reading
 // the body, queued, waiting for the first byte, streaming).
+//
+// The connection either owns a fresh socket or adopts a bufferevent from the
+// ProtocolDetector (plain listeners sniff for the HTTP/2 preface first; TLS
+// listeners let ALPN decide): bytes already read into that bufferevent's
+// input are parsed as if they had just arrived.
 
 #include <http_parser.h>
 
 #include <cstdint>
+#include <deque>
 #include <string>
 
 #include "proxy/dispatcher.h"
+#include "proxy/downstream_connection.h"
 #include "proxy/downstream_stream.h"
 #include "proxy/event_util.h"
 #include "proxy/http_message.h"
@@ -23,20 +30,6 @@
 namespace sluice {
 
 class Exchange;
-
-/** What the connection needs from its worker. */
-class Http1ConnectionHost {
- public:
-  virtual ~Http1ConnectionHost() = default;
-  virtual Dispatcher& dispatcher() = 0;
-  /** Creates the Exchange for a request whose headers just arrived (never null). */
-  virtual Exchange& newExchange(RequestHead& head, DownstreamStream& downstream,
-                                MonotonicTime start) = 0;
-  /** Counts a request that failed to parse (no Exchange exists for it). */
-  virtual void countUnparsedRequest(int status) = 0;
-  /** The connection closed: the host deletes it (deferred). */
-  virtual void connectionClosed(class Http1ServerConnection& conn) = 0;
-};
 
 /** Limits that protect sluice from a hostile or broken client. */
 struct Http1Limits {
@@ -47,10 +40,18 @@ struct Http1Limits {
   size_t max_pipelined_bytes = 1024 * 1024;  // unparsed input buffered while a request runs
 };
 
-class Http1ServerConnection final : public DeferredDeletable, public DownstreamStream {
+class Http1ServerConnection final : public DownstreamConnection, public DownstreamStream {
  public:
-  Http1ServerConnection(Http1ConnectionHost& host, evutil_socket_t fd, std::string peer_address,
-                        Http1Limits limits = {});
+  /** Serves a freshly accepted plain-text socket. */
+  Http1ServerConnection(DownstreamConnectionHost& host, evutil_socket_t fd,
+                        std::string peer_address, Http1Limits limits = {});
+  /**
+   * Adopts `bev` (plain or TLS, connected; its callbacks are replaced). Input
+   * already buffered in it is parsed on the next loop turn. `tls` is reported
+   * to the upstream as X-Forwarded-Proto.
+   */
+  Http1ServerConnection(DownstreamConnectionHost& host, BufferEventPtr bev,
+                        std::string peer_address, bool tls, Http1Limits limits = {});
   ~Http1ServerConnection() override;
 
   // DownstreamStream
@@ -62,10 +63,11 @@ class Http1ServerConnection final : public DeferredDeletable, public DownstreamS
   void onExchangeDone() override;
   const ClientInfo& clientInfo() const override { return client_info_; }
 
+  // DownstreamConnection
   /** Closes after the in-flight response (drain): Connection: close. */
-  void closeWhenIdle();
+  void closeWhenIdle() override;
   /** Closes at once; the Exchange, if any, sees a client disconnect. */
-  void close();
+  void close() override;
 
  private:
   static void onReadCb(bufferevent*, void* arg);
@@ -90,7 +92,15 @@ class Http1ServerConnection final : public DeferredDeletable, public DownstreamS
   static int onMessageComplete(http_parser*);
   bool countHeaderBytes(size_t len);
 
-  Http1ConnectionHost& host_;
+  /** One addition to the output buffer: some framing, `body` bytes, `suffix` framing. */
+  struct OutputPiece {
+    size_t wire;    // bytes added
+    size_t body;    // of which response body
+    size_t suffix;  // framing after the body (a chunk's CRLF)
+  };
+  void noteOutput(OutputPiece piece);
+
+  DownstreamConnectionHost& host_;
   Http1Limits limits_;
   BufferEventPtr bev_;
   EventPtr resume_event_;
@@ -106,6 +116,30 @@ class Http1ServerConnection final : public DeferredDeletable, public DownstreamS
   size_t header_bytes_ = 0;
   int reject_status_ = 0;  // set by a parser callback that refuses the request
 
+  /**
+   * What http-parser tolerates and RFC 9112 §5 forbids, checked on the raw
+   * head bytes before they are parsed: obsolete line folding (a header line
+   * starting with whitespace) and whitespace between a field name and its
+   * colon — both ways to make two parsers disagree about a request.
+   */
+  class HeadScanner {
+   public:
+    /** Starts over at the first byte of a request. */
+    void reset() {
+      state_ = State::RequestLine;
+      request_line_text_ = false;
+    }
+    bool done() const { return state_ == State::Done; }
+    /** Scans `data` up to the end of the head; false at the first forbidden byte. */
+    bool scan(const char* data, size_t len);
+
+   private:
+    enum class State { RequestLine, LineStart, Name, Value, EndCr, Done };
+    State state_ = State::RequestLine;
+    bool request_line_text_ = false;  // leading empty lines before the request line are allowed
+  };
+  HeadScanner head_scanner_;
+
   Exchange* exchange_ = nullptr;
   bool request_complete_ = false;   // the current request's last byte was parsed
   bool response_complete_ = false;  // the current response's last byte was written
@@ -118,6 +152,10 @@ class Http1ServerConnection final : public DeferredDeletable, public DownstreamS
   bool close_after_response_ = false;
   bool closing_ = false;
   bool closed_ = false;
+  // The pieces that may still be in the output buffer, oldest first, so that
+  // bufferedBytes() counts body bytes only, never chunk framing or heads.
+  std::deque<OutputPiece> output_pieces_;
+  size_t output_pieces_wire_ = 0;
 };
 
 }  // namespace sluice

@@ -9,6 +9,20 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
   rt->metrics_ = &metrics;
   const config::Config& cfg = *rt->config_;
 
+  rt->listener_tls_.reserve(cfg.listeners.size());
+  for (const auto& listener : cfg.listeners) {
+    SslCtxPtr ctx;
+    if (listener.tls) {
+      TlsError tls_error;
+      ctx = makeServerSslCtx(*listener.tls, &tls_error);
+      if (!ctx) {
+        if (error) *error = "listener " + listener.address.toString() + ": " + tls_error.message;
+        return nullptr;
+      }
+    }
+    rt->listener_tls_.push_back(std::move(ctx));
+  }
+
   rt->upstreams_.reserve(cfg.upstreams.size());
   for (const auto& up : cfg.upstreams) {
     UpstreamRuntime u;
@@ -16,7 +30,7 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
     u.metrics = std::make_unique<UpstreamMetrics>(metrics, up.name);
     if (up.url.isTls()) {
       TlsError tls_error;
-      u.ssl_ctx = makeUpstreamSslCtx(up.tls, &tls_error);
+      u.ssl_ctx = makeUpstreamSslCtx(up.tls, up.http2, &tls_error);
       if (!u.ssl_ctx) {
         if (error) *error = "upstream " + up.name + ": " + tls_error.message;
         return nullptr;

@@ -19,6 +19,7 @@
 #include "proxy/clock.h"
 #include "proxy/metrics.h"
 #include "proxy/tls.h"
+#include "proxy/tls_server.h"
 
 namespace sluice {
 
@@ -50,7 +51,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
  public:
   /**
    * Resolves `config` against `metrics`. Returns null with `error` set when a
-   * part cannot be built (e.g. an unreadable `ca_file`).
+   * part cannot be built (e.g. an unreadable `ca_file`, a listener's missing
+   * certificate).
    */
   static std::shared_ptr<const Runtime> build(config::ConfigPtr config, Metrics& metrics,
                                               const Clock& clock, std::string* error);
@@ -65,6 +67,12 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   const config::ConfigPtr& configPtr() const { return config_; }
   const std::vector<UpstreamRuntime>& upstreams() const { return upstreams_; }
   const std::vector<RouteRuntime>& routes() const { return routes_; }
+  /**
+   * Server TLS contexts, one per `listen` entry (same index); null for plain
+   * listeners. Built from the certificate files at load, so a reload's new
+   * Runtime carries freshly loaded certificates for new connections.
+   */
+  const std::vector<SslCtxPtr>& listenerTls() const { return listener_tls_; }
   Metrics& metrics() const { return *metrics_; }
   /** The `pricing` table, for the spend meter. */
   const PriceTable& prices() const { return prices_; }
@@ -74,6 +82,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   Metrics* metrics_ = nullptr;
   std::vector<UpstreamRuntime> upstreams_;
   std::vector<RouteRuntime> routes_;
+  std::vector<SslCtxPtr> listener_tls_;
   RouteRuntime no_route_;
   PriceTable prices_;
 };

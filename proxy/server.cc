@@ -72,27 +72,25 @@ bool Server::start(std::string* error) {
   const size_t nworkers =
       cfg.workers > 0 ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
 
-  std::vector<std::vector<evutil_socket_t>> fds(nworkers);
-  for (const auto& listener : cfg.listeners) {
-    if (listener.tls) {
-      *error = "listener " + listener.address.toString() +
-               ": downstream TLS termination is not implemented yet (HTTP/2 + TLS work)";
-      return false;
-    }
+  // TLS listeners need no special socket: the Runtime holds their contexts
+  // and each Worker picks the current one at accept time.
+  std::vector<std::vector<ListenSocket>> sockets(nworkers);
+  for (size_t l = 0; l < cfg.listeners.size(); ++l) {
+    const auto& listener = cfg.listeners[l];
     uint16_t port = listener.address.port;
     for (size_t w = 0; w < nworkers; ++w) {
       evutil_socket_t fd = bindListener(listener.address.host, port, error);
       if (fd < 0) {
-        for (auto& list : fds) for (auto f : list) ::close(f);
+        for (auto& list : sockets) for (const auto& ls : list) ::close(ls.fd);
         return false;
       }
       if (w == 0) port = boundPort(fd);  // port 0: every worker shares the one we got
-      fds[w].push_back(fd);
+      sockets[w].push_back(ListenSocket{fd, l});
     }
     listener_ports_.push_back(port);
   }
   for (size_t w = 0; w < nworkers; ++w) {
-    workers_.push_back(std::make_unique<Worker>(w, clock_, runtime_, std::move(fds[w])));
+    workers_.push_back(std::make_unique<Worker>(w, clock_, runtime_, std::move(sockets[w])));
   }
   if (!admin_.start(cfg.admin.host, cfg.admin.port, error)) {
     workers_.clear();
@@ -135,6 +133,20 @@ void Server::waitForShutdownRequest() {
 }
 
 bool Server::reload(config::ConfigPtr config, std::string* error) {
+  // Sockets are bound once, at start: a reload may change certificates but
+  // not which listeners exist or whether they speak TLS.
+  if (const RuntimePtr current = runtime()) {
+    const auto& before = current->config().listeners;
+    const auto& after = config->listeners;
+    bool same = before.size() == after.size();
+    for (size_t i = 0; same && i < before.size(); ++i) {
+      same = before[i].tls.has_value() == after[i].tls.has_value();
+    }
+    if (!same) {
+      *error = "listen: adding or removing listeners, or turning TLS on or off, needs a restart";
+      return false;
+    }
+  }
   RuntimePtr next = Runtime::build(std::move(config), metrics_, clock_, error);
   if (!next) return false;
   {

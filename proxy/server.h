@@ -45,7 +45,12 @@ class Server {
   /** Blocks until requestShutdown() (used by main). */
   void waitForShutdownRequest();
 
-  /** Applies a new, already validated config to new requests. */
+  /**
+   * Applies a new, already validated config to new requests; TLS listeners
+   * serve its (freshly loaded) certificates to new connections while live
+   * ones keep theirs. Refused (false + `error`) when the certificates cannot
+   * be loaded or the set of listeners / their TLS-ness changed.
+   */
   bool reload(config::ConfigPtr config, std::string* error);
 
   /** The port listener `i` actually bound (port 0 in config = any free port). */

@@ -16,7 +16,8 @@ std::string lastSslError() {
   return out;
 }
 
-SslCtxPtr makeUpstreamSslCtx(const config::UpstreamTlsConfig& tls, TlsError* error) {
+SslCtxPtr makeUpstreamSslCtx(const config::UpstreamTlsConfig& tls, config::Http2Mode http2,
+                             TlsError* error) {
   SSL_CTX* raw = SSL_CTX_new(TLS_client_method());
   if (raw == nullptr) {
     if (error) error->message = "SSL_CTX_new: " + lastSslError();
@@ -25,8 +26,17 @@ SslCtxPtr makeUpstreamSslCtx(const config::UpstreamTlsConfig& tls, TlsError* err
   SslCtxPtr ctx(raw, SslCtxDeleter{});
   SSL_CTX_set_min_proto_version(raw, TLS1_2_VERSION);
   SSL_CTX_set_mode(raw, SSL_MODE_RELEASE_BUFFERS);
-  static const unsigned char kAlpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
-  SSL_CTX_set_alpn_protos(raw, kAlpn, sizeof(kAlpn));
+  // ALPN wire format: length-prefixed protocol names, in order of preference.
+  static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  static const unsigned char kH2[] = {2, 'h', '2'};
+  static const unsigned char kH2OrHttp11[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  switch (http2) {
+    case config::Http2Mode::Off: SSL_CTX_set_alpn_protos(raw, kHttp11, sizeof(kHttp11)); break;
+    case config::Http2Mode::On: SSL_CTX_set_alpn_protos(raw, kH2, sizeof(kH2)); break;
+    case config::Http2Mode::Auto:
+      SSL_CTX_set_alpn_protos(raw, kH2OrHttp11, sizeof(kH2OrHttp11));
+      break;
+  }
   if (!tls.verify) {
     SSL_CTX_set_verify(raw, SSL_VERIFY_NONE, nullptr);
     return ctx;

@@ -2,7 +2,7 @@
 
 // OpenSSL contexts. Upstream (client) contexts verify against the system CA
 // store by default, or a configured `ca_file`; per-connection SNI and
-// hostname/IP verification are set by UpstreamConnection.
+// hostname/IP verification are set per connection (connectUpstream).
 
 #include <openssl/ssl.h>
 
@@ -25,10 +25,12 @@ struct TlsError {
 
 /**
  * A client context for one upstream: TLS 1.2+, OpenSSL's default cipher
- * policy, ALPN `http/1.1`, peer verification unless `tls.verify` is false.
- * Returns nullptr and fills `error` on failure (unreadable ca_file, ...).
+ * policy, ALPN by `http2` (off: http/1.1; on: h2; auto: h2 then http/1.1),
+ * peer verification unless `tls.verify` is false. Returns nullptr and fills
+ * `error` on failure (unreadable ca_file, ...).
  */
-SslCtxPtr makeUpstreamSslCtx(const config::UpstreamTlsConfig& tls, TlsError* error);
+SslCtxPtr makeUpstreamSslCtx(const config::UpstreamTlsConfig& tls, config::Http2Mode http2,
+                             TlsError* error);
 
 /** The last OpenSSL error as text ("" if none), clearing the error queue. */
 std::string lastSslError();

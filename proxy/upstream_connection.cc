@@ -18,6 +18,7 @@ std::string_view toString(UpstreamError e) {
     case UpstreamError::ConnectError: return "connect_error";
     case UpstreamError::Reset: return "reset";
     case UpstreamError::Protocol: return "protocol_error";
+    case UpstreamError::Refused: return "refused";
   }
   return "reset";
 }
@@ -31,21 +32,10 @@ bool isIpLiteral(const std::string& host) {
 
 }  // namespace
 
-UpstreamConnection::UpstreamConnection(Dispatcher& dispatcher,
-                                       const config::UpstreamConfig& upstream, SSL_CTX* ssl_ctx,
-                                       UpstreamPool& pool, uint64_t id)
-    : dispatcher_(dispatcher), upstream_(upstream), pool_(pool), id_(id) {
-  http_parser_init(&parser_, HTTP_RESPONSE);
-  parser_.data = this;
-  http_parser_settings_init(&settings_);
-  settings_.on_status = &UpstreamConnection::onStatus;
-  settings_.on_header_field = &UpstreamConnection::onHeaderField;
-  settings_.on_header_value = &UpstreamConnection::onHeaderValue;
-  settings_.on_headers_complete = &UpstreamConnection::onHeadersComplete;
-  settings_.on_body = &UpstreamConnection::onBody;
-  settings_.on_message_complete = &UpstreamConnection::onMessageComplete;
-
+BufferEventPtr connectUpstream(Dispatcher& dispatcher, const config::UpstreamConfig& upstream,
+                               SSL_CTX* ssl_ctx) {
   const int options = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
+  BufferEventPtr bev;
   if (ssl_ctx != nullptr) {
     SSL* ssl = SSL_new(ssl_ctx);
     const std::string& sni = upstream.tls.sni.empty() ? upstream.url.host : upstream.tls.sni;
@@ -60,24 +50,87 @@ UpstreamConnection::UpstreamConnection(Dispatcher& dispatcher,
         X509_VERIFY_PARAM_set1_host(param, sni.c_str(), 0);
       }
     }
-    bev_.reset(bufferevent_openssl_socket_new(dispatcher.base(), -1, ssl,
-                                              BUFFEREVENT_SSL_CONNECTING, options));
-    if (bev_) bufferevent_openssl_set_allow_dirty_shutdown(bev_.get(), 1);
+    bev.reset(bufferevent_openssl_socket_new(dispatcher.base(), -1, ssl,
+                                             BUFFEREVENT_SSL_CONNECTING, options));
+    if (bev) bufferevent_openssl_set_allow_dirty_shutdown(bev.get(), 1);
   } else {
-    bev_.reset(bufferevent_socket_new(dispatcher.base(), -1, options));
+    bev.reset(bufferevent_socket_new(dispatcher.base(), -1, options));
   }
+  if (!bev) return nullptr;
+  if (bufferevent_socket_connect_hostname(bev.get(), dispatcher.dns(), AF_UNSPEC,
+                                          upstream.url.host.c_str(), upstream.url.port) != 0) {
+    return nullptr;
+  }
+  return bev;
+}
+
+std::string upstreamTlsFailure(bufferevent* bev) {
+  if (bev == nullptr) return "";
+  SSL* ssl = bufferevent_openssl_get_ssl(bev);
+  if (ssl == nullptr) return "";
+  std::string out;
+  // libevent moves OpenSSL's errors off the thread's queue into the bufferevent.
+  while (const unsigned long err = bufferevent_get_openssl_error(bev)) {
+    char buf[256];
+    ERR_error_string_n(err, buf, sizeof(buf));
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  const long verify = SSL_get_verify_result(ssl);
+  if (verify != X509_V_OK) {
+    if (!out.empty()) out += "; ";
+    out += std::string("certificate verification failed: ") +
+           X509_verify_cert_error_string(verify);
+  }
+  return out.empty() ? lastSslError() : out;
+}
+
+std::string connectFailureDetail(bufferevent* bev, const config::UpstreamConfig& upstream) {
+  std::string detail = "connect to " + upstream.url.authority() + " failed";
+  if (bev == nullptr) return detail;
+  if (const int dns_err = bufferevent_socket_get_dns_error(bev); dns_err != 0) {
+    detail += ": " + std::string(evutil_gai_strerror(dns_err));
+  } else if (const std::string ssl = upstreamTlsFailure(bev); !ssl.empty()) {
+    detail += ": TLS: " + ssl;
+  } else if (EVUTIL_SOCKET_ERROR() != 0) {
+    detail += ": " + std::string(evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+  }
+  return detail;
+}
+
+std::string_view negotiatedAlpn(bufferevent* bev) {
+  SSL* ssl = bev != nullptr ? bufferevent_openssl_get_ssl(bev) : nullptr;
+  if (ssl == nullptr) return "";
+  const unsigned char* proto = nullptr;
+  unsigned int len = 0;
+  SSL_get0_alpn_selected(ssl, &proto, &len);
+  return std::string_view(reinterpret_cast<const char*>(proto), proto != nullptr ? len : 0);
+}
+
+UpstreamConnection::UpstreamConnection(Dispatcher& dispatcher,
+                                       const config::UpstreamConfig& upstream, SSL_CTX* ssl_ctx,
+                                       UpstreamPool& pool, uint64_t id, bool negotiating)
+    : dispatcher_(dispatcher), upstream_(upstream), pool_(pool), id_(id),
+      negotiating_(negotiating) {
+  http_parser_init(&parser_, HTTP_RESPONSE);
+  parser_.data = this;
+  http_parser_settings_init(&settings_);
+  settings_.on_status = &UpstreamConnection::onStatus;
+  settings_.on_header_field = &UpstreamConnection::onHeaderField;
+  settings_.on_header_value = &UpstreamConnection::onHeaderValue;
+  settings_.on_headers_complete = &UpstreamConnection::onHeadersComplete;
+  settings_.on_body = &UpstreamConnection::onBody;
+  settings_.on_message_complete = &UpstreamConnection::onMessageComplete;
+
+  bev_ = connectUpstream(dispatcher, upstream, ssl_ctx);
   if (!bev_) {
+    // Reported to the holder on sendRequest (connect_error), never synchronously here.
     closed_ = true;
     return;
   }
   bufferevent_setcb(bev_.get(), &UpstreamConnection::onReadCb, nullptr,
                     &UpstreamConnection::onEventCb, this);
   bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
-  if (bufferevent_socket_connect_hostname(bev_.get(), dispatcher.dns(), AF_UNSPEC,
-                                          upstream.url.host.c_str(), upstream.url.port) != 0) {
-    // Reported to the holder on sendRequest (connect_error), never synchronously here.
-    closed_ = true;
-  }
 }
 
 UpstreamConnection::~UpstreamConnection() = default;
@@ -155,7 +208,23 @@ void UpstreamConnection::markIdle() {
   if (bev_) bufferevent_enable(bev_.get(), EV_READ);
 }
 
+void UpstreamConnection::release() { pool_.release(this); }
+
+void UpstreamConnection::reset() { pool_.destroy(this); }
+
+BufferEventPtr UpstreamConnection::takeBufferEvent() {
+  closed_ = true;
+  callbacks_ = nullptr;
+  if (bev_) bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);
+  return std::move(bev_);
+}
+
 void UpstreamConnection::fail(UpstreamError error, const std::string& detail) {
+  if (negotiating_) {
+    negotiating_ = false;
+    pool_.onNegotiationFailed(this, detail);  // fails the streams that waited for it
+    return;
+  }
   UpstreamCallbacks* cb = callbacks_;
   callbacks_ = nullptr;
   awaiting_response_ = false;
@@ -220,21 +289,19 @@ void UpstreamConnection::onEvent(short events) {
   if (closed_) return;
   if (events & BEV_EVENT_CONNECTED) {
     connected_ = true;
+    if (negotiating_) {
+      negotiating_ = false;
+      reusable_ = true;  // up and unused: the pool may hand it out
+      pool_.onNegotiated(this, negotiatedAlpn(bev_.get()) == "h2");  // may take our socket
+      return;
+    }
     if (callbacks_ != nullptr) callbacks_->onUpstreamConnected();
     return;
   }
   if (!(events & (BEV_EVENT_EOF | BEV_EVENT_ERROR))) return;
 
   if (!connected_) {
-    std::string detail = "connect to " + upstream_.url.authority() + " failed";
-    if (const int dns_err = bufferevent_socket_get_dns_error(bev_.get()); dns_err != 0) {
-      detail += ": " + std::string(evutil_gai_strerror(dns_err));
-    } else if (const std::string ssl = tlsFailure(); !ssl.empty()) {
-      detail += ": TLS: " + ssl;
-    } else if (EVUTIL_SOCKET_ERROR() != 0) {
-      detail += ": " + std::string(evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-    }
-    fail(UpstreamError::ConnectError, detail);
+    fail(UpstreamError::ConnectError, connectFailureDetail(bev_.get(), upstream_));
     return;
   }
   if (awaiting_response_ && (events & BEV_EVENT_EOF)) {
@@ -257,27 +324,6 @@ void UpstreamConnection::onEvent(short events) {
   } else {
     pool_.destroy(this);  // idle connection closed by the upstream
   }
-}
-
-std::string UpstreamConnection::tlsFailure() {
-  if (!bev_ || !upstream_.url.isTls()) return "";
-  std::string out;
-  // libevent moves OpenSSL's errors off the thread's queue into the bufferevent.
-  while (const unsigned long err = bufferevent_get_openssl_error(bev_.get())) {
-    char buf[256];
-    ERR_error_string_n(err, buf, sizeof(buf));
-    if (!out.empty()) out += "; ";
-    out += buf;
-  }
-  if (SSL* ssl = bufferevent_openssl_get_ssl(bev_.get())) {
-    const long verify = SSL_get_verify_result(ssl);
-    if (verify != X509_V_OK) {
-      if (!out.empty()) out += "; ";
-      out += std::string("certificate verification failed: ") +
-             X509_verify_cert_error_string(verify);
-    }
-  }
-  return out.empty() ? lastSslError() : out;
 }
 
 int UpstreamConnection::onStatus(http_parser*, const char*, size_t) { return 0; }

@@ -6,6 +6,12 @@
 // http-parser and reports it to whoever holds it through UpstreamCallbacks.
 // Reading can be paused: that is how a slow client pushes back on the
 // upstream (watermarks, see Exchange).
+//
+// With `http2: auto` on an https:// upstream whose protocol the pool has not
+// learned yet, the connection is opened "negotiating": it offers h2 and
+// http/1.1 by ALPN, carries no request, and reports the server's choice to
+// the pool, which either keeps it as HTTP/1.1 or hands its socket to an
+// Http2ClientSession (takeBufferEvent).
 
 #include <http_parser.h>
 #include <openssl/ssl.h>
@@ -16,53 +22,44 @@
 
 #include "config/config.h"
 #include "proxy/dispatcher.h"
+#include "proxy/event_util.h"
 #include "proxy/http_message.h"
+#include "proxy/upstream_stream.h"
 
 namespace sluice {
 
-/** How an attempt failed below HTTP. */
-enum class UpstreamError {
-  ConnectError,  // DNS, TCP connect or TLS handshake failed
-  Reset,         // the connection broke after it was established
-  Protocol,      // the upstream sent something that is not a valid HTTP/1.1 response
-};
-
-std::string_view toString(UpstreamError e);
-
-/** Receives one response. Calls stop once the connection is released or destroyed. */
-class UpstreamCallbacks {
- public:
-  virtual ~UpstreamCallbacks() = default;
-  /** TCP (and TLS) is up; the request is being written. */
-  virtual void onUpstreamConnected() = 0;
-  /** The final response head (1xx interim responses are swallowed). */
-  virtual void onUpstreamHeaders(ResponseHead&& head, bool end_stream) = 0;
-  /** A slice of the response body (de-chunked). */
-  virtual void onUpstreamData(const char* data, size_t len) = 0;
-  /** The response ended cleanly. */
-  virtual void onUpstreamComplete() = 0;
-  /** The attempt failed; the connection is dead and must be destroyed. */
-  virtual void onUpstreamError(UpstreamError error, const std::string& detail) = 0;
-};
-
 class UpstreamPool;
 
-class UpstreamConnection : public DeferredDeletable {
+/** Opens a TCP (and, with `ssl_ctx`, TLS) connection to `upstream`, connecting asynchronously. */
+BufferEventPtr connectUpstream(Dispatcher& dispatcher, const config::UpstreamConfig& upstream,
+                               SSL_CTX* ssl_ctx);
+
+/** Why a TLS handshake on `bev` failed, in words ("" when it did not). */
+std::string upstreamTlsFailure(bufferevent* bev);
+
+/** Why connecting `bev` to `upstream` failed, for a problem's detail. */
+std::string connectFailureDetail(bufferevent* bev, const config::UpstreamConfig& upstream);
+
+/** The ALPN protocol the server chose on `bev` ("" for plain TCP or none). */
+std::string_view negotiatedAlpn(bufferevent* bev);
+
+class UpstreamConnection : public DeferredDeletable, public UpstreamStream {
  public:
-  /** Creates and starts connecting to `upstream`; `ssl_ctx` is null for http://. */
+  /**
+   * Creates and starts connecting to `upstream`; `ssl_ctx` is null for
+   * http://. A `negotiating` connection reports its ALPN result to the pool.
+   */
   UpstreamConnection(Dispatcher& dispatcher, const config::UpstreamConfig& upstream,
-                     SSL_CTX* ssl_ctx, UpstreamPool& pool, uint64_t id);
+                     SSL_CTX* ssl_ctx, UpstreamPool& pool, uint64_t id, bool negotiating = false);
   ~UpstreamConnection() override;
 
-  /**
-   * Writes `head` (already rewritten for the upstream) and `body`, framed with
-   * Content-Length, and routes the response to `callbacks`.
-   */
-  void sendRequest(const RequestHead& head, std::string_view body, UpstreamCallbacks* callbacks);
+  /** Writes the request framed with Content-Length (UpstreamStream). */
+  void sendRequest(const RequestHead& head, std::string_view body,
+                   UpstreamCallbacks* callbacks) override;
 
   /** Stops / resumes reading the response (backpressure from a slow client). */
-  void pauseReading();
-  void resumeReading();
+  void pauseReading() override;
+  void resumeReading() override;
 
   /** True when the last response completed cleanly and the upstream allows keep-alive. */
   bool reusable() const { return reusable_ && !closed_; }
@@ -75,7 +72,13 @@ class UpstreamConnection : public DeferredDeletable {
   /** Closes the socket now (FIN) and stops all callbacks; idempotent. */
   void close();
   /** Forgets the current callbacks (the holder is gone). */
-  void detach() { callbacks_ = nullptr; }
+  void detach() override { callbacks_ = nullptr; }
+  /** Back to the pool: kept for reuse if reusable(), else closed. */
+  void release() override;
+  /** Closes the connection now (through the pool). */
+  void reset() override;
+  /** Gives up the (connected) socket to an HTTP/2 session; this connection is then closed. */
+  BufferEventPtr takeBufferEvent();
   /** Becomes idle in the pool: watch for the upstream closing it. */
   void markIdle();
 
@@ -86,8 +89,6 @@ class UpstreamConnection : public DeferredDeletable {
   void onEvent(short events);
   void parse(const char* data, size_t len);
   void fail(UpstreamError error, const std::string& detail);
-  /** Why a TLS handshake failed, in words ("" when it did not). */
-  std::string tlsFailure();
 
   // http_parser callbacks.
   static int onHeaderField(http_parser*, const char*, size_t);
@@ -115,6 +116,7 @@ class UpstreamConnection : public DeferredDeletable {
   bool awaiting_response_ = false;
   bool message_done_ = false;
 
+  bool negotiating_ = false;
   bool connected_ = false;
   bool closed_ = false;
   bool reusable_ = false;

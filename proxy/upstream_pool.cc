@@ -4,15 +4,102 @@
 
 namespace sluice {
 
-UpstreamPool::UpstreamPool(Dispatcher& dispatcher, const config::UpstreamConfig& upstream,
-                           SslCtxPtr ssl_ctx)
-    : dispatcher_(dispatcher), upstream_(upstream), ssl_ctx_(std::move(ssl_ctx)) {}
+/**
+ * A stream waiting for the pool to learn the upstream's protocol. It records
+ * what the Exchange asks of it and replays that on the real stream once bound;
+ * from then on it only forwards. Lives in the pool until its holder lets go.
+ */
+class PendingStream final : public DeferredDeletable, public UpstreamStream {
+ public:
+  explicit PendingStream(UpstreamPool& pool) : pool_(pool) {}
 
-UpstreamPool::~UpstreamPool() {
-  for (auto& [raw, conn] : conns_) conn->close();
+  void sendRequest(const RequestHead& head, std::string_view body,
+                   UpstreamCallbacks* callbacks) override {
+    head_ = &head;
+    body_ = body;
+    callbacks_ = callbacks;
+    if (bound_ != nullptr) bound_->sendRequest(head, body, callbacks);
+  }
+  void pauseReading() override {
+    paused_ = true;
+    if (bound_ != nullptr) bound_->pauseReading();
+  }
+  void resumeReading() override {
+    paused_ = false;
+    if (bound_ != nullptr) bound_->resumeReading();
+  }
+  void detach() override {
+    callbacks_ = nullptr;
+    if (bound_ != nullptr) bound_->detach();
+  }
+  void release() override {
+    if (bound_ != nullptr) bound_->release();
+    pool_.forgetPending(this);
+  }
+  void reset() override {
+    if (bound_ != nullptr) bound_->reset();
+    pool_.forgetPending(this);
+  }
+
+  bool bound() const { return bound_ != nullptr; }
+  /** The protocol is known: run on `stream` from now on. */
+  void bind(UpstreamStream* stream) {
+    bound_ = stream;
+    if (paused_) stream->pauseReading();
+    if (callbacks_ != nullptr) stream->sendRequest(*head_, body_, callbacks_);
+  }
+  /** The negotiating connection failed. */
+  void fail(const std::string& detail) {
+    if (UpstreamCallbacks* cb = callbacks_) cb->onUpstreamError(UpstreamError::ConnectError, detail);
+  }
+
+ private:
+  UpstreamPool& pool_;
+  UpstreamStream* bound_ = nullptr;
+  const RequestHead* head_ = nullptr;
+  std::string_view body_;
+  UpstreamCallbacks* callbacks_ = nullptr;
+  bool paused_ = false;
+};
+
+namespace {
+
+UpstreamPool::Protocol initialProtocol(const config::UpstreamConfig& upstream) {
+  switch (upstream.http2) {
+    case config::Http2Mode::Off: return UpstreamPool::Protocol::Http1;
+    case config::Http2Mode::On: return UpstreamPool::Protocol::Http2;
+    case config::Http2Mode::Auto:
+      return upstream.url.isTls() ? UpstreamPool::Protocol::Negotiating
+                                  : UpstreamPool::Protocol::Http1;
+  }
+  return UpstreamPool::Protocol::Http1;
 }
 
-UpstreamConnection* UpstreamPool::acquire() {
+}  // namespace
+
+UpstreamPool::UpstreamPool(Dispatcher& dispatcher, const config::UpstreamConfig& upstream,
+                           SslCtxPtr ssl_ctx)
+    : dispatcher_(dispatcher),
+      upstream_(upstream),
+      ssl_ctx_(std::move(ssl_ctx)),
+      protocol_(initialProtocol(upstream)) {}
+
+UpstreamPool::~UpstreamPool() {
+  destroying_ = true;
+  for (auto& [raw, conn] : conns_) conn->close();
+  for (auto& [raw, session] : sessions_) session->close("worker shutting down");
+}
+
+UpstreamStream* UpstreamPool::acquire() {
+  switch (protocol_) {
+    case Protocol::Http1: return acquireHttp1();
+    case Protocol::Http2: return acquireHttp2();
+    case Protocol::Negotiating: return acquirePending();
+  }
+  return acquireHttp1();
+}
+
+UpstreamStream* UpstreamPool::acquireHttp1() {
   while (!idle_.empty()) {
     UpstreamConnection* conn = idle_.back();
     idle_.pop_back();
@@ -20,10 +107,101 @@ UpstreamConnection* UpstreamPool::acquire() {
     destroy(conn);
   }
   auto conn = std::make_unique<UpstreamConnection>(dispatcher_, upstream_, ssl_ctx_.get(), *this,
-                                                   next_id_++);
+                                                   ++opened_);
   UpstreamConnection* raw = conn.get();
   conns_.emplace(raw, std::move(conn));
   return raw;
+}
+
+UpstreamStream* UpstreamPool::acquireHttp2() {
+  for (auto& [raw, session] : sessions_) {
+    if (session->hasCapacity()) return session->newStream();
+  }
+  ++opened_;
+  auto session = std::make_unique<Http2ClientSession>(dispatcher_, upstream_, ssl_ctx_.get(), *this);
+  Http2ClientSession* raw = session.get();
+  sessions_.emplace(raw, std::move(session));
+  return raw->newStream();
+}
+
+UpstreamStream* UpstreamPool::acquirePending() {
+  if (negotiator_ == nullptr) {
+    auto conn = std::make_unique<UpstreamConnection>(dispatcher_, upstream_, ssl_ctx_.get(), *this,
+                                                     ++opened_, /*negotiating=*/true);
+    negotiator_ = conn.get();
+    conns_.emplace(negotiator_, std::move(conn));
+    if (negotiator_->closed()) {
+      // Could not even start (e.g. DNS setup failed): the stream fails on sendRequest.
+      UpstreamConnection* failed = negotiator_;
+      negotiator_ = nullptr;
+      destroy(failed);
+      return acquireHttp1();
+    }
+  }
+  auto pending = std::make_unique<PendingStream>(*this);
+  PendingStream* raw = pending.get();
+  pending_.emplace(raw, std::move(pending));
+  return raw;
+}
+
+void UpstreamPool::onNegotiated(UpstreamConnection* conn, bool h2) {
+  if (conn != negotiator_) return;
+  negotiator_ = nullptr;
+  if (h2) {
+    protocol_ = Protocol::Http2;
+    BufferEventPtr bev = conn->takeBufferEvent();
+    destroy(conn);
+    auto session =
+        std::make_unique<Http2ClientSession>(dispatcher_, upstream_, std::move(bev), *this);
+    sessions_.emplace(session.get(), std::move(session));
+  } else {
+    protocol_ = Protocol::Http1;
+    conn->markIdle();
+    idle_.push_back(conn);
+  }
+  bindPending();
+}
+
+void UpstreamPool::bindPending() {
+  std::vector<PendingStream*> waiting;
+  for (auto& [raw, pending] : pending_) {
+    if (!raw->bound()) waiting.push_back(raw);
+  }
+  for (PendingStream* p : waiting) {
+    if (pending_.count(p) != 0) p->bind(acquire());
+  }
+}
+
+void UpstreamPool::onNegotiationFailed(UpstreamConnection* conn, const std::string& detail) {
+  if (conn == negotiator_) negotiator_ = nullptr;
+  destroy(conn);
+  std::vector<PendingStream*> waiting;
+  for (auto& [raw, pending] : pending_) {
+    if (!raw->bound()) waiting.push_back(raw);
+  }
+  // Each failure may retry at once and queue a new PendingStream: only these fail.
+  for (PendingStream* p : waiting) {
+    if (pending_.count(p) != 0) p->fail(detail);
+  }
+}
+
+void UpstreamPool::forgetPending(PendingStream* pending) {
+  auto it = pending_.find(pending);
+  if (it == pending_.end()) return;
+  // The PendingStream may be on the stack (its own release()): delete it later.
+  dispatcher_.deferredDelete(std::move(it->second));
+  pending_.erase(it);
+}
+
+void UpstreamPool::onSessionClosed(Http2ClientSession* session) {
+  if (destroying_) return;
+  if (session->alpnRefused() && upstream_.http2 == config::Http2Mode::Auto) {
+    protocol_ = Protocol::Negotiating;  // the upstream changed its mind: ask again
+  }
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  dispatcher_.deferredDelete(std::move(it->second));
+  sessions_.erase(it);
 }
 
 void UpstreamPool::release(UpstreamConnection* conn) {
@@ -37,6 +215,7 @@ void UpstreamPool::release(UpstreamConnection* conn) {
 }
 
 void UpstreamPool::destroy(UpstreamConnection* conn) {
+  if (destroying_) return;
   auto it = conns_.find(conn);
   if (it == conns_.end()) return;
   conn->close();

@@ -1,50 +1,88 @@
 #pragma once
 
-// Per-worker keep-alive pool for one upstream. Owns every UpstreamConnection
-// to that upstream on this worker. An attempt acquires a connection (idle or
-// new), and ends it one of two ways: release() after a clean, reusable
-// response, or destroy() — cancel, error, timeout — which closes the socket at
-// once so the upstream sees the close and stops generating (and billing).
+// Per-worker connections to one upstream. An attempt acquires an
+// UpstreamStream and ends it one of two ways: release() after a clean
+// response, or reset() — cancel, error, timeout — which tears it down at once
+// so the upstream sees it and stops generating (and billing).
+//
+// The pool speaks the upstream's protocol (`http2`, DESIGN §2):
+//   off                  HTTP/1.1 keep-alive connections, one request each at a time.
+//   on                   HTTP/2: h2c with prior knowledge on http://, ALPN h2 on https://.
+//   auto, http://        HTTP/1.1 (there is no ALPN to ask).
+//   auto, https://       learned from the first connection's ALPN (h2 or http/1.1); until
+//                        then streams wait in the pool (PendingStream) and are bound to a
+//                        real stream once the answer is in.
+// HTTP/2 streams are multiplexed on one session per upstream per worker; a
+// session that is full (the peer's max concurrent streams) or going away
+// makes the pool open another.
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "config/config.h"
 #include "proxy/dispatcher.h"
+#include "proxy/http2_client_session.h"
 #include "proxy/tls.h"
 #include "proxy/upstream_connection.h"
 
 namespace sluice {
 
+class PendingStream;
+
 class UpstreamPool {
  public:
+  enum class Protocol { Http1, Http2, Negotiating };
+
   UpstreamPool(Dispatcher& dispatcher, const config::UpstreamConfig& upstream, SslCtxPtr ssl_ctx);
   ~UpstreamPool();
 
-  /** An idle keep-alive connection if one is up, else a new one (connecting). */
-  UpstreamConnection* acquire();
+  /** A stream for one attempt: an idle connection, room on a session, or a new one. */
+  UpstreamStream* acquire();
+
   /** Returns `conn` for reuse if reusable(), else destroys it. */
   void release(UpstreamConnection* conn);
   /** Closes `conn` now and never reuses it. */
   void destroy(UpstreamConnection* conn);
 
-  size_t idleCount() const { return idle_.size(); }
-  size_t totalCount() const { return conns_.size(); }
-  /** Connections ever opened by this pool (for keep-alive tests). */
-  uint64_t connectionsOpened() const { return next_id_ - 1; }
+  // --- from the connections and sessions this pool owns -------------------------
+  /** A negotiating connection is up and ALPN chose `h2` (or not). */
+  void onNegotiated(UpstreamConnection* conn, bool h2);
+  /** A negotiating connection failed: the streams waiting for it fail too. */
+  void onNegotiationFailed(UpstreamConnection* conn, const std::string& detail);
+  /** A session closed (error, GOAWAY drained, PING timeout): delete it. */
+  void onSessionClosed(Http2ClientSession* session);
+  /** A PendingStream was released or reset by its holder. */
+  void forgetPending(PendingStream* pending);
 
-  /** The most idle connections kept per upstream per worker. */
+  Protocol protocol() const { return protocol_; }
+  size_t idleCount() const { return idle_.size(); }
+  size_t totalCount() const { return conns_.size() + sessions_.size(); }
+  /** Connections and sessions ever opened by this pool (for keep-alive tests). */
+  uint64_t connectionsOpened() const { return opened_; }
+
+  /** The most idle HTTP/1.1 connections kept per upstream per worker. */
   static constexpr size_t kMaxIdle = 128;
 
  private:
+  UpstreamStream* acquireHttp1();
+  UpstreamStream* acquireHttp2();
+  UpstreamStream* acquirePending();
+  void bindPending();
+
   Dispatcher& dispatcher_;
   const config::UpstreamConfig& upstream_;
   SslCtxPtr ssl_ctx_;
-  uint64_t next_id_ = 1;
+  Protocol protocol_;
+  uint64_t opened_ = 0;
+  bool destroying_ = false;
   std::unordered_map<UpstreamConnection*, std::unique_ptr<UpstreamConnection>> conns_;
   std::vector<UpstreamConnection*> idle_;  // LIFO: the warmest connection first
+  std::unordered_map<Http2ClientSession*, std::unique_ptr<Http2ClientSession>> sessions_;
+  UpstreamConnection* negotiator_ = nullptr;  // the connection asking ALPN, if any
+  std::unordered_map<PendingStream*, std::unique_ptr<PendingStream>> pending_;
 };
 
 }  // namespace sluice

@@ -4,21 +4,26 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
+#include <event2/bufferevent_ssl.h>
+#include <openssl/ssl.h>
+
 #include <chrono>
+
+#include "proxy/protocol_detector.h"
 
 namespace sluice {
 
 Worker::Worker(size_t index, const Clock& clock, RuntimePtr runtime,
-               std::vector<evutil_socket_t> listen_fds)
+               std::vector<ListenSocket> listen_sockets)
     : index_(index),
       dispatcher_(clock),
       runtime_(std::move(runtime)),
-      listen_fds_(std::move(listen_fds)),
+      listen_sockets_(std::move(listen_sockets)),
       // Exchange ids are unique across workers: the worker index in the top bits.
       next_exchange_id_((static_cast<uint64_t>(index) << 48) + 1) {
-  for (evutil_socket_t fd : listen_fds_) {
+  for (const ListenSocket& ls : listen_sockets_) {
     listeners_.emplace_back(evconnlistener_new(dispatcher_.base(), &Worker::onAccept, this,
-                                               LEV_OPT_CLOSE_ON_FREE, -1, fd));
+                                               LEV_OPT_CLOSE_ON_FREE, -1, ls.fd));
   }
 }
 
@@ -38,9 +43,7 @@ void Worker::stop() {
     std::vector<Exchange*> all;
     for (auto& [id, ex] : exchanges_) all.push_back(ex.get());
     for (auto* ex : all) ex->cancel(CancelReason::Draining);
-    std::vector<Http1ServerConnection*> conns;
-    for (auto& [raw, conn] : connections_) conns.push_back(raw);
-    for (auto* conn : conns) conn->close();
+    for (auto* conn : allConnections()) conn->close();
     dispatcher_.exit();
   });
   thread_.join();
@@ -57,9 +60,7 @@ void Worker::setRuntime(RuntimePtr runtime) {
 void Worker::stopAccepting() {
   dispatcher_.post([this] {
     listeners_.clear();
-    std::vector<Http1ServerConnection*> conns;
-    for (auto& [raw, conn] : connections_) conns.push_back(raw);
-    for (auto* conn : conns) conn->closeWhenIdle();
+    for (auto* conn : allConnections()) conn->closeWhenIdle();
   });
 }
 
@@ -123,18 +124,39 @@ void Worker::countUnparsedRequest(int status) {
   runtime_->noRoute().metrics->requests(status).Increment();
 }
 
-void Worker::connectionClosed(Http1ServerConnection& conn) {
+void Worker::connectionClosed(DownstreamConnection& conn) {
   auto it = connections_.find(&conn);
   if (it == connections_.end()) return;
   dispatcher_.deferredDelete(std::move(it->second));
   connections_.erase(it);
 }
 
-void Worker::onAccept(evconnlistener*, evutil_socket_t fd, sockaddr* addr, int, void* arg) {
-  static_cast<Worker*>(arg)->accept(fd, addr);
+void Worker::replaceConnection(DownstreamConnection& from, DownstreamConnectionPtr to) {
+  connectionClosed(from);
+  DownstreamConnection* raw = to.get();
+  connections_.emplace(raw, std::move(to));
 }
 
-void Worker::accept(evutil_socket_t fd, sockaddr* addr) {
+std::vector<DownstreamConnection*> Worker::allConnections() const {
+  // Closing a connection removes it from the map: callers iterate over a copy.
+  std::vector<DownstreamConnection*> all;
+  all.reserve(connections_.size());
+  for (const auto& [raw, conn] : connections_) all.push_back(raw);
+  return all;
+}
+
+void Worker::onAccept(evconnlistener* listener, evutil_socket_t fd, sockaddr* addr, int,
+                      void* arg) {
+  auto* self = static_cast<Worker*>(arg);
+  const evutil_socket_t listen_fd = evconnlistener_get_fd(listener);
+  size_t listener_index = 0;
+  for (const ListenSocket& ls : self->listen_sockets_) {
+    if (ls.fd == listen_fd) listener_index = ls.listener_index;
+  }
+  self->accept(fd, addr, listener_index);
+}
+
+void Worker::accept(evutil_socket_t fd, sockaddr* addr, size_t listener_index) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   char ip[INET6_ADDRSTRLEN] = "";
@@ -143,8 +165,31 @@ void Worker::accept(evutil_socket_t fd, sockaddr* addr) {
   } else if (addr->sa_family == AF_INET6) {
     inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(addr)->sin6_addr, ip, sizeof(ip));
   }
-  auto conn = std::make_unique<Http1ServerConnection>(*this, fd, ip);
-  Http1ServerConnection* raw = conn.get();
+  const int options = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
+  const auto& contexts = runtime_->listenerTls();
+  SSL_CTX* ssl_ctx = listener_index < contexts.size() ? contexts[listener_index].get() : nullptr;
+  BufferEventPtr bev;
+  if (ssl_ctx != nullptr) {
+    // The SSL object holds its own reference to the context: a reload that
+    // replaces the runtime (and its certificate) never touches this connection.
+    SSL* ssl = SSL_new(ssl_ctx);
+    if (ssl == nullptr) {
+      evutil_closesocket(fd);
+      return;
+    }
+    bev.reset(bufferevent_openssl_socket_new(dispatcher_.base(), fd, ssl,
+                                             BUFFEREVENT_SSL_ACCEPTING, options));
+    if (!bev) return;  // out of memory; with CLOSE_ON_FREE libevent freed the SSL object
+    bufferevent_openssl_set_allow_dirty_shutdown(bev.get(), 1);
+  } else {
+    bev.reset(bufferevent_socket_new(dispatcher_.base(), fd, options));
+    if (!bev) {
+      evutil_closesocket(fd);
+      return;
+    }
+  }
+  auto conn = std::make_unique<ProtocolDetector>(*this, std::move(bev), ip, ssl_ctx != nullptr);
+  DownstreamConnection* raw = conn.get();
   connections_.emplace(raw, std::move(conn));
 }
 

@@ -14,18 +14,24 @@
 #include <vector>
 
 #include "proxy/dispatcher.h"
+#include "proxy/downstream_connection.h"
 #include "proxy/exchange.h"
-#include "proxy/http1_server_connection.h"
 #include "proxy/runtime.h"
 #include "proxy/upstream_pool.h"
 
 namespace sluice {
 
-class Worker final : public ExchangeHost, public Http1ConnectionHost {
+/** One bound, listening, non-blocking socket and the `listen` entry it serves. */
+struct ListenSocket {
+  evutil_socket_t fd = -1;
+  size_t listener_index = 0;  // index into config `listen` (and Runtime::listenerTls())
+};
+
+class Worker final : public ExchangeHost, public DownstreamConnectionHost {
  public:
-  /** `listen_fds` are bound, listening, non-blocking sockets this worker accepts on. */
+  /** `listen_sockets` are the sockets this worker accepts on (it closes them). */
   Worker(size_t index, const Clock& clock, RuntimePtr runtime,
-         std::vector<evutil_socket_t> listen_fds);
+         std::vector<ListenSocket> listen_sockets);
   ~Worker() override;
 
   /** Starts the thread. */
@@ -50,23 +56,30 @@ class Worker final : public ExchangeHost, public Http1ConnectionHost {
   void retire(Exchange& exchange) override;
   bool alive(uint64_t id) const override { return exchanges_.count(id) != 0; }
 
-  // Http1ConnectionHost
+  // DownstreamConnectionHost
   Exchange& newExchange(RequestHead& head, DownstreamStream& downstream,
                         MonotonicTime start) override;
   void countUnparsedRequest(int status) override;
-  void connectionClosed(Http1ServerConnection& conn) override;
+  void connectionClosed(DownstreamConnection& conn) override;
+  void replaceConnection(DownstreamConnection& from, DownstreamConnectionPtr to) override;
 
  private:
   static void onAccept(evconnlistener*, evutil_socket_t fd, sockaddr* addr, int len, void* arg);
-  void accept(evutil_socket_t fd, sockaddr* addr);
+  /**
+   * A new client on `listen` entry `listener_index`: TLS listeners use the
+   * CURRENT runtime's context (a reload's new certificate), then protocol
+   * detection picks HTTP/1.1 or HTTP/2.
+   */
+  void accept(evutil_socket_t fd, sockaddr* addr, size_t listener_index);
+  std::vector<DownstreamConnection*> allConnections() const;
 
   const size_t index_;
   Dispatcher dispatcher_;
   std::thread thread_;
   RuntimePtr runtime_;  // touched only on the worker thread after start()
-  std::vector<evutil_socket_t> listen_fds_;
-  std::vector<ListenerPtr> listeners_;
-  std::unordered_map<Http1ServerConnection*, std::unique_ptr<Http1ServerConnection>> connections_;
+  std::vector<ListenSocket> listen_sockets_;
+  std::vector<ListenerPtr> listeners_;  // same order as listen_sockets_
+  std::unordered_map<DownstreamConnection*, DownstreamConnectionPtr> connections_;
   std::unordered_map<uint64_t, std::unique_ptr<Exchange>> exchanges_;
   struct RuntimePools {
     RuntimePtr runtime;  // keeps the configs the pools reference alive

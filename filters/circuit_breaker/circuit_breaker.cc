@@ -148,6 +148,21 @@ void CircuitBreaker::onResult(const CircuitAdmission& admission, const AttemptOu
   if (consecutive_trip || rateTripsLocked(now)) fireLocked(CircuitEvent::Trip, now);
 }
 
+bool CircuitBreaker::judgeProbe(const CircuitAdmission& admission, const AttemptOutcome& outcome) {
+  if (!admission.admitted() || !admission.probe || outcome.kind == OutcomeKind::Cancelled) {
+    return false;
+  }
+  const MonotonicTime now = clock_.now();
+  std::lock_guard lock(mutex_);
+  if (admission.generation != generation_ || state_ != CircuitState::HalfOpen) return false;
+  if (outcomeIn(config_.failure_on, outcome)) {
+    fireLocked(CircuitEvent::ProbeFailed, now);
+  } else if (++probe_successes_ >= std::max<uint32_t>(1, config_.half_open_probes)) {
+    fireLocked(CircuitEvent::ProbesSucceeded, now);
+  }
+  return true;
+}
+
 bool CircuitBreaker::tryEnterPending() {
   std::lock_guard lock(mutex_);
   if (config_.max_pending != 0 && pending_ >= config_.max_pending) {

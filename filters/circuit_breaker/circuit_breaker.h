@@ -105,6 +105,15 @@ class CircuitBreaker {
    */
   void onResult(const CircuitAdmission& admission, const AttemptOutcome& outcome);
 
+  /**
+   * Judges a half-open probe by its response head, before the attempt ends: a
+   * streamed LLM answer may take minutes, and every other request would be
+   * rejected meanwhile. The slot stays held until onResult(). Returns true
+   * when the probe was judged (call onResult() later with a non-probe copy,
+   * see CircuitBreakerFilter). Anything but a live half-open probe: false.
+   */
+  bool judgeProbe(const CircuitAdmission& admission, const AttemptOutcome& outcome);
+
   /** Takes a waiting-request slot (`max_pending`); false = overloaded. */
   bool tryEnterPending();
   /** Frees a slot taken by tryEnterPending(). */

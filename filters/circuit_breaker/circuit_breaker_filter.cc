@@ -20,6 +20,14 @@ FilterStatus CircuitBreakerFilter::beforeAttempt(RequestHead&) {
   return FilterStatus::Continue;
 }
 
+FilterStatus CircuitBreakerFilter::encodeHeaders(ResponseHead& response, bool) {
+  if (admission_ && admission_->probe &&
+      breaker_.judgeProbe(*admission_, AttemptOutcome::fromStatus(response.status))) {
+    admission_->probe = false;  // judged: the attempt's end only frees its slot
+  }
+  return FilterStatus::Continue;
+}
+
 void CircuitBreakerFilter::onAttemptEnd(const AttemptEnd& end) {
   if (!admission_) return;
   breaker_.onResult(*admission_, toAttemptOutcome(end));

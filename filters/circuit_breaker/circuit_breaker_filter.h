@@ -4,7 +4,8 @@
 // upstream's shared CircuitBreaker before every attempt and reports how the
 // attempt ended. An open circuit answers 503 `circuit_open` at once with
 // Retry-After = the cooldown left, and nothing is sent upstream; too many
-// attempts in flight answer 503 `overloaded`.
+// attempts in flight answer 503 `overloaded`. A half-open probe is judged
+// by its response head, not when its (possibly minutes-long) stream ends.
 
 #include <optional>
 
@@ -19,6 +20,7 @@ class CircuitBreakerFilter final : public StreamFilter {
 
   std::string_view name() const override { return "circuit_breaker"; }
   FilterStatus beforeAttempt(RequestHead& upstream_request) override;
+  FilterStatus encodeHeaders(ResponseHead& response, bool end_stream) override;
   void onAttemptEnd(const AttemptEnd& end) override;
   void onDestroy() override;
 

@@ -127,14 +127,15 @@ RetryDecision decideRetry(const RetryInput& in) {
 
   if (in.response_started) return no(NoRetryReason::ResponseStarted);
 
-  bool retriable = outcomeIn(cfg.on, in.outcome);
+  bool retriable = outcomeIn(cfg.on, in.outcome) ||
+                   (in.unprocessed && (cfg.on.connect_error || cfg.on.reset));
   if (in.outcome.isStatus() && in.outcome.status >= 400) {
     if (auto verdict = upstreamRetryVerdict(in.response_headers, in.response_body)) {
       retriable = *verdict;
     }
   }
   if (!retriable) return no(NoRetryReason::NotRetriable);
-  if (!isRetrySafe(cfg.idempotent, in.method, in.has_idempotency_key)) {
+  if (!in.unprocessed && !isRetrySafe(cfg.idempotent, in.method, in.has_idempotency_key)) {
     return no(NoRetryReason::NotIdempotent);
   }
   if (!in.body_replayable) return no(NoRetryReason::BodyTooLarge);

@@ -99,6 +99,10 @@ struct RetryInput {
   bool response_started = false;  // any byte of the response sent downstream
   std::string_view method;        // request method, e.g. "POST"
   bool has_idempotency_key = false;
+  // The upstream cannot have processed the attempt (connect error, HTTP/2
+  // REFUSED_STREAM / GOAWAY): retried whatever the method's idempotency, when
+  // `on` names connect_error or reset.
+  bool unprocessed = false;
   // Whether the request body was kept for replay; false when it exceeded max_body.
   bool body_replayable = true;
   std::chrono::milliseconds remaining_budget{0};  // what is left of the request's deadline

@@ -71,6 +71,7 @@ void RetryFilter::onAttemptEnd(const AttemptEnd& end) {
   input.response_started = end.response_started;
   input.method = method_;
   input.has_idempotency_key = has_idempotency_key_;
+  input.unprocessed = end.unprocessed;
   input.body_replayable = body_replayable_;
   input.remaining_budget = remaining;
   input.retry_budget = &budget_;

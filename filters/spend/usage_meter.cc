@@ -575,17 +575,29 @@ void UsageMeter::recordDeltas(uint64_t end_offset, uint64_t count) {
 }
 
 void UsageMeter::coalescePending() {
-  // Merge neighbours pairwise: each merged entry counts as delivered only when
-  // its later offset is, so delivery can only be undercounted, never inflated.
+  // Keep the newest quarter exact: a client's cut falls near the end of what
+  // was sent (at most sluice's own buffer behind it, fewer deltas than that
+  // quarter holds for any LLM stream). Merge neighbours in the older part while
+  // a merged entry stays within coalesce_span_ deltas, doubling the span only
+  // when that part would not shrink by half: older entries stay even in size,
+  // and every call frees cap·3/8 entries. A merged entry counts as delivered
+  // only when its later offset is, so delivery is undercounted, never inflated.
+  const size_t older = pending_.size() - pending_.size() / 4;
   std::deque<PendingDeltas> merged;
-  for (size_t i = 0; i < pending_.size(); i += 2) {
-    if (i + 1 < pending_.size()) {
-      merged.push_back(
-          PendingDeltas{pending_[i + 1].end_offset, pending_[i].count + pending_[i + 1].count});
-    } else {
-      merged.push_back(pending_[i]);
+  for (;; coalesce_span_ *= 2) {
+    merged.clear();
+    for (size_t i = 0; i < older; ++i) {
+      if (!merged.empty() && merged.back().count + pending_[i].count <= coalesce_span_) {
+        merged.back().count += pending_[i].count;
+        merged.back().end_offset = pending_[i].end_offset;
+      } else {
+        merged.push_back(pending_[i]);
+      }
     }
+    if (merged.size() <= older / 2) break;
   }
+  merged.insert(merged.end(), pending_.begin() + static_cast<std::ptrdiff_t>(older),
+                pending_.end());
   pending_.swap(merged);
 }
 

@@ -51,9 +51,13 @@
 // estimate and leaked = total − delivered. Pending offsets are kept only for
 // deltas not yet delivered, so memory is bounded by the bytes in flight (the
 // backpressure watermark) if onBytesDelivered() is called as writes drain; if
-// the caller reports only once at the end, the list is still capped: entries
-// are then coalesced pairwise, so delivery can be undercounted — never
-// overcounted — by the deltas one merged entry spans (about 2·D / cap).
+// the caller reports only once at the end (sluice's spend filter does), the
+// list is still capped: its newest quarter stays exact and the older entries
+// are coalesced into entries of at most coalesce_span_ deltas (a span that
+// grows in proportion to D / cap). A cut among the newest cap/4 deltas — where a
+// client's cut falls, at most sluice's own buffer behind the end — is counted
+// exactly; an older one can be undercounted, never overcounted, by less than
+// one merged entry's span.
 // "Delivered" means handed to the client's socket: bytes in the kernel's send
 // buffer when the peer vanished are counted as delivered; sluice cannot know.
 //
@@ -128,7 +132,7 @@ class UsageMeter {
   static constexpr size_t kJsonTailBytes = 64 * 1024;
   /** One SSE event's cap; larger events are skipped (see eventsSkipped()). */
   static constexpr size_t kMaxSseEventBytes = 1024 * 1024;
-  /** Cap on remembered undelivered delta offsets before pairwise coalescing. */
+  /** Cap on remembered undelivered delta offsets before the older ones are coalesced. */
   static constexpr size_t kMaxPendingDeltaEntries = 4096;
 
   /** Meters one attempt of a request of `kind` whose body is `request_body`. */
@@ -252,6 +256,7 @@ class UsageMeter {
   uint64_t body_bytes_ = 0;
   uint64_t bytes_delivered_ = 0;
   std::deque<PendingDeltas> pending_;  // ascending end_offset, all > bytes_delivered_
+  uint64_t coalesce_span_ = 2;         // most deltas one coalesced entry may hold
 };
 
 using UsageMeterPtr = std::unique_ptr<UsageMeter>;

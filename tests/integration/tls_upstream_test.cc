@@ -7,6 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <set>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -43,7 +46,8 @@ class TestPki {
   std::filesystem::path dir_;
 };
 
-std::string tlsConfig(uint16_t port, const std::string& tls_block) {
+std::string tlsConfig(uint16_t port, const std::string& tls_block,
+                      const std::string& http2 = "auto") {
   return substitute(R"(
 listen: 127.0.0.1:0
 admin: 127.0.0.1:0
@@ -51,13 +55,14 @@ workers: 1
 upstreams:
   - name: secure
     url: https://localhost:${PORT}
+    http2: ${HTTP2}
     tls: ${TLS}
 routes:
   - name: all
     match: {path_prefix: /}
     upstream: secure
 )",
-                    {{"PORT", std::to_string(port)}, {"TLS", tls_block}});
+                    {{"PORT", std::to_string(port)}, {"TLS", tls_block}, {"HTTP2", http2}});
 }
 
 TEST(TlsUpstreamTest, VerifiesAgainstCaFileAndStreams) {
@@ -105,6 +110,58 @@ TEST(TlsUpstreamTest, VerifyOffAcceptsAnyCertificate) {
   MockLlm mock(pki.path("server.pem"), pki.path("server.key"));
   SluiceUnderTest sluice(tlsConfig(mock.port(), "{verify: false}"));
   EXPECT_EQ(httpRequest(sluice.port(), "GET", "/echo/x").status, 200);
+}
+
+// `http2: auto` asks by ALPN; mock-llm chooses h2, so every request after the
+// first negotiation rides one multiplexed session — concurrent ones included.
+TEST(TlsUpstreamTest, AutoNegotiatesHttp2ByAlpn) {
+  TestPki pki;
+  MockLlm mock(pki.path("server.pem"), pki.path("server.key"));
+  SluiceUnderTest sluice(tlsConfig(mock.port(), "{ca_file: " + pki.path("ca.pem") + "}"));
+  // Three clients at once: they wait for the one negotiation, then share its session.
+  std::vector<std::unique_ptr<TestConnection>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(std::make_unique<TestConnection>(sluice.port()));
+    clients.back()->sendRequest("POST", "/v1/chat/completions",
+                                {{"x-mock-request-id", "alpn-" + std::to_string(i)},
+                                 {"x-mock-tokens", "5"}},
+                                R"({"model":"gpt-4o","stream":true,"messages":[]})");
+  }
+  for (auto& c : clients) {
+    const TestResponse r = c->readResponse();
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_NE(r.body.find("data: [DONE]"), std::string::npos);
+  }
+  std::set<uint64_t> connections;
+  for (int i = 0; i < 3; ++i) {
+    const auto e = mock.entry("alpn-" + std::to_string(i));
+    EXPECT_EQ(e["protocol"], "h2");
+    connections.insert(e["connection_id"].get<uint64_t>());
+  }
+  EXPECT_EQ(connections.size(), 1u);
+}
+
+// The upstream's ALPN says http/1.1: `auto` learns it and stays on HTTP/1.1.
+TEST(TlsUpstreamTest, AutoFallsBackToHttp11WhenAlpnSaysSo) {
+  TestPki pki;
+  MockLlm mock(pki.path("server.pem"), pki.path("server.key"), {"--http2", "off"});
+  SluiceUnderTest sluice(tlsConfig(mock.port(), "{ca_file: " + pki.path("ca.pem") + "}"));
+  for (int i = 0; i < 2; ++i) {
+    const std::string id = "fallback-" + std::to_string(i);
+    EXPECT_EQ(httpRequest(sluice.port(), "GET", "/echo/x", {{"x-mock-request-id", id}}).status,
+              200);
+    EXPECT_EQ(mock.entry(id)["protocol"], "http/1.1");
+  }
+}
+
+TEST(TlsUpstreamTest, Http2OffOffersOnlyHttp11) {
+  TestPki pki;
+  MockLlm mock(pki.path("server.pem"), pki.path("server.key"));
+  SluiceUnderTest sluice(
+      tlsConfig(mock.port(), "{ca_file: " + pki.path("ca.pem") + "}", "off"));
+  EXPECT_EQ(httpRequest(sluice.port(), "GET", "/echo/x", {{"x-mock-request-id", "h1"}}).status,
+            200);
+  EXPECT_EQ(mock.entry("h1")["protocol"], "http/1.1");
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 #include "tests/support/http_client.h"
 
 #include <gtest/gtest.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -111,6 +113,19 @@ TestResponse TestConnection::readResponse(std::chrono::milliseconds timeout) {
   }
   if (completed_.size() >= want) return completed_[want - 1];
   return current_;  // incomplete: complete == false
+}
+
+size_t TestConnection::readAvailable() {
+  const size_t before = raw_.size();
+  while (readOnce(std::chrono::milliseconds(0))) {
+  }
+  return raw_.size() - before;
+}
+
+size_t TestConnection::unreadBytes() const {
+  int n = 0;
+  if (fd_ < 0 || ::ioctl(fd_, SIOCINQ, &n) != 0) return 0;
+  return static_cast<size_t>(n);
 }
 
 void TestConnection::close() {

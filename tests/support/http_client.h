@@ -53,6 +53,17 @@ class TestConnection {
   /** Reads one whole response. */
   TestResponse readResponse(std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+  /**
+   * Reads whatever the kernel already holds for this connection, without
+   * waiting for more (a client about to leave takes what reached its socket).
+   * Returns the bytes read.
+   */
+  size_t readAvailable();
+  /** Bytes that reached this connection's socket and were not read yet (SIOCINQ). */
+  size_t unreadBytes() const;
+  /** The response being parsed (empty once it completed: see completed()). */
+  const TestResponse& current() const { return current_; }
+
   /** Responses fully parsed so far, in order (for pipelining). */
   std::vector<TestResponse>& completed() { return completed_; }
   /** True once the server closed the connection. */

@@ -90,8 +90,10 @@ int ChildProcess::stop() {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-MockLlm::MockLlm(const std::string& tls_cert, const std::string& tls_key) {
+MockLlm::MockLlm(const std::string& tls_cert, const std::string& tls_key,
+                 const std::vector<std::string>& extra_args) {
   std::vector<std::string> argv{mockLlmPath(), "--listen", "127.0.0.1:0"};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   if (!tls_cert.empty()) {
     argv.insert(argv.end(), {"--tls-cert", tls_cert, "--tls-key", tls_key});
     tls_ = true;
@@ -168,6 +170,9 @@ std::string substitute(std::string text,
 }
 
 SluiceUnderTest::SluiceUnderTest(const std::string& yaml) {
+  // As proxy/main.cc does: a write to a client that reset its connection must
+  // be an EPIPE for sluice to handle, not a signal that kills the test binary.
+  ::signal(SIGPIPE, SIG_IGN);
   auto loaded = config::loadConfigString(yaml, "test.yaml");
   if (!loaded.ok()) {
     ADD_FAILURE() << "test config invalid: " << loaded.error->toString();

@@ -40,10 +40,11 @@ class ChildProcess {
   std::string ready_line_;
 };
 
-/** mock-llm on 127.0.0.1:0 (optionally TLS), and its ledger. */
+/** mock-llm on 127.0.0.1:0 (optionally TLS, plus any of its flags), and its ledger. */
 class MockLlm {
  public:
-  explicit MockLlm(const std::string& tls_cert = "", const std::string& tls_key = "");
+  explicit MockLlm(const std::string& tls_cert = "", const std::string& tls_key = "",
+                   const std::vector<std::string>& extra_args = {});
   uint16_t port() const { return port_; }
   std::string url() const;
   /** The ledger entries (all, or those with this request id). */

@@ -275,6 +275,37 @@ TEST_F(CircuitBreakerTest, OneFailedProbeReopens) {
   EXPECT_EQ(breaker_->currentCooldown(), 10s);
 }
 
+// A streamed probe is judged by its response head: the circuit closes while
+// the probe's stream is still running, and its end only frees the slot.
+TEST_F(CircuitBreakerTest, ProbeJudgedByItsHeadClosesBeforeTheStreamEnds) {
+  make(baseConfig());
+  trip();
+  clock_.advance(5s);
+  auto probe = breaker_->admit();
+  ASSERT_TRUE(probe.probe);
+  EXPECT_TRUE(breaker_->judgeProbe(probe, AttemptOutcome::fromStatus(200)));
+  EXPECT_EQ(breaker_->state(), CircuitState::Closed);
+  EXPECT_EQ(breaker_->admit().result, Result::Admitted) << "others get through at once";
+  EXPECT_EQ(breaker_->activeRequests(), 2u);  // the probe still holds its slot
+  probe.probe = false;  // as CircuitBreakerFilter does once judged
+  breaker_->onResult(probe, AttemptOutcome::reset());  // the stream broke later: stale
+  EXPECT_EQ(breaker_->state(), CircuitState::Closed);
+  EXPECT_EQ(breaker_->consecutiveFailures(), 0u);
+  EXPECT_EQ(breaker_->activeRequests(), 1u);
+}
+
+TEST_F(CircuitBreakerTest, ProbeHeadInFailureOnReopens) {
+  make(baseConfig());
+  trip();
+  clock_.advance(5s);
+  const auto probe = breaker_->admit();
+  EXPECT_TRUE(breaker_->judgeProbe(probe, AttemptOutcome::fromStatus(503)));
+  EXPECT_EQ(breaker_->state(), CircuitState::Open);
+  // Not a probe (or not half-open any more): nothing to judge.
+  EXPECT_FALSE(breaker_->judgeProbe(probe, AttemptOutcome::fromStatus(200)));
+  EXPECT_FALSE(breaker_->judgeProbe(CircuitAdmission{}, AttemptOutcome::fromStatus(200)));
+}
+
 TEST_F(CircuitBreakerTest, StaleResultsDoNotCount) {
   make(baseConfig());
   const auto slow = breaker_->admit();  // admitted while closed, finishes much later

@@ -28,6 +28,7 @@ struct Case {
   bool response_started = false;
   std::string method = "POST";
   bool idempotency_key = false;
+  bool unprocessed = false;
   IdempotencyMode idempotent = IdempotencyMode::Always;
   bool respect_retry_after = true;
   bool body_replayable = true;
@@ -55,6 +56,7 @@ RetryDecision run(const Case& c, const ManualClock& clock, RetryBudget* budget =
   in.response_started = c.response_started;
   in.method = c.method;
   in.has_idempotency_key = c.idempotency_key;
+  in.unprocessed = c.unprocessed;
   in.body_replayable = c.body_replayable;
   in.remaining_budget = milliseconds(c.remaining_budget_ms);
   in.retry_budget = budget;
@@ -188,6 +190,31 @@ TEST(RetryDecisionTest, Table) {
        .retry = false,
        .reason = NoRetryReason::NotIdempotent,
        .cause = "503",
+       .delay_ms = 0},
+      // Nothing was processed (HTTP/2 REFUSED_STREAM / GOAWAY, connect error):
+      // safe whatever the method.
+      {.name = "never: POST refused unprocessed",
+       .outcome = AttemptOutcome::reset(),
+       .unprocessed = true,
+       .idempotent = IdempotencyMode::Never,
+       .retry = true,
+       .reason = kRetry,
+       .cause = "reset",
+       .delay_ms = 125},
+      {.name = "auto: POST connect error, unprocessed",
+       .outcome = AttemptOutcome::connectError(),
+       .unprocessed = true,
+       .idempotent = IdempotencyMode::Auto,
+       .retry = true,
+       .reason = kRetry,
+       .cause = "connect_error",
+       .delay_ms = 125},
+      {.name = "never: POST reset mid-response is not unprocessed",
+       .outcome = AttemptOutcome::reset(),
+       .idempotent = IdempotencyMode::Never,
+       .retry = false,
+       .reason = NoRetryReason::NotIdempotent,
+       .cause = "reset",
        .delay_ms = 0},
 
       // The upstream's wait

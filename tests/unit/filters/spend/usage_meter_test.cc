@@ -627,6 +627,25 @@ TEST(UsageMeterTest, PendingDeltaListIsBoundedAndOnlyUndercounts) {
   EXPECT_EQ(streaming.deltasDelivered(), 10000u);
 }
 
+TEST(UsageMeterTest, ACutNearTheEndIsExactWithoutInterimReports) {
+  // sluice's spend filter reports delivery once, when the attempt ends, and a
+  // client's cut lies at most sluice's own buffer behind the end: among the
+  // newest quarter of the capped list, which coalescing leaves exact wherever
+  // the last coalescing happened.
+  constexpr size_t kExact = UsageMeter::kMaxPendingDeltaEntries / 4;
+  std::string body;
+  for (int i = 0; i < 12000; ++i) body += "data: x\n\n";  // 9 bytes each
+  for (size_t n = 10000; n < 12000; n += 13) {
+    UsageMeter m(ApiKind::Generic, "{}");
+    feed(m, 200, kSse, body.substr(0, n * 9), false, 4096);
+    ASSERT_LE(m.pendingDeltaEntries(), UsageMeter::kMaxPendingDeltaEntries);
+    for (size_t back : {kExact, size_t{500}, size_t{3}, size_t{2}, size_t{1}}) {
+      m.onBytesDelivered((n - back) * 9 + 4);  // inside the event after the cut
+      ASSERT_EQ(m.deltasDelivered(), n - back) << n << " deltas, cut " << back << " from the end";
+    }
+  }
+}
+
 TEST(UsageMeterTest, OversizedEventCountsAsOneDelta) {
   const std::string huge(2 * 1024 * 1024, 'z');
   const std::string body = R"(data: {"choices":[{"index":0,"delta":{"content":"a"}}]})"

@@ -1,0 +1,509 @@
+#include "proxy/http2_server_connection.h"
+
+#include "proxy/exchange.h"
+#include "proxy/http2_headers.h"
+#include "proxy/problem.h"
+
+namespace sluice {
+
+namespace {
+
+struct CallbacksDeleter {
+  void operator()(nghttp2_session_callbacks* c) const { nghttp2_session_callbacks_del(c); }
+};
+struct OptionDeleter {
+  void operator()(nghttp2_option* o) const { nghttp2_option_del(o); }
+};
+
+}  // namespace
+
+// --- one stream: the DownstreamStream of one Exchange -------------------------------
+
+class Http2ServerConnection::Stream final : public DeferredDeletable, public DownstreamStream {
+ public:
+  Stream(Http2ServerConnection& conn, int32_t id)
+      : conn_(conn), id_(id), pending_(evbuffer_new()) {}
+
+  // DownstreamStream
+  void encodeHeaders(const ResponseHead& head, bool end_stream) override;
+  void encodeData(const char* data, size_t len, bool end_stream) override;
+  void resetStream() override;
+  bool aboveHighWatermark() const override { return pending() > conn_.limits_.high_watermark; }
+  size_t bufferedBytes() const override { return pending(); }
+  void onExchangeDone() override;
+  const ClientInfo& clientInfo() const override { return conn_.client_info_; }
+
+  size_t pending() const { return evbuffer_get_length(pending_.get()); }
+  /** RST_STREAM with `error_code`; buffered response bytes are dropped. */
+  void reset(uint32_t error_code);
+  /** Answers with a problem sluice makes itself, before any Exchange exists. */
+  void respondLocally(const Problem& problem);
+  /** Detaches the Exchange, if any, and tells it the client is gone. */
+  void disconnect();
+
+  Http2ServerConnection& conn_;
+  const int32_t id_;
+
+  // request
+  Http2RequestHeadBuilder builder_;
+  size_t header_list_bytes_ = 0;
+  size_t header_count_ = 0;
+  bool header_overflow_ = false;
+  bool head_request_ = false;
+  bool request_complete_ = false;  // END_STREAM received
+  Exchange* exchange_ = nullptr;
+
+  // response
+  EvBufferPtr pending_;         // body bytes the client's window has not admitted yet
+  bool response_started_ = false;
+  bool body_allowed_ = true;    // false for HEAD, 204, 304
+  bool end_pending_ = false;    // the response's last byte is in pending_
+  bool end_submitted_ = false;  // END_STREAM handed to nghttp2
+  bool deferred_ = false;       // the data provider is waiting for bytes
+  bool above_high_ = false;     // the Exchange may have paused: tell it when we drain
+  bool reset_ = false;
+  bool closed_ = false;         // nghttp2 closed the stream
+};
+
+void Http2ServerConnection::Stream::encodeHeaders(const ResponseHead& head, bool end_stream) {
+  if (closed_ || reset_ || response_started_ || conn_.closed_) return;
+  response_started_ = true;
+  body_allowed_ = !head_request_ && head.status != 204 && head.status != 304;
+  std::string status;
+  const std::vector<nghttp2_nv> nv = toHttp2ResponseNv(head, status);
+  int rv;
+  if (end_stream) {
+    end_submitted_ = true;
+    rv = nghttp2_submit_response(conn_.session_.get(), id_, nv.data(), nv.size(), nullptr);
+  } else {
+    nghttp2_data_provider provider{};
+    provider.source.ptr = this;
+    provider.read_callback = &Http2ServerConnection::onDataSourceRead;
+    rv = nghttp2_submit_response(conn_.session_.get(), id_, nv.data(), nv.size(), &provider);
+  }
+  if (rv != 0) {
+    reset(NGHTTP2_INTERNAL_ERROR);
+    return;
+  }
+  conn_.scheduleSend();
+}
+
+void Http2ServerConnection::Stream::encodeData(const char* data, size_t len, bool end_stream) {
+  if (closed_ || reset_ || !response_started_ || end_pending_ || end_submitted_ ||
+      conn_.closed_) {
+    return;
+  }
+  if (len > 0 && body_allowed_) {
+    evbuffer_add(pending_.get(), data, len);
+    if (pending() > conn_.limits_.high_watermark) above_high_ = true;
+  }
+  if (end_stream) end_pending_ = true;
+  if (deferred_) {
+    deferred_ = false;
+    nghttp2_session_resume_data(conn_.session_.get(), id_);
+  }
+  conn_.scheduleSend();
+}
+
+void Http2ServerConnection::Stream::resetStream() {
+  // A deliberate cancel (budget, drain) is CANCEL; an upstream that broke
+  // mid-response is INTERNAL_ERROR. Either way the client knows the response
+  // is incomplete, and the connection's other streams are untouched.
+  const bool cancelled = exchange_ != nullptr && exchange_->cancelReason().has_value();
+  exchange_ = nullptr;
+  reset(cancelled ? NGHTTP2_CANCEL : NGHTTP2_INTERNAL_ERROR);
+}
+
+void Http2ServerConnection::Stream::reset(uint32_t error_code) {
+  if (closed_ || reset_ || conn_.closed_) return;
+  reset_ = true;
+  evbuffer_drain(pending_.get(), pending());
+  nghttp2_submit_rst_stream(conn_.session_.get(), NGHTTP2_FLAG_NONE, id_, error_code);
+  conn_.scheduleSend();
+}
+
+void Http2ServerConnection::Stream::onExchangeDone() {
+  exchange_ = nullptr;
+  // An Exchange that ends without finishing its response leaves it truncated:
+  // the client must not mistake it for complete.
+  if (!end_pending_ && !end_submitted_) reset(NGHTTP2_INTERNAL_ERROR);
+}
+
+void Http2ServerConnection::Stream::respondLocally(const Problem& problem) {
+  conn_.host_.countUnparsedRequest(problem.status);
+  const LocalReply reply = makeProblemReply(problem);
+  encodeHeaders(reply.head, false);
+  encodeData(reply.body.data(), reply.body.size(), true);
+}
+
+void Http2ServerConnection::Stream::disconnect() {
+  if (exchange_ == nullptr) return;
+  Exchange* ex = exchange_;
+  exchange_ = nullptr;
+  ex->onDownstreamDisconnect();
+}
+
+// --- the connection ---------------------------------------------------------------------
+
+Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, BufferEventPtr bev,
+                                             std::string peer_address, bool tls,
+                                             Http2Limits limits)
+    : host_(host), limits_(limits), bev_(std::move(bev)), peer_address_(std::move(peer_address)) {
+  client_info_.address = peer_address_;
+  client_info_.tls = tls;
+
+  nghttp2_session_callbacks* raw_callbacks = nullptr;
+  nghttp2_session_callbacks_new(&raw_callbacks);
+  std::unique_ptr<nghttp2_session_callbacks, CallbacksDeleter> callbacks(raw_callbacks);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks.get(), &onBeginHeaders);
+  nghttp2_session_callbacks_set_on_header_callback(callbacks.get(), &onHeader);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks.get(), &onFrameRecv);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks.get(), &onDataChunkRecv);
+  nghttp2_session_callbacks_set_on_frame_send_callback(callbacks.get(), &onFrameSend);
+  nghttp2_session_callbacks_set_on_stream_close_callback(callbacks.get(), &onStreamClose);
+
+  nghttp2_option* raw_option = nullptr;
+  nghttp2_option_new(&raw_option);
+  std::unique_ptr<nghttp2_option, OptionDeleter> option(raw_option);
+
+  nghttp2_session* session = nullptr;
+  nghttp2_session_server_new2(&session, callbacks.get(), this, option.get());
+  session_.reset(session);
+
+  const nghttp2_settings_entry settings[] = {
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, limits_.max_concurrent_streams},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(limits_.stream_window)},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE,
+       static_cast<uint32_t>(limits_.max_header_list_bytes)},
+  };
+  nghttp2_submit_settings(session_.get(), NGHTTP2_FLAG_NONE, settings,
+                          sizeof(settings) / sizeof(settings[0]));
+  nghttp2_session_set_local_window_size(session_.get(), NGHTTP2_FLAG_NONE, 0,
+                                        limits_.connection_window);
+
+  event_base* base = host.dispatcher().base();
+  process_event_.reset(event_new(base, -1, 0, &Http2ServerConnection::onProcessCb, this));
+  bufferevent_setcb(bev_.get(), &Http2ServerConnection::onReadCb,
+                    &Http2ServerConnection::onWriteCb, &Http2ServerConnection::onEventCb, this);
+  // The write callback fires when the socket drained to the low watermark: pump more.
+  bufferevent_setwatermark(bev_.get(), EV_WRITE, limits_.output_low_watermark, 0);
+  bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
+  // Send our SETTINGS and process the preface the detector already read, next turn.
+  scheduleSend();
+}
+
+Http2ServerConnection::~Http2ServerConnection() {
+  disconnectAll();  // safety net: close() normally did this
+  // The streams go before the session: nghttp2_session_del runs no callbacks.
+  streams_.clear();
+}
+
+Http2ServerConnection::Stream* Http2ServerConnection::findStream(int32_t stream_id) const {
+  auto it = streams_.find(stream_id);
+  return it == streams_.end() ? nullptr : it->second.get();
+}
+
+// --- input ------------------------------------------------------------------------------
+
+void Http2ServerConnection::onReadCb(bufferevent*, void* arg) {
+  static_cast<Http2ServerConnection*>(arg)->onRead();
+}
+
+void Http2ServerConnection::onProcessCb(evutil_socket_t, short, void* arg) {
+  static_cast<Http2ServerConnection*>(arg)->onRead();
+}
+
+void Http2ServerConnection::onRead() {
+  if (closed_) return;
+  if (!flushing_) {
+    evbuffer* input = bufferevent_get_input(bev_.get());
+    while (!closed_ && evbuffer_get_length(input) > 0) {
+      const size_t len = evbuffer_get_contiguous_space(input);
+      const unsigned char* data = evbuffer_pullup(input, static_cast<ssize_t>(len));
+      const ssize_t rv = nghttp2_session_mem_recv(session_.get(), data, len);
+      if (closed_) return;
+      if (rv < 0) {
+        // Not HTTP/2 after all (bad preface), a flood, or memory: nothing to save.
+        close();
+        return;
+      }
+      evbuffer_drain(input, static_cast<size_t>(rv));
+    }
+    if (goaway_received_) {
+      // DESIGN §3: GOAWAY from the client is a disconnect of all its requests.
+      disconnectAll();
+      nghttp2_session_terminate_session(session_.get(), NGHTTP2_NO_ERROR);
+      closeAfterFlush();
+      return;
+    }
+  }
+  sendPending();
+  maybeFinish();
+}
+
+int Http2ServerConnection::onBeginHeaders(nghttp2_session*, const nghttp2_frame* frame,
+                                          void* user_data) {
+  auto* self = static_cast<Http2ServerConnection*>(user_data);
+  // nghttp2 calls this only for streams it admits: refused ones (above
+  // SETTINGS_MAX_CONCURRENT_STREAMS) and ones after our GOAWAY never get here.
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  const int32_t id = frame->hd.stream_id;
+  self->streams_[id] = std::make_unique<Stream>(*self, id);
+  return 0;
+}
+
+int Http2ServerConnection::onHeader(nghttp2_session*, const nghttp2_frame* frame,
+                                    const uint8_t* name, size_t namelen, const uint8_t* value,
+                                    size_t valuelen, uint8_t, void* user_data) {
+  auto* self = static_cast<Http2ServerConnection*>(user_data);
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
+    return 0;  // trailers: not forwarded (LLM APIs do not use them)
+  }
+  Stream* stream = self->findStream(frame->hd.stream_id);
+  if (stream == nullptr || stream->header_overflow_) return 0;
+  const std::string_view n(reinterpret_cast<const char*>(name), namelen);
+  const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
+  // RFC 9113 §6.5.2 sizes a header list as name + value + 32 per field.
+  stream->header_list_bytes_ += namelen + valuelen + 32;
+  if (n.empty() || n.front() != ':') ++stream->header_count_;
+  if (stream->header_list_bytes_ > self->limits_.max_header_list_bytes ||
+      stream->header_count_ > self->limits_.max_headers) {
+    // Keep decoding (HPACK state must stay in sync) but keep nothing: 431 at the end.
+    stream->header_overflow_ = true;
+    return 0;
+  }
+  stream->builder_.add(n, v);
+  return 0;
+}
+
+int Http2ServerConnection::onFrameRecv(nghttp2_session*, const nghttp2_frame* frame,
+                                       void* user_data) {
+  auto* self = static_cast<Http2ServerConnection*>(user_data);
+  switch (frame->hd.type) {
+    case NGHTTP2_HEADERS: {
+      Stream* stream = self->findStream(frame->hd.stream_id);
+      if (stream == nullptr) break;
+      if (frame->headers.cat == NGHTTP2_HCAT_REQUEST) self->onRequestHeaders(*stream);
+      if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) self->onRequestComplete(*stream);
+      break;
+    }
+    case NGHTTP2_DATA:
+      if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+        if (Stream* stream = self->findStream(frame->hd.stream_id)) self->onRequestComplete(*stream);
+      }
+      break;
+    case NGHTTP2_GOAWAY:
+      self->goaway_received_ = true;  // acted on once nghttp2 returns (onRead)
+      break;
+    default:
+      break;
+  }
+  return 0;
+}
+
+int Http2ServerConnection::onDataChunkRecv(nghttp2_session*, uint8_t, int32_t stream_id,
+                                           const uint8_t* data, size_t len, void* user_data) {
+  auto* self = static_cast<Http2ServerConnection*>(user_data);
+  Stream* stream = self->findStream(stream_id);
+  // Bytes of a request already answered (404, 413, 431) are read and dropped;
+  // nghttp2 still returns them to the flow-control window.
+  if (stream != nullptr && stream->exchange_ != nullptr) {
+    stream->exchange_->decodeData(reinterpret_cast<const char*>(data), len);
+  }
+  return 0;
+}
+
+void Http2ServerConnection::onRequestHeaders(Stream& stream) {
+  if (stream.header_overflow_) {
+    stream.respondLocally(Problem{431, "header-too-large", "Request header fields too large",
+                                  "request headers exceed sluice's limits", std::nullopt, false,
+                                  std::nullopt});
+    return;
+  }
+  if (stream.builder_.method() == "CONNECT") {
+    stream.respondLocally(Problem{400, "bad-request", "Bad request",
+                                  "the request cannot be proxied: sluice proxies requests, not "
+                                  "tunnels",
+                                  std::nullopt, false, std::nullopt});
+    return;
+  }
+  RequestHead head = stream.builder_.finish();
+  stream.head_request_ = head.method == "HEAD";
+  const MonotonicTime start = host_.dispatcher().clock().now();
+  Exchange& ex = host_.newExchange(head, stream, start);
+  stream.exchange_ = &ex;  // decodeHeaders may answer at once (404, 400) and let go of us
+  ex.decodeHeaders(std::move(head));
+}
+
+void Http2ServerConnection::onRequestComplete(Stream& stream) {
+  stream.request_complete_ = true;
+  if (stream.exchange_ != nullptr) stream.exchange_->decodeComplete();
+}
+
+// --- output -----------------------------------------------------------------------------
+
+void Http2ServerConnection::scheduleSend() {
+  if (!closed_) event_active(process_event_.get(), 0, 0);
+}
+
+void Http2ServerConnection::sendPending() {
+  if (closed_ || sending_) return;
+  sending_ = true;
+  evbuffer* output = bufferevent_get_output(bev_.get());
+  // Bounded: frames (and the stream bytes they carry) stay inside nghttp2 and
+  // the streams' own buffers until the socket drains (onWrite pumps again).
+  while (evbuffer_get_length(output) < limits_.output_high_watermark) {
+    const uint8_t* data = nullptr;
+    const ssize_t n = nghttp2_session_mem_send(session_.get(), &data);
+    if (n < 0) {
+      sending_ = false;
+      close();
+      return;
+    }
+    if (n == 0) break;
+    evbuffer_add(output, data, static_cast<size_t>(n));
+  }
+  sending_ = false;
+  notifyWritable();
+}
+
+ssize_t Http2ServerConnection::onDataSourceRead(nghttp2_session*, int32_t, uint8_t* buf,
+                                                size_t length, uint32_t* data_flags,
+                                                nghttp2_data_source* source, void* user_data) {
+  auto* self = static_cast<Http2ServerConnection*>(user_data);
+  auto* stream = static_cast<Stream*>(source->ptr);
+  if (stream->reset_) return NGHTTP2_ERR_DEFERRED;  // the RST_STREAM closes it
+  const int n = evbuffer_remove(stream->pending_.get(), buf, length);
+  const size_t taken = n > 0 ? static_cast<size_t>(n) : 0;
+  if (stream->pending() == 0) {
+    if (stream->end_pending_) {
+      *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+      stream->end_pending_ = false;
+      stream->end_submitted_ = true;
+    } else if (taken == 0) {
+      stream->deferred_ = true;  // encodeData resumes it
+      return NGHTTP2_ERR_DEFERRED;
+    }
+  }
+  if (stream->above_high_ && stream->pending() < self->limits_.low_watermark) {
+    stream->above_high_ = false;
+    self->writable_.push_back(stream->id_);  // told after nghttp2 returns
+  }
+  return static_cast<ssize_t>(taken);
+}
+
+int Http2ServerConnection::onFrameSend(nghttp2_session* session, const nghttp2_frame* frame,
+                                       void* user_data) {
+  auto* self = static_cast<Http2ServerConnection*>(user_data);
+  if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
+      (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+    Stream* stream = self->findStream(frame->hd.stream_id);
+    if (stream != nullptr && !stream->request_complete_ && !stream->reset_) {
+      // Answered before the request ended (404, 413, 431): ask the client to
+      // stop sending without an error (RFC 9113 §8.1).
+      stream->reset_ = true;
+      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream->id_, NGHTTP2_NO_ERROR);
+    }
+  }
+  return 0;
+}
+
+int Http2ServerConnection::onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t,
+                                         void* user_data) {
+  auto* self = static_cast<Http2ServerConnection*>(user_data);
+  auto it = self->streams_.find(stream_id);
+  if (it == self->streams_.end()) return 0;
+  std::unique_ptr<Stream> stream = std::move(it->second);
+  self->streams_.erase(it);
+  stream->closed_ = true;
+  // Still attached: the client reset this stream (or nghttp2 did, on a
+  // protocol error). Only this stream's Exchange learns of it.
+  stream->disconnect();
+  self->host_.dispatcher().deferredDelete(std::move(stream));
+  return 0;
+}
+
+void Http2ServerConnection::notifyWritable() {
+  if (writable_.empty()) return;
+  std::vector<int32_t> ids;
+  ids.swap(writable_);
+  for (int32_t id : ids) {
+    if (closed_) return;
+    Stream* stream = findStream(id);
+    if (stream != nullptr && stream->exchange_ != nullptr) stream->exchange_->onDownstreamWritable();
+  }
+}
+
+void Http2ServerConnection::onWriteCb(bufferevent*, void* arg) {
+  static_cast<Http2ServerConnection*>(arg)->onWrite();
+}
+
+void Http2ServerConnection::onWrite() {
+  if (closed_) return;
+  sendPending();
+  if (flushing_) {
+    if (!closed_ && evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
+    return;
+  }
+  maybeFinish();
+}
+
+// --- connection lifecycle ---------------------------------------------------------------
+
+void Http2ServerConnection::onEventCb(bufferevent*, short events, void* arg) {
+  static_cast<Http2ServerConnection*>(arg)->onEvent(events);
+}
+
+void Http2ServerConnection::onEvent(short events) {
+  if (closed_) return;
+  if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) close();  // every stream's client is gone
+}
+
+void Http2ServerConnection::disconnectAll() {
+  std::vector<Stream*> attached;
+  for (auto& [id, stream] : streams_) {
+    if (stream->exchange_ != nullptr) attached.push_back(stream.get());
+  }
+  for (Stream* stream : attached) stream->disconnect();
+}
+
+void Http2ServerConnection::maybeFinish() {
+  if (closed_ || flushing_) return;
+  const bool over =
+      nghttp2_session_want_read(session_.get()) == 0 && nghttp2_session_want_write(session_.get()) == 0;
+  if (over || (draining_ && streams_.empty())) closeAfterFlush();
+}
+
+void Http2ServerConnection::closeAfterFlush() {
+  if (closed_ || flushing_) return;
+  flushing_ = true;
+  disconnectAll();
+  bufferevent_disable(bev_.get(), EV_READ);
+  sendPending();  // what nghttp2 still holds (our GOAWAY)
+  if (!closed_ && evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
+}
+
+void Http2ServerConnection::closeWhenIdle() {
+  if (closed_ || draining_) return;
+  draining_ = true;
+  // Streams up to the last one processed finish; later ones were never seen,
+  // so the client may retry them elsewhere (RFC 9113 §6.8).
+  nghttp2_submit_goaway(session_.get(), NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(session_.get()), NGHTTP2_NO_ERROR,
+                        nullptr, 0);
+  scheduleSend();
+}
+
+void Http2ServerConnection::close() {
+  if (closed_) return;
+  closed_ = true;
+  disconnectAll();
+  if (bev_) {
+    bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
+    bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);
+  }
+  event_del(process_event_.get());
+  host_.connectionClosed(*this);
+}
+
+}  // namespace sluice

@@ -1,0 +1,144 @@
+#pragma once
+
+// One downstream HTTP/2 connection (h2 over TLS by ALPN, or cleartext h2c
+// with prior knowledge), served by an nghttp2 server session over a libevent
+// bufferevent. Each stream is one Exchange: the stream object implements
+// DownstreamStream exactly as Http1ServerConnection does for its one request.
+//
+//   HEADERS (request complete)  → host.newExchange() + decodeHeaders
+//   DATA                        → decodeData;  END_STREAM → decodeComplete
+//   RST_STREAM from the client  → that stream's Exchange only: client disconnect
+//   GOAWAY / EOF / reset        → every Exchange of the connection: client disconnect
+//   resetStream()               → RST_STREAM on that stream only (CANCEL when the
+//                                 Exchange cancelled, INTERNAL_ERROR when it failed)
+//
+// Backpressure is HTTP/2 flow control. Response bytes the client's window
+// does not admit yet wait in the stream's own buffer; above the high
+// watermark the Exchange pauses its upstream, and it resumes once the
+// client's WINDOW_UPDATEs drain the buffer below the low watermark. The
+// socket's output buffer is bounded too: nghttp2 is asked for frames only
+// while that buffer is below a watermark, and again from the write callback.
+//
+// Nothing is sent from inside an Exchange's call: encode*/resetStream queue
+// frames in nghttp2 and schedule one send on the next loop turn, so nghttp2's
+// callbacks never re-enter the Exchange that is calling us.
+
+#include <nghttp2/nghttp2.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "proxy/downstream_connection.h"
+#include "proxy/event_util.h"
+
+namespace sluice {
+
+/** Limits that protect sluice from a hostile or broken HTTP/2 client. */
+struct Http2Limits {
+  /** SETTINGS_MAX_CONCURRENT_STREAMS: streams above it are refused (REFUSED_STREAM). */
+  uint32_t max_concurrent_streams = 128;
+  /**
+   * SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 §6.5.2: name + value + 32 per
+   * field). A request above it, or with more than `max_headers` fields, is
+   * answered 431 problem+json on its stream, as HTTP/1.1's limit is.
+   */
+  size_t max_header_list_bytes = 64 * 1024;
+  size_t max_headers = 100;
+  size_t high_watermark = 64 * 1024;  // response bytes buffered per stream before the upstream pauses
+  size_t low_watermark = 16 * 1024;   // ... and resumes
+  /** Serialized frames queued on the socket before sluice stops asking nghttp2 for more. */
+  size_t output_high_watermark = 64 * 1024;
+  size_t output_low_watermark = 16 * 1024;
+  /** Receive windows for request bodies (the Exchange buffers them; 413 above its limit). */
+  int32_t stream_window = 1 << 20;
+  int32_t connection_window = 16 << 20;
+};
+
+class Http2ServerConnection final : public DownstreamConnection {
+ public:
+  /**
+   * Adopts `bev` (plain or TLS, connected; its callbacks are replaced). The
+   * client preface may already sit in its input buffer: it is processed on
+   * the next loop turn, together with sending sluice's SETTINGS.
+   */
+  Http2ServerConnection(DownstreamConnectionHost& host, BufferEventPtr bev,
+                        std::string peer_address, bool tls, Http2Limits limits = {});
+  ~Http2ServerConnection() override;
+
+  // DownstreamConnection
+  /** GOAWAY (last processed stream), let open streams finish, then close. */
+  void closeWhenIdle() override;
+  /** Closes at once; every attached Exchange sees a client disconnect. */
+  void close() override;
+
+  /** Streams not yet closed (for tests and introspection). */
+  size_t openStreams() const { return streams_.size(); }
+
+ private:
+  class Stream;
+  friend class Stream;
+
+  struct SessionDeleter {
+    void operator()(nghttp2_session* s) const { nghttp2_session_del(s); }
+  };
+  using SessionPtr = std::unique_ptr<nghttp2_session, SessionDeleter>;
+
+  // libevent
+  static void onReadCb(bufferevent*, void* arg);
+  static void onWriteCb(bufferevent*, void* arg);
+  static void onEventCb(bufferevent*, short events, void* arg);
+  static void onProcessCb(evutil_socket_t, short, void* arg);
+  void onRead();
+  void onWrite();
+  void onEvent(short events);
+
+  // nghttp2
+  static int onBeginHeaders(nghttp2_session*, const nghttp2_frame*, void*);
+  static int onHeader(nghttp2_session*, const nghttp2_frame*, const uint8_t* name, size_t namelen,
+                      const uint8_t* value, size_t valuelen, uint8_t flags, void*);
+  static int onFrameRecv(nghttp2_session*, const nghttp2_frame*, void*);
+  static int onDataChunkRecv(nghttp2_session*, uint8_t flags, int32_t stream_id,
+                             const uint8_t* data, size_t len, void*);
+  static int onFrameSend(nghttp2_session*, const nghttp2_frame*, void*);
+  static int onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code, void*);
+  static ssize_t onDataSourceRead(nghttp2_session*, int32_t stream_id, uint8_t* buf,
+                                  size_t length, uint32_t* data_flags, nghttp2_data_source*,
+                                  void*);
+
+  Stream* findStream(int32_t stream_id) const;
+  void onRequestHeaders(Stream& stream);
+  void onRequestComplete(Stream& stream);
+  /** Queues a send on the next loop turn (never sends from inside a caller's stack). */
+  void scheduleSend();
+  /** Asks nghttp2 for frames while the socket's output buffer is below its watermark. */
+  void sendPending();
+  /** Tells Exchanges whose streams drained below the low watermark to resume. */
+  void notifyWritable();
+  /** Detaches every Exchange, telling each the client is gone. */
+  void disconnectAll();
+  /** Stops reading; closes once the output (a GOAWAY, say) reached the socket. */
+  void closeAfterFlush();
+  /** Closes when the session is over, or draining and no stream is left. */
+  void maybeFinish();
+
+  DownstreamConnectionHost& host_;
+  Http2Limits limits_;
+  BufferEventPtr bev_;
+  EventPtr process_event_;
+  SessionPtr session_;
+  std::string peer_address_;
+  ClientInfo client_info_;
+
+  std::unordered_map<int32_t, std::unique_ptr<Stream>> streams_;
+  std::vector<int32_t> writable_;  // streams that drained below the low watermark
+  bool sending_ = false;           // inside sendPending (nghttp2_session_mem_send)
+  bool draining_ = false;          // closeWhenIdle: GOAWAY sent, close when no stream is left
+  bool goaway_received_ = false;   // the client sent GOAWAY: it is leaving
+  bool flushing_ = false;          // close once the output buffer is empty
+  bool closed_ = false;
+};
+
+}  // namespace sluice

@@ -1,0 +1,84 @@
+#pragma once
+
+// One upstream request/response, whatever carries it: a whole HTTP/1.1
+// connection (UpstreamConnection) or one stream of a multiplexed HTTP/2
+// session (Http2ClientStream). The Exchange holds an UpstreamStream for each
+// attempt; the UpstreamPool hands them out and takes them back — release()
+// after a clean response, destroy() to tear the attempt down (HTTP/1.1: close
+// the connection; HTTP/2: RST_STREAM(CANCEL) on that stream only).
+
+#include <string>
+#include <string_view>
+
+#include "proxy/http_message.h"
+
+namespace sluice {
+
+/** How an attempt failed below HTTP. */
+enum class UpstreamError {
+  ConnectError,  // DNS, TCP connect or TLS handshake failed
+  Reset,         // the connection or stream broke after it was established
+  Protocol,      // the upstream sent something that is not a valid HTTP response
+  Refused,       // HTTP/2 REFUSED_STREAM or a GOAWAY below the stream: nothing was processed
+};
+
+std::string_view toString(UpstreamError e);
+
+/**
+ * True when the upstream cannot have processed the request: it never got it
+ * (connect error) or said so (REFUSED_STREAM, GOAWAY). Such an attempt is
+ * safe to retry even when the request is not idempotent (RFC 9113 §8.7).
+ */
+inline bool unprocessed(UpstreamError e) {
+  return e == UpstreamError::ConnectError || e == UpstreamError::Refused;
+}
+
+/** Receives one response. No call arrives after the stream is released or destroyed. */
+class UpstreamCallbacks {
+ public:
+  virtual ~UpstreamCallbacks() = default;
+  /** The transport is up; the request is being written. */
+  virtual void onUpstreamConnected() = 0;
+  /** The final response head (1xx interim responses are swallowed). */
+  virtual void onUpstreamHeaders(ResponseHead&& head, bool end_stream) = 0;
+  /** A slice of the response body (de-chunked, de-framed). */
+  virtual void onUpstreamData(const char* data, size_t len) = 0;
+  /** The response ended cleanly. */
+  virtual void onUpstreamComplete() = 0;
+  /** The attempt failed; the holder must destroy() the stream. */
+  virtual void onUpstreamError(UpstreamError error, const std::string& detail) = 0;
+};
+
+class UpstreamStream {
+ public:
+  virtual ~UpstreamStream() = default;
+
+  /**
+   * Sends `head` (already rewritten for the upstream) and `body`, and routes
+   * the response to `callbacks`. `head` and `body` must stay valid until the
+   * stream is released or destroyed. May report back synchronously.
+   */
+  virtual void sendRequest(const RequestHead& head, std::string_view body,
+                           UpstreamCallbacks* callbacks) = 0;
+
+  /** Stops / resumes delivering the response (backpressure from a slow client). */
+  virtual void pauseReading() = 0;
+  virtual void resumeReading() = 0;
+
+  /** Forgets the callbacks: the holder is gone and wants no further calls. */
+  virtual void detach() = 0;
+
+  /**
+   * The holder is done after a clean response: the transport may carry
+   * another request. The stream must not be used afterwards.
+   */
+  virtual void release() = 0;
+  /**
+   * Tears the attempt down now so the upstream stops generating (HTTP/1.1:
+   * close the connection; HTTP/2: RST_STREAM(CANCEL) on this stream only).
+   * The stream must not be used afterwards.
+   */
+  virtual void reset() = 0;
+};
+
+}  // namespace sluice

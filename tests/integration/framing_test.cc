@@ -1,0 +1,219 @@
+// Request smuggling and broken framing, table-driven (RFC 9112 §6, §11.2).
+//
+// Downstream: every ambiguous or malformed request head is answered 400
+// (problem+json) and the connection is closed, nothing reaches the upstream,
+// and a well-formed request on a new connection still goes through.
+// Upstream: a response with broken framing is a 502 when nothing was sent to
+// the client yet (a truncated response otherwise), and that upstream
+// connection is never reused. The "upstream" here is a scripted raw TCP
+// server, since no real server would send these bytes on purpose.
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/http_client.h"
+#include "tests/support/processes.h"
+
+namespace sluice::test {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string config(const std::string& url) {
+  return substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - name: up
+    url: ${URL}
+    http2: off
+routes:
+  - name: all
+    match: {path_prefix: /}
+    upstream: up
+    retry: {attempts: 1}
+)",
+                    {{"URL", url}});
+}
+
+struct RequestCase {
+  const char* name;
+  std::string bytes;
+};
+
+class DownstreamFramingTest : public ::testing::TestWithParam<RequestCase> {};
+
+TEST_P(DownstreamFramingTest, IsRejectedWith400AndTheConnectionCloses) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url()));
+  TestConnection conn(sluice.port());
+  conn.send(GetParam().bytes);
+  const TestResponse r = conn.readResponse();
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.headers.get("content-type").value_or(""), "application/problem+json");
+  EXPECT_TRUE(conn.waitForClose(milliseconds(5000)));
+  EXPECT_EQ(mock.ledger().size(), 0u) << "nothing may reach the upstream";
+  // A well-formed request is never lost.
+  EXPECT_EQ(httpRequest(sluice.port(), "GET", "/echo/ok").status, 200);
+}
+
+const std::string kHead = "POST /echo/x HTTP/1.1\r\nhost: t\r\n";
+
+INSTANTIATE_TEST_SUITE_P(
+    Smuggling, DownstreamFramingTest,
+    ::testing::Values(
+        RequestCase{"ContentLengthAndChunked",
+                    kHead + "content-length: 5\r\ntransfer-encoding: chunked\r\n\r\n"
+                            "5\r\nhello\r\n0\r\n\r\n"},
+        RequestCase{"ChunkedAndContentLength",
+                    kHead + "transfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n"
+                            "5\r\nhello\r\n0\r\n\r\n"},
+        RequestCase{"ConflictingContentLengths",
+                    kHead + "content-length: 5\r\ncontent-length: 6\r\n\r\nhello!"},
+        RequestCase{"ContentLengthList", kHead + "content-length: 5, 6\r\n\r\nhello!"},
+        RequestCase{"NegativeContentLength", kHead + "content-length: -1\r\n\r\n"},
+        RequestCase{"BadChunkSize",
+                    kHead + "transfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"},
+        RequestCase{"ChunkSizeOverflow",
+                    kHead + "transfer-encoding: chunked\r\n\r\nfffffffffffffffffff\r\nx\r\n"},
+        RequestCase{"ChunkedNotLast", kHead + "transfer-encoding: chunked, gzip\r\n\r\n"},
+        RequestCase{"ObsoleteLineFolding", kHead + "x-folded: a\r\n  b\r\ncontent-length: 0\r\n\r\n"},
+        RequestCase{"NulInHeaderValue",
+                    kHead + "x-nul: a" + std::string(1, '\0') + "b\r\ncontent-length: 0\r\n\r\n"},
+        RequestCase{"BareCrInHeaderValue", kHead + "x-cr: a\rb\r\ncontent-length: 0\r\n\r\n"},
+        RequestCase{"SpaceBeforeColon", kHead + "content-length : 0\r\n\r\n"}),
+    [](const ::testing::TestParamInfo<RequestCase>& info) { return std::string(info.param.name); });
+
+/**
+ * A scripted HTTP/1.1 "upstream": answers every request on every connection
+ * with `response` and counts the connections it accepted.
+ */
+class RawUpstream {
+ public:
+  explicit RawUpstream(std::string response) : response_(std::move(response)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    ::listen(fd_, 16);
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~RawUpstream() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+    for (int c : clients_) ::close(c);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int accepted() const { return accepted_.load(); }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      const int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      ++accepted_;
+      clients_.push_back(c);
+      // One request head in, the scripted answer out; keep the socket open
+      // (sluice, not the upstream, must decide not to reuse it).
+      std::string in;
+      char buf[4096];
+      while (in.find("\r\n\r\n") == std::string::npos) {
+        const ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+        if (n <= 0) break;
+        in.append(buf, static_cast<size_t>(n));
+      }
+      (void)!::send(c, response_.data(), response_.size(), MSG_NOSIGNAL);
+    }
+  }
+
+  std::string response_;
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepted_{0};
+  std::vector<int> clients_;
+};
+
+enum class Expect {
+  BadGateway,  // the head is broken: 502 problem+json
+  Truncated,   // the head went to the client, then the body broke: no complete response
+  Complete,    // the response is fine, but what follows it poisons the connection
+};
+
+struct ResponseCase {
+  const char* name;
+  std::string bytes;
+  Expect expect;
+};
+
+class UpstreamFramingTest : public ::testing::TestWithParam<ResponseCase> {};
+
+TEST_P(UpstreamFramingTest, Is502AndTheConnectionIsNotReused) {
+  RawUpstream upstream(GetParam().bytes);
+  SluiceUnderTest sluice(config(upstream.url()));
+  for (int i = 0; i < 2; ++i) {
+    const TestResponse r = httpRequest(sluice.port(), "GET", "/x");
+    switch (GetParam().expect) {
+      case Expect::BadGateway:
+        EXPECT_EQ(r.status, 502) << r.body;
+        EXPECT_EQ(nlohmann::json::parse(r.body, nullptr, false).value("type", ""),
+                  "urn:sluice:problem:upstream-protocol-error");
+        break;
+      case Expect::Truncated:
+        // Already under way: the client must see it cut (or nothing at all),
+        // never a complete response.
+        EXPECT_FALSE(r.complete) << r.body;
+        break;
+      case Expect::Complete:
+        EXPECT_EQ(r.status, 200);
+        EXPECT_TRUE(r.complete);
+        EXPECT_EQ(r.body, "hello");
+        break;
+    }
+  }
+  EXPECT_EQ(upstream.accepted(), 2) << "a connection with broken framing must not be reused";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BrokenFraming, UpstreamFramingTest,
+    ::testing::Values(
+        ResponseCase{"ConflictingContentLengths",
+                     "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 7\r\n\r\nhello",
+                     Expect::BadGateway},
+        ResponseCase{"ContentLengthAndChunked",
+                     "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n"
+                     "5\r\nhello\r\n0\r\n\r\n",
+                     Expect::BadGateway},
+        ResponseCase{"NotHttp", "SSH-2.0-OpenSSH_9.2\r\n\r\n", Expect::BadGateway},
+        ResponseCase{"NulInHeaderValue",
+                     "HTTP/1.1 200 OK\r\nx-a: a" + std::string(1, '\0') +
+                         "b\r\ncontent-length: 5\r\n\r\nhello",
+                     Expect::BadGateway},
+        ResponseCase{"BadChunkSize",
+                     "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n",
+                     Expect::Truncated},
+        ResponseCase{"ExtraBytesAfterTheBody",
+                     "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\n\r\n",
+                     Expect::Complete}),
+    [](const ::testing::TestParamInfo<ResponseCase>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace sluice::test

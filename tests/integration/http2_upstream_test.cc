@@ -1,0 +1,265 @@
+// HTTP/2 to the upstream (DESIGN.md §1, §3): sluice multiplexes attempts as
+// streams of one session per upstream per worker; cancelling one attempt
+// resets that stream only; REFUSED_STREAM and GOAWAY are retried whatever the
+// method. The client side is HTTP/1.1 here (mixed protocols on purpose); what
+// the upstream saw — protocol, connection, which streams were reset and with
+// which code — comes from mock-llm's ledger.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/http_client.h"
+#include "tests/support/processes.h"
+
+namespace sluice::test {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr uint32_t kCancel = 8;  // RFC 9113 §7 CANCEL
+
+std::string config(const std::string& mock_url, const std::string& http2,
+                   const std::string& upstream_extra = "", const std::string& route_extra = "") {
+  return substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - name: mock
+    url: ${MOCK_URL}
+    http2: ${HTTP2}
+${UPSTREAM_EXTRA}
+routes:
+  - name: chat
+    match: {path_prefix: /v1/chat/completions}
+    upstream: mock
+${ROUTE_EXTRA}
+)",
+                    {{"MOCK_URL", mock_url},
+                     {"HTTP2", http2},
+                     {"UPSTREAM_EXTRA", upstream_extra},
+                     {"ROUTE_EXTRA", route_extra}});
+}
+
+const char* kStream = R"({"model":"gpt-4o-mini","stream":true,"messages":[]})";
+const char* kJson = R"({"model":"gpt-4o-mini","messages":[]})";
+
+TestResponse chat(uint16_t port, const std::vector<std::pair<std::string, std::string>>& headers,
+                  const std::string& body = kJson) {
+  return httpRequest(port, "POST", "/v1/chat/completions", headers, body);
+}
+
+/** `body` without what differs between two identical requests (response id, creation time). */
+std::string normalized(const std::string& body) {
+  static const std::regex kVolatile(R"re("(id|created)":("[^"]*"|[0-9]+))re");
+  return std::regex_replace(body, kVolatile, "\"$1\":_");
+}
+
+/** The mock's answer to the same request sent to it directly (HTTP/1.1), normalized. */
+std::string directBody(MockLlm& mock, const std::vector<std::pair<std::string, std::string>>& h,
+                       const std::string& body) {
+  return normalized(httpRequest(mock.port(), "POST", "/v1/chat/completions", h, body).body);
+}
+
+TEST(Http2UpstreamTest, H2cPriorKnowledgeStreamsByteExact) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url(), "on"));
+  const std::vector<std::pair<std::string, std::string>> h = {{"x-mock-tokens", "40"}};
+  for (int i = 0; i < 3; ++i) {
+    auto headers = h;
+    headers.push_back({"x-mock-request-id", "h2-" + std::to_string(i)});
+    const TestResponse r = chat(sluice.port(), headers, kStream);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.headers.get("content-type").value_or("").rfind("text/event-stream", 0), 0u);
+    EXPECT_EQ(normalized(r.body), directBody(mock, h, kStream));
+  }
+  std::set<uint64_t> connections;
+  for (int i = 0; i < 3; ++i) {
+    const auto e = mock.entry("h2-" + std::to_string(i));
+    EXPECT_EQ(e["protocol"], "h2");
+    EXPECT_TRUE(e["completed"].get<bool>());
+    connections.insert(e["connection_id"].get<uint64_t>());
+  }
+  EXPECT_EQ(connections.size(), 1u) << "the three requests share one HTTP/2 session";
+  EXPECT_EQ(sluice.metric("sluice_requests_total", {{"route", "chat"}, {"code", "200"}}), 3);
+}
+
+TEST(Http2UpstreamTest, OffSpeaksHttp11) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url(), "off"));
+  const TestResponse r = chat(sluice.port(), {{"x-mock-request-id", "h1"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(mock.entry("h1")["protocol"], "http/1.1");
+}
+
+// Twenty streams share one upstream session; ten clients leave mid-stream.
+// Exactly those ten upstream streams are reset with CANCEL, the other ten
+// complete, and the session is never torn down (one connection throughout).
+TEST(Http2UpstreamTest, ClientAbortResetsOnlyItsOwnStream) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url(), "on"));
+  constexpr int kStreams = 20;
+  std::vector<std::unique_ptr<TestConnection>> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    clients.push_back(std::make_unique<TestConnection>(sluice.port()));
+    clients.back()->sendRequest("POST", "/v1/chat/completions",
+                                {{"x-mock-request-id", "s" + std::to_string(i)},
+                                 {"x-mock-tokens", i % 2 == 0 ? "400" : "30"},
+                                 {"x-mock-token-interval-ms", i % 2 == 0 ? "10" : "2"}},
+                                kStream);
+  }
+  // Every stream is under way (some body arrived) before anyone leaves.
+  for (auto& c : clients) {
+    c->readUntil([](const TestResponse& r) { return !r.body.empty(); });
+  }
+  for (int i = 0; i < kStreams; i += 2) clients[i]->close();
+  for (int i = 1; i < kStreams; i += 2) {
+    const TestResponse r = clients[i]->readResponse();
+    EXPECT_EQ(r.status, 200);
+    EXPECT_TRUE(r.complete) << "stream " << i;
+  }
+  std::set<uint64_t> connections;
+  for (int i = 0; i < kStreams; ++i) {
+    const std::string id = "s" + std::to_string(i);
+    const auto e = mock.waitForEntry(id, [](const nlohmann::json& e) {
+      return e["completed"].get<bool>() || e["client_reset"].get<bool>();
+    });
+    connections.insert(e["connection_id"].get<uint64_t>());
+    EXPECT_EQ(e["protocol"], "h2");
+    if (i % 2 == 0) {
+      EXPECT_TRUE(e["client_reset"].get<bool>()) << id;
+      EXPECT_EQ(e["rst_error_code"].get<uint32_t>(), kCancel) << id;
+      EXPECT_LT(e["tokens_emitted"].get<int64_t>(), 400) << id;
+    } else {
+      EXPECT_FALSE(e["client_reset"].get<bool>()) << id;
+      EXPECT_TRUE(e["completed"].get<bool>()) << id;
+    }
+  }
+  EXPECT_EQ(connections.size(), 1u) << "one session carried every stream, and survived";
+  // The session still works after the resets.
+  EXPECT_EQ(chat(sluice.port(), {{"x-mock-request-id", "after"}}).status, 200);
+  EXPECT_EQ(mock.entry("after")["connection_id"].get<uint64_t>(), *connections.begin());
+  EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}),
+            kStreams / 2);
+}
+
+// A budget that runs out mid-stream resets the upstream stream (not the session).
+TEST(Http2UpstreamTest, BudgetExpiryResetsTheStream) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url(), "on", "",
+                                "    budget: {header: x-budget-ms, default: 30s}"));
+  const TestResponse r = chat(sluice.port(),
+                              {{"x-mock-request-id", "late"}, {"x-budget-ms", "200"},
+                               {"x-mock-tokens", "1000"}, {"x-mock-token-interval-ms", "10"}},
+                              kStream);
+  EXPECT_FALSE(r.complete);
+  const auto e = mock.waitForEntry("late", [](const nlohmann::json& e) {
+    return e["client_reset"].get<bool>();
+  });
+  EXPECT_EQ(e["rst_error_code"].get<uint32_t>(), kCancel);
+  EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "budget_exhausted"}}), 1);
+}
+
+// REFUSED_STREAM means nothing was processed: retried even though the route
+// says POST is not idempotent.
+TEST(Http2UpstreamTest, RefusedStreamIsRetriedEvenWhenNotIdempotent) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url(), "on", "",
+                                "    retry: {attempts: 3, idempotent: never, on: [reset, 503],"
+                                " backoff: {base: 1ms, max: 5ms}}"));
+  const TestResponse r =
+      chat(sluice.port(), {{"x-mock-refuse-stream", "1"}, {"x-mock-fail-times", "1"},
+                           {"x-mock-fail-key", "refused"}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers.get("x-sluice-attempts").value_or(""), "2");
+  EXPECT_EQ(sluice.metric("sluice_retries_total", {{"route", "chat"}, {"cause", "reset"}}), 1);
+
+  // A 503 on the same non-idempotent route is not retried: it may have been processed.
+  const TestResponse r503 = chat(sluice.port(), {{"x-mock-status", "503"}});
+  EXPECT_EQ(r503.status, 503);
+  EXPECT_EQ(r503.headers.get("x-sluice-attempts").value_or(""), "1");
+}
+
+TEST(Http2UpstreamTest, GoawayBelowTheStreamIsRetriedOnANewSession) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url(), "on", "",
+                                "    retry: {attempts: 3, idempotent: never, on: [reset],"
+                                " backoff: {base: 1ms, max: 5ms}}"));
+  const TestResponse r = chat(sluice.port(), {{"x-mock-goaway", "1"}, {"x-mock-fail-times", "1"},
+                                              {"x-mock-fail-key", "ga"}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers.get("x-sluice-attempts").value_or(""), "2");
+  // Later requests still work: a new session replaced the one going away.
+  EXPECT_EQ(chat(sluice.port(), {}).status, 200);
+}
+
+// A stream the upstream resets mid-response is a `reset` outcome: it counts
+// towards the circuit breaker just like a broken HTTP/1.1 connection.
+TEST(Http2UpstreamTest, CircuitOpensOnStreamResets) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url(), "on",
+                                "    circuit_breaker: {consecutive_failures: 3, cooldown: 30s}"));
+  for (int i = 0; i < 3; ++i) {
+    const TestResponse r = chat(sluice.port(), {{"x-mock-status", "503"}});
+    EXPECT_EQ(r.status, 503);
+  }
+  const TestResponse open = chat(sluice.port(), {{"x-mock-request-id", "never-sent"}});
+  EXPECT_EQ(open.status, 503);
+  EXPECT_NE(open.body.find("circuit_open"), std::string::npos) << open.body;
+  EXPECT_TRUE(mock.ledger("never-sent").empty());
+  EXPECT_EQ(sluice.metric("sluice_circuit_state", {{"upstream", "mock"}}), 1);
+}
+
+// A slow client pauses its upstream stream through HTTP/2 flow control: what
+// sluice holds stays bounded, and everything still arrives byte-exact.
+TEST(Http2UpstreamTest, SlowClientIsPausedThroughFlowControlAndLosesNothing) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url(), "on"));
+  const std::vector<std::pair<std::string, std::string>> h = {
+      {"x-mock-tokens", "3000"}};
+  TestConnection slow(sluice.port(), /*receive_buffer=*/4096);
+  slow.sendRequest("POST", "/v1/chat/completions", h, kStream);
+  // Read a little, then let the upstream run into the client's pace.
+  slow.readUntil([](const TestResponse& r) { return r.body.size() > 1000; });
+  const TestResponse r = slow.readResponse(std::chrono::seconds(30));
+  EXPECT_TRUE(r.complete);
+  EXPECT_EQ(normalized(r.body), directBody(mock, h, kStream));
+}
+
+// The upstream allows two streams per connection: a third concurrent attempt
+// opens another session instead of queueing behind the full one.
+TEST(Http2UpstreamTest, OpensAnotherSessionWhenThePeersStreamLimitIsReached) {
+  MockLlm mock("", "", {"--h2-max-concurrent-streams", "2"});
+  SluiceUnderTest sluice(config(mock.url(), "on"));
+  // One request first, so the session has the upstream's SETTINGS.
+  ASSERT_EQ(chat(sluice.port(), {}).status, 200);
+  constexpr int kStreams = 5;
+  std::vector<std::unique_ptr<TestConnection>> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    clients.push_back(std::make_unique<TestConnection>(sluice.port()));
+    clients.back()->sendRequest("POST", "/v1/chat/completions",
+                                {{"x-mock-request-id", "c" + std::to_string(i)},
+                                 {"x-mock-tokens", "20"},
+                                 {"x-mock-token-interval-ms", "10"}},
+                                kStream);
+  }
+  for (auto& c : clients) EXPECT_TRUE(c->readResponse().complete);
+  std::map<uint64_t, int> per_connection;
+  for (int i = 0; i < kStreams; ++i) {
+    ++per_connection[mock.entry("c" + std::to_string(i))["connection_id"].get<uint64_t>()];
+  }
+  EXPECT_GE(per_connection.size(), 3u);
+  for (const auto& [conn, n] : per_connection) EXPECT_LE(n, 2) << "connection " << conn;
+}
+
+}  // namespace
+}  // namespace sluice::test
