@@ -165,8 +165,8 @@ class MockLlmH2Test : public ::testing::Test {
   // Serves HTTPS with a throwaway self-signed certificate.
   void startTlsServer(bool http2) {
     const std::string dir = ::testing::TempDir();
-    const std::string cert = dir + "/mock-llm-h2-cert.pem";
-    const std::string key = dir + "/mock-llm-h2-key.pem";
+    const std::string cert = dir + "/" + test::uniqueName("mock-llm-h2-cert.pem");
+    const std::string key = dir + "/" + test::uniqueName("mock-llm-h2-key.pem");
     ASSERT_TRUE(test::writeSelfSignedCert(cert, key));
     ServerOptions options;
     options.tls_cert_file = cert;

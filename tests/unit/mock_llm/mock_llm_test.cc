@@ -1097,8 +1097,8 @@ using test::writeSelfSignedCert;
 
 TEST_F(MockLlmTest, ServesHttpsWithTlsCertAndKey) {
   const std::string dir = ::testing::TempDir();
-  const std::string cert = dir + "/mock-llm-test-cert.pem";
-  const std::string key = dir + "/mock-llm-test-key.pem";
+  const std::string cert = dir + "/" + test::uniqueName("mock-llm-test-cert.pem");
+  const std::string key = dir + "/" + test::uniqueName("mock-llm-test-key.pem");
   ASSERT_TRUE(writeSelfSignedCert(cert, key));
   ServerOptions options;
   options.tls_cert_file = cert;

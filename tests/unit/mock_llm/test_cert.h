@@ -6,11 +6,20 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
 
 namespace mockllm::test {
+
+/**
+ * `name` made unique to this process: ctest runs every test in its own
+ * process, in parallel, so shared temp file names would race.
+ */
+inline std::string uniqueName(const std::string& name) {
+  return std::to_string(::getpid()) + "-" + name;
+}
 
 /** Writes a P-256 self-signed certificate for "localhost" and its key as PEM files. */
 inline bool writeSelfSignedCert(const std::string& cert_path, const std::string& key_path) {
