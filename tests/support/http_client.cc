@@ -11,6 +11,8 @@
 
 #include <arpa/inet.h>
 
+#include <regex>
+
 namespace sluice::test {
 
 TestConnection::TestConnection(uint16_t port, int receive_buffer) {
@@ -208,6 +210,11 @@ TestResponse httpRequest(uint16_t port, const std::string& method, const std::st
   TestConnection conn(port);
   conn.sendRequest(method, path, headers, body);
   return conn.readResponse();
+}
+
+std::string withoutVolatileFields(const std::string& body) {
+  static const std::regex kVolatile(R"re("(id|created)":("[^"]*"|[0-9]+))re");
+  return std::regex_replace(body, kVolatile, "\"$1\":_");
 }
 
 }  // namespace sluice::test

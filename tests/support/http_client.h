@@ -106,4 +106,11 @@ TestResponse httpRequest(uint16_t port, const std::string& method, const std::st
                          const std::vector<std::pair<std::string, std::string>>& headers = {},
                          const std::string& body = "");
 
+/**
+ * `body` with what differs between two identical mock-llm answers (the
+ * response `id` and the wall-clock `created` stamp) replaced by `_`, so a
+ * response through sluice can be compared byte for byte with a direct one.
+ */
+std::string withoutVolatileFields(const std::string& body);
+
 }  // namespace sluice::test
