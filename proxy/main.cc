@@ -65,8 +65,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: all inherit it
 
   sluice::Server server(loaded.config);
   std::string error;
@@ -86,17 +85,12 @@ int main(int argc, char** argv) {
       int sig = 0;
       if (sigwait(&signals, &sig) != 0) continue;
       if (sig == SIGHUP) {
-        auto next = sluice::config::loadConfigFile(config_path);
-        if (!next.ok()) {
-          std::cerr << "sluice: reload rejected, keeping the running config: "
-                    << next.error->toString() << "\n";
-          continue;
-        }
         std::string reload_error;
-        if (server.reload(next.config, &reload_error)) {
-          std::cerr << "sluice: config reloaded from " << config_path << "\n";
+        if (server.reloadFile(config_path, &reload_error)) {
+          std::cerr << "sluice: config reloaded from " << config_path << std::endl;
         } else {
-          std::cerr << "sluice: reload rejected: " << reload_error << "\n";
+          std::cerr << "sluice: reload rejected, keeping the running config: " << reload_error
+                    << std::endl;
         }
         continue;
       }
@@ -107,8 +101,10 @@ int main(int argc, char** argv) {
   signal_thread.detach();
 
   server.waitForShutdownRequest();
-  std::cerr << "sluice: draining\n";
-  server.drain();
+  std::cerr << "sluice: draining" << std::endl;
+  const size_t cancelled = server.drain();
+  std::cerr << "sluice: drained; " << cancelled
+            << " exchange(s) still in flight at drain_timeout were cancelled (draining)" << std::endl;
   server.stop();
   std::cerr << "sluice: stopped\n";
   return 0;

@@ -92,7 +92,26 @@ Metrics::Metrics()
       active_requests(BuildGauge()
                           .Name("sluice_active_requests")
                           .Help("Requests in flight.")
-                          .Register(*registry_)) {}
+                          .Register(*registry_)),
+      config_reloads(BuildCounter()
+                         .Name("sluice_config_reloads_total")
+                         .Help("Config reloads (SIGHUP), by result: ok or rejected.")
+                         .Register(*registry_)),
+      config_last_reload_success(
+          BuildGauge()
+              .Name("sluice_config_last_reload_success_timestamp_seconds")
+              .Help("Unix time of the last config applied (start or accepted reload).")
+              .Register(*registry_)) {
+  // Both results exist from the start, so a dashboard sees 0, not "no data".
+  config_reloads.Add({{"result", "ok"}});
+  config_reloads.Add({{"result", "rejected"}});
+  config_last_reload_success.Add({}).SetToCurrentTime();
+}
+
+void Metrics::countReload(bool accepted) {
+  config_reloads.Add({{"result", accepted ? "ok" : "rejected"}}).Increment();
+  if (accepted) config_last_reload_success.Add({}).SetToCurrentTime();
+}
 
 std::string Metrics::serialize() const {
   prometheus::TextSerializer serializer;

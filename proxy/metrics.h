@@ -132,6 +132,15 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& spend_usd_total;
   prometheus::Family<prometheus::Counter>& leaked_spend_usd_total;
   prometheus::Family<prometheus::Gauge>& active_requests;
+  // Not in DESIGN §4 (README "Operating sluice"): config reloads by result.
+  prometheus::Family<prometheus::Counter>& config_reloads;
+  prometheus::Family<prometheus::Gauge>& config_last_reload_success;
+
+  /**
+   * Counts one reload attempt: sluice_config_reloads_total{result="ok"|"rejected"};
+   * an accepted one also sets sluice_config_last_reload_success_timestamp_seconds.
+   */
+  void countReload(bool accepted);
 
   static const prometheus::Histogram::BucketBoundaries& durationBuckets();
   static const prometheus::Histogram::BucketBoundaries& propagationBuckets();

@@ -2,8 +2,28 @@
 
 namespace sluice {
 
+namespace {
+
+bool sameRateLimit(const config::RateLimitConfig& a, const config::RateLimitConfig& b) {
+  return a.key.kind == b.key.kind && a.key.header == b.key.header && a.reserve == b.reserve &&
+         a.max_queue == b.max_queue;
+}
+
+/** The running upstream a reloaded one inherits state from: same name, same URL. */
+const UpstreamRuntime* predecessor(const Runtime* previous, const config::UpstreamConfig& up) {
+  if (previous == nullptr) return nullptr;
+  for (const auto& old : previous->upstreams()) {
+    if (old.config->name == up.name && old.config->url.scheme == up.url.scheme &&
+        old.config->url.host == up.url.host && old.config->url.port == up.url.port) return &old;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics& metrics,
-                                              const Clock& clock, std::string* error) {
+                                              const Clock& clock, std::string* error,
+                                              const Runtime* previous) {
   auto rt = std::make_shared<Runtime>();
   rt->config_ = std::move(config);
   rt->metrics_ = &metrics;
@@ -23,6 +43,7 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
     rt->listener_tls_.push_back(std::move(ctx));
   }
 
+  std::vector<std::pair<CircuitBreaker*, const config::CircuitBreakerConfig*>> carried_breakers;
   rt->upstreams_.reserve(cfg.upstreams.size());
   for (const auto& up : cfg.upstreams) {
     UpstreamRuntime u;
@@ -36,14 +57,42 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
         return nullptr;
       }
     }
-    UpstreamMetrics* um = u.metrics.get();
-    um->circuitState().Set(0);
-    u.breaker = std::make_unique<CircuitBreaker>(
-        up.circuit_breaker, clock, [um](CircuitState, CircuitState to) {
-          um->circuitState().Set(static_cast<double>(static_cast<int>(to)));
-          um->circuitTransitions(toString(to)).Increment();
-        });
-    if (up.rate_limit) u.quota = std::make_unique<QuotaTracker>(*up.rate_limit, clock);
+    if (up.url.isTls() && !up.tls.verify) {
+      rt->warnings_.push_back("upstream " + up.name + ": tls.verify is false: " +
+                              up.url.authority() +
+                              "'s certificate is not checked (anyone on the path can read the "
+                              "traffic and its API keys)");
+    }
+    const UpstreamRuntime* before = predecessor(previous, up);
+    if (before != nullptr) {
+      u.breaker = before->breaker;  // new thresholds applied once the build cannot fail
+      carried_breakers.emplace_back(u.breaker.get(), &up.circuit_breaker);
+    } else {
+      // The listener outlives this Runtime when a reload carries the breaker
+      // over: it holds the registry's metric handles (alive as long as
+      // Metrics), never this Runtime's UpstreamMetrics.
+      prometheus::Gauge* state = &u.metrics->circuitState();
+      prometheus::Counter* to_closed = &u.metrics->circuitTransitions("closed");
+      prometheus::Counter* to_open = &u.metrics->circuitTransitions("open");
+      prometheus::Counter* to_half_open = &u.metrics->circuitTransitions("half_open");
+      u.breaker = std::make_shared<CircuitBreaker>(
+          up.circuit_breaker, clock,
+          [state, to_closed, to_open, to_half_open](CircuitState, CircuitState to) {
+            state->Set(static_cast<double>(static_cast<int>(to)));
+            (to == CircuitState::Open       ? to_open
+             : to == CircuitState::HalfOpen ? to_half_open
+                                            : to_closed)
+                ->Increment();
+          });
+    }
+    u.metrics->circuitState().Set(static_cast<double>(static_cast<int>(u.breaker->state())));
+    if (up.rate_limit) {
+      if (before != nullptr && before->quota && sameRateLimit(*before->config->rate_limit, *up.rate_limit)) {
+        u.quota = before->quota;
+      } else {
+        u.quota = std::make_shared<QuotaTracker>(*up.rate_limit, clock);
+      }
+    }
     rt->upstreams_.push_back(std::move(u));
   }
 
@@ -59,6 +108,7 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
     r.retry_budget = std::make_unique<RetryBudget>(route.retry.budget_percent);
     rt->routes_.push_back(std::move(r));
   }
+  for (auto [breaker, breaker_config] : carried_breakers) breaker->updateConfig(*breaker_config);
   rt->prices_ = PriceTable(cfg.pricing);
   rt->no_route_.runtime = rt.get();
   rt->no_route_.name_ = "none";

@@ -28,8 +28,12 @@ struct UpstreamRuntime {
   const config::UpstreamConfig* config = nullptr;
   std::unique_ptr<UpstreamMetrics> metrics;
   SslCtxPtr ssl_ctx;  // null for http://
-  std::unique_ptr<CircuitBreaker> breaker;  // shared by every worker's attempts
-  std::unique_ptr<QuotaTracker> quota;      // null when `rate_limit` is absent
+  // Shared by every worker's attempts, and carried over by a reload to the
+  // next Runtime when the upstream keeps its name and URL (the breaker takes
+  // the new thresholds; the quota needs an identical `rate_limit`), so a
+  // SIGHUP never closes an open circuit or forgets a spent quota.
+  std::shared_ptr<CircuitBreaker> breaker;
+  std::shared_ptr<QuotaTracker> quota;  // null when `rate_limit` is absent
 };
 
 /** Per-route state shared by all workers. */
@@ -52,10 +56,12 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /**
    * Resolves `config` against `metrics`. Returns null with `error` set when a
    * part cannot be built (e.g. an unreadable `ca_file`, a listener's missing
-   * certificate).
+   * certificate). `previous` (the running Runtime on a reload, else null)
+   * lends its circuit breakers and quota trackers to unchanged upstreams.
    */
   static std::shared_ptr<const Runtime> build(config::ConfigPtr config, Metrics& metrics,
-                                              const Clock& clock, std::string* error);
+                                              const Clock& clock, std::string* error,
+                                              const Runtime* previous = nullptr);
 
   /** First route whose path prefix and method match (DESIGN §2), else null. */
   const RouteRuntime* match(std::string_view method, std::string_view path) const;
@@ -76,6 +82,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   Metrics& metrics() const { return *metrics_; }
   /** The `pricing` table, for the spend meter. */
   const PriceTable& prices() const { return prices_; }
+  /** Risky settings worth a line in the log at start and reload (`tls.verify: false`). */
+  const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
   config::ConfigPtr config_;
@@ -85,6 +93,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   std::vector<SslCtxPtr> listener_tls_;
   RouteRuntime no_route_;
   PriceTable prices_;
+  std::vector<std::string> warnings_;
 };
 
 using RuntimePtr = std::shared_ptr<const Runtime>;

@@ -6,8 +6,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstring>
+#include <iostream>
 #include <thread>
+
+#include "config/loader.h"
 
 namespace sluice {
 
@@ -53,6 +57,10 @@ uint16_t boundPort(evutil_socket_t fd) {
   return 0;
 }
 
+void logWarnings(const Runtime& runtime) {
+  for (const auto& warning : runtime.warnings()) std::cerr << "sluice: warning: " << warning << "\n";
+}
+
 }  // namespace
 
 Server::Server(config::ConfigPtr config, const Clock& clock) : clock_(clock), admin_(*this) {
@@ -68,6 +76,8 @@ bool Server::start(std::string* error) {
     *error = init_error_;
     return false;
   }
+  std::signal(SIGPIPE, SIG_IGN);
+  logWarnings(*runtime_);
   const config::Config& cfg = runtime_->config();
   const size_t nworkers =
       cfg.workers > 0 ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
@@ -108,16 +118,21 @@ void Server::stop() {
   workers_.clear();
 }
 
-void Server::drain() {
-  if (draining_.exchange(true)) return;
+size_t Server::drain() {
+  // requestShutdown() already set draining_ (so /ready answered 503 at once);
+  // a separate flag keeps drain() itself from running twice.
+  draining_.store(true);
+  if (drain_started_.exchange(true)) return 0;
   for (auto& w : workers_) w->stopAccepting();
   const auto deadline = clock_.now() + runtime()->config().drain_timeout;
   // Poll the workers' counts; draining is rare and coarse, 10 ms steps are fine.
   while (activeExchanges() > 0 && clock_.now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  const size_t left = activeExchanges();
   for (auto& w : workers_) w->cancelAll(CancelReason::Draining);
   while (activeExchanges() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return left;
 }
 
 void Server::requestShutdown() {
@@ -144,17 +159,33 @@ bool Server::reload(config::ConfigPtr config, std::string* error) {
     }
     if (!same) {
       *error = "listen: adding or removing listeners, or turning TLS on or off, needs a restart";
+      metrics_.countReload(false);
       return false;
     }
   }
-  RuntimePtr next = Runtime::build(std::move(config), metrics_, clock_, error);
-  if (!next) return false;
+  RuntimePtr next = Runtime::build(std::move(config), metrics_, clock_, error, runtime().get());
+  if (!next) {
+    metrics_.countReload(false);
+    return false;
+  }
+  logWarnings(*next);
+  metrics_.countReload(true);
   {
     std::lock_guard<std::mutex> lock(mu_);
     runtime_ = next;
   }
   for (auto& w : workers_) w->setRuntime(next);
   return true;
+}
+
+bool Server::reloadFile(const std::string& path, std::string* error) {
+  auto loaded = config::loadConfigFile(path);
+  if (!loaded.ok()) {
+    *error = loaded.error->toString();
+    metrics_.countReload(false);
+    return false;
+  }
+  return reload(loaded.config, error);
 }
 
 RuntimePtr Server::runtime() const {

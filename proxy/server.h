@@ -29,7 +29,13 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  /** Binds every socket and starts the workers and admin. False + `error` on failure. */
+  /**
+   * Binds every socket and starts the workers and admin. False + `error` on
+   * failure. Ignores SIGPIPE for the whole process: a write to a client that
+   * reset its connection must be an EPIPE sluice handles, not a signal that
+   * kills it (library users need not know). Logs the config's warnings
+   * (e.g. `tls.verify: false`) to stderr.
+   */
   bool start(std::string* error);
   /** Stops everything at once (in-flight exchanges are cancelled with `draining`). */
   void stop();
@@ -37,9 +43,11 @@ class Server {
   /**
    * Graceful drain (DESIGN §3): /ready turns 503, listeners close, in-flight
    * exchanges get `drain_timeout` to finish, the rest are cancelled with
-   * `draining`. Returns when no exchange is left. Thread-safe; idempotent.
+   * `draining`. Returns when no exchange is left, with the number of
+   * exchanges that were still in flight at the deadline and got cancelled.
+   * Thread-safe; only the first call drains (later ones return 0 at once).
    */
-  void drain();
+  size_t drain();
   /** Asks the owner's wait loop to drain and exit (signal handlers, POST /drain). */
   void requestShutdown();
   /** Blocks until requestShutdown() (used by main). */
@@ -52,6 +60,13 @@ class Server {
    * be loaded or the set of listeners / their TLS-ness changed.
    */
   bool reload(config::ConfigPtr config, std::string* error);
+  /**
+   * SIGHUP: re-reads `path` and applies it with reload(). An invalid file
+   * (its FILE:LINE:COL error in `error`) or a refused reload leaves the
+   * running config in force. Either way the attempt is counted in
+   * sluice_config_reloads_total{result}.
+   */
+  bool reloadFile(const std::string& path, std::string* error);
 
   /** The port listener `i` actually bound (port 0 in config = any free port). */
   uint16_t listenerPort(size_t i = 0) const { return listener_ports_.at(i); }
@@ -73,7 +88,8 @@ class Server {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<uint16_t> listener_ports_;
   AdminServer admin_;
-  std::atomic<bool> draining_{false};
+  std::atomic<bool> draining_{false};       // /ready is 503
+  std::atomic<bool> drain_started_{false};  // drain() ran (requestShutdown only flips draining_)
   std::atomic<bool> started_{false};
   std::mutex shutdown_mu_;
   std::condition_variable shutdown_cv_;

@@ -32,12 +32,17 @@ std::pair<int, std::string> runCommand(const std::string& cmd) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
-ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::string& ready_marker) {
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::string& ready_marker,
+                           const std::string& stderr_path) {
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) return;
   pid_ = ::fork();
   if (pid_ == 0) {
     ::dup2(pipefd[1], STDOUT_FILENO);
+    if (!stderr_path.empty()) {
+      const int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (err >= 0) ::dup2(err, STDERR_FILENO);
+    }
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -56,6 +61,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::stri
     const ssize_t n = ::read(stdout_fd_, &c, 1);
     if (n <= 0) break;
     if (c == '\n') {
+      lines_.push_back(buf);
       if (buf.find(ready_marker) != std::string::npos) {
         ready_line_ = buf;
         return;
@@ -70,6 +76,20 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::stri
 }
 
 ChildProcess::~ChildProcess() { stop(); }
+
+int ChildProcess::waitForExit(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return -1;
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (::waitpid(pid_, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  pid_ = -1;
+  if (stdout_fd_ >= 0) ::close(stdout_fd_);
+  stdout_fd_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 int ChildProcess::stop() {
   if (pid_ <= 0) return -1;
@@ -170,9 +190,7 @@ std::string substitute(std::string text,
 }
 
 SluiceUnderTest::SluiceUnderTest(const std::string& yaml) {
-  // As proxy/main.cc does: a write to a client that reset its connection must
-  // be an EPIPE for sluice to handle, not a signal that kills the test binary.
-  ::signal(SIGPIPE, SIG_IGN);
+  // No signal(SIGPIPE) here: Server::start ignores it for the process.
   auto loaded = config::loadConfigString(yaml, "test.yaml");
   if (!loaded.ok()) {
     ADD_FAILURE() << "test config invalid: " << loaded.error->toString();

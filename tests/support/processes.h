@@ -22,22 +22,36 @@ namespace sluice::test {
 /** A child process whose first stdout line announces its address. */
 class ChildProcess {
  public:
-  /** Starts `argv`, waits (up to 10 s) for a stdout line containing `ready_marker`. */
-  ChildProcess(const std::vector<std::string>& argv, const std::string& ready_marker);
+  /**
+   * Starts `argv`, waits (up to 10 s) for a stdout line containing
+   * `ready_marker`. A non-empty `stderr_path` receives the child's stderr
+   * (otherwise it is inherited).
+   */
+  ChildProcess(const std::vector<std::string>& argv, const std::string& ready_marker,
+               const std::string& stderr_path = "");
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   bool running() const { return pid_ > 0; }
   const std::string& readyLine() const { return ready_line_; }
+  /** Every stdout line read up to and including the ready line. */
+  const std::vector<std::string>& lines() const { return lines_; }
   pid_t pid() const { return pid_; }
   /** SIGTERM, then wait; returns the exit status (or -1). */
   int stop();
+  /**
+   * Waits (up to `timeout`) for the child to exit by itself; returns its exit
+   * status, or -1 if it was killed by a signal or is still running (then it
+   * is left running).
+   */
+  int waitForExit(std::chrono::milliseconds timeout);
 
  private:
   pid_t pid_ = -1;
   int stdout_fd_ = -1;
   std::string ready_line_;
+  std::vector<std::string> lines_;
 };
 
 /** mock-llm on 127.0.0.1:0 (optionally TLS, plus any of its flags), and its ledger. */

@@ -97,6 +97,9 @@ const std::vector<FamilySpec>& designFamilies() {
       {"sluice_spend_usd_total", "counter", {"route", "upstream", "model", "disposition"}},
       {"sluice_leaked_spend_usd_total", "counter", {"route", "upstream", "model", "cancel_reason"}},
       {"sluice_active_requests", "gauge", {"route"}},
+      // Additions documented in README ("Admin port"), not in DESIGN §4.
+      {"sluice_config_reloads_total", "counter", {"result"}},
+      {"sluice_config_last_reload_success_timestamp_seconds", "gauge", {}},
   };
   return kFamilies;
 }
