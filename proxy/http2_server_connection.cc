@@ -357,6 +357,7 @@ int Http2ServerConnection::onDataChunkRecv(nghttp2_session*, uint8_t, int32_t st
 
 void Http2ServerConnection::onRequestHeaders(Stream& stream) {
   if (stream.header_overflow_) {
+    host_.countRejection(Rejection::HeaderTooLarge);
     stream.respondLocally(Problem{431, "header-too-large", "Request header fields too large",
                                   "request headers exceed sluice's limits", std::nullopt, false,
                                   std::nullopt});

@@ -67,7 +67,7 @@ std::string slugOf(const std::string& content_type, const std::string& body) {
 }
 
 std::string slugOf(const TestResponse& r) {
-  return slugOf(r.headers.get("content-type").value_or(""), r.body);
+  return slugOf(std::string(r.headers.get("content-type").value_or("")), r.body);
 }
 
 class LimitsTest : public ::testing::Test {
@@ -268,7 +268,7 @@ TEST_F(LimitsTest, Http2HeaderListAboveTheLimitIs431OnThatStreamOnly) {
   ASSERT_TRUE(conn.waitForStream(fine));
   const H2Response& r = conn.response(big);
   EXPECT_EQ(r.status, 431);
-  EXPECT_EQ(slugOf(r.headers.get("content-type").value_or(""), r.body), "header-too-large");
+  EXPECT_EQ(slugOf(std::string(r.headers.get("content-type").value_or("")), r.body), "header-too-large");
   EXPECT_EQ(conn.response(fine).status, 200);
   EXPECT_FALSE(conn.peerClosed());
   EXPECT_EQ(rejections("header_too_large"), 1);
@@ -313,7 +313,7 @@ TEST_F(LimitsTest, Http2StalledBodyGets408OnThatStreamOnly) {
   ASSERT_TRUE(conn.waitForStream(stalled));
   const H2Response& r = conn.response(stalled);
   EXPECT_EQ(r.status, 408);
-  EXPECT_EQ(slugOf(r.headers.get("content-type").value_or(""), r.body), "request-timeout");
+  EXPECT_EQ(slugOf(std::string(r.headers.get("content-type").value_or("")), r.body), "request-timeout");
   EXPECT_EQ(rejections("body_timeout"), 1);
   // The connection and its other streams go on.
   const int32_t fine = conn.submit("GET", "/v1/models");

@@ -798,7 +798,7 @@ routes:
     {"LimitsUnknownKey", "listen: 127.0.0.1:8080\nlimits:\n  max_header: 8KiB\n",
      R"(test.yaml:3:3: limits.max_header: unknown key (did you mean "max_headers"?))"},
     {"LimitsNotAMapping", "listen: 127.0.0.1:8080\nlimits: 5\n",
-     "test.yaml:2:9: limits: expected a mapping, got a scalar"},
+     R"(test.yaml:2:9: limits: expected a mapping, got "5")"},
     {"LimitsHeaderBytesWrongType", "listen: 127.0.0.1:8080\nlimits:\n  max_header_bytes: [1]\n",
      R"(test.yaml:3:21: limits.max_header_bytes: expected a size such as "8MiB", got a list)"},
     {"LimitsHeaderBytesTooSmall", "listen: 127.0.0.1:8080\nlimits:\n  max_header_bytes: 100\n",
