@@ -179,6 +179,23 @@ struct PriceConfig {
   double output_usd_per_mtok = 0;
 };
 
+/**
+ * `limits`: what sluice tolerates from a downstream client (a contract
+ * addition; README "Limits"). Every key has a safe default; the timeouts
+ * take 0 to mean "off". A reload applies them to connections accepted after
+ * it; live connections keep the limits they started with.
+ */
+struct LimitsConfig {
+  uint64_t max_header_bytes = 64 * 1024;  // request line + headers (HTTP/2: header list) → 431
+  uint32_t max_headers = 100;             // header fields → 431
+  uint64_t max_body = 64ull * 1024 * 1024;  // request body → 413
+  uint32_t max_connections_per_worker = 10000;  // beyond: accepted and closed at once
+  uint32_t http2_max_concurrent_streams = 128;  // beyond: REFUSED_STREAM
+  Duration header_read_timeout = std::chrono::seconds(10);  // TLS/preface + request head → 408
+  Duration body_read_timeout = std::chrono::seconds(30);    // no request body byte → 408
+  Duration idle_timeout = std::chrono::seconds(60);  // keep-alive, nothing in flight → closed
+};
+
 /** The whole file. */
 struct Config {
   int version = 1;
@@ -189,6 +206,7 @@ struct Config {
   std::vector<UpstreamConfig> upstreams;
   std::vector<RouteConfig> routes;
   std::vector<PriceConfig> pricing;
+  LimitsConfig limits;
 
   std::string source_path;  // the file it came from, for messages and reloads
 };

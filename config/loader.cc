@@ -437,6 +437,10 @@ class Decoder {
     return static_cast<uint32_t>(integer(f, min, kU32Max));
   }
 
+  uint32_t u32Max(const Field& f, int64_t min, int64_t max) {
+    return static_cast<uint32_t>(integer(f, min, max));
+  }
+
   double number(const Field& f, double min, double max) {
     const std::string s = scalar(f, "a number");
     // Plain decimal notation only: no hex, inf or nan, which strtod would accept.
@@ -510,6 +514,7 @@ class Decoder {
   BudgetConfig budget(const Field& f);
   RetryConfig retry(const Field& f);
   PriceConfig price(const Field& f);
+  LimitsConfig limits(const Field& f);
 
   // Fails at whichever of two related fields was written when `first` > `second`.
   void requireOrdered(Duration first, Duration second, const std::optional<Field>& first_field,
@@ -572,6 +577,7 @@ Config Decoder::decode(const YAML::Node& root) {
                  [&](const Field& f) {
                    for (const Field& item : items(f)) c.pricing.push_back(price(item));
                  }},
+                {"limits", [&](const Field& f) { c.limits = limits(f); }},
             },
             {"listen"});
 
@@ -946,6 +952,38 @@ RetryConfig Decoder::retry(const Field& f) {
   requireOrdered(r.backoff.base, r.backoff.max, base_field, max_field, "backoff.base",
                  "backoff.max");
   return r;
+}
+
+LimitsConfig Decoder::limits(const Field& f) {
+  LimitsConfig l;
+  // A size within [min, max] bytes, worded with the units the file uses.
+  const auto boundedSize = [&](const Field& v, uint64_t min, uint64_t max) {
+    const uint64_t bytes = size(v);
+    if (bytes < min) fail(v, "must be at least " + formatSize(min));
+    if (bytes > max) fail(v, "must be at most " + formatSize(max));
+    return bytes;
+  };
+  decodeMap(f, {
+                   {"max_header_bytes",
+                    [&](const Field& v) { l.max_header_bytes = boundedSize(v, 1024, 16ull << 20); }},
+                   {"max_headers", [&](const Field& v) { l.max_headers = u32Max(v, 1, 10'000); }},
+                   {"max_body",
+                    [&](const Field& v) { l.max_body = boundedSize(v, 1, 1ull << 30); }},
+                   {"max_connections_per_worker",
+                    [&](const Field& v) {
+                      l.max_connections_per_worker = u32Max(v, 1, 1'000'000);
+                    }},
+                   {"http2_max_concurrent_streams",
+                    [&](const Field& v) {
+                      l.http2_max_concurrent_streams = u32Max(v, 1, 100'000);
+                    }},
+                   {"header_read_timeout",
+                    [&](const Field& v) { l.header_read_timeout = duration(v, true); }},
+                   {"body_read_timeout",
+                    [&](const Field& v) { l.body_read_timeout = duration(v, true); }},
+                   {"idle_timeout", [&](const Field& v) { l.idle_timeout = duration(v, true); }},
+               });
+  return l;
 }
 
 PriceConfig Decoder::price(const Field& f) {

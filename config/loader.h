@@ -25,7 +25,7 @@
 // - Durations: h/m/s/ms, may be combined largest-first ("1m30s"), at most
 //   10 years, whole milliseconds. Zero is allowed where it means "off" or
 //   "no wait" (drain_timeout, first_byte_timeout, idle_timeout, finish_grace,
-//   backoff) and rejected for connect_timeout, failure_rate.window, cooldown,
+//   backoff, the `limits` timeouts) and rejected for connect_timeout, failure_rate.window, cooldown,
 //   max_cooldown and the budget's default/max.
 // - Counts: consecutive_failures, min_requests, half_open_probes,
 //   max_requests and attempts are >= 1; max_pending, max_queue, reserve and
@@ -41,6 +41,10 @@
 // - Outcome lists (`on`, `failure_on`) replace the default list; duplicates
 //   are errors. `methods` are upper-cased; duplicates are errors.
 // - `pricing` entries need all of model, input and output.
+// - `limits` (a contract addition): sizes max_header_bytes 1KiB..16MiB and
+//   max_body 1B..1GiB; max_headers 1..10000, max_connections_per_worker
+//   1..1000000, http2_max_concurrent_streams 1..100000; the timeouts
+//   (header_read_timeout, body_read_timeout, idle_timeout) take 0 = off.
 // - Multiple YAML documents in one file are an error.
 
 #include <cstdint>

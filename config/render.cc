@@ -137,6 +137,19 @@ nlohmann::json outcomeSetToJson(const OutcomeSet& set) {
   return out;
 }
 
+nlohmann::json limitsToJson(const LimitsConfig& l) {
+  return {
+      {"max_header_bytes", formatSize(l.max_header_bytes)},
+      {"max_headers", l.max_headers},
+      {"max_body", formatSize(l.max_body)},
+      {"max_connections_per_worker", l.max_connections_per_worker},
+      {"http2_max_concurrent_streams", l.http2_max_concurrent_streams},
+      {"header_read_timeout", formatDuration(l.header_read_timeout)},
+      {"body_read_timeout", formatDuration(l.body_read_timeout)},
+      {"idle_timeout", formatDuration(l.idle_timeout)},
+  };
+}
+
 nlohmann::json toRedactedJson(const Config& config) {
   json listen = json::array();
   for (const ListenerConfig& l : config.listeners) listen.push_back(listenerToJson(l));
@@ -159,6 +172,7 @@ nlohmann::json toRedactedJson(const Config& config) {
       {"upstreams", upstreams},
       {"routes", routes},
       {"pricing", pricing},
+      {"limits", limitsToJson(config.limits)},
       {"source_path", config.source_path},
   };
 }

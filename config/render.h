@@ -38,6 +38,9 @@ std::string formatDuration(Duration d);
  */
 std::string formatSize(uint64_t bytes);
 
+/** The `limits` section, every key spelled out. */
+nlohmann::json limitsToJson(const LimitsConfig& limits);
+
 /** The value of a retry `on` / circuit `failure_on` list, as written in YAML. */
 nlohmann::json outcomeSetToJson(const OutcomeSet& set);
 

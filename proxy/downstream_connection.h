@@ -12,6 +12,7 @@
 #include "proxy/dispatcher.h"
 #include "proxy/downstream_stream.h"
 #include "proxy/http_message.h"
+#include "proxy/metrics.h"
 
 namespace sluice {
 
@@ -46,6 +47,8 @@ class DownstreamConnectionHost {
                                 MonotonicTime start) = 0;
   /** Counts a request sluice refused before any Exchange existed (400, 431). */
   virtual void countUnparsedRequest(int status) = 0;
+  /** Counts a connection closed or a request refused by a `limits` key. */
+  virtual void countRejection(Rejection reason) = 0;
   /** The connection closed: the host deletes it (deferred). */
   virtual void connectionClosed(DownstreamConnection& conn) = 0;
   /**

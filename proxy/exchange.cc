@@ -72,10 +72,12 @@ void Exchange::decodeHeaders(RequestHead&& head) {
 
 void Exchange::decodeData(const char* data, size_t len) {
   if (finished_) return;
-  if (body_.size() + len > kMaxRequestBody) {
+  const uint64_t max_body = runtime_->config().limits.max_body;
+  if (body_.size() + len > max_body) {
+    runtime_->metrics().rejections(Rejection::BodyTooLarge).Increment();
     answer(Problem{413, "body-too-large", "Request body too large",
-                   "the request body exceeds sluice's limit of " +
-                       std::to_string(kMaxRequestBody) + " bytes",
+                   "the request body exceeds sluice's limit of " + std::to_string(max_body) +
+                       " bytes (limits.max_body)",
                    std::nullopt, false, std::nullopt},
            ExchangeState::Failed);
     return;

@@ -80,7 +80,11 @@ class Exchange final : public DeferredDeletable,
   // --- from the downstream codec ----------------------------------------------
   /** The request head. Runs decodeHeaders; may answer at once (404, 400). */
   void decodeHeaders(RequestHead&& head);
-  /** A slice of the request body (buffered for replay, bounded by retry.max_body). */
+  /**
+   * A slice of the request body. Bodies are buffered up to `limits.max_body`
+   * (413 above); up to the route's `retry.max_body` they may be replayed by
+   * retries, larger ones are sent once.
+   */
   void decodeData(const char* data, size_t len);
   /** The request is complete: the first attempt may start. */
   void decodeComplete();
@@ -116,12 +120,6 @@ class Exchange final : public DeferredDeletable,
   bool retrying() const override { return retry_scheduled_; }
   bool finishDraining() const override { return discarding_; }
   ExchangeSnapshot snapshot() const;
-
-  /**
-   * Largest request body sluice accepts (413 above). Bodies up to the route's
-   * `retry.max_body` may be replayed by retries; larger ones are sent once.
-   */
-  static constexpr uint64_t kMaxRequestBody = 64ull * 1024 * 1024;
 
  private:
   enum class Phase { DecodeHeaders, DecodeComplete, BeforeAttempt, Done };

@@ -20,8 +20,13 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, evu
 
 Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, BufferEventPtr bev,
                                              std::string peer_address, bool tls,
-                                             Http1Limits limits)
-    : host_(host), limits_(limits), bev_(std::move(bev)), peer_address_(std::move(peer_address)) {
+                                             Http1Limits limits,
+                                             std::optional<MonotonicTime> accepted_at)
+    : host_(host),
+      limits_(limits),
+      bev_(std::move(bev)),
+      peer_address_(std::move(peer_address)),
+      read_timer_(host.dispatcher().base(), [this] { onReadTimer(); }) {
   client_info_.address = peer_address_;
   client_info_.tls = tls;
 
@@ -43,6 +48,12 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
   // The write callback fires when the client has drained us to the low watermark.
   bufferevent_setwatermark(bev_.get(), EV_WRITE, limits_.low_watermark, 0);
   bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
+  // The first head's deadline runs from accept, handshake and sniffing included.
+  if (limits_.header_read_timeout.count() > 0) {
+    read_deadline_ =
+        accepted_at.value_or(host.dispatcher().clock().now()) + limits_.header_read_timeout;
+    armReadTimer(read_deadline_);
+  }
   // Bytes the protocol detector already read will not raise a read event:
   // parse them on the next loop turn (never from inside the constructor).
   if (evbuffer_get_length(bufferevent_get_input(bev_.get())) > 0) {
@@ -69,6 +80,11 @@ void Http1ServerConnection::onRead() { parseInput(); }
 void Http1ServerConnection::parseInput() {
   if (closed_ || closing_) return;
   evbuffer* input = bufferevent_get_input(bev_.get());
+  if (evbuffer_get_length(input) > 0) {
+    // The next request's first byte: its head must be in within header_read_timeout.
+    if (read_phase_ == ReadPhase::Idle) enterReadPhase(ReadPhase::Head);
+    if (read_phase_ == ReadPhase::FirstHead) head_bytes_seen_ = true;
+  }
   while (!closed_ && !closing_ && evbuffer_get_length(input) > 0) {
     if (HTTP_PARSER_ERRNO(&parser_) == HPE_PAUSED) break;  // a request is being served
     evbuffer_iovec vec;
@@ -90,12 +106,14 @@ void Http1ServerConnection::parseInput() {
         // A callback refused the request and already chose the answer.
         const int status = reject_status_;
         reject_status_ = 0;
+        if (status == 431) host_.countRejection(Rejection::HeaderTooLarge);
         rejectRequest(status,
                       status == 431 ? "header-too-large" : "bad-request",
                       status == 431 ? "Request header fields too large" : "Bad request",
                       status == 431 ? "request headers exceed sluice's limits"
                                     : "the request cannot be proxied");
       } else if (err == HPE_HEADER_OVERFLOW) {
+        host_.countRejection(Rejection::HeaderTooLarge);
         rejectRequest(431, "header-too-large", "Request header fields too large",
                       "request headers exceed sluice's limits");
       } else {
@@ -247,6 +265,8 @@ int Http1ServerConnection::onHeadersComplete(http_parser* p) {
   }
   self->head_.headers.remove("expect");
   self->client_minor_ = p->http_minor;
+  // From here the body (if any) is read under body_read_timeout; onMessageComplete ends it.
+  self->enterReadPhase(ReadPhase::Body);
   Exchange& ex = self->host_.newExchange(self->head_, *self, start);
   if (self->closed_) return -1;
   self->exchange_ = &ex;  // decodeHeaders may answer at once (404, 400) and let go of us
@@ -257,6 +277,7 @@ int Http1ServerConnection::onHeadersComplete(http_parser* p) {
 
 int Http1ServerConnection::onBody(http_parser* p, const char* at, size_t len) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
+  self->last_body_byte_ = self->host_.dispatcher().clock().now();
   if (self->exchange_ != nullptr) self->exchange_->decodeData(at, len);
   return self->closed_ ? -1 : 0;
 }
@@ -264,6 +285,7 @@ int Http1ServerConnection::onBody(http_parser* p, const char* at, size_t len) {
 int Http1ServerConnection::onMessageComplete(http_parser* p) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
   self->request_complete_ = true;
+  self->enterReadPhase(ReadPhase::Busy);
   // Stop here: the next pipelined request waits until this response is written.
   http_parser_pause(p, 1);
   if (self->exchange_ != nullptr) self->exchange_->decodeComplete();
@@ -272,7 +294,8 @@ int Http1ServerConnection::onMessageComplete(http_parser* p) {
 }
 
 void Http1ServerConnection::rejectRequest(int status, const std::string& slug,
-                                          const std::string& title, const std::string& detail) {
+                                          const std::string& title, const std::string& detail,
+                                          std::optional<CancelReason> cancel_reason) {
   // The stream is unparseable from here on: answer (if no response is under way) and close.
   close_after_response_ = true;
   keep_alive_ = false;
@@ -282,7 +305,7 @@ void Http1ServerConnection::rejectRequest(int status, const std::string& slug,
     // the connection closes after it (close_after_response_).
     bufferevent_disable(bev_.get(), EV_READ);
     exchange_->sendLocalReply(
-        Problem{status, slug, title, detail, std::nullopt, false, std::nullopt});
+        Problem{status, slug, title, detail, cancel_reason, false, std::nullopt});
     if (exchange_ != nullptr) {  // it could not answer: drop the client
       Exchange* ex = exchange_;
       exchange_ = nullptr;
@@ -293,7 +316,7 @@ void Http1ServerConnection::rejectRequest(int status, const std::string& slug,
   }
   host_.countUnparsedRequest(status);
   const LocalReply reply = makeProblemReply(
-      Problem{status, slug, title, detail, std::nullopt, false, std::nullopt});
+      Problem{status, slug, title, detail, cancel_reason, false, std::nullopt});
   head_request_ = false;
   encodeHeaders(reply.head, false);
   encodeData(reply.body.data(), reply.body.size(), true);
@@ -445,8 +468,90 @@ void Http1ServerConnection::onResumeCb(evutil_socket_t, short, void* arg) {
   if (self->closed_ || self->closing_) return;
   http_parser_pause(&self->parser_, 0);
   self->resetRequestState();
+  self->enterReadPhase(ReadPhase::Idle);  // parseInput moves on to Head at the first byte
   bufferevent_enable(self->bev_.get(), EV_READ);
   self->parseInput();
+}
+
+// --- slow-client timeouts -----------------------------------------------------------
+
+void Http1ServerConnection::enterReadPhase(ReadPhase phase) {
+  read_phase_ = phase;
+  const MonotonicTime now = host_.dispatcher().clock().now();
+  const auto after = [now](std::chrono::milliseconds timeout) {
+    return timeout.count() > 0 ? now + timeout : MonotonicTime::max();
+  };
+  switch (phase) {
+    case ReadPhase::FirstHead:
+      return;  // armed once, in the constructor
+    case ReadPhase::Idle:
+      read_deadline_ = after(limits_.idle_timeout);
+      break;
+    case ReadPhase::Head:
+      read_deadline_ = after(limits_.header_read_timeout);
+      break;
+    case ReadPhase::Body:
+      last_body_byte_ = now;
+      read_deadline_ = after(limits_.body_read_timeout);
+      break;
+    case ReadPhase::Busy:
+      read_deadline_ = MonotonicTime::max();
+      break;
+  }
+  armReadTimer(read_deadline_);
+}
+
+void Http1ServerConnection::armReadTimer(MonotonicTime deadline) {
+  if (deadline == MonotonicTime::max()) {
+    read_timer_.disarm();
+    return;
+  }
+  read_timer_.arm(deadline - host_.dispatcher().clock().now());
+}
+
+void Http1ServerConnection::onReadTimer() {
+  if (closed_ || closing_ || read_phase_ == ReadPhase::Busy) return;
+  // The body deadline slides with every byte; onBody only notes the time, so
+  // an early wake re-arms for what is left instead of re-arming per read.
+  if (read_phase_ == ReadPhase::Body) read_deadline_ = last_body_byte_ + limits_.body_read_timeout;
+  if (host_.dispatcher().clock().now() < read_deadline_) {
+    armReadTimer(read_deadline_);
+    return;
+  }
+  switch (read_phase_) {
+    case ReadPhase::Busy:
+      return;
+    case ReadPhase::Idle:
+      // Nothing in flight and nothing asked: close quietly, as nginx and Envoy do.
+      host_.countRejection(Rejection::IdleTimeout);
+      close();
+      return;
+    case ReadPhase::FirstHead:
+    case ReadPhase::Head:
+      host_.countRejection(Rejection::HeaderTimeout);
+      if (read_phase_ == ReadPhase::FirstHead && !head_bytes_seen_) {
+        close();  // not a byte since accept: there is no request to answer
+        return;
+      }
+      rejectRequest(408, "request-timeout", "Request timeout",
+                    "the request head did not arrive within limits.header_read_timeout (" +
+                        std::to_string(limits_.header_read_timeout.count()) + "ms)",
+                    CancelReason::ClientDisconnect);
+      return;
+    case ReadPhase::Body:
+      host_.countRejection(Rejection::BodyTimeout);
+      if (exchange_ == nullptr) {
+        close();  // already answered (404, 413): the rest of the body was being discarded
+        return;
+      }
+      // Nothing went upstream yet (bodies are buffered first): the Exchange
+      // answers 408 and ends; the connection closes after it.
+      rejectRequest(408, "request-timeout", "Request timeout",
+                    "no request body byte for limits.body_read_timeout (" +
+                        std::to_string(limits_.body_read_timeout.count()) + "ms)",
+                    CancelReason::ClientDisconnect);
+      return;
+  }
 }
 
 void Http1ServerConnection::onWriteCb(bufferevent*, void* arg) {
@@ -495,6 +600,7 @@ void Http1ServerConnection::close() {
     bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);
   }
   event_del(resume_event_.get());
+  read_timer_.disarm();
   host_.connectionClosed(*this);
 }
 

@@ -10,6 +10,19 @@
 // the moment the kernel reports it, whatever the Exchange is doing (reading
 // the body, queued, waiting for the first byte, streaming).
 //
+// Slow clients are bounded by one timer (HAProxy arms one per stream), armed
+// for whichever read deadline applies (Http1Limits; 0 = off):
+//   first request:  header_read_timeout from accept until the head is in
+//                   (no byte at all: closed quietly; some: 408 and close);
+//   keep-alive:     idle_timeout from the end of a response until the next
+//                   request's first byte (closed quietly), then
+//                   header_read_timeout from that byte until the head is in
+//                   (408) — a total for the head, not per byte (slow loris);
+//   request body:   body_read_timeout without a body byte (408 through the
+//                   Exchange, which has sent nothing upstream yet: bodies are
+//                   buffered before the first attempt);
+//   response:       none here — the Exchange's budget and timers own it.
+//
 // The connection either owns a fresh socket or adopts a bufferevent from the
 // ProtocolDetector (plain listeners sniff for the HTTP/2 preface first; TLS
 // listeners let ALPN decide): bytes already read into that bufferevent's
@@ -17,10 +30,13 @@
 
 #include <http_parser.h>
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <deque>
 #include <string>
 
+#include "proxy/cancel_reason.h"
 #include "proxy/dispatcher.h"
 #include "proxy/downstream_connection.h"
 #include "proxy/downstream_stream.h"
@@ -38,6 +54,10 @@ struct Http1Limits {
   size_t high_watermark = 64 * 1024;    // response bytes buffered before the upstream pauses
   size_t low_watermark = 16 * 1024;     // ... and resumes
   size_t max_pipelined_bytes = 1024 * 1024;  // unparsed input buffered while a request runs
+  // Slow-client timeouts (config `limits`); zero = off.
+  std::chrono::milliseconds header_read_timeout = std::chrono::seconds(10);
+  std::chrono::milliseconds body_read_timeout = std::chrono::seconds(30);
+  std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
 };
 
 class Http1ServerConnection final : public DownstreamConnection, public DownstreamStream {
@@ -48,10 +68,13 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   /**
    * Adopts `bev` (plain or TLS, connected; its callbacks are replaced). Input
    * already buffered in it is parsed on the next loop turn. `tls` is reported
-   * to the upstream as X-Forwarded-Proto.
+   * to the upstream as X-Forwarded-Proto. `accepted_at` is when the socket
+   * was accepted (the first request head's header_read_timeout runs from
+   * there, TLS handshake and protocol sniffing included); default: now.
    */
   Http1ServerConnection(DownstreamConnectionHost& host, BufferEventPtr bev,
-                        std::string peer_address, bool tls, Http1Limits limits = {});
+                        std::string peer_address, bool tls, Http1Limits limits = {},
+                        std::optional<MonotonicTime> accepted_at = std::nullopt);
   ~Http1ServerConnection() override;
 
   // DownstreamStream
@@ -79,9 +102,24 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   void onEvent(short events);
   void parseInput();
   void rejectRequest(int status, const std::string& slug, const std::string& title,
-                     const std::string& detail);
+                     const std::string& detail,
+                     std::optional<CancelReason> cancel_reason = std::nullopt);
   void maybeNextRequest();
   void resetRequestState();
+
+  // --- slow-client timeouts ---------------------------------------------------
+  /** Which read deadline the timer enforces. */
+  enum class ReadPhase {
+    FirstHead,  // a new connection: header_read_timeout from accept
+    Idle,       // keep-alive between requests: idle_timeout
+    Head,       // the next request's head started: header_read_timeout from its first byte
+    Body,       // the request body is being read: body_read_timeout between bytes
+    Busy,       // the request is read; the Exchange is answering
+  };
+  void enterReadPhase(ReadPhase phase);
+  /** Arms the timer for `deadline` (or disarms it for MonotonicTime::max()). */
+  void armReadTimer(MonotonicTime deadline);
+  void onReadTimer();
 
   static int onMessageBegin(http_parser*);
   static int onUrl(http_parser*, const char*, size_t);
@@ -139,6 +177,12 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
     bool request_line_text_ = false;  // leading empty lines before the request line are allowed
   };
   HeadScanner head_scanner_;
+
+  Timer read_timer_;
+  ReadPhase read_phase_ = ReadPhase::FirstHead;
+  MonotonicTime read_deadline_ = MonotonicTime::max();  // of the current phase
+  MonotonicTime last_body_byte_{};
+  bool head_bytes_seen_ = false;  // FirstHead: some request byte arrived
 
   Exchange* exchange_ = nullptr;
   bool request_complete_ = false;   // the current request's last byte was parsed

@@ -22,7 +22,10 @@ struct OptionDeleter {
 class Http2ServerConnection::Stream final : public DeferredDeletable, public DownstreamStream {
  public:
   Stream(Http2ServerConnection& conn, int32_t id)
-      : conn_(conn), id_(id), pending_(evbuffer_new()) {}
+      : conn_(conn),
+        id_(id),
+        pending_(evbuffer_new()),
+        body_timer_(conn.host_.dispatcher().base(), [this] { onBodyTimer(); }) {}
 
   // DownstreamStream
   void encodeHeaders(const ResponseHead& head, bool end_stream) override;
@@ -40,6 +43,9 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   void respondLocally(const Problem& problem);
   /** Detaches the Exchange, if any, and tells it the client is gone. */
   void disconnect();
+  /** The request body is being read: body_read_timeout runs from now, sliding per DATA. */
+  void startBodyTimer();
+  void onBodyTimer();
 
   Http2ServerConnection& conn_;
   const int32_t id_;
@@ -63,6 +69,10 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   bool above_high_ = false;     // the Exchange may have paused: tell it when we drain
   bool reset_ = false;
   bool closed_ = false;         // nghttp2 closed the stream
+
+  // slow client
+  Timer body_timer_;
+  MonotonicTime last_body_byte_{};
 };
 
 void Http2ServerConnection::Stream::encodeHeaders(const ResponseHead& head, bool end_stream) {
@@ -136,6 +146,31 @@ void Http2ServerConnection::Stream::respondLocally(const Problem& problem) {
   encodeData(reply.body.data(), reply.body.size(), true);
 }
 
+void Http2ServerConnection::Stream::startBodyTimer() {
+  if (conn_.limits_.body_read_timeout.count() <= 0) return;
+  last_body_byte_ = conn_.host_.dispatcher().clock().now();
+  body_timer_.arm(conn_.limits_.body_read_timeout);
+}
+
+void Http2ServerConnection::Stream::onBodyTimer() {
+  if (closed_ || reset_ || request_complete_ || exchange_ == nullptr || conn_.closed_) return;
+  // DATA only notes the time; an early wake re-arms for what is left.
+  const MonotonicTime deadline = last_body_byte_ + conn_.limits_.body_read_timeout;
+  const MonotonicTime now = conn_.host_.dispatcher().clock().now();
+  if (now < deadline) {
+    body_timer_.arm(deadline - now);
+    return;
+  }
+  conn_.host_.countRejection(Rejection::BodyTimeout);
+  // Nothing went upstream yet (bodies are buffered first). The 408 ends the
+  // stream; onFrameSend then resets it with NO_ERROR so the client stops uploading.
+  exchange_->sendLocalReply(
+      Problem{408, "request-timeout", "Request timeout",
+              "no request body byte for limits.body_read_timeout (" +
+                  std::to_string(conn_.limits_.body_read_timeout.count()) + "ms)",
+              CancelReason::ClientDisconnect, false, std::nullopt});
+}
+
 void Http2ServerConnection::Stream::disconnect() {
   if (exchange_ == nullptr) return;
   Exchange* ex = exchange_;
@@ -148,7 +183,11 @@ void Http2ServerConnection::Stream::disconnect() {
 Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, BufferEventPtr bev,
                                              std::string peer_address, bool tls,
                                              Http2Limits limits)
-    : host_(host), limits_(limits), bev_(std::move(bev)), peer_address_(std::move(peer_address)) {
+    : host_(host),
+      limits_(limits),
+      bev_(std::move(bev)),
+      idle_timer_(host.dispatcher().base(), [this] { onIdleTimer(); }),
+      peer_address_(std::move(peer_address)) {
   client_info_.address = peer_address_;
   client_info_.tls = tls;
 
@@ -190,6 +229,7 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
   bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
   // Send our SETTINGS and process the preface the detector already read, next turn.
   scheduleSend();
+  armIdleTimer();
 }
 
 Http2ServerConnection::~Http2ServerConnection() {
@@ -249,6 +289,7 @@ int Http2ServerConnection::onBeginHeaders(nghttp2_session*, const nghttp2_frame*
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
   const int32_t id = frame->hd.stream_id;
   self->streams_[id] = std::make_unique<Stream>(*self, id);
+  self->idle_timer_.disarm();  // busy until its last stream closes
   return 0;
 }
 
@@ -308,6 +349,7 @@ int Http2ServerConnection::onDataChunkRecv(nghttp2_session*, uint8_t, int32_t st
   // Bytes of a request already answered (404, 413, 431) are read and dropped;
   // nghttp2 still returns them to the flow-control window.
   if (stream != nullptr && stream->exchange_ != nullptr) {
+    stream->last_body_byte_ = self->host_.dispatcher().clock().now();
     stream->exchange_->decodeData(reinterpret_cast<const char*>(data), len);
   }
   return 0;
@@ -315,6 +357,7 @@ int Http2ServerConnection::onDataChunkRecv(nghttp2_session*, uint8_t, int32_t st
 
 void Http2ServerConnection::onRequestHeaders(Stream& stream) {
   if (stream.header_overflow_) {
+    host_.countRejection(Rejection::HeaderTooLarge);
     stream.respondLocally(Problem{431, "header-too-large", "Request header fields too large",
                                   "request headers exceed sluice's limits", std::nullopt, false,
                                   std::nullopt});
@@ -332,11 +375,14 @@ void Http2ServerConnection::onRequestHeaders(Stream& stream) {
   const MonotonicTime start = host_.dispatcher().clock().now();
   Exchange& ex = host_.newExchange(head, stream, start);
   stream.exchange_ = &ex;  // decodeHeaders may answer at once (404, 400) and let go of us
+  // A body follows unless END_STREAM came with the headers (onRequestComplete stops it).
+  stream.startBodyTimer();
   ex.decodeHeaders(std::move(head));
 }
 
 void Http2ServerConnection::onRequestComplete(Stream& stream) {
   stream.request_complete_ = true;
+  stream.body_timer_.disarm();
   if (stream.exchange_ != nullptr) stream.exchange_->decodeComplete();
 }
 
@@ -416,10 +462,12 @@ int Http2ServerConnection::onStreamClose(nghttp2_session*, int32_t stream_id, ui
   std::unique_ptr<Stream> stream = std::move(it->second);
   self->streams_.erase(it);
   stream->closed_ = true;
+  stream->body_timer_.disarm();
   // Still attached: the client reset this stream (or nghttp2 did, on a
   // protocol error). Only this stream's Exchange learns of it.
   stream->disconnect();
   self->host_.dispatcher().deferredDelete(std::move(stream));
+  if (self->streams_.empty()) self->armIdleTimer();
   return 0;
 }
 
@@ -483,6 +531,29 @@ void Http2ServerConnection::closeAfterFlush() {
   if (!closed_ && evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
 }
 
+void Http2ServerConnection::armIdleTimer() {
+  if (closed_ || limits_.idle_timeout.count() <= 0) return;
+  idle_since_ = host_.dispatcher().clock().now();
+  idle_timer_.arm(limits_.idle_timeout);
+}
+
+void Http2ServerConnection::onIdleTimer() {
+  if (closed_ || flushing_ || !streams_.empty()) return;
+  const MonotonicTime deadline = idle_since_ + limits_.idle_timeout;
+  const MonotonicTime now = host_.dispatcher().clock().now();
+  if (now < deadline) {
+    idle_timer_.arm(deadline - now);
+    return;
+  }
+  host_.countRejection(Rejection::IdleTimeout);
+  // GOAWAY(NO_ERROR) names the last stream processed: the client knows
+  // nothing was lost and opens a new connection for its next request.
+  nghttp2_submit_goaway(session_.get(), NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(session_.get()), NGHTTP2_NO_ERROR,
+                        nullptr, 0);
+  closeAfterFlush();
+}
+
 void Http2ServerConnection::closeWhenIdle() {
   if (closed_ || draining_) return;
   draining_ = true;
@@ -503,6 +574,7 @@ void Http2ServerConnection::close() {
     bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);
   }
   event_del(process_event_.get());
+  idle_timer_.disarm();
   host_.connectionClosed(*this);
 }
 

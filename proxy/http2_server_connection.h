@@ -19,12 +19,21 @@
 // socket's output buffer is bounded too: nghttp2 is asked for frames only
 // while that buffer is below a watermark, and again from the write callback.
 //
+// Slow or idle clients (Http2Limits; 0 = off): a connection with no open
+// stream for idle_timeout gets GOAWAY(NO_ERROR) and is closed; a stream whose
+// request body stalls for body_read_timeout is answered 408 problem+json (its
+// Exchange has sent nothing upstream yet) and then reset with NO_ERROR, the
+// connection's other streams untouched. A request head arrives in one
+// HEADERS block, so header_read_timeout applies before the codec exists (TLS
+// handshake, h2c preface: ProtocolDetector).
+//
 // Nothing is sent from inside an Exchange's call: encode*/resetStream queue
 // frames in nghttp2 and schedule one send on the next loop turn, so nghttp2's
 // callbacks never re-enter the Exchange that is calling us.
 
 #include <nghttp2/nghttp2.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -55,6 +64,10 @@ struct Http2Limits {
   /** Receive windows for request bodies (the Exchange buffers them; 413 above its limit). */
   int32_t stream_window = 1 << 20;
   int32_t connection_window = 16 << 20;
+  /** No request body byte on a stream for this long → 408 on that stream (0 = off). */
+  std::chrono::milliseconds body_read_timeout = std::chrono::seconds(30);
+  /** No open stream for this long → GOAWAY(NO_ERROR) and close (0 = off). */
+  std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
 };
 
 class Http2ServerConnection final : public DownstreamConnection {
@@ -123,11 +136,16 @@ class Http2ServerConnection final : public DownstreamConnection {
   void closeAfterFlush();
   /** Closes when the session is over, or draining and no stream is left. */
   void maybeFinish();
+  /** Starts the idle_timeout when the last stream is gone (or none opened yet). */
+  void armIdleTimer();
+  void onIdleTimer();
 
   DownstreamConnectionHost& host_;
   Http2Limits limits_;
   BufferEventPtr bev_;
   EventPtr process_event_;
+  Timer idle_timer_;
+  MonotonicTime idle_since_{};
   SessionPtr session_;
   std::string peer_address_;
   ClientInfo client_info_;

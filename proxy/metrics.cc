@@ -24,6 +24,18 @@ std::string_view toString(AttemptResult r) {
   return "ok";
 }
 
+std::string_view toString(Rejection r) {
+  switch (r) {
+    case Rejection::HeaderTimeout: return "header_timeout";
+    case Rejection::BodyTimeout: return "body_timeout";
+    case Rejection::IdleTimeout: return "idle_timeout";
+    case Rejection::MaxConnections: return "max_connections";
+    case Rejection::HeaderTooLarge: return "header_too_large";
+    case Rejection::BodyTooLarge: return "body_too_large";
+  }
+  return "header_timeout";
+}
+
 AttemptResult attemptResultForStatus(int status) {
   if (status == 429) return AttemptResult::Http429;
   if (status >= 500) return AttemptResult::Http5xx;
@@ -101,7 +113,17 @@ Metrics::Metrics()
           BuildGauge()
               .Name("sluice_config_last_reload_success_timestamp_seconds")
               .Help("Unix time of the last config applied (start or accepted reload).")
+              .Register(*registry_)),
+      downstream_rejections(
+          BuildCounter()
+              .Name("sluice_downstream_rejections_total")
+              .Help("Client connections closed or requests refused by a downstream limit, by "
+                    "reason.")
               .Register(*registry_)) {
+  for (size_t i = 0; i < kRejectionCount; ++i) {
+    rejections_[i] = &downstream_rejections.Add(
+        {{"reason", std::string(toString(static_cast<Rejection>(i)))}});
+  }
   // Both results exist from the start, so a dashboard sees 0, not "no data".
   config_reloads.Add({{"result", "ok"}});
   config_reloads.Add({{"result", "rejected"}});

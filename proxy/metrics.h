@@ -32,6 +32,21 @@ std::string_view toString(AttemptResult r);
 /** Classifies a completed attempt's HTTP status. */
 AttemptResult attemptResultForStatus(int status);
 
+/**
+ * `reason` label of sluice_downstream_rejections_total (a contract addition,
+ * README "Limits"): a downstream limit closed a connection or refused a request.
+ */
+enum class Rejection {
+  HeaderTimeout,   // header_read_timeout: TLS handshake, h2c preface or request head too slow
+  BodyTimeout,     // body_read_timeout: no request body byte for too long
+  IdleTimeout,     // idle_timeout: a keep-alive connection with nothing in flight
+  MaxConnections,  // max_connections_per_worker: accepted and closed at once
+  HeaderTooLarge,  // max_header_bytes / max_headers: 431
+  BodyTooLarge,    // max_body: 413
+};
+inline constexpr size_t kRejectionCount = 6;
+std::string_view toString(Rejection r);
+
 /** `disposition` label: delivered to a listening client, or leaked. */
 enum class Disposition { Delivered, Leaked };
 
@@ -142,8 +157,16 @@ class Metrics {
    */
   void countReload(bool accepted);
 
+  prometheus::Family<prometheus::Counter>& downstream_rejections;
+
+  /** sluice_downstream_rejections_total{reason}: every label built once, up front. */
+  prometheus::Counter& rejections(Rejection r) { return *rejections_[static_cast<size_t>(r)]; }
+
   static const prometheus::Histogram::BucketBoundaries& durationBuckets();
   static const prometheus::Histogram::BucketBoundaries& propagationBuckets();
+
+ private:
+  std::array<prometheus::Counter*, kRejectionCount> rejections_{};
 };
 
 }  // namespace sluice

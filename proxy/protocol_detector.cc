@@ -16,12 +16,21 @@ ProtocolDetector::ProtocolDetector(DownstreamConnectionHost& host, BufferEventPt
       peer_address_(std::move(peer_address)),
       tls_(tls),
       http1_limits_(http1_limits),
-      http2_limits_(http2_limits) {
+      http2_limits_(http2_limits),
+      accepted_at_(host.dispatcher().clock().now()),
+      timer_(host.dispatcher().base(), [this] { onTimeout(); }) {
   // TLS: the handshake completes with BEV_EVENT_CONNECTED. Plain: the first
   // bytes arrive through the read callback.
   bufferevent_setcb(bev_.get(), tls_ ? nullptr : &ProtocolDetector::onReadCb, nullptr,
                     &ProtocolDetector::onEventCb, this);
   bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
+  if (http1_limits_.header_read_timeout.count() > 0) timer_.arm(http1_limits_.header_read_timeout);
+}
+
+void ProtocolDetector::onTimeout() {
+  if (closed_) return;
+  host_.countRejection(Rejection::HeaderTimeout);
+  close();
 }
 
 ProtocolDetector::Verdict ProtocolDetector::classify(std::string_view first_bytes) {
@@ -69,6 +78,7 @@ void ProtocolDetector::onEvent(short events) {
 
 void ProtocolDetector::handOff(bool http2) {
   closed_ = true;
+  timer_.disarm();
   bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);
   DownstreamConnectionPtr next;
   if (http2) {
@@ -76,7 +86,7 @@ void ProtocolDetector::handOff(bool http2) {
                                                    http2_limits_);
   } else {
     next = std::make_unique<Http1ServerConnection>(host_, std::move(bev_), peer_address_, tls_,
-                                                   http1_limits_);
+                                                   http1_limits_, accepted_at_);
   }
   host_.replaceConnection(*this, std::move(next));
 }
@@ -84,6 +94,7 @@ void ProtocolDetector::handOff(bool http2) {
 void ProtocolDetector::close() {
   if (closed_) return;
   closed_ = true;
+  timer_.disarm();
   if (bev_) {
     bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
     bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);

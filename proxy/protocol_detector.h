@@ -9,6 +9,9 @@
 //                   h2c with prior knowledge) or complete it. HTTP/1.1 and h2c
 //                   share the port; nothing is consumed, the chosen codec
 //                   reads the same bytes from the same bufferevent.
+// Both must finish within header_read_timeout (Http1Limits) from accept, or
+// the connection is closed without a word (no protocol to answer in yet).
+// HTTP/1.1 then gets the rest of that same deadline for its first request head.
 // Then the bufferevent moves to Http2ServerConnection or Http1ServerConnection
 // and the host replaces this object with it.
 
@@ -50,6 +53,7 @@ class ProtocolDetector final : public DownstreamConnection {
   void onRead();
   void onEvent(short events);
   void handOff(bool http2);
+  void onTimeout();
 
   DownstreamConnectionHost& host_;
   BufferEventPtr bev_;
@@ -57,6 +61,8 @@ class ProtocolDetector final : public DownstreamConnection {
   const bool tls_;
   Http1Limits http1_limits_;
   Http2Limits http2_limits_;
+  const MonotonicTime accepted_at_;
+  Timer timer_;  // header_read_timeout: handshake / preface too slow
   bool closed_ = false;
 };
 

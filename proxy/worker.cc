@@ -13,6 +13,31 @@
 
 namespace sluice {
 
+namespace {
+
+/** The codecs' limits from the config's `limits` section. */
+Http1Limits http1LimitsFrom(const config::LimitsConfig& l) {
+  Http1Limits out;
+  out.max_header_bytes = l.max_header_bytes;
+  out.max_headers = l.max_headers;
+  out.header_read_timeout = l.header_read_timeout;
+  out.body_read_timeout = l.body_read_timeout;
+  out.idle_timeout = l.idle_timeout;
+  return out;
+}
+
+Http2Limits http2LimitsFrom(const config::LimitsConfig& l) {
+  Http2Limits out;
+  out.max_concurrent_streams = l.http2_max_concurrent_streams;
+  out.max_header_list_bytes = l.max_header_bytes;
+  out.max_headers = l.max_headers;
+  out.body_read_timeout = l.body_read_timeout;
+  out.idle_timeout = l.idle_timeout;
+  return out;
+}
+
+}  // namespace
+
 Worker::Worker(size_t index, const Clock& clock, RuntimePtr runtime,
                std::vector<ListenSocket> listen_sockets)
     : index_(index),
@@ -124,6 +149,10 @@ void Worker::countUnparsedRequest(int status) {
   runtime_->noRoute().metrics->requests(status).Increment();
 }
 
+void Worker::countRejection(Rejection reason) {
+  runtime_->metrics().rejections(reason).Increment();
+}
+
 void Worker::connectionClosed(DownstreamConnection& conn) {
   auto it = connections_.find(&conn);
   if (it == connections_.end()) return;
@@ -157,6 +186,12 @@ void Worker::onAccept(evconnlistener* listener, evutil_socket_t fd, sockaddr* ad
 }
 
 void Worker::accept(evutil_socket_t fd, sockaddr* addr, size_t listener_index) {
+  const config::LimitsConfig& limits = runtime_->config().limits;
+  if (connections_.size() >= limits.max_connections_per_worker) {
+    countRejection(Rejection::MaxConnections);
+    evutil_closesocket(fd);
+    return;
+  }
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   char ip[INET6_ADDRSTRLEN] = "";
@@ -188,7 +223,8 @@ void Worker::accept(evutil_socket_t fd, sockaddr* addr, size_t listener_index) {
       return;
     }
   }
-  auto conn = std::make_unique<ProtocolDetector>(*this, std::move(bev), ip, ssl_ctx != nullptr);
+  auto conn = std::make_unique<ProtocolDetector>(*this, std::move(bev), ip, ssl_ctx != nullptr,
+                                                 http1LimitsFrom(limits), http2LimitsFrom(limits));
   DownstreamConnection* raw = conn.get();
   connections_.emplace(raw, std::move(conn));
 }

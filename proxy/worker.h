@@ -60,6 +60,7 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   Exchange& newExchange(RequestHead& head, DownstreamStream& downstream,
                         MonotonicTime start) override;
   void countUnparsedRequest(int status) override;
+  void countRejection(Rejection reason) override;
   void connectionClosed(DownstreamConnection& conn) override;
   void replaceConnection(DownstreamConnection& from, DownstreamConnectionPtr to) override;
 
@@ -67,8 +68,11 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   static void onAccept(evconnlistener*, evutil_socket_t fd, sockaddr* addr, int len, void* arg);
   /**
    * A new client on `listen` entry `listener_index`: TLS listeners use the
-   * CURRENT runtime's context (a reload's new certificate), then protocol
-   * detection picks HTTP/1.1 or HTTP/2.
+   * CURRENT runtime's context (a reload's new certificate) and the current
+   * `limits`, then protocol detection picks HTTP/1.1 or HTTP/2. Beyond
+   * `limits.max_connections_per_worker` the socket is closed at once (as
+   * Envoy's connection limit does), so the kernel's backlog never hides a
+   * client that waits for nothing.
    */
   void accept(evutil_socket_t fd, sockaddr* addr, size_t listener_index);
   std::vector<DownstreamConnection*> allConnections() const;

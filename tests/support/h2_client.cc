@@ -124,6 +124,18 @@ std::string H2Connection::peerCommonName() const {
 int32_t H2Connection::submit(const std::string& method, const std::string& path,
                              const std::vector<std::pair<std::string, std::string>>& headers,
                              std::string body) {
+  return submitWith(method, path, headers, std::move(body), std::nullopt, false);
+}
+
+int32_t H2Connection::submitStalled(const std::string& path, std::string sent,
+                                    size_t declared_length) {
+  return submitWith("POST", path, {}, std::move(sent), declared_length, true);
+}
+
+int32_t H2Connection::submitWith(const std::string& method, const std::string& path,
+                                 const std::vector<std::pair<std::string, std::string>>& headers,
+                                 std::string body, std::optional<size_t> declared_length,
+                                 bool stall) {
   if (!connected()) return -1;
   const std::string scheme = options_.tls ? "https" : "http";
   const std::string authority = "127.0.0.1:" + std::to_string(port_);
@@ -134,18 +146,21 @@ int32_t H2Connection::submit(const std::string& method, const std::string& path,
   std::vector<nghttp2_nv> nv{makeNv(m, method), makeNv(s, scheme), makeNv(a, authority),
                              makeNv(p, path)};
   for (size_t i = 0; i < headers.size(); ++i) nv.push_back(makeNv(lower[i], headers[i].second));
-  const std::string length = std::to_string(body.size());
+  const std::string length = std::to_string(declared_length.value_or(body.size()));
   const std::string cl = "content-length";
-  if (!body.empty()) nv.push_back(makeNv(cl, length));
+  if (!body.empty() || declared_length) nv.push_back(makeNv(cl, length));
 
   int32_t id;
-  if (body.empty() && (method == "GET" || method == "HEAD")) {
+  if (body.empty() && !stall && (method == "GET" || method == "HEAD")) {
     id = nghttp2_submit_request(session_, nullptr, nv.data(), nv.size(), nullptr, nullptr);
   } else {
     nghttp2_data_provider provider{};
     provider.read_callback = &H2Connection::onUploadRead;
     id = nghttp2_submit_request(session_, nullptr, nv.data(), nv.size(), &provider, nullptr);
-    if (id > 0) uploads_[id].body = std::move(body);
+    if (id > 0) {
+      uploads_[id].body = std::move(body);
+      uploads_[id].stall = stall;
+    }
   }
   if (id > 0) responses_[id];
   flush();
@@ -363,7 +378,10 @@ ssize_t H2Connection::onUploadRead(nghttp2_session*, int32_t stream_id, uint8_t*
   const size_t n = std::min(length, up.body.size() - up.offset);
   std::memcpy(buf, up.body.data() + up.offset, n);
   up.offset += n;
-  if (up.offset == up.body.size()) *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+  if (up.offset == up.body.size()) {
+    if (up.stall && n == 0) return NGHTTP2_ERR_DEFERRED;  // never resumed: a stalled upload
+    if (!up.stall) *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+  }
   return static_cast<ssize_t>(n);
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,6 +74,11 @@ class H2Connection {
   int32_t submit(const std::string& method, const std::string& path,
                  const std::vector<std::pair<std::string, std::string>>& headers = {},
                  std::string body = "");
+  /**
+   * Opens a POST stream that sends `sent` body bytes and then stalls, never
+   * ending (content-length says `declared_length`): a slow uploader.
+   */
+  int32_t submitStalled(const std::string& path, std::string sent, size_t declared_length);
   /** RST_STREAM(`code`) on `stream` now. */
   void reset(int32_t stream, uint32_t code = NGHTTP2_CANCEL);
   /** RST_STREAM(CANCEL) on `stream` as soon as `bytes` body bytes arrived on it. */
@@ -104,7 +110,11 @@ class H2Connection {
   struct Upload {
     std::string body;
     size_t offset = 0;
+    bool stall = false;  // defer forever after `body` instead of ending the stream
   };
+  int32_t submitWith(const std::string& method, const std::string& path,
+                     const std::vector<std::pair<std::string, std::string>>& headers,
+                     std::string body, std::optional<size_t> declared_length, bool stall);
 
   bool flush();
   bool writeAll(const uint8_t* data, size_t len);

@@ -73,6 +73,14 @@ TEST(ConfigLoaderTest, FillsEveryDefaultFromTheContract) {
   EXPECT_EQ(c->drain_timeout, seconds(30));
   EXPECT_EQ(c->source_path, "test.yaml");
   EXPECT_TRUE(c->pricing.empty());
+  EXPECT_EQ(c->limits.max_header_bytes, 64u * 1024);
+  EXPECT_EQ(c->limits.max_headers, 100u);
+  EXPECT_EQ(c->limits.max_body, 64ull * 1024 * 1024);
+  EXPECT_EQ(c->limits.max_connections_per_worker, 10000u);
+  EXPECT_EQ(c->limits.http2_max_concurrent_streams, 128u);
+  EXPECT_EQ(c->limits.header_read_timeout, seconds(10));
+  EXPECT_EQ(c->limits.body_read_timeout, seconds(30));
+  EXPECT_EQ(c->limits.idle_timeout, seconds(60));
 
   ASSERT_EQ(c->upstreams.size(), 1u);
   const UpstreamConfig& u = c->upstreams[0];
@@ -227,6 +235,15 @@ routes:
 pricing:
   - {model: "gpt-4o*", input: 2.50, output: 10}
   - {model: "claude-*", input: 3, output: 1.5e1}
+limits:
+  max_header_bytes: 8KiB
+  max_headers: 20
+  max_body: 1MB
+  max_connections_per_worker: 3
+  http2_max_concurrent_streams: 10
+  header_read_timeout: 200ms
+  body_read_timeout: 0s
+  idle_timeout: 2m
 )";
 
 TEST(ConfigLoaderTest, DecodesEveryKeyOfTheSchema) {
@@ -245,6 +262,14 @@ TEST(ConfigLoaderTest, DecodesEveryKeyOfTheSchema) {
   EXPECT_EQ(c->admin.port, 9902);
   EXPECT_EQ(c->workers, 6u);
   EXPECT_EQ(c->drain_timeout, seconds(45));
+  EXPECT_EQ(c->limits.max_header_bytes, 8u * 1024);
+  EXPECT_EQ(c->limits.max_headers, 20u);
+  EXPECT_EQ(c->limits.max_body, 1'000'000u);
+  EXPECT_EQ(c->limits.max_connections_per_worker, 3u);
+  EXPECT_EQ(c->limits.http2_max_concurrent_streams, 10u);
+  EXPECT_EQ(c->limits.header_read_timeout, milliseconds(200));
+  EXPECT_EQ(c->limits.body_read_timeout, milliseconds(0));  // 0 = off
+  EXPECT_EQ(c->limits.idle_timeout, seconds(120));
 
   ASSERT_EQ(c->upstreams.size(), 2u);
   const UpstreamConfig& local = c->upstreams[0];
@@ -353,7 +378,7 @@ const ErrorCase kErrorCases[] = {
      R"(test.yaml:2:1: listne: unknown key (did you mean "listen"?))"},
     {"UnknownKeyFarFromAnyKnownKey", "listen: 127.0.0.1:8080\nfoo: 1\n",
      "test.yaml:2:1: foo: unknown key (expected one of: version, listen, admin, workers, "
-     "drain_timeout, upstreams, routes, pricing)"},
+     "drain_timeout, upstreams, routes, pricing, limits)"},
     {"MissingListen", "admin: 127.0.0.1:9901\n", "test.yaml:1:1: listen: required key is missing"},
     {"EmptyDocument", "",
      "test.yaml:1:1: expected a mapping at the top level, got an empty document"},
@@ -768,6 +793,28 @@ routes:
     {"PricingNotANumber",
      "listen: 127.0.0.1:8080\npricing:\n  - {model: \"gpt-4o*\", input: cheap, output: 10}\n",
      R"(test.yaml:3:31: pricing[0].input: expected a number, got "cheap")"},
+
+    // --- limits (a contract addition)
+    {"LimitsUnknownKey", "listen: 127.0.0.1:8080\nlimits:\n  max_header: 8KiB\n",
+     R"(test.yaml:3:3: limits.max_header: unknown key (did you mean "max_headers"?))"},
+    {"LimitsNotAMapping", "listen: 127.0.0.1:8080\nlimits: 5\n",
+     R"(test.yaml:2:9: limits: expected a mapping, got "5")"},
+    {"LimitsHeaderBytesWrongType", "listen: 127.0.0.1:8080\nlimits:\n  max_header_bytes: [1]\n",
+     R"(test.yaml:3:21: limits.max_header_bytes: expected a size such as "8MiB", got a list)"},
+    {"LimitsHeaderBytesTooSmall", "listen: 127.0.0.1:8080\nlimits:\n  max_header_bytes: 100\n",
+     "test.yaml:3:21: limits.max_header_bytes: must be at least 1KiB"},
+    {"LimitsMaxBodyZero", "listen: 127.0.0.1:8080\nlimits: {max_body: 0}\n",
+     "test.yaml:2:20: limits.max_body: must be at least 1B"},
+    {"LimitsMaxHeadersNotAnInteger", "listen: 127.0.0.1:8080\nlimits: {max_headers: many}\n",
+     R"(test.yaml:2:23: limits.max_headers: expected an integer, got "many")"},
+    {"LimitsConnectionsZero",
+     "listen: 127.0.0.1:8080\nlimits: {max_connections_per_worker: 0}\n",
+     "test.yaml:2:38: limits.max_connections_per_worker: must be at least 1"},
+    {"LimitsStreamsTooMany",
+     "listen: 127.0.0.1:8080\nlimits: {http2_max_concurrent_streams: 1000000}\n",
+     "test.yaml:2:40: limits.http2_max_concurrent_streams: must be at most 100000"},
+    {"LimitsTimeoutBareNumber", "listen: 127.0.0.1:8080\nlimits: {idle_timeout: 60}\n",
+     R"(test.yaml:2:24: limits.idle_timeout: invalid duration "60": missing unit; a bare number is ambiguous (use ms, s, m or h, e.g. "30s" or "250ms"))"},
 };
 
 class ConfigLoaderErrorTest : public ::testing::TestWithParam<ErrorCase> {};
@@ -1016,6 +1063,14 @@ TEST(ConfigRenderTest, RendersEveryKeyWithDurationsAsStrings) {
   EXPECT_EQ(j["workers"], 6);
   EXPECT_EQ(j["drain_timeout"], "45s");
   EXPECT_EQ(j["source_path"], "test.yaml");
+  EXPECT_EQ(j["limits"], (nlohmann::json{{"max_header_bytes", "8KiB"},
+                                         {"max_headers", 20},
+                                         {"max_body", "1000000B"},
+                                         {"max_connections_per_worker", 3},
+                                         {"http2_max_concurrent_streams", 10},
+                                         {"header_read_timeout", "200ms"},
+                                         {"body_read_timeout", "0s"},
+                                         {"idle_timeout", "120s"}}));
 
   const nlohmann::json& u = j["upstreams"][1];
   EXPECT_EQ(u["url"], "HTTPS://API.OpenAI.com:8443/v1");

@@ -100,6 +100,8 @@ const std::vector<FamilySpec>& designFamilies() {
       // Additions documented in README ("Admin port"), not in DESIGN §4.
       {"sluice_config_reloads_total", "counter", {"result"}},
       {"sluice_config_last_reload_success_timestamp_seconds", "gauge", {}},
+      // Not in DESIGN §4: a documented addition (README "Limits").
+      {"sluice_downstream_rejections_total", "counter", {"reason"}},
   };
   return kFamilies;
 }
@@ -171,6 +173,22 @@ TEST_F(MetricsTest, NoUndocumentedFamilies) {
     EXPECT_TRUE(documented.count(name)) << "undocumented family " << name;
   }
   EXPECT_EQ(type_lines, static_cast<int>(designFamilies().size()));
+}
+
+TEST_F(MetricsTest, EveryRejectionReasonHasASeriesFromTheStart) {
+  // Built up front, so a dashboard sees zeros rather than missing series.
+  const std::string text = metrics_.serialize();
+  for (const char* reason : {"header_timeout", "body_timeout", "idle_timeout", "max_connections",
+                             "header_too_large", "body_too_large"}) {
+    EXPECT_NE(text.find("sluice_downstream_rejections_total{reason=\"" + std::string(reason) +
+                        "\"} 0"),
+              std::string::npos)
+        << reason << "\n"
+        << text;
+  }
+  metrics_.rejections(Rejection::BodyTimeout).Increment();
+  EXPECT_NE(metrics_.serialize().find("sluice_downstream_rejections_total{reason=\"body_timeout\"} 1"),
+            std::string::npos);
 }
 
 TEST_F(MetricsTest, FamilyReferencesCarryTheDesignNames) {
