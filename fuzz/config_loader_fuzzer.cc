@@ -22,7 +22,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const sluice::config::LoadResult result =
       sluice::config::loadConfigString(text, "fuzz.yaml", env);
   if (result.ok()) {
-    (void)sluice::config::toRedactedJson(*result.config).dump();
+    // As the admin /config endpoint renders it (invalid UTF-8 replaced, never thrown).
+    (void)sluice::config::toRedactedJson(*result.config)
+        .dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
   } else if (result.error) {
     (void)result.error->toString();
   }
