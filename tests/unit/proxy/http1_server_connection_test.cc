@@ -62,29 +62,31 @@ TEST(Http1ServerConnectionRegression, ResponseEndingAfterFlushIsNotAClientDiscon
   EXPECT_EQ(sample(harness.metrics(), "sluice_requests_total", {"code=\"200\"", "route=\"v1\""}),
             1);
   EXPECT_EQ(sample(harness.metrics(), "sluice_requests_total", {"code=\"499\""}), -1);
-  EXPECT_EQ(sample(harness.metrics(), "sluice_cancellations_total",
+  EXPECT_LE(sample(harness.metrics(), "sluice_cancellations_total",
                    {"cancel_reason=\"client_disconnect\""}),
-            -1);
+            0);
 }
 
 // Found by http1_request_fuzzer on its own seed (repro-close-after-flushed-response):
-// keep-alive HTTP/1.0 GET then a HEAD without keep-alive. The HEAD response
-// has no body, so its end found the output already flushed: same bug.
+// a keep-alive HTTP/1.0 GET (then a HEAD). The streamed answer has no length,
+// so for HTTP/1.0 it is close-delimited: its end found the output already
+// flushed and the connection closed under the Exchange: same bug. (The HEAD
+// is rightly never served: the connection closes after the first response.)
 TEST(Http1ServerConnectionRegression, Http10PipelineEndsWithoutDisconnects) {
   ProxyHarness harness(kFuzzRoutes);
   harness.setUpstreamResponse(std::string(kSseAnswer));
   harness.runClient(corpus("http1_request", "repro-close-after-flushed-response"), 0);
 
   const std::string& got = harness.clientReceived();
-  const size_t first = got.find("HTTP/1.1 200 OK\r\n");
-  ASSERT_NE(first, std::string::npos) << got;
-  EXPECT_NE(got.find("HTTP/1.1 200 OK\r\n", first + 1), std::string::npos) << got;
+  EXPECT_EQ(got.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << got;
+  EXPECT_NE(got.find("connection: close\r\n"), std::string::npos) << got;
+  EXPECT_NE(got.find("data: [DONE]"), std::string::npos) << got;
   EXPECT_EQ(sample(harness.metrics(), "sluice_requests_total", {"code=\"200\"", "route=\"v1\""}),
-            2);
+            1);
   EXPECT_EQ(sample(harness.metrics(), "sluice_requests_total", {"code=\"499\""}), -1);
-  EXPECT_EQ(sample(harness.metrics(), "sluice_cancellations_total",
+  EXPECT_LE(sample(harness.metrics(), "sluice_cancellations_total",
                    {"cancel_reason=\"client_disconnect\""}),
-            -1);
+            0);
 }
 
 }  // namespace
