@@ -1,5 +1,7 @@
 #include "config/loader.h"
 
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -1146,9 +1148,59 @@ std::optional<UpstreamUrl> parseUpstreamUrl(std::string_view text, std::string* 
   return url;
 }
 
+namespace {
+
+// yaml-cpp 0.7's LoadAll() never returns on a document that consumes no input
+// (a stray ',' at the top level, e.g. "!a,"): it appends empty documents until
+// memory runs out (jbeder/yaml-cpp#1040, fixed upstream by #1319). This parse
+// only watches where each document starts and stops at the first one that
+// starts where the previous one did; LoadAll() runs only on text that passed it.
+class StuckDocumentFinder final : public YAML::EventHandler {
+ public:
+  /** The position of a document that made no progress, if any (throws YAML errors). */
+  static std::optional<YAML::Mark> find(const std::string& yaml_text) {
+    std::istringstream in(yaml_text);
+    YAML::Parser parser(in);
+    StuckDocumentFinder finder;
+    while (parser.HandleNextDocument(finder)) {
+      if (finder.stuck_) return finder.last_;
+    }
+    return std::nullopt;
+  }
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    stuck_ = started_ && mark.pos == last_.pos;
+    started_ = true;
+    last_ = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+ private:
+  bool started_ = false;
+  bool stuck_ = false;
+  YAML::Mark last_ = YAML::Mark::null_mark();
+};
+
+}  // namespace
+
 LoadResult loadConfigString(const std::string& yaml_text, const std::string& source_name,
                             const EnvLookup& env) {
   try {
+    if (const auto stuck = StuckDocumentFinder::find(yaml_text)) {
+      return failed(errorAt(source_name, *stuck,
+                            "invalid YAML: unexpected character outside any value "
+                            "(a stray ',', ']' or '}'?)"));
+    }
     const std::vector<YAML::Node> documents = YAML::LoadAll(yaml_text);
     if (documents.size() > 1) {
       return failed(

@@ -397,7 +397,9 @@ void Http1ServerConnection::encodeData(const char* data, size_t len, bool end_st
   response_complete_ = true;
   if (close_delimited_ || !keep_alive_ || close_after_response_) {
     closing_ = true;  // close once the client has it all (onWrite)
-    if (evbuffer_get_length(output) == 0) close();
+    // Never from inside the Exchange that is finishing its response: close()
+    // would report a client disconnect to it. onExchangeDone closes instead.
+    if (evbuffer_get_length(output) == 0 && exchange_ == nullptr) close();
   }
 }
 
@@ -446,7 +448,11 @@ void Http1ServerConnection::onExchangeDone() {
     close();  // the exchange ended without finishing its response
     return;
   }
-  if (closing_) return;  // encodeData chose to close once the output drains
+  if (closing_) {
+    // encodeData chose to close once the output drains; it may have drained already.
+    if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
+    return;
+  }
   // Answered before the request was fully read (404 on a POST, say): keep
   // parsing and discard the rest of its body, then serve the next request.
   if (request_complete_) maybeNextRequest();

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -851,6 +852,30 @@ TEST(ConfigLoaderTest, ConfigErrorToStringLeavesOutUnknownParts) {
   EXPECT_EQ((ConfigError{"f.yaml", 3, 7, "a.b", "bad"}).toString(), "f.yaml:3:7: a.b: bad");
   EXPECT_EQ((ConfigError{"f.yaml", 3, 7, "", "bad"}).toString(), "f.yaml:3:7: bad");
   EXPECT_EQ((ConfigError{"f.yaml", 0, 0, "", "bad"}).toString(), "f.yaml: bad");
+}
+
+// Found by config_loader_fuzzer (fuzz/corpus/config_loader/repro-stray-comma-*):
+// yaml-cpp 0.7's LoadAll() loops forever, allocating, on a top-level document
+// that consumes no input, such as a tag followed by a stray ','. The loader
+// must answer with an error at the offending position instead of eating all
+// memory (this test would never finish without the fix).
+TEST(ConfigLoaderTest, StrayCommaIsAnErrorNotAnEndlessLoop) {
+  for (const char* name : {"repro-stray-comma-min", "repro-stray-comma-after-tag"}) {
+    std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/fuzz/corpus/config_loader/" + name,
+                     std::ios::binary);
+    ASSERT_TRUE(in.good()) << name;
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const LoadResult r = load(text);
+    ASSERT_FALSE(r.ok()) << name;
+    ASSERT_TRUE(r.error.has_value()) << name;
+    EXPECT_EQ(r.error->line, 1) << name;
+    EXPECT_NE(r.error->message.find("invalid YAML: unexpected character outside any value"),
+              std::string::npos)
+        << r.error->toString();
+  }
+  // Valid multi-document text still gets its own answer.
+  EXPECT_EQ(load("listen: 127.0.0.1:1\n---\nlisten: 127.0.0.1:2\n").error->toString(),
+            "test.yaml:3:1: expected one YAML document, found 2");
 }
 
 TEST(ConfigLoaderTest, NeverThrowsOnGarbage) {
