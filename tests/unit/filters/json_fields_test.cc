@@ -46,6 +46,20 @@ TEST(JsonFieldsTest, SkipsStringsWithEscapedQuotesAndBracesAndNestedKeys) {
   EXPECT_EQ(m[1].second, R"("outer\\")");
 }
 
+TEST(JsonFieldsTest, EscapedQuoteDoesNotEndATopLevelString) {
+  Members m;
+  ASSERT_TRUE(scan(R"({"a":"x\",\"model\":\"fake","model":"real"})", &m));
+  const Members want = {{"a", R"("x\",\"model\":\"fake")"}, {"model", R"("real")"}};
+  EXPECT_EQ(m, want);
+}
+
+TEST(JsonFieldsTest, EscapedBackslashBeforeAQuoteEndsTheString) {
+  Members m;
+  ASSERT_TRUE(scan(R"({"a":"x\\","model":"m"})", &m));
+  const Members want = {{"a", R"("x\\")"}, {"model", R"("m")"}};
+  EXPECT_EQ(m, want);
+}
+
 TEST(JsonFieldsTest, StopsWhenTheCallbackSaysSo) {
   int calls = 0;
   EXPECT_TRUE(
