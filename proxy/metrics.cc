@@ -219,23 +219,74 @@ prometheus::Counter& RouteMetrics::retries(const std::string& cause) {
   return lookup(metrics_.retries_total, {{"cause", cause}});
 }
 
+RouteMetrics::ModelSeries* RouteMetrics::modelSeries(const std::string& model) {
+  size_t n = model_count_.load(std::memory_order_acquire);
+  for (size_t i = 0; i < n; ++i) {
+    if (models_[i].label == model) return &models_[i];
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  n = model_count_.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < n; ++i) {
+    if (models_[i].label == model) return &models_[i];
+  }
+  if (n == kMaxCachedModels) return nullptr;
+  models_[n].label = model;
+  model_count_.store(n + 1, std::memory_order_release);
+  return &models_[n];
+}
+
+prometheus::Counter& RouteMetrics::cached(std::atomic<prometheus::Counter*>& slot,
+                                          prometheus::Family<prometheus::Counter>& family,
+                                          const prometheus::Labels& extra) {
+  if (auto* c = slot.load(std::memory_order_acquire)) return *c;
+  prometheus::Counter& c = lookup(family, extra);
+  slot.store(&c, std::memory_order_release);
+  return c;
+}
+
 prometheus::Counter& RouteMetrics::tokens(const std::string& model, bool output, Disposition d) {
-  return lookup(metrics_.tokens_total,
-                {{"model", model},
-                 {"kind", output ? "output" : "input"},
-                 {"disposition", d == Disposition::Delivered ? "delivered" : "leaked"}});
+  const bool leaked = d == Disposition::Leaked;
+  ModelSeries* m = modelSeries(model);
+  std::atomic<prometheus::Counter*>* slot =
+      m != nullptr ? &m->tokens[(output ? 2 : 0) + (leaked ? 1 : 0)] : nullptr;
+  if (slot != nullptr) {
+    if (auto* c = slot->load(std::memory_order_acquire)) return *c;
+  }
+  const prometheus::Labels labels{{"model", model},
+                                  {"kind", output ? "output" : "input"},
+                                  {"disposition", leaked ? "leaked" : "delivered"}};
+  if (slot == nullptr) return lookup(metrics_.tokens_total, labels);
+  return cached(*slot, metrics_.tokens_total, labels);
 }
 
 prometheus::Counter& RouteMetrics::spend(const std::string& model, Disposition d) {
-  return lookup(metrics_.spend_usd_total,
-                {{"model", model},
-                 {"disposition", d == Disposition::Delivered ? "delivered" : "leaked"}});
+  const bool leaked = d == Disposition::Leaked;
+  ModelSeries* m = modelSeries(model);
+  if (m != nullptr) {
+    if (auto* c = m->spend[leaked ? 1 : 0].load(std::memory_order_acquire)) return *c;
+  }
+  const prometheus::Labels labels{{"model", model},
+                                  {"disposition", leaked ? "leaked" : "delivered"}};
+  if (m == nullptr) return lookup(metrics_.spend_usd_total, labels);
+  return cached(m->spend[leaked ? 1 : 0], metrics_.spend_usd_total, labels);
 }
 
 prometheus::Counter& RouteMetrics::leakedSpend(const std::string& model,
                                                std::string_view cancel_reason) {
-  return lookup(metrics_.leaked_spend_usd_total,
-                {{"model", model}, {"cancel_reason", std::string(cancel_reason)}});
+  static_assert(std::size(kAllCancelReasons) <=
+                std::tuple_size_v<decltype(ModelSeries::leaked_spend)>);
+  std::atomic<prometheus::Counter*>* slot = nullptr;
+  if (ModelSeries* m = modelSeries(model)) {
+    for (size_t i = 0; i < std::size(kAllCancelReasons); ++i) {
+      if (toString(kAllCancelReasons[i]) == cancel_reason) slot = &m->leaked_spend[i];
+    }
+  }
+  if (slot != nullptr) {
+    if (auto* c = slot->load(std::memory_order_acquire)) return *c;
+  }
+  const prometheus::Labels labels{{"model", model}, {"cancel_reason", std::string(cancel_reason)}};
+  if (slot == nullptr) return lookup(metrics_.leaked_spend_usd_total, labels);
+  return cached(*slot, metrics_.leaked_spend_usd_total, labels);
 }
 
 }  // namespace sluice

@@ -107,9 +107,33 @@ class RouteMetrics {
   prometheus::Counter& lookup(prometheus::Family<prometheus::Counter>& family,
                               const prometheus::Labels& extra);
 
+  /**
+   * The spend/token series of one `model` label, resolved on first use and
+   * then read without locks: the spend filter bumps three or four of them per
+   * request, and building a prometheus::Labels map and a key string for each
+   * was the largest metric cost per request (bench/results/PROFILE.md).
+   */
+  struct ModelSeries {
+    std::string label;                                          // set before the slot is published
+    std::array<std::atomic<prometheus::Counter*>, 4> tokens{};  // [output * 2 + leaked]
+    std::array<std::atomic<prometheus::Counter*>, 2> spend{};   // [leaked]
+    std::array<std::atomic<prometheus::Counter*>, 8> leaked_spend{};  // [CancelReason]
+  };
+  /** Labels are the config's pricing globs + "other": a handful per config. */
+  static constexpr size_t kMaxCachedModels = 32;
+
+  /** The slot for `model`, created on first use; null when the table is full. */
+  ModelSeries* modelSeries(const std::string& model);
+  /** slot's counter, created through `lookup` the first time. */
+  prometheus::Counter& cached(std::atomic<prometheus::Counter*>& slot,
+                              prometheus::Family<prometheus::Counter>& family,
+                              const prometheus::Labels& extra);
+
   Metrics& metrics_;
   std::string route_;
   std::string upstream_;
+  std::array<ModelSeries, kMaxCachedModels> models_;
+  std::atomic<size_t> model_count_{0};
   std::array<std::atomic<prometheus::Counter*>, 600> by_code_{};
   std::array<prometheus::Counter*, 7> cancellations_{};
   prometheus::Histogram* duration_;

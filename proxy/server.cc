@@ -38,7 +38,10 @@ evutil_socket_t bindListener(const std::string& host, uint16_t port, std::string
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 1024) == 0) break;
+    // SOMAXCONN (the kernel caps it at net.core.somaxconn): a burst of
+    // thousands of agents connecting at once overflowed a 1024 backlog in the
+    // benchmark (bench/run, scenario C) and those clients were reset.
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) break;
     last = std::strerror(errno);
     ::close(fd);
     fd = -1;

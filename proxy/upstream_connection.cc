@@ -4,6 +4,8 @@
 #include <event2/dns.h>
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <arpa/inet.h>
@@ -289,6 +291,13 @@ void UpstreamConnection::onEvent(short events) {
   if (closed_) return;
   if (events & BEV_EVENT_CONNECTED) {
     connected_ = true;
+    // Requests and SSE events are small writes whose latency matters: no
+    // Nagle delay behind an unacknowledged segment (nginx does the same for
+    // upstream keep-alive connections; downstream sockets have it already).
+    if (const evutil_socket_t fd = bufferevent_getfd(bev_.get()); fd >= 0) {
+      const int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
     if (negotiating_) {
       negotiating_ = false;
       reusable_ = true;  // up and unused: the pool may hand it out

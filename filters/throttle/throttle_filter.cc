@@ -1,16 +1,57 @@
 #include "filters/throttle/throttle_filter.h"
 
+#include <array>
+#include <string_view>
+
 #include <nlohmann/json.hpp>
 
+#include "filters/json_fields.h"
 #include "filters/throttle/quota_headers.h"
 
 namespace sluice {
 
+namespace {
+
+constexpr std::array<std::string_view, 3> kOutputCapFields = {"max_tokens", "max_completion_tokens",
+                                                              "max_output_tokens"};
+
+// True when a JSON text cannot hold any of the output-cap keys: none of their
+// names occurs in it, and no \u escape could spell one. Most agent requests
+// carry no cap, and lexing a long conversation (~90 instructions per byte in
+// nlohmann's lexer) was a third of sluice's per-request cost (PROFILE.md).
+bool cannotHoldOutputCap(std::string_view body) {
+  if (body.find("\\u") != std::string_view::npos) return false;
+  for (std::string_view field : kOutputCapFields) {
+    if (body.find(field) != std::string_view::npos) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 uint64_t estimateTokenNeed(std::string_view request_body) {
   uint64_t need = (request_body.size() + 3) / 4;
+  if (cannotHoldOutputCap(request_body)) return need;
+  // Locate the caps without lexing the whole body; decode each with nlohmann.
+  std::array<std::string_view, kOutputCapFields.size()> values;
+  const bool scanned =
+      scanTopLevelMembers(request_body, [&](std::string_view key, std::string_view value) {
+        for (size_t i = 0; i < kOutputCapFields.size(); ++i) {
+          if (key == kOutputCapFields[i]) values[i] = value;  // the last wins, as in a parse
+        }
+        return true;
+      });
+  if (scanned) {
+    for (std::string_view value : values) {
+      if (value.empty()) continue;
+      auto v = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+      if (v.is_number_unsigned()) return need + v.get<uint64_t>();
+    }
+    return need;
+  }
   auto j = nlohmann::json::parse(request_body, nullptr, /*allow_exceptions=*/false);
   if (j.is_object()) {
-    for (const char* field : {"max_tokens", "max_completion_tokens", "max_output_tokens"}) {
+    for (std::string_view field : kOutputCapFields) {
       auto it = j.find(field);
       if (it != j.end() && it->is_number_unsigned()) {
         need += it->get<uint64_t>();
