@@ -210,6 +210,10 @@ void ProxyHarness::countUnparsedRequest(int status) {
   runtime_->noRoute().metrics->requests(status).Increment();
 }
 
+void ProxyHarness::countRejection(Rejection reason) {
+  runtime_->metrics().rejections(reason).Increment();
+}
+
 void ProxyHarness::connectionClosed(DownstreamConnection& conn) {
   auto it = connections_.find(&conn);
   if (it == connections_.end()) return;

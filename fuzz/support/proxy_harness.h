@@ -72,6 +72,7 @@ class ProxyHarness final : public DownstreamConnectionHost, public ExchangeHost 
   Exchange& newExchange(RequestHead& head, DownstreamStream& downstream,
                         MonotonicTime start) override;
   void countUnparsedRequest(int status) override;
+  void countRejection(Rejection reason) override;
   void connectionClosed(DownstreamConnection& conn) override;
   void replaceConnection(DownstreamConnection& from, DownstreamConnectionPtr to) override;
   UpstreamPool& pool(const Runtime& runtime, size_t index) override;
