@@ -1,5 +1,6 @@
 #include "filters/json_fields.h"
 
+#include <charconv>
 #include <cstring>
 
 namespace sluice {
@@ -85,6 +86,38 @@ bool scanTopLevelMembers(std::string_view s,
     i = skipWhitespace(s, i + 1);
   }
   return false;
+}
+
+std::optional<std::string_view> plainString(std::string_view v) {
+  if (v.size() < 2 || v.front() != '"' || v.back() != '"') return std::nullopt;
+  const std::string_view chars = v.substr(1, v.size() - 2);
+  for (const char c : chars) {
+    if (c < 0x20 || c > 0x7e || c == '"' || c == '\\') return std::nullopt;
+  }
+  return chars;
+}
+
+std::optional<uint64_t> plainUnsigned(std::string_view v) {
+  if (v.empty() || (v.size() > 1 && v.front() == '0')) return std::nullopt;
+  uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), value);
+  if (ec != std::errc() || end != v.data() + v.size() || v.front() == '-' || v.front() == '+') {
+    return std::nullopt;
+  }
+  return value;
+}
+
+bool isPlainObject(std::string_view v, int depth) {
+  if (depth <= 0 || v.empty() || v.front() != '{') return false;
+  bool plain = true;
+  const bool scanned = scanTopLevelMembers(v, [&](std::string_view key, std::string_view value) {
+    // The scan hands the key without its quotes; it is plain when the quoted form is.
+    plain = plainString(std::string_view(key.data() - 1, key.size() + 2)).has_value() &&
+            (plainString(value) || plainUnsigned(value) || value == "true" || value == "false" ||
+             value == "null" || isPlainObject(value, depth - 1));
+    return plain;
+  });
+  return scanned && plain;
 }
 
 }  // namespace sluice

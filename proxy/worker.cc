@@ -40,8 +40,7 @@ Http2Limits http2LimitsFrom(const config::LimitsConfig& l) {
 
 Worker::Worker(size_t index, const Clock& clock, RuntimePtr runtime,
                std::vector<ListenSocket> listen_sockets)
-    : index_(index),
-      dispatcher_(clock),
+    : dispatcher_(clock),
       runtime_(std::move(runtime)),
       listen_sockets_(std::move(listen_sockets)),
       // Exchange ids are unique across workers: the worker index in the top bits.

@@ -77,7 +77,6 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   void accept(evutil_socket_t fd, sockaddr* addr, size_t listener_index);
   std::vector<DownstreamConnection*> allConnections() const;
 
-  const size_t index_;
   Dispatcher dispatcher_;
   std::thread thread_;
   RuntimePtr runtime_;  // touched only on the worker thread after start()

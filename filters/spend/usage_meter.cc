@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 #include <utility>
 
 namespace sluice {
@@ -78,17 +81,61 @@ struct UsageCounts {
 // prompt/completion_tokens, Responses and Anthropic input/output_tokens, and
 // Anthropic reports prompt-cache tokens separately from input_tokens (OpenAI's
 // cached_tokens are a detail already inside the input count).
-UsageCounts readUsage(const json& usage) {
+template <typename CountOf>
+UsageCounts combineUsage(const CountOf& count) {
   UsageCounts counts;
-  counts.input = countField(usage, "prompt_tokens");
-  if (!counts.input) counts.input = countField(usage, "input_tokens");
+  counts.input = count("prompt_tokens");
+  if (!counts.input) counts.input = count("input_tokens");
   if (counts.input) {
-    *counts.input += countField(usage, "cache_creation_input_tokens").value_or(0);
-    *counts.input += countField(usage, "cache_read_input_tokens").value_or(0);
+    *counts.input += count("cache_creation_input_tokens").value_or(0);
+    *counts.input += count("cache_read_input_tokens").value_or(0);
   }
-  counts.output = countField(usage, "completion_tokens");
-  if (!counts.output) counts.output = countField(usage, "output_tokens");
+  counts.output = count("completion_tokens");
+  if (!counts.output) counts.output = count("output_tokens");
   return counts;
+}
+
+UsageCounts readUsage(const json& usage) {
+  return combineUsage([&](const char* key) { return countField(usage, key); });
+}
+
+// The raw text of a `usage` member. Providers write it small and plain (flat
+// counts, a `*_details` object of counts): then it is read without a DOM,
+// with exactly the result a full parse gives (json_fields.h); anything else
+// is parsed. nullopt when it is not an object.
+std::optional<UsageCounts> readUsageText(std::string_view text) {
+  if (text.empty() || text.front() != '{') return std::nullopt;
+  if (!isPlainObject(text, 3)) {
+    const json usage = parseJson(text);
+    if (!usage.is_object()) return std::nullopt;
+    return readUsage(usage);
+  }
+  static constexpr const char* kKeys[] = {"prompt_tokens", "input_tokens",
+                                          "cache_creation_input_tokens", "cache_read_input_tokens",
+                                          "completion_tokens", "output_tokens"};
+  std::optional<uint64_t> values[std::size(kKeys)];
+  scanTopLevelMembers(text, [&](std::string_view key, std::string_view value) {
+    for (size_t i = 0; i < std::size(kKeys); ++i) {
+      if (key == kKeys[i]) values[i] = plainUnsigned(value);  // the last occurrence wins
+    }
+    return true;
+  });
+  return combineUsage([&](const char* key) {
+    for (size_t i = 0; i < std::size(kKeys); ++i) {
+      if (kKeys[i] == key) return values[i];
+    }
+    return std::optional<uint64_t>();
+  });
+}
+
+// The decoded characters of a JSON string value (quotes included in `text`),
+// without a DOM when it needs no unescaping; nullopt when it is not a string.
+std::optional<std::string> readStringText(std::string_view text) {
+  if (text.empty() || text.front() != '"') return std::nullopt;
+  if (const auto plain = plainString(text)) return std::string(*plain);
+  json value = parseJson(text);
+  if (!value.is_string()) return std::nullopt;
+  return std::move(value.get_ref<std::string&>());
 }
 
 bool nonEmptyString(const json& obj, const char* key) { return !stringField(obj, key).empty(); }
@@ -450,17 +497,10 @@ void UsageMeter::onChatEvent(const SseEvent& event) {
   json whole;
   json choices;
   if (scanned) {
-    if (response_model_.empty() && !model_text.empty() && model_text.front() == '"') {
-      const json model = parseJson(model_text);
-      if (model.is_string()) noteResponseModel(model.get_ref<const std::string&>());
+    if (response_model_.empty()) {
+      if (const auto model = readStringText(model_text)) noteResponseModel(*model);
     }
-    if (!usage_text.empty() && usage_text.front() == '{') {
-      const json usage = parseJson(usage_text);
-      if (usage.is_object()) {
-        const UsageCounts counts = readUsage(usage);
-        report(counts.input, counts.output);
-      }
-    }
+    if (const auto counts = readUsageText(usage_text)) report(counts->input, counts->output);
     if (!choices_text.empty() && choices_text.front() == '[') choices = parseJson(choices_text);
   } else {
     whole = parseJson(event.data);
@@ -593,40 +633,35 @@ void UsageMeter::bufferJson(const char* data, size_t len) {
 }
 
 void UsageMeter::finishJson() {
-  json usage;
+  std::optional<UsageCounts> counts;
   std::string_view model_text;
   std::string_view usage_text;
   if (json_overflowed_) {
-    usage = trailingUsageObject(json_body_);
+    const json usage = trailingUsageObject(json_body_);
+    if (usage.is_object()) counts = readUsage(usage);
   } else if (scanTopLevelMembers(json_body_,
                                  [&](std::string_view key, std::string_view value) {
                                    if (key == "model") model_text = value;
                                    if (key == "usage") usage_text = value;
                                    return true;  // the last occurrence wins, as in a full parse
                                  }) &&
-             !usage_text.empty() && usage_text.front() == '{' &&
-             (usage = parseJson(usage_text)).is_object()) {
+             (counts = readUsageText(usage_text))) {
     // The provider reported usage: decode only it and the model; the
     // generated text is needed only for an estimate when usage is missing.
-    if (!model_text.empty() && model_text.front() == '"') {
-      const json model = parseJson(model_text);
-      if (model.is_string()) noteResponseModel(model.get_ref<const std::string&>());
-    }
+    if (const auto model = readStringText(model_text)) noteResponseModel(*model);
   } else {
-    usage = json();
     const json doc = parseJson(json_body_);
     if (doc.is_object()) {
       noteResponseModel(stringField(doc, "model"));
-      if (const json* u = objectField(doc, "usage")) usage = *u;
-      if (!usage.is_object() && request_.kind != ApiKind::Generic) {
+      if (const json* usage = objectField(doc, "usage")) {
+        counts = readUsage(*usage);
+      } else if (request_.kind != ApiKind::Generic) {
         text_output_estimate_ = (generatedTextBytes(doc) + 3) / 4;
       }
     }
   }
   std::string().swap(json_body_);
-  if (!usage.is_object()) return;
-  const UsageCounts counts = readUsage(usage);
-  report(counts.input, counts.output);
+  if (counts) report(counts->input, counts->output);
 }
 
 void UsageMeter::recordDeltas(uint64_t end_offset, uint64_t count) {

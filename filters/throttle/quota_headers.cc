@@ -196,15 +196,34 @@ std::optional<Quota> readTriple(const HeaderMap& headers, std::string_view limit
   return q;
 }
 
-std::optional<Quota> openAi(const HeaderMap& h, std::string_view kind, const Clock& clock) {
-  const std::string suffix = "-" + std::string(kind);
-  return readTriple(h, "x-ratelimit-limit" + suffix, "x-ratelimit-remaining" + suffix,
-                    "x-ratelimit-reset" + suffix, clock);
-}
+// The header names of one limit/remaining/reset triple, spelled out so no
+// lookup builds a string (every answer is parsed).
+struct TripleNames {
+  std::string_view limit;
+  std::string_view remaining;
+  std::string_view reset;
+};
+constexpr TripleNames kOpenAiRequests{
+    "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"};
+constexpr TripleNames kOpenAiTokens{"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens",
+                                    "x-ratelimit-reset-tokens"};
+constexpr TripleNames kGeneric{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"};
+constexpr TripleNames kAnthropicRequests{"anthropic-ratelimit-requests-limit",
+                                         "anthropic-ratelimit-requests-remaining",
+                                         "anthropic-ratelimit-requests-reset"};
+constexpr TripleNames kAnthropicTokens{"anthropic-ratelimit-tokens-limit",
+                                       "anthropic-ratelimit-tokens-remaining",
+                                       "anthropic-ratelimit-tokens-reset"};
+constexpr TripleNames kAnthropicInputTokens{"anthropic-ratelimit-input-tokens-limit",
+                                            "anthropic-ratelimit-input-tokens-remaining",
+                                            "anthropic-ratelimit-input-tokens-reset"};
+constexpr TripleNames kAnthropicOutputTokens{"anthropic-ratelimit-output-tokens-limit",
+                                             "anthropic-ratelimit-output-tokens-remaining",
+                                             "anthropic-ratelimit-output-tokens-reset"};
 
-std::optional<Quota> anthropic(const HeaderMap& h, std::string_view kind, const Clock& clock) {
-  const std::string prefix = "anthropic-ratelimit-" + std::string(kind);
-  return readTriple(h, prefix + "-limit", prefix + "-remaining", prefix + "-reset", clock);
+std::optional<Quota> readTriple(const HeaderMap& headers, const TripleNames& names,
+                                const Clock& clock) {
+  return readTriple(headers, names.limit, names.remaining, names.reset, clock);
 }
 
 // `RateLimit` (draft-08+ list, or the draft-07 dictionary) with `RateLimit-Policy`.
@@ -458,20 +477,34 @@ std::optional<MonotonicTime> parseResetValue(std::string_view value, const Clock
 
 QuotaObservation parseQuotaHeaders(const HeaderMap& headers, const Clock& clock) {
   QuotaObservation obs;
-
-  obs.requests = openAi(headers, "requests", clock);
-  if (!obs.requests) obs.requests = anthropic(headers, "requests", clock);
-  if (!obs.requests) obs.requests = ietfRateLimit(headers, clock);
-  if (!obs.requests) obs.requests = ietfSeparateFields(headers, clock);
-  if (!obs.requests) {
-    obs.requests = readTriple(headers, "x-ratelimit-limit", "x-ratelimit-remaining",
-                              "x-ratelimit-reset", clock);
+  // Every answer is parsed, so look only for the dialects it speaks: one pass
+  // over the (lower-case) names instead of a failed lookup per dialect and
+  // kind (PROFILE.md). x-ratelimit-* is OpenAI's and the generic triple.
+  bool x_ratelimit = false;
+  bool anthropic_ratelimit = false;
+  bool ietf = false;
+  for (const auto& [name, value] : headers) {
+    x_ratelimit = x_ratelimit || name.starts_with("x-ratelimit-");
+    anthropic_ratelimit = anthropic_ratelimit || name.starts_with("anthropic-ratelimit-");
+    ietf = ietf || name.starts_with("ratelimit");
   }
 
-  obs.input_tokens = anthropic(headers, "input-tokens", clock);
-  obs.output_tokens = anthropic(headers, "output-tokens", clock);
-  obs.tokens = openAi(headers, "tokens", clock);
-  if (!obs.tokens) obs.tokens = anthropic(headers, "tokens", clock);
+  if (x_ratelimit) obs.requests = readTriple(headers, kOpenAiRequests, clock);
+  if (!obs.requests && anthropic_ratelimit) {
+    obs.requests = readTriple(headers, kAnthropicRequests, clock);
+  }
+  if (!obs.requests && ietf) obs.requests = ietfRateLimit(headers, clock);
+  if (!obs.requests && ietf) obs.requests = ietfSeparateFields(headers, clock);
+  if (!obs.requests && x_ratelimit) obs.requests = readTriple(headers, kGeneric, clock);
+
+  if (anthropic_ratelimit) {
+    obs.input_tokens = readTriple(headers, kAnthropicInputTokens, clock);
+    obs.output_tokens = readTriple(headers, kAnthropicOutputTokens, clock);
+  }
+  if (x_ratelimit) obs.tokens = readTriple(headers, kOpenAiTokens, clock);
+  if (!obs.tokens && anthropic_ratelimit) {
+    obs.tokens = readTriple(headers, kAnthropicTokens, clock);
+  }
   if (!obs.tokens) obs.tokens = mostRestrictive(obs.input_tokens, obs.output_tokens);
   return obs;
 }

@@ -297,6 +297,18 @@ pricing:
     write(t, "anchors.yaml", "x: &a {name: a, url: 'http://h:1'}\nlisten: 127.0.0.1:1\nupstreams: [*a]\nroutes: [{name: r, match: {path_prefix: /}, upstream: a}]\n")
 
 
+# --- JSON bodies for the top-level member scan -----------------------------------------------
+def json_fields():
+    t = "json_fields"
+    write(t, "chat-request.json", CHAT_REQ)
+    write(t, "chat-response.json", CHAT_JSON)
+    write(t, "anthropic-response.json", ANTHROPIC_JSON)
+    write(t, "problem.json", PROBLEM)
+    write(t, "empty-object.json", " { } ")
+    write(t, "escapes.json", '{"model":"gpt-\\"4o\\\\","max_tokens":16,"n":[1,{"a":"}"}],"k\\u0041":null}')
+    write(t, "nested.json", '{"a":{"b":[[],{}],"c":"]"},"usage":{"prompt_tokens":1},"x":-1.5e3,"t":true}')
+
+
 if __name__ == "__main__":
     http1()
     http2()
@@ -304,3 +316,4 @@ if __name__ == "__main__":
     sse()
     headers()
     configs()
+    json_fields()

@@ -85,5 +85,38 @@ TEST(JsonFieldsTest, RefusesWhatItCannotVouchFor) {
   }
 }
 
+TEST(JsonFieldsTest, PlainStringsNeedNoDecoding) {
+  EXPECT_EQ(plainString(R"("gpt-4o")"), "gpt-4o");
+  EXPECT_EQ(plainString(R"("")"), "");
+  for (const char* not_plain : {R"("a\"b")", R"("a\u0041")", "\"caf\xc3\xa9\"", "\"tab\there\"",
+                                R"("open)", R"(x")", R"(")", "12", "null"}) {
+    EXPECT_FALSE(plainString(not_plain)) << not_plain;
+  }
+}
+
+TEST(JsonFieldsTest, PlainUnsignedIsDigitsOnly) {
+  EXPECT_EQ(plainUnsigned("0"), 0u);
+  EXPECT_EQ(plainUnsigned("19"), 19u);
+  EXPECT_EQ(plainUnsigned("18446744073709551615"), UINT64_MAX);
+  for (const char* not_plain :
+       {"", "012", "-1", "+1", "1.0", "1e3", "18446744073709551616", "1 ", "\"1\"", "null"}) {
+    EXPECT_FALSE(plainUnsigned(not_plain)) << not_plain;
+  }
+}
+
+TEST(JsonFieldsTest, PlainObjectsAreValidJsonOfPlainLeaves) {
+  EXPECT_TRUE(isPlainObject("{}", 1));
+  EXPECT_TRUE(
+      isPlainObject(R"({"prompt_tokens":19,"completion_tokens":10,"tier":"default","x":null})", 1));
+  const char* nested = R"({"prompt_tokens":19,"prompt_tokens_details":{"cached_tokens":0}})";
+  EXPECT_TRUE(isPlainObject(nested, 2));
+  EXPECT_FALSE(isPlainObject(nested, 1));  // deeper than allowed
+  for (const char* not_plain :
+       {R"({"a":1.5})", R"({"a":-1})", R"({"a":[1]})", R"({"a":012})", R"({"a":"\n"})",
+        R"({"a":tru})", R"({"a":{"b":1]})", R"({"a\u0041":1})", R"({"a":1} x)", R"([1])"}) {
+    EXPECT_FALSE(isPlainObject(not_plain, 3)) << not_plain;
+  }
+}
+
 }  // namespace
 }  // namespace sluice

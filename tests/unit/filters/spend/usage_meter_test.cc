@@ -403,7 +403,21 @@ INSTANTIATE_TEST_SUITE_P(
                  "application/vnd.api+json",
                  R"({"usage":{"prompt_tokens":3,"completion_tokens":4}})", 3, 4, true, true},
         JsonCase{"unparseable", ApiKind::OpenAiChat, kChatJsonRequest, kJson, R"({"usage":{"promp)",
-                 estimateOf(kChatJsonRequest), 0, false, false}),
+                 estimateOf(kChatJsonRequest), 0, false, false},
+        // `usage` that is not plain (json_fields.h) is decoded by the library:
+        // same answers either way.
+        JsonCase{"usage_not_plain_float_null_array", ApiKind::OpenAiChat, kChatJsonRequest, kJson,
+                 R"({"usage":{"prompt_tokens":null,"input_tokens":5.0,"completion_tokens":2,"x":[1]}})",
+                 5, 2, true, true},
+        JsonCase{"usage_duplicate_key_last_wins", ApiKind::OpenAiChat, kChatJsonRequest, kJson,
+                 R"({"usage":{"prompt_tokens":1,"completion_tokens":2,"prompt_tokens":7}})", 7, 2,
+                 true, true},
+        JsonCase{"usage_with_a_leading_zero_is_not_json", ApiKind::OpenAiChat, kChatJsonRequest,
+                 kJson, R"({"usage":{"prompt_tokens":012,"completion_tokens":2}})",
+                 estimateOf(kChatJsonRequest), 0, false, false},
+        JsonCase{"usage_escaped_model", ApiKind::Generic, "", kJson,
+                 R"({"model":"gpt-\u0034o","usage":{"input_tokens":3,"output_tokens":4}})", 3, 4,
+                 true, true}),
     [](const ::testing::TestParamInfo<JsonCase>& info) { return std::string(info.param.name); });
 
 TEST(UsageMeterTest, OversizedJsonStillFindsTrailingUsage) {

@@ -1,0 +1,95 @@
+// scanTopLevelMembers (filters/json_fields.h): the hand-written scan that
+// finds `model`, `max_tokens`, `usage` in client request bodies and provider
+// response bodies without a full parse. Differential against nlohmann::json:
+// whenever the library accepts the input as an object whose keys need no
+// unescaping, the scan must accept it too and report exactly the library's
+// members, each value text parsing to the library's value. Whatever the
+// input, every reported key and value lies inside the input and the scan
+// stops when asked to. The plain readers (plainString, plainUnsigned,
+// isPlainObject) must agree with the library whenever they accept.
+// Seeds: fuzz/corpus/json_fields/ (real request and response bodies).
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "filters/json_fields.h"
+
+namespace {
+
+bool inside(std::string_view outer, std::string_view inner) {
+  return inner.data() >= outer.data() && inner.data() + inner.size() <= outer.data() + outer.size();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+
+  std::multimap<std::string, std::string_view> seen;
+  const bool scanned =
+      sluice::scanTopLevelMembers(text, [&](std::string_view key, std::string_view value) {
+        if (!inside(text, key) || !inside(text, value) || value.empty()) std::abort();
+        seen.emplace(std::string(key), value);
+        return true;
+      });
+
+  // Stopping early is honoured: the callback is not called again.
+  size_t calls = 0;
+  sluice::scanTopLevelMembers(text, [&](std::string_view, std::string_view) {
+    if (++calls > 1) std::abort();
+    return false;
+  });
+
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+
+  // The plain readers never accept what the library would read differently.
+  if (const auto s = sluice::plainString(text)) {
+    if (j.is_discarded() || !j.is_string() || j.get_ref<const std::string&>() != *s) std::abort();
+  }
+  if (const auto u = sluice::plainUnsigned(text)) {
+    if (j.is_discarded() || !j.is_number_integer() || j != nlohmann::json(*u)) std::abort();
+  }
+  if (sluice::isPlainObject(text, 3)) {
+    if (j.is_discarded() || !j.is_object() || !scanned) std::abort();
+    for (const auto& [key, value_text] : seen) {
+      if (seen.count(key) != 1) continue;
+      const nlohmann::json& v = j.at(key);
+      if (const auto s = sluice::plainString(value_text)) {
+        if (!v.is_string() || v.get_ref<const std::string&>() != *s) std::abort();
+      } else if (const auto u = sluice::plainUnsigned(value_text)) {
+        if (v != nlohmann::json(*u)) std::abort();
+      } else if (!sluice::isPlainObject(value_text, 2) && value_text != "true" &&
+                 value_text != "false" && value_text != "null") {
+        std::abort();
+      }
+    }
+  }
+  if (j.is_discarded() || !j.is_object()) return 0;
+  bool escaped_key = false;
+  for (const auto& [key, value] : j.items()) {
+    if (nlohmann::json(key).dump().find('\\') != std::string::npos) escaped_key = true;
+  }
+  // A key whose raw text has an escape (even one decoding to a plain
+  // character) makes the scan decline; the caller then parses fully.
+  if (!scanned) {
+    if (escaped_key || text.find('\\') != std::string_view::npos) return 0;
+    // nlohmann's lexer takes a NUL byte for the end of the input (` {}\n\0 `
+    // parses); the scan does not, and declining is the safe side.
+    if (text.find('\0') != std::string_view::npos) return 0;
+    std::abort();  // valid JSON object, plain keys, and the scan gave up
+  }
+  // Duplicate keys: the library keeps one of them; compare only unique ones.
+  for (const auto& [key, value_text] : seen) {
+    if (seen.count(key) != 1) continue;
+    const auto it = j.find(key);
+    if (it == j.end()) std::abort();
+    const nlohmann::json v = nlohmann::json::parse(value_text, nullptr, false);
+    if (v.is_discarded() || v != *it) std::abort();
+  }
+  if (!escaped_key && seen.size() < j.size()) std::abort();
+  return 0;
+}
