@@ -18,7 +18,8 @@
 //     budget (budget_exhausted), and nothing else was cancelled;
 //   - open file descriptors are back to the baseline, the upstream
 //     keep-alive connections aside (counted, bounded by the pool's idle cap);
-//   - RSS is within baseline + 64 MiB (a leak detector, not a perf bound).
+//   - RSS is within baseline + 64 MiB (a leak detector, not a perf bound;
+//     in sanitizer builds LeakSanitizer checks sluice's exit instead).
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -50,6 +51,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using Headers = std::vector<std::pair<std::string, std::string>>;
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizerBuild = true;  // GCC; tests and sluice share the build's flags
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitizerBuild = true;  // clang
+#else
+constexpr bool kSanitizerBuild = false;
+#endif
+#else
+constexpr bool kSanitizerBuild = false;
+#endif
 
 int envInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -522,7 +535,14 @@ TEST(SoakTest, FaultSoakLeavesNoLeakAndAccountsForEveryRequest) {
   std::cout << "soak: fds " << fds_before.total << " -> " << fds_after.total << " ("
             << fds_after.upstream << " idle upstream), RSS " << rss_before / 1024 << " KiB -> "
             << rss_after / 1024 << " KiB\n";
-  EXPECT_LT(rss_after, rss_before + 64u * 1024 * 1024);
+  if (kSanitizerBuild) {
+    // ASan's quarantine and shadow memory (TSan's too) grow RSS with the
+    // work done, leak or not; there LeakSanitizer is the leak check, run
+    // when sluice exits below.
+    std::cout << "soak: RSS bound not applied in a sanitizer build\n";
+  } else {
+    EXPECT_LT(rss_after, rss_before + 64u * 1024 * 1024);
+  }
 
   EXPECT_EQ(sluice.stop(), 0) << "sluice must still drain and exit 0";
 }
