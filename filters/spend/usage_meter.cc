@@ -122,7 +122,7 @@ std::optional<UsageCounts> readUsageText(std::string_view text) {
   });
   return combineUsage([&](const char* key) {
     for (size_t i = 0; i < std::size(kKeys); ++i) {
-      if (kKeys[i] == key) return values[i];
+      if (std::string_view(kKeys[i]) == key) return values[i];
     }
     return std::optional<uint64_t>();
   });
