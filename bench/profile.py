@@ -2,6 +2,7 @@
 """Instruction counts per request of sluice under valgrind's callgrind.
 
     python3 bench/profile.py [--build-dir build] [--requests 2000] [--h2] [--stream]
+    python3 bench/profile.py --memory 1000     # massif: heap bytes per open SSE stream
 
 Starts mock-llm and sluice (the bench's sluice.yaml: every filter on) with
 sluice under callgrind, warms up, zeroes the counters, sends a fixed number
@@ -10,12 +11,18 @@ instructions per request and the top functions (inclusive and self).
 Instruction counts do not depend on machine load, unlike wall-clock
 figures, so they compare builds on a busy machine. bench/results/PROFILE.md
 records the figures.
+
+--memory N runs sluice under valgrind's massif instead, holds N concurrent
+SSE streams open through it (a chunk every 500 ms, so valgrind keeps up),
+and prints the heap at its peak per stream and by allocation site: what
+scenario C's RSS per stream is made of.
 """
 
 import argparse
 import glob
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -25,6 +32,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 
 
+def start_under_valgrind(session, tool, tool_args):
+    """mock-llm, then sluice (the bench's sluice.yaml) under a valgrind tool;
+    returns the process and sluice's port once it listens."""
+    session.start_mock()
+    port = bench.free_port()
+    cfg = bench.render("sluice.yaml", session.params("sluice", port),
+                       os.path.join(session.tmp, "sluice.yaml"))
+    proc = bench.Proc(f"sluice-{tool}", ["valgrind", f"--tool={tool}"] + tool_args +
+                      [session.sluice_bin, "--config", cfg], bench.PROXY_CPU, session.tmp)
+    session.procs.append(proc)
+    bench.wait_port(port, proc, timeout=120)
+    return proc, port
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", default=os.environ.get("SLUICE_BUILD_DIR", "build"))
@@ -32,21 +53,18 @@ def main():
     ap.add_argument("--h2", action="store_true", help="clients speak h2c (4 x 32 streams)")
     ap.add_argument("--stream", action="store_true", help="streamed (SSE) answers, 10 tokens")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--memory", type=int, default=0, metavar="N",
+                    help="massif: heap per stream with N concurrent SSE streams")
     args = ap.parse_args()
+    if args.memory:
+        return memory(args)
 
     session = bench.Session(args)
     out_dir = tempfile.mkdtemp(prefix="sluice-callgrind-")
     try:
-        session.start_mock()
-        port = bench.free_port()
-        cfg = bench.render("sluice.yaml", session.params("sluice", port),
-                           os.path.join(session.tmp, "sluice.yaml"))
         cg_out = os.path.join(out_dir, "callgrind.out")
-        proc = bench.Proc("sluice-callgrind", [
-            "valgrind", "--tool=callgrind", f"--callgrind-out-file={cg_out}",
-            session.sluice_bin, "--config", cfg], bench.PROXY_CPU, session.tmp)
-        session.procs.append(proc)
-        bench.wait_port(port, proc, timeout=120)
+        proc, port = start_under_valgrind(session, "callgrind",
+                                          [f"--callgrind-out-file={cg_out}"])
         body = os.path.join(session.tmp, "body.json")
         with open(body, "wb") as f:
             f.write(bench.json_body(args.stream, 1024))
@@ -88,6 +106,38 @@ def main():
         for ln in lines[1:args.top + 1]:
             print("  " + ln.strip()[:200])
         print(f"\ncallgrind output: {dump}")
+    finally:
+        session.close()
+
+
+def memory(args):
+    session = bench.Session(args)
+    out_dir = tempfile.mkdtemp(prefix="sluice-massif-")
+    try:
+        out = os.path.join(out_dir, "massif.out")
+        proc, port = start_under_valgrind(session, "massif", [
+            f"--massif-out-file={out}", "--threshold=0.5", "--peak-inaccuracy=0.5"])
+        # Warm-up: pools, metric series, allocator arenas; then the held streams.
+        bench.run_streams(port, 20, 2, 50, "mem-warm", 200, record_lateness=False)
+        streams, _, _ = bench.run_streams(port, args.memory, 8, 500, "mem", 500,
+                                          record_lateness=False)
+        errors = sum(1 for st in streams if st.error)
+        proc.popen.send_signal(signal.SIGTERM)
+        proc.popen.wait(timeout=120)
+        report = subprocess.run(["ms_print", "--threshold=0.5", out], capture_output=True,
+                                text=True).stdout
+        # ms_print's snapshot table: n, time, total, useful-heap, extra-heap, stacks.
+        snapshots = re.findall(r"^\s*\d+\s+[\d,]+\s+([\d,]+)\s+[\d,]+\s+[\d,]+\s+[\d,]+$",
+                               report, re.M)
+        heap = [int(x.replace(",", "")) for x in snapshots]
+        print(f"streams: {args.memory} ({errors} errors)")
+        if heap:
+            base = heap[0]
+            print(f"heap (useful + extra) at start {base / 1024:,.0f} KiB, peak {max(heap) / 1024:,.0f} KiB, "
+                  f"per stream {(max(heap) - base) / args.memory / 1024:.2f} KiB")
+        i = report.find("(peak)")
+        print(report[report.rfind("\n", 0, max(0, i - 2000)):i + 6000] if i >= 0 else report[-6000:])
+        print(f"\nmassif output: {out}")
     finally:
         session.close()
 

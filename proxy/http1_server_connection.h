@@ -33,7 +33,6 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
-#include <deque>
 #include <string>
 
 #include "proxy/cancel_reason.h"
@@ -41,6 +40,7 @@
 #include "proxy/downstream_connection.h"
 #include "proxy/downstream_stream.h"
 #include "proxy/event_util.h"
+#include "proxy/fifo.h"
 #include "proxy/http_message.h"
 
 namespace sluice {
@@ -198,7 +198,7 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   bool closed_ = false;
   // The pieces that may still be in the output buffer, oldest first, so that
   // bufferedBytes() counts body bytes only, never chunk framing or heads.
-  std::deque<OutputPiece> output_pieces_;
+  Fifo<OutputPiece> output_pieces_;
   size_t output_pieces_wire_ = 0;
 };
 

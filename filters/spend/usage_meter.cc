@@ -687,7 +687,7 @@ void UsageMeter::coalescePending() {
   // and every call frees cap·3/8 entries. A merged entry counts as delivered
   // only when its later offset is, so delivery is undercounted, never inflated.
   const size_t older = pending_.size() - pending_.size() / 4;
-  std::deque<PendingDeltas> merged;
+  Fifo<PendingDeltas> merged;
   for (;; coalesce_span_ *= 2) {
     merged.clear();
     for (size_t i = 0; i < older; ++i) {
@@ -700,8 +700,7 @@ void UsageMeter::coalescePending() {
     }
     if (merged.size() <= older / 2) break;
   }
-  merged.insert(merged.end(), pending_.begin() + static_cast<std::ptrdiff_t>(older),
-                pending_.end());
+  for (size_t i = older; i < pending_.size(); ++i) merged.push_back(pending_[i]);
   pending_.swap(merged);
 }
 

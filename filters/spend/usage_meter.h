@@ -75,7 +75,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -83,6 +82,7 @@
 
 #include "filters/spend/spend_split.h"
 #include "filters/spend/sse_parser.h"
+#include "proxy/fifo.h"
 
 namespace sluice {
 
@@ -255,7 +255,7 @@ class UsageMeter {
   uint64_t deltas_delivered_ = 0;
   uint64_t body_bytes_ = 0;
   uint64_t bytes_delivered_ = 0;
-  std::deque<PendingDeltas> pending_;  // ascending end_offset, all > bytes_delivered_
+  Fifo<PendingDeltas> pending_;  // ascending end_offset, all > bytes_delivered_
   uint64_t coalesce_span_ = 2;         // most deltas one coalesced entry may hold
 };
 
