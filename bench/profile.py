@@ -132,10 +132,10 @@ def memory(args):
         heap = [int(x.replace(",", "")) for x in snapshots]
         print(f"streams: {args.memory} ({errors} errors)")
         if heap:
-            base = heap[0]
-            print(f"heap (useful + extra) at start {base / 1024:,.0f} KiB, peak {max(heap) / 1024:,.0f} KiB, "
-                  f"per stream {(max(heap) - base) / args.memory / 1024:.2f} KiB")
-        i = report.find("(peak)")
+            print(f"heap (useful + extra) at the peak {max(heap) / 1024:,.0f} KiB, "
+                  f"{max(heap) / args.memory / 1024:.2f} KiB per stream "
+                  f"(an upper bound: sluice's own startup heap is included)")
+        i = report.find("(peak)", report.find("Detailed snapshots") + 20)
         print(report[report.rfind("\n", 0, max(0, i - 2000)):i + 6000] if i >= 0 else report[-6000:])
         print(f"\nmassif output: {out}")
     finally:
