@@ -135,8 +135,9 @@ def memory(args):
             print(f"heap (useful + extra) at the peak {max(heap) / 1024:,.0f} KiB, "
                   f"{max(heap) / args.memory / 1024:.2f} KiB per stream "
                   f"(an upper bound: sluice's own startup heap is included)")
-        i = report.find("(peak)", report.find("Detailed snapshots") + 20)
-        print(report[report.rfind("\n", 0, max(0, i - 2000)):i + 6000] if i >= 0 else report[-6000:])
+        m = re.search(r"(\d+) \(peak\)", report)
+        row = re.search(rf"^\s*{m.group(1)}\s+[\d,]+\s", report, re.M) if m else None
+        print(report[row.start():row.start() + 8000] if row else report[-8000:])
         print(f"\nmassif output: {out}")
     finally:
         session.close()
