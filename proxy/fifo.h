@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <iterator>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace sluice {

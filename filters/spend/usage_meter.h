@@ -256,7 +256,7 @@ class UsageMeter {
   uint64_t body_bytes_ = 0;
   uint64_t bytes_delivered_ = 0;
   Fifo<PendingDeltas> pending_;  // ascending end_offset, all > bytes_delivered_
-  uint64_t coalesce_span_ = 2;         // most deltas one coalesced entry may hold
+  uint64_t coalesce_span_ = 2;   // most deltas one coalesced entry may hold
 };
 
 using UsageMeterPtr = std::unique_ptr<UsageMeter>;

@@ -181,21 +181,6 @@ std::string joinedField(const HeaderMap& headers, std::string_view name) {
 
 // --- the dialects -----------------------------------------------------------
 
-// limit/remaining/reset under three header names; nullopt unless remaining parses.
-std::optional<Quota> readTriple(const HeaderMap& headers, std::string_view limit_name,
-                                std::string_view remaining_name, std::string_view reset_name,
-                                const Clock& clock) {
-  const auto remaining_value = headers.get(remaining_name);
-  if (!remaining_value) return std::nullopt;
-  const auto remaining = parseQuotaCount(*remaining_value);
-  if (!remaining) return std::nullopt;
-  Quota q;
-  q.remaining = *remaining;
-  if (auto v = headers.get(limit_name)) q.limit = parseQuotaCount(*v).value_or(-1);
-  if (auto v = headers.get(reset_name)) q.reset_at = parseResetValue(*v, clock);
-  return q;
-}
-
 // The header names of one limit/remaining/reset triple, spelled out so no
 // lookup builds a string (every answer is parsed).
 struct TripleNames {
@@ -221,9 +206,18 @@ constexpr TripleNames kAnthropicOutputTokens{"anthropic-ratelimit-output-tokens-
                                              "anthropic-ratelimit-output-tokens-remaining",
                                              "anthropic-ratelimit-output-tokens-reset"};
 
+// limit/remaining/reset under three header names; nullopt unless remaining parses.
 std::optional<Quota> readTriple(const HeaderMap& headers, const TripleNames& names,
                                 const Clock& clock) {
-  return readTriple(headers, names.limit, names.remaining, names.reset, clock);
+  const auto remaining_value = headers.get(names.remaining);
+  if (!remaining_value) return std::nullopt;
+  const auto remaining = parseQuotaCount(*remaining_value);
+  if (!remaining) return std::nullopt;
+  Quota q;
+  q.remaining = *remaining;
+  if (auto v = headers.get(names.limit)) q.limit = parseQuotaCount(*v).value_or(-1);
+  if (auto v = headers.get(names.reset)) q.reset_at = parseResetValue(*v, clock);
+  return q;
 }
 
 // `RateLimit` (draft-08+ list, or the draft-07 dictionary) with `RateLimit-Policy`.
