@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Instruction counts per request of sluice under valgrind's callgrind.
 
-    python3 bench/profile.py [--build-dir build] [--requests 2000] [--h2] [--stream]
+    python3 bench/profile.py [--build-dir build] [--requests 2000] [--h2] [--stream] [--access-log]
     python3 bench/profile.py --memory 1000     # massif: heap bytes per open SSE stream
 
 Starts mock-llm and sluice (the bench's sluice.yaml: every filter on) with
@@ -11,6 +11,10 @@ instructions per request and the top functions (inclusive and self).
 Instruction counts do not depend on machine load, unlike wall-clock
 figures, so they compare builds on a busy machine. bench/results/PROFILE.md
 records the figures.
+
+--access-log turns sluice's access log on (a file in the temp dir): the
+difference to a run without it is the log's cost per request (README
+"Performance"). Instructions of every thread count, the writer's included.
 
 --memory N runs sluice under valgrind's massif instead, holds N concurrent
 SSE streams open through it (a chunk every 500 ms, so valgrind keeps up),
@@ -32,13 +36,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 
 
-def start_under_valgrind(session, tool, tool_args):
-    """mock-llm, then sluice (the bench's sluice.yaml) under a valgrind tool;
-    returns the process and sluice's port once it listens."""
+def start_under_valgrind(session, tool, tool_args, access_log=False):
+    """mock-llm, then sluice (the bench's sluice.yaml, optionally with its
+    access log on) under a valgrind tool; returns the process and sluice's
+    port once it listens."""
     session.start_mock()
     port = bench.free_port()
     cfg = bench.render("sluice.yaml", session.params("sluice", port),
                        os.path.join(session.tmp, "sluice.yaml"))
+    if access_log:
+        with open(cfg, "a") as f:
+            f.write(f"\naccess_log: {{path: {os.path.join(session.tmp, 'access.log')}, format: json}}\n")
     proc = bench.Proc(f"sluice-{tool}", ["valgrind", f"--tool={tool}"] + tool_args +
                       [session.sluice_bin, "--config", cfg], bench.PROXY_CPU, session.tmp)
     session.procs.append(proc)
@@ -53,6 +61,7 @@ def main():
     ap.add_argument("--h2", action="store_true", help="clients speak h2c (4 x 32 streams)")
     ap.add_argument("--stream", action="store_true", help="streamed (SSE) answers, 10 tokens")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--access-log", action="store_true", help="with the JSON access log on (to a file)")
     ap.add_argument("--memory", type=int, default=0, metavar="N",
                     help="massif: heap per stream with N concurrent SSE streams")
     args = ap.parse_args()
@@ -64,7 +73,7 @@ def main():
     try:
         cg_out = os.path.join(out_dir, "callgrind.out")
         proc, port = start_under_valgrind(session, "callgrind",
-                                          [f"--callgrind-out-file={cg_out}"])
+                                          [f"--callgrind-out-file={cg_out}"], args.access_log)
         body = os.path.join(session.tmp, "body.json")
         with open(body, "wb") as f:
             f.write(bench.json_body(args.stream, 1024))
@@ -93,6 +102,10 @@ def main():
                              capture_output=True, text=True).stdout
         total = int(re.search(r"([\d,]+) \(100.0%\)\s+PROGRAM TOTALS", ann).group(1).replace(",", ""))
         mode = ("h2c" if args.h2 else "http/1.1") + (", SSE 10 tokens" if args.stream else ", JSON")
+        if args.access_log:
+            log = os.path.join(session.tmp, "access.log")
+            lines = sum(1 for _ in open(log)) if os.path.exists(log) else 0
+            mode += f", access log on ({lines} lines)"
         print(f"requests ok: {ok}/{args.requests} ({mode})")
         print(f"instructions per request: {total / max(1, ok):,.0f}")
         lines = [ln for ln in ann.splitlines() if re.match(r"\s*[\d,]+ \(\s*[\d.]+%\)", ln)]

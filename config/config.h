@@ -196,6 +196,19 @@ struct LimitsConfig {
   Duration idle_timeout = std::chrono::seconds(60);  // keep-alive, nothing in flight → closed
 };
 
+/**
+ * `access_log` (DESIGN §7): one JSON line per finished request. `path` is
+ * `off` (the default), `stdout` or a file (appended to, reopened on SIGHUP).
+ * `format` is `json`, the only format.
+ */
+struct AccessLogConfig {
+  enum class Target { Off, Stdout, File };
+  Target target = Target::Off;
+  std::string path;  // the file, for Target::File
+
+  bool operator==(const AccessLogConfig&) const = default;
+};
+
 /** The whole file. */
 struct Config {
   int version = 1;
@@ -207,6 +220,7 @@ struct Config {
   std::vector<RouteConfig> routes;
   std::vector<PriceConfig> pricing;
   LimitsConfig limits;
+  AccessLogConfig access_log;
 
   std::string source_path;  // the file it came from, for messages and reloads
 };

@@ -517,6 +517,7 @@ class Decoder {
   RetryConfig retry(const Field& f);
   PriceConfig price(const Field& f);
   LimitsConfig limits(const Field& f);
+  AccessLogConfig accessLog(const Field& f);
 
   // Fails at whichever of two related fields was written when `first` > `second`.
   void requireOrdered(Duration first, Duration second, const std::optional<Field>& first_field,
@@ -580,6 +581,7 @@ Config Decoder::decode(const YAML::Node& root) {
                    for (const Field& item : items(f)) c.pricing.push_back(price(item));
                  }},
                 {"limits", [&](const Field& f) { c.limits = limits(f); }},
+                {"access_log", [&](const Field& f) { c.access_log = accessLog(f); }},
             },
             {"listen"});
 
@@ -986,6 +988,30 @@ LimitsConfig Decoder::limits(const Field& f) {
                    {"idle_timeout", [&](const Field& v) { l.idle_timeout = duration(v, true); }},
                });
   return l;
+}
+
+AccessLogConfig Decoder::accessLog(const Field& f) {
+  AccessLogConfig a;
+  decodeMap(f,
+            {
+                {"path",
+                 [&](const Field& v) {
+                   a.path = nonEmptyString(v);
+                   if (a.path == "off") {
+                     a.target = AccessLogConfig::Target::Off;
+                     a.path.clear();
+                   } else if (a.path == "stdout") {
+                     a.target = AccessLogConfig::Target::Stdout;
+                     a.path.clear();
+                   } else {
+                     a.target = AccessLogConfig::Target::File;
+                   }
+                 }},
+                {"format",
+                 [&](const Field& v) { oneOf<bool>(v, {{"json", true}}); }},
+            },
+            {"path"});
+  return a;
 }
 
 PriceConfig Decoder::price(const Field& f) {

@@ -150,6 +150,13 @@ nlohmann::json limitsToJson(const LimitsConfig& l) {
   };
 }
 
+nlohmann::json accessLogToJson(const AccessLogConfig& a) {
+  const char* path = a.target == AccessLogConfig::Target::Off      ? "off"
+                     : a.target == AccessLogConfig::Target::Stdout ? "stdout"
+                                                                   : a.path.c_str();
+  return {{"path", path}, {"format", "json"}};
+}
+
 nlohmann::json toRedactedJson(const Config& config) {
   json listen = json::array();
   for (const ListenerConfig& l : config.listeners) listen.push_back(listenerToJson(l));
@@ -173,6 +180,7 @@ nlohmann::json toRedactedJson(const Config& config) {
       {"routes", routes},
       {"pricing", pricing},
       {"limits", limitsToJson(config.limits)},
+      {"access_log", accessLogToJson(config.access_log)},
       {"source_path", config.source_path},
   };
 }

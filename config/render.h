@@ -41,6 +41,9 @@ std::string formatSize(uint64_t bytes);
 /** The `limits` section, every key spelled out. */
 nlohmann::json limitsToJson(const LimitsConfig& limits);
 
+/** The `access_log` section: {"path": "off" | "stdout" | FILE, "format": "json"}. */
+nlohmann::json accessLogToJson(const AccessLogConfig& access_log);
+
 /** The value of a retry `on` / circuit `failure_on` list, as written in YAML. */
 nlohmann::json outcomeSetToJson(const OutcomeSet& set);
 

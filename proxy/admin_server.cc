@@ -97,6 +97,7 @@ void AdminServer::handle(evhttp_request* req) {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& s : server_.exchanges()) {
       list.push_back({{"id", s.id},
+                      {"request_id", s.request_id},
                       {"route", s.route},
                       {"upstream", s.upstream},
                       {"method", s.method},

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 
+#include "proxy/access_log.h"
 #include "proxy/filter_chain.h"
 #include "proxy/header_rewrite.h"
 #include "proxy/upstream_pool.h"
@@ -58,6 +59,7 @@ bool Exchange::transition(ExchangeState to) {
 
 void Exchange::decodeHeaders(RequestHead&& head) {
   request_ = std::move(head);
+  identity_ = establishIdentity(request_.headers, host_.ids());
   if (route_->config == nullptr) {
     answer(Problem{404, "no-route", "No route",
                    "no route matches " + request_.method + " " +
@@ -83,6 +85,7 @@ void Exchange::decodeData(const char* data, size_t len) {
     return;
   }
   body_.append(data, len);
+  bytes_in_ += len;
 }
 
 void Exchange::decodeComplete() {
@@ -292,8 +295,25 @@ void Exchange::sendResponseHead(ResponseHead& head) {
   head.headers.set("x-sluice-attempts", std::to_string(attempts_));
   if (!discarding_ && downstream_ != nullptr) {
     response_started_ = true;
+    beginResponse(head, /*from_upstream=*/true);
     downstream_->encodeHeaders(head, false);
   }
+}
+
+void Exchange::beginResponse(ResponseHead& head, bool from_upstream) {
+  if (from_upstream) {
+    // Providers answer with their own x-request-id (what their support asks
+    // for): the client gets sluice's id, and the provider's alongside.
+    const auto theirs = head.headers.get("x-request-id");
+    if (theirs && *theirs != identity_.request_id) {
+      const std::string copy(*theirs);  // set() may move the header it points into
+      head.headers.set("x-sluice-upstream-request-id", copy);
+    }
+  }
+  head.headers.set("x-request-id", identity_.request_id);
+  if (first_byte_at_) return;
+  first_byte_at_ = clock().now();
+  if (from_upstream) route_->metrics->timeToFirstByte().Observe(seconds(*first_byte_at_ - start_));
 }
 
 void Exchange::releaseHeldResponse(bool end_stream) {
@@ -304,6 +324,7 @@ void Exchange::releaseHeldResponse(bool end_stream) {
   sendResponseHead(head);
   if (!discarding_ && downstream_ != nullptr) {
     attempt_forwarded_bytes_ += body.size();
+    bytes_out_ += body.size();
     downstream_->encodeData(body.data(), body.size(), end_stream);
   }
 }
@@ -322,6 +343,7 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
   }
   if (discarding_ || downstream_ == nullptr) return;
   attempt_forwarded_bytes_ += len;
+  bytes_out_ += len;
   downstream_->encodeData(data, len, false);
   if (!upstream_paused_ && stream_ != nullptr && downstream_->aboveHighWatermark()) {
     // The client is slower than the upstream: stop reading the upstream until
@@ -444,6 +466,8 @@ void Exchange::cancel(CancelReason reason, std::optional<std::chrono::millisecon
       LocalReply reply = makeProblemReply(problem);
       if (attempts_ > 0) reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_));
       response_started_ = true;
+      beginResponse(reply.head, /*from_upstream=*/false);
+      bytes_out_ += reply.body.size();
       downstream_->encodeHeaders(reply.head, false);
       downstream_->encodeData(reply.body.data(), reply.body.size(), true);
       code = problem.status;
@@ -468,6 +492,8 @@ void Exchange::answer(const Problem& problem, ExchangeState terminal) {
     LocalReply reply = makeProblemReply(problem);
     if (attempts_ > 0) reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_));
     response_started_ = true;
+    beginResponse(reply.head, /*from_upstream=*/false);
+    bytes_out_ += reply.body.size();
     downstream_->encodeHeaders(reply.head, false);
     downstream_->encodeData(reply.body.data(), reply.body.size(), true);
   }
@@ -526,9 +552,11 @@ void Exchange::finish(int status_code) {
   if (stream_ != nullptr) endAttempt(AttemptResult::Cancelled, false);
   for (auto& filter : filters_) filter->onDestroy();
   RouteMetrics& m = *route_->metrics;
+  const MonotonicTime now = clock().now();
   m.requests(status_code).Increment();
-  m.duration().Observe(seconds(clock().now() - start_));
+  m.duration().Observe(seconds(now - start_));
   m.active().Decrement();
+  logAccess(status_code, now);
   if (DownstreamStream* d = downstream_) {
     downstream_ = nullptr;
     d->onExchangeDone();
@@ -542,6 +570,7 @@ void Exchange::retryAttempt(std::chrono::milliseconds delay, const std::string& 
   held_head_.reset();
   held_body_.clear();
   route_->metrics->retries(cause).Increment();
+  retry_causes_.push_back(cause);
   transition(ExchangeState::BackingOff);
   // The sleep is a timer of this Exchange: a cancel (client gone, budget)
   // clears it and no further attempt is made.
@@ -570,6 +599,48 @@ std::function<void()> Exchange::crossThreadWaker(std::function<void()> fn) {
       if (host->alive(id)) fn();
     });
   };
+}
+
+void Exchange::recordUsage(const AttemptUsage& usage) {
+  if (!usage.model.empty()) model_ = std::string(usage.model);
+  usage_.input_tokens += usage.input_tokens;
+  usage_.output_tokens += usage.output_tokens;
+  usage_.spend_usd += usage.spend_usd;
+  usage_.leaked_usd += usage.leaked_usd;
+}
+
+void Exchange::logAccess(int status_code, MonotonicTime now) const {
+  AccessLogBuffer* log = host_.accessLog();
+  if (log == nullptr) return;
+  const auto age = now - start_;
+  AccessRecord r;
+  r.start = clock().systemNow() - std::chrono::duration_cast<SystemTime::duration>(age);
+  r.request_id = identity_.request_id;
+  r.trace_id = identity_.trace_id;
+  r.route = route_->name();
+  r.upstream = route_->upstream ? std::string_view(route_->upstream->config->name) : "none";
+  if (route_->upstream) r.endpoint = route_->upstream->endpoint;
+  r.method = request_.method;
+  r.path = request_.pathOnly();
+  r.protocol = request_.version_major == 2   ? "HTTP/2"
+               : request_.version_minor == 0 ? "HTTP/1.0"
+                                             : "HTTP/1.1";
+  r.status = status_code;
+  r.attempts = attempts_;
+  r.retry_causes = retry_causes_;
+  r.duration_ms = std::chrono::duration<double, std::milli>(age).count();
+  if (first_byte_at_) {
+    r.ttfb_ms = std::chrono::duration<double, std::milli>(*first_byte_at_ - start_).count();
+  }
+  r.cancel_reason = cancel_reason_;
+  r.model = model_;
+  r.input_tokens = usage_.input_tokens;
+  r.output_tokens = usage_.output_tokens;
+  r.spend_usd = usage_.spend_usd;
+  r.leaked_usd = usage_.leaked_usd;
+  r.bytes_in = bytes_in_;
+  r.bytes_out = bytes_out_;
+  log->append(r);
 }
 
 // --- timers -----------------------------------------------------------------------------
@@ -633,6 +704,7 @@ ExchangeSnapshot Exchange::snapshot() const {
   ExchangeSnapshot s;
   const MonotonicTime now = clock().now();
   s.id = id_;
+  s.request_id = identity_.request_id;
   s.route = route_->name();
   s.upstream = route_->upstream ? route_->upstream->config->name : "none";
   s.method = request_.method;

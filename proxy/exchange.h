@@ -26,12 +26,15 @@
 #include "proxy/event_util.h"
 #include "proxy/exchange_state.h"
 #include "proxy/filter.h"
+#include "proxy/request_id.h"
 #include "proxy/runtime.h"
 #include "proxy/upstream_stream.h"
 
 namespace sluice {
 
+class AccessLogBuffer;
 class Exchange;
+class IdGenerator;
 class UpstreamPool;
 
 /** What the Exchange needs from the worker that hosts it. */
@@ -45,11 +48,16 @@ class ExchangeHost {
   virtual void retire(Exchange& exchange) = 0;
   /** True while exchange `id` exists on this host and has not finished. */
   virtual bool alive(uint64_t id) const = 0;
+  /** This worker's source of request and trace ids (DESIGN §7). */
+  virtual IdGenerator& ids() = 0;
+  /** This worker's access log buffer; null while the access log is off. */
+  virtual AccessLogBuffer* accessLog() = 0;
 };
 
 /** A point-in-time view of an Exchange for the admin `/exchanges` endpoint. */
 struct ExchangeSnapshot {
   uint64_t id = 0;
+  std::string request_id;
   std::string route;
   std::string upstream;
   std::string method;
@@ -119,7 +127,10 @@ class Exchange final : public DeferredDeletable,
   uint64_t deliveredBodyBytes() const override;
   bool retrying() const override { return retry_scheduled_; }
   bool finishDraining() const override { return discarding_; }
+  void recordUsage(const AttemptUsage& usage) override;
   ExchangeSnapshot snapshot() const;
+  /** The request's x-request-id (kept from the client or generated). */
+  const std::string& requestId() const { return identity_.request_id; }
 
  private:
   enum class Phase { DecodeHeaders, DecodeComplete, BeforeAttempt, Done };
@@ -144,6 +155,14 @@ class Exchange final : public DeferredDeletable,
                      std::optional<std::chrono::milliseconds> retry_after) const;
   void armIdleTimer();
   void sendResponseHead(ResponseHead& head);
+  /**
+   * Every response head to the client passes here: it gets the request's
+   * x-request-id, and the time to first byte is taken (and observed in
+   * sluice_time_to_first_byte_seconds when the answer is the upstream's).
+   */
+  void beginResponse(ResponseHead& head, bool from_upstream);
+  /** One access log line for the finished request, when the log is on. */
+  void logAccess(int status_code, MonotonicTime now) const;
   void releaseHeldResponse(bool end_stream);
 
   void rearmWake();
@@ -166,6 +185,7 @@ class Exchange final : public DeferredDeletable,
   bool finished_ = false;
 
   RequestHead request_;
+  RequestIdentity identity_;
   std::string body_;
   bool request_complete_ = false;
   std::vector<StreamFilterPtr> filters_;
@@ -195,6 +215,14 @@ class Exchange final : public DeferredDeletable,
   TimerId deadline_timer_ = 0;
   TimerId grace_timer_ = 0;
   TimerId backoff_timer_ = 0;
+
+  // For the access log (DESIGN §7).
+  std::optional<MonotonicTime> first_byte_at_;  // first response byte to the client
+  std::vector<std::string> retry_causes_;
+  uint64_t bytes_in_ = 0;   // request body bytes received
+  uint64_t bytes_out_ = 0;  // response body bytes handed to the client
+  std::string model_;       // the last attempt's model, as the spend filter read it
+  AttemptUsage usage_;      // summed over attempts (its `model` unused: see model_)
 
   // Every timer of this request, served by one libevent timer at the earliest.
   struct PendingTimer {

@@ -45,6 +45,15 @@ struct AttemptEnd {
   bool unprocessed = false;
 };
 
+/** One attempt's billed usage as the spend filter booked it, for the access log. */
+struct AttemptUsage {
+  std::string_view model;  // as the request or response named it; "" when unknown
+  uint64_t input_tokens = 0;
+  uint64_t output_tokens = 0;
+  double spend_usd = 0;   // delivered + leaked
+  double leaked_usd = 0;
+};
+
 /** What the Exchange offers the filters it runs. */
 class FilterCallbacks {
  public:
@@ -116,6 +125,11 @@ class FilterCallbacks {
   virtual bool retrying() const = 0;
   /** True in `finish` mode after the client left: the response is drained and discarded. */
   virtual bool finishDraining() const = 0;
+  /**
+   * The spend filter reports each attempt's usage once it is booked; the
+   * Exchange sums the attempts into its access log record.
+   */
+  virtual void recordUsage(const AttemptUsage& /*usage*/) {}
 };
 
 /** The most body sluice buffers for a held (maybe-retried) response. */

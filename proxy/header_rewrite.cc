@@ -70,6 +70,7 @@ void rewriteResponseForDownstream(ResponseHead& head) {
   // x-sluice-* on responses is sluice's own; an upstream (maybe another sluice)
   // must not set ours.
   head.headers.remove("x-sluice-attempts");
+  head.headers.remove("x-sluice-upstream-request-id");
 }
 
 }  // namespace sluice

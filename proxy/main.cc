@@ -13,7 +13,11 @@
 #include <string>
 #include <thread>
 
+#include <unistd.h>
+
 #include "config/loader.h"
+#include "proxy/build_info.h"
+#include "proxy/log.h"
 #include "proxy/server.h"
 
 namespace {
@@ -70,15 +74,27 @@ int main(int argc, char** argv) {
   sluice::Server server(loaded.config);
   std::string error;
   if (!server.start(&error)) {
-    std::cerr << "sluice: " << error << "\n";
+    sluice::logError("sluice: " + error, {{"event", "start_failed"}});
     return 1;
   }
+  // stdout keeps its plain lines (scripts and tests read the bound ports from
+  // them); stderr gets the same facts as operational log lines.
   const auto& cfg = *loaded.config;
+  sluice::logInfo("sluice: started", {{"event", "start"},
+                                      {"version", sluice::buildVersion()},
+                                      {"commit", sluice::buildCommit()},
+                                      {"config", config_path},
+                                      {"pid", static_cast<int64_t>(getpid())}});
   for (size_t i = 0; i < cfg.listeners.size(); ++i) {
-    std::cout << "sluice listening on " << cfg.listeners[i].address.host << ":"
-              << server.listenerPort(i) << "\n";
+    const std::string address =
+        cfg.listeners[i].address.host + ":" + std::to_string(server.listenerPort(i));
+    std::cout << "sluice listening on " << address << "\n";
+    sluice::logInfo("sluice listening on " + address,
+                    {{"event", "listening"}, {"address", address}, {"tls", cfg.listeners[i].tls.has_value()}});
   }
-  std::cout << "sluice admin on " << cfg.admin.host << ":" << server.adminPort() << std::endl;
+  const std::string admin = cfg.admin.host + ":" + std::to_string(server.adminPort());
+  std::cout << "sluice admin on " << admin << std::endl;
+  sluice::logInfo("sluice admin on " + admin, {{"event", "admin_listening"}, {"address", admin}});
 
   std::thread signal_thread([&] {
     for (;;) {
@@ -87,10 +103,11 @@ int main(int argc, char** argv) {
       if (sig == SIGHUP) {
         std::string reload_error;
         if (server.reloadFile(config_path, &reload_error)) {
-          std::cerr << "sluice: config reloaded from " << config_path << std::endl;
+          sluice::logInfo("sluice: config reloaded from " + config_path,
+                          {{"event", "reload"}, {"config", config_path}});
         } else {
-          std::cerr << "sluice: reload rejected, keeping the running config: " << reload_error
-                    << std::endl;
+          sluice::logWarn("sluice: reload rejected, keeping the running config: " + reload_error,
+                          {{"event", "reload_rejected"}, {"config", config_path}, {"reason", reload_error}});
         }
         continue;
       }
@@ -101,11 +118,13 @@ int main(int argc, char** argv) {
   signal_thread.detach();
 
   server.waitForShutdownRequest();
-  std::cerr << "sluice: draining" << std::endl;
+  sluice::logInfo("sluice: draining",
+                  {{"event", "drain_start"}, {"in_flight", server.activeExchanges()}});
   const size_t cancelled = server.drain();
-  std::cerr << "sluice: drained; " << cancelled
-            << " exchange(s) still in flight at drain_timeout were cancelled (draining)" << std::endl;
+  sluice::logInfo("sluice: drained; " + std::to_string(cancelled) +
+                      " exchange(s) still in flight at drain_timeout were cancelled (draining)",
+                  {{"event", "drained"}, {"cancelled", cancelled}});
   server.stop();
-  std::cerr << "sluice: stopped\n";
+  sluice::logInfo("sluice: stopped", {{"event", "stop"}});
   return 0;
 }

@@ -4,6 +4,8 @@
 
 #include <sstream>
 
+#include "proxy/build_info.h"
+
 namespace sluice {
 
 using prometheus::BuildCounter;
@@ -105,6 +107,16 @@ Metrics::Metrics()
                           .Name("sluice_active_requests")
                           .Help("Requests in flight.")
                           .Register(*registry_)),
+      time_to_first_byte(
+          BuildHistogram()
+              .Name("sluice_time_to_first_byte_seconds")
+              .Help("Time from the request head in to the first response byte out (upstream "
+                    "answers; time to first token for streams).")
+              .Register(*registry_)),
+      build_info(BuildGauge()
+                     .Name("sluice_build_info")
+                     .Help("Always 1; the labels say which sluice build this is.")
+                     .Register(*registry_)),
       config_reloads(BuildCounter()
                          .Name("sluice_config_reloads_total")
                          .Help("Config reloads (SIGHUP), by result: ok or rejected.")
@@ -119,7 +131,15 @@ Metrics::Metrics()
               .Name("sluice_downstream_rejections_total")
               .Help("Client connections closed or requests refused by a downstream limit, by "
                     "reason.")
-              .Register(*registry_)) {
+              .Register(*registry_)),
+      access_log_dropped(BuildCounter()
+                             .Name("sluice_access_log_dropped_total")
+                             .Help("Access log lines dropped: the writer fell behind or a write "
+                                   "failed.")
+                             .Register(*registry_)) {
+  access_log_dropped_ = &access_log_dropped.Add({});
+  build_info.Add({{"version", std::string(buildVersion())}, {"commit", std::string(buildCommit())}})
+      .Set(1);
   for (size_t i = 0; i < kRejectionCount; ++i) {
     rejections_[i] = &downstream_rejections.Add(
         {{"reason", std::string(toString(static_cast<Rejection>(i)))}});
@@ -138,13 +158,15 @@ void Metrics::countReload(bool accepted) {
 std::string Metrics::serialize() const {
   prometheus::TextSerializer serializer;
   std::ostringstream out;
-  serializer.Serialize(out, registry_->Collect());
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  for (auto& family : process_.Collect()) families.push_back(std::move(family));
+  serializer.Serialize(out, families);
   return out.str();
 }
 
 const prometheus::Histogram::BucketBoundaries& Metrics::durationBuckets() {
   static const prometheus::Histogram::BucketBoundaries b{
-      0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+      0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
   return b;
 }
 
@@ -154,7 +176,8 @@ const prometheus::Histogram::BucketBoundaries& Metrics::propagationBuckets() {
   return b;
 }
 
-UpstreamMetrics::UpstreamMetrics(Metrics& m, const std::string& upstream) : name_(upstream) {
+UpstreamMetrics::UpstreamMetrics(Metrics& m, const std::string& upstream)
+    : name_(upstream), rl_family_(m.ratelimit_remaining) {
   for (size_t i = 0; i < kAttemptResultCount; ++i) {
     attempts_[i] = &m.upstream_attempts.Add(
         {{"upstream", upstream}, {"result", std::string(toString(static_cast<AttemptResult>(i)))}});
@@ -165,10 +188,19 @@ UpstreamMetrics::UpstreamMetrics(Metrics& m, const std::string& upstream) : name
   to_closed_ = &m.circuit_transitions.Add({{"upstream", upstream}, {"to", "closed"}});
   to_open_ = &m.circuit_transitions.Add({{"upstream", upstream}, {"to", "open"}});
   to_half_open_ = &m.circuit_transitions.Add({{"upstream", upstream}, {"to", "half_open"}});
-  rl_requests_ = &m.ratelimit_remaining.Add({{"upstream", upstream}, {"kind", "requests"}});
-  rl_tokens_ = &m.ratelimit_remaining.Add({{"upstream", upstream}, {"kind", "tokens"}});
   throttle_queue_depth_ = &m.throttle_queue_depth.Add({{"upstream", upstream}});
   throttle_wait_ = &m.throttle_wait.Add({{"upstream", upstream}}, Metrics::durationBuckets());
+}
+
+void UpstreamMetrics::setRateLimitRemaining(bool tokens, double remaining) {
+  std::atomic<prometheus::Gauge*>& slot = rl_remaining_[tokens ? 1 : 0];
+  prometheus::Gauge* gauge = slot.load(std::memory_order_acquire);
+  if (gauge == nullptr) {
+    // Family::Add is thread-safe and returns the existing series for the same labels.
+    gauge = &rl_family_.Add({{"upstream", name_}, {"kind", tokens ? "tokens" : "requests"}});
+    slot.store(gauge, std::memory_order_release);
+  }
+  gauge->Set(remaining);
 }
 
 prometheus::Counter& UpstreamMetrics::circuitTransitions(std::string_view to) {
@@ -185,6 +217,8 @@ RouteMetrics::RouteMetrics(Metrics& m, const std::string& route, const std::stri
   }
   duration_ = &m.request_duration.Add({{"route", route}, {"upstream", upstream}},
                                       Metrics::durationBuckets());
+  ttfb_ = &m.time_to_first_byte.Add({{"route", route}, {"upstream", upstream}},
+                                    Metrics::durationBuckets());
   active_ = &m.active_requests.Add({{"route", route}});
 }
 

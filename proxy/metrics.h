@@ -22,6 +22,7 @@
 #include <string>
 
 #include "proxy/cancel_reason.h"
+#include "proxy/process_metrics.h"
 
 namespace sluice {
 
@@ -62,7 +63,12 @@ class UpstreamMetrics {
   prometheus::Gauge& circuitState() { return *circuit_state_; }
   /** `to` ∈ closed, open, half_open. */
   prometheus::Counter& circuitTransitions(std::string_view to);
-  prometheus::Gauge& rateLimitRemaining(bool tokens) { return *(tokens ? rl_tokens_ : rl_requests_); }
+  /**
+   * Sets sluice_ratelimit_remaining{upstream,kind}. The series is created by
+   * the first value: an upstream that never sent quota headers has none
+   * (a 0 would read as "exhausted").
+   */
+  void setRateLimitRemaining(bool tokens, double remaining);
   prometheus::Gauge& throttleQueueDepth() { return *throttle_queue_depth_; }
   prometheus::Histogram& throttleWait() { return *throttle_wait_; }
 
@@ -76,8 +82,8 @@ class UpstreamMetrics {
   prometheus::Counter* to_closed_;
   prometheus::Counter* to_open_;
   prometheus::Counter* to_half_open_;
-  prometheus::Gauge* rl_requests_;
-  prometheus::Gauge* rl_tokens_;
+  prometheus::Family<prometheus::Gauge>& rl_family_;
+  std::array<std::atomic<prometheus::Gauge*>, 2> rl_remaining_{};  // [tokens]
   prometheus::Gauge* throttle_queue_depth_;
   prometheus::Histogram* throttle_wait_;
 };
@@ -90,6 +96,8 @@ class RouteMetrics {
   /** sluice_requests_total{route,upstream,code}; cached per code after first use. */
   prometheus::Counter& requests(int code);
   prometheus::Histogram& duration() { return *duration_; }
+  /** sluice_time_to_first_byte_seconds: request head in → first response byte out. */
+  prometheus::Histogram& timeToFirstByte() { return *ttfb_; }
   prometheus::Gauge& active() { return *active_; }
   prometheus::Counter& cancellations(CancelReason r) {
     return *cancellations_[static_cast<size_t>(r)];
@@ -137,6 +145,7 @@ class RouteMetrics {
   std::array<std::atomic<prometheus::Counter*>, 600> by_code_{};
   std::array<prometheus::Counter*, 7> cancellations_{};
   prometheus::Histogram* duration_;
+  prometheus::Histogram* ttfb_;
   prometheus::Gauge* active_;
   std::mutex mu_;  // guards the lazily filled caches below and by_code_ creation
   std::map<std::string, prometheus::Counter*> lazy_;
@@ -152,7 +161,7 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  /** The Prometheus text exposition of everything registered. */
+  /** The Prometheus text exposition of everything registered, plus the process_* families. */
   std::string serialize() const;
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
@@ -171,6 +180,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& spend_usd_total;
   prometheus::Family<prometheus::Counter>& leaked_spend_usd_total;
   prometheus::Family<prometheus::Gauge>& active_requests;
+  prometheus::Family<prometheus::Histogram>& time_to_first_byte;
+  prometheus::Family<prometheus::Gauge>& build_info;
   // Not in DESIGN §4 (README "Operating sluice"): config reloads by result.
   prometheus::Family<prometheus::Counter>& config_reloads;
   prometheus::Family<prometheus::Gauge>& config_last_reload_success;
@@ -182,6 +193,9 @@ class Metrics {
   void countReload(bool accepted);
 
   prometheus::Family<prometheus::Counter>& downstream_rejections;
+  // Not in DESIGN §4 (README "Access log"): lines the access log could not write.
+  prometheus::Family<prometheus::Counter>& access_log_dropped;
+  prometheus::Counter& accessLogDropped() { return *access_log_dropped_; }
 
   /** sluice_downstream_rejections_total{reason}: every label built once, up front. */
   prometheus::Counter& rejections(Rejection r) { return *rejections_[static_cast<size_t>(r)]; }
@@ -191,6 +205,8 @@ class Metrics {
 
  private:
   std::array<prometheus::Counter*, kRejectionCount> rejections_{};
+  prometheus::Counter* access_log_dropped_ = nullptr;
+  ProcessCollector process_;
 };
 
 }  // namespace sluice

@@ -1,5 +1,7 @@
 #include "proxy/runtime.h"
 
+#include "proxy/log.h"
+
 namespace sluice {
 
 namespace {
@@ -48,6 +50,9 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
   for (const auto& up : cfg.upstreams) {
     UpstreamRuntime u;
     u.config = &up;
+    u.endpoint = (up.url.host.find(':') != std::string::npos ? "[" + up.url.host + "]"
+                                                              : up.url.host) +
+                 ":" + std::to_string(up.url.port);
     u.metrics = std::make_unique<UpstreamMetrics>(metrics, up.name);
     if (up.url.isTls()) {
       TlsError tls_error;
@@ -77,12 +82,20 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
       prometheus::Counter* to_half_open = &u.metrics->circuitTransitions("half_open");
       u.breaker = std::make_shared<CircuitBreaker>(
           up.circuit_breaker, clock,
-          [state, to_closed, to_open, to_half_open](CircuitState, CircuitState to) {
+          [state, to_closed, to_open, to_half_open, name = up.name](CircuitState from,
+                                                                    CircuitState to) {
             state->Set(static_cast<double>(static_cast<int>(to)));
             (to == CircuitState::Open       ? to_open
              : to == CircuitState::HalfOpen ? to_half_open
                                             : to_closed)
                 ->Increment();
+            logEvent(to == CircuitState::Open ? LogLevel::Warn : LogLevel::Info,
+                     "sluice: circuit of upstream " + name + " is now " +
+                         std::string(toString(to)),
+                     {{"event", "circuit_transition"},
+                      {"upstream", name},
+                      {"from", toString(from)},
+                      {"to", toString(to)}});
           });
     }
     u.metrics->circuitState().Set(static_cast<double>(static_cast<int>(u.breaker->state())));

@@ -26,6 +26,7 @@ namespace sluice {
 /** Per-upstream state shared by all workers. */
 struct UpstreamRuntime {
   const config::UpstreamConfig* config = nullptr;
+  std::string endpoint;  // host:port of the url: the access log's `endpoint` (DESIGN §4, §7)
   std::unique_ptr<UpstreamMetrics> metrics;
   SslCtxPtr ssl_ctx;  // null for http://
   // Shared by every worker's attempts, and carried over by a reload to the

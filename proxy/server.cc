@@ -8,10 +8,10 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
-#include <iostream>
 #include <thread>
 
 #include "config/loader.h"
+#include "proxy/log.h"
 
 namespace sluice {
 
@@ -61,12 +61,15 @@ uint16_t boundPort(evutil_socket_t fd) {
 }
 
 void logWarnings(const Runtime& runtime) {
-  for (const auto& warning : runtime.warnings()) std::cerr << "sluice: warning: " << warning << "\n";
+  for (const auto& warning : runtime.warnings()) {
+    logWarn("sluice: warning: " + warning, {{"event", "config_warning"}});
+  }
 }
 
 }  // namespace
 
-Server::Server(config::ConfigPtr config, const Clock& clock) : clock_(clock), admin_(*this) {
+Server::Server(config::ConfigPtr config, const Clock& clock)
+    : clock_(clock), access_log_(metrics_.accessLogDropped()), admin_(*this) {
   std::string error;
   runtime_ = Runtime::build(std::move(config), metrics_, clock_, &error);
   if (!runtime_) init_error_ = error;
@@ -82,6 +85,7 @@ bool Server::start(std::string* error) {
   std::signal(SIGPIPE, SIG_IGN);
   logWarnings(*runtime_);
   const config::Config& cfg = runtime_->config();
+  if (!access_log_.configure(cfg.access_log, error)) return false;
   const size_t nworkers =
       cfg.workers > 0 ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
 
@@ -103,7 +107,8 @@ bool Server::start(std::string* error) {
     listener_ports_.push_back(port);
   }
   for (size_t w = 0; w < nworkers; ++w) {
-    workers_.push_back(std::make_unique<Worker>(w, clock_, runtime_, std::move(sockets[w])));
+    workers_.push_back(
+        std::make_unique<Worker>(w, clock_, runtime_, std::move(sockets[w]), access_log_));
   }
   if (!admin_.start(cfg.admin.host, cfg.admin.port, error)) {
     workers_.clear();
@@ -119,6 +124,7 @@ void Server::stop() {
   admin_.stop();
   for (auto& w : workers_) w->stop();
   workers_.clear();
+  access_log_.stop();  // after the workers: their last lines are written
 }
 
 size_t Server::drain() {
@@ -166,8 +172,18 @@ bool Server::reload(config::ConfigPtr config, std::string* error) {
       return false;
     }
   }
-  RuntimePtr next = Runtime::build(std::move(config), metrics_, clock_, error, runtime().get());
+  // The access log's new target first: a file that cannot be opened rejects
+  // the reload before anything changed; a reload rejected after it was
+  // switched switches it back.
+  const RuntimePtr current = runtime();
+  if (!access_log_.configure(config->access_log, error)) {
+    metrics_.countReload(false);
+    return false;
+  }
+  RuntimePtr next = Runtime::build(std::move(config), metrics_, clock_, error, current.get());
   if (!next) {
+    std::string ignored;
+    if (current) access_log_.configure(current->config().access_log, &ignored);
     metrics_.countReload(false);
     return false;
   }
@@ -182,6 +198,12 @@ bool Server::reload(config::ConfigPtr config, std::string* error) {
 }
 
 bool Server::reloadFile(const std::string& path, std::string* error) {
+  // logrotate moved the file and sent SIGHUP: reopen whatever the config says.
+  std::string reopen_error;
+  if (!access_log_.reopen(&reopen_error)) {
+    logError("sluice: access log not reopened; still writing to the old file: " + reopen_error,
+             {{"event", "access_log_error"}});
+  }
   auto loaded = config::loadConfigFile(path);
   if (!loaded.ok()) {
     *error = loaded.error->toString();

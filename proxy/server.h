@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "proxy/access_log.h"
 #include "proxy/admin_server.h"
 #include "proxy/clock.h"
 #include "proxy/exchange.h"
@@ -30,8 +31,8 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   /**
-   * Binds every socket and starts the workers and admin. False + `error` on
-   * failure. Ignores SIGPIPE for the whole process: a write to a client that
+   * Binds every socket, opens the access log and starts the workers and
+   * admin. False + `error` on failure. Ignores SIGPIPE for the whole process: a write to a client that
    * reset its connection must be an EPIPE sluice handles, not a signal that
    * kills it (library users need not know). Logs the config's warnings
    * (e.g. `tls.verify: false`) to stderr.
@@ -61,10 +62,11 @@ class Server {
    */
   bool reload(config::ConfigPtr config, std::string* error);
   /**
-   * SIGHUP: re-reads `path` and applies it with reload(). An invalid file
-   * (its FILE:LINE:COL error in `error`) or a refused reload leaves the
-   * running config in force. Either way the attempt is counted in
-   * sluice_config_reloads_total{result}.
+   * SIGHUP: reopens the access log file (logrotate), then re-reads `path`
+   * and applies it with reload(). An invalid file (its FILE:LINE:COL error in
+   * `error`) or a refused reload leaves the running config in force. Either
+   * way the attempt is counted in sluice_config_reloads_total{result}, after
+   * the access log was reopened.
    */
   bool reloadFile(const std::string& path, std::string* error);
 
@@ -82,6 +84,7 @@ class Server {
  private:
   const Clock& clock_;
   Metrics metrics_;
+  AccessLog access_log_;
   mutable std::mutex mu_;
   RuntimePtr runtime_;
   std::string init_error_;

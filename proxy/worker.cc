@@ -39,12 +39,13 @@ Http2Limits http2LimitsFrom(const config::LimitsConfig& l) {
 }  // namespace
 
 Worker::Worker(size_t index, const Clock& clock, RuntimePtr runtime,
-               std::vector<ListenSocket> listen_sockets)
+               std::vector<ListenSocket> listen_sockets, AccessLog& access_log)
     : dispatcher_(clock),
       runtime_(std::move(runtime)),
       listen_sockets_(std::move(listen_sockets)),
       // Exchange ids are unique across workers: the worker index in the top bits.
-      next_exchange_id_((static_cast<uint64_t>(index) << 48) + 1) {
+      next_exchange_id_((static_cast<uint64_t>(index) << 48) + 1),
+      access_log_(access_log, dispatcher_.base()) {
   for (const ListenSocket& ls : listen_sockets_) {
     listeners_.emplace_back(evconnlistener_new(dispatcher_.base(), &Worker::onAccept, this,
                                                LEV_OPT_CLOSE_ON_FREE, -1, ls.fd));
@@ -68,6 +69,7 @@ void Worker::stop() {
     for (auto& [id, ex] : exchanges_) all.push_back(ex.get());
     for (auto* ex : all) ex->cancel(CancelReason::Draining);
     for (auto* conn : allConnections()) conn->close();
+    access_log_.flush();  // the cancelled exchanges' lines too
     dispatcher_.exit();
   });
   thread_.join();

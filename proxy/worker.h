@@ -13,9 +13,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "proxy/access_log.h"
 #include "proxy/dispatcher.h"
 #include "proxy/downstream_connection.h"
 #include "proxy/exchange.h"
+#include "proxy/request_id.h"
 #include "proxy/runtime.h"
 #include "proxy/upstream_pool.h"
 
@@ -29,9 +31,12 @@ struct ListenSocket {
 
 class Worker final : public ExchangeHost, public DownstreamConnectionHost {
  public:
-  /** `listen_sockets` are the sockets this worker accepts on (it closes them). */
+  /**
+   * `listen_sockets` are the sockets this worker accepts on (it closes them);
+   * `access_log` receives this worker's access log lines in chunks.
+   */
   Worker(size_t index, const Clock& clock, RuntimePtr runtime,
-         std::vector<ListenSocket> listen_sockets);
+         std::vector<ListenSocket> listen_sockets, AccessLog& access_log);
   ~Worker() override;
 
   /** Starts the thread. */
@@ -55,6 +60,10 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   UpstreamPool& pool(const Runtime& runtime, size_t index) override;
   void retire(Exchange& exchange) override;
   bool alive(uint64_t id) const override { return exchanges_.count(id) != 0; }
+  IdGenerator& ids() override { return ids_; }
+  AccessLogBuffer* accessLog() override {
+    return access_log_.enabled() ? &access_log_ : nullptr;
+  }
 
   // DownstreamConnectionHost
   Exchange& newExchange(RequestHead& head, DownstreamStream& downstream,
@@ -90,6 +99,8 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   };
   std::map<const Runtime*, RuntimePools> pools_;
   uint64_t next_exchange_id_;
+  IdGenerator ids_;
+  AccessLogBuffer access_log_;
   std::atomic<size_t> active_exchanges_{0};
 };
 

@@ -54,6 +54,10 @@ void SpendFilter::account(const AttemptEnd& end) {
   const ModelPrice& price = prices_.match(meter->model());
   const SpendSplit split = splitSpend(meter->tokenCounts(), disposition, price);
   const std::string& model = price.label;
+  callbacks_->recordUsage(AttemptUsage{
+      meter->model(), split.delivered_input_tokens + split.leaked_input_tokens,
+      split.delivered_output_tokens + split.leaked_output_tokens,
+      split.delivered_usd + split.leaked_usd, split.leaked_usd});
   if (split.delivered_input_tokens > 0) {
     metrics_.tokens(model, false, Disposition::Delivered).Increment(split.delivered_input_tokens);
   }

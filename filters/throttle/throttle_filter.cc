@@ -153,8 +153,10 @@ void ThrottleFilter::onDestroy() {
 
 void ThrottleFilter::updateGauges() {
   metrics_.throttleQueueDepth().Set(static_cast<double>(tracker_.queueDepth()));
-  if (auto r = tracker_.lastRemaining(false)) metrics_.rateLimitRemaining(false).Set(*r);
-  if (auto t = tracker_.lastRemaining(true)) metrics_.rateLimitRemaining(true).Set(*t);
+  for (const bool tokens : {false, true}) {
+    const auto remaining = tracker_.lastRemaining(tokens);
+    if (remaining) metrics_.setRateLimitRemaining(tokens, static_cast<double>(*remaining));
+  }
 }
 
 }  // namespace sluice

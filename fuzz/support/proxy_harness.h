@@ -34,6 +34,7 @@
 #include "proxy/event_util.h"
 #include "proxy/exchange.h"
 #include "proxy/metrics.h"
+#include "proxy/request_id.h"
 #include "proxy/runtime.h"
 #include "proxy/upstream_pool.h"
 
@@ -78,6 +79,8 @@ class ProxyHarness final : public DownstreamConnectionHost, public ExchangeHost 
   UpstreamPool& pool(const Runtime& runtime, size_t index) override;
   void retire(Exchange& exchange) override;
   bool alive(uint64_t id) const override { return exchanges_.count(id) != 0; }
+  IdGenerator& ids() override { return ids_; }
+  AccessLogBuffer* accessLog() override { return nullptr; }  // the access log is off
 
  private:
   static void onUpstreamAccept(evconnlistener*, evutil_socket_t fd, sockaddr*, int, void* arg);
@@ -112,6 +115,7 @@ class ProxyHarness final : public DownstreamConnectionHost, public ExchangeHost 
   std::string client_received_;
   uint64_t upstream_bytes_ = 0;
   uint64_t next_exchange_id_ = 1;
+  IdGenerator ids_{1};  // fixed seed: an input runs the same way every time
 };
 
 }  // namespace sluice::fuzz

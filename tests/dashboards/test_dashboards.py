@@ -56,6 +56,7 @@ SPEND_NOT_WIRED: list = []  # the spend meter is wired: every spend query must r
 
 # Grafana variables, replaced by what "All" means for the dashboard's queries.
 GRAFANA_VARS = {
+    "instance": ".*",
     "route": ".*",
     "upstream": ".*",
     "__rate_interval": "1m",
@@ -222,8 +223,8 @@ def check_dashboard():
     check(35 <= dash.get("schemaVersion", 0) <= 41, "dashboard: schemaVersion ~39",
           f"schemaVersion={dash.get('schemaVersion')}")
     tvars = {v["name"]: v for v in dash["templating"]["list"]}
-    check({"DS_PROMETHEUS", "route", "upstream"} <= tvars.keys(), "dashboard: variables DS_PROMETHEUS, route, upstream",
-          f"have {sorted(tvars)}")
+    check({"DS_PROMETHEUS", "instance", "route", "upstream"} <= tvars.keys(),
+          "dashboard: variables DS_PROMETHEUS, instance, route, upstream", f"have {sorted(tvars)}")
     ds = tvars.get("DS_PROMETHEUS", {})
     check(ds.get("type") == "datasource" and ds.get("query") == "prometheus"
           and ds.get("current", {}).get("value") == "prometheus",
@@ -248,8 +249,12 @@ def check_dashboard():
     required = {"sluice_requests_total", "sluice_request_duration_seconds", "sluice_cancellations_total",
                 "sluice_leaked_spend_usd_total", "sluice_tokens_total", "sluice_circuit_state",
                 "sluice_ratelimit_remaining", "sluice_throttle_queue_depth", "sluice_retries_total",
-                "sluice_cancel_propagation_seconds", "sluice_upstream_attempts_total"}
+                "sluice_cancel_propagation_seconds", "sluice_upstream_attempts_total",
+                "sluice_time_to_first_byte_seconds", "sluice_downstream_rejections_total",
+                "sluice_config_reloads_total"}
     check(required <= used, "dashboard: covers the required metric families", f"missing {sorted(required - used)}")
+    unfiltered = sorted({f"{t} {r}" for t, r, e in targets if '$instance' not in e})
+    check(not unfiltered, "dashboard: every target honours the instance selector", f"{unfiltered}")
     exprs = [e for _, _, e in targets]
     check(all(f"histogram_quantile({q}," in " ".join(exprs) for q in ("0.5", "0.95", "0.99")),
           "dashboard: latency p50/p95/p99 panels")
@@ -377,7 +382,9 @@ def run(work):
     global skipped
     targets = check_dashboard()
     rules = alert_rules()
-    check(len(rules) == 4, "alerts.yml: 4 alert rules parsed", f"{rules}")
+    check(len(rules) == 6, "alerts.yml: 6 alert rules parsed", f"{rules}")
+    check({"SluiceConfigReloadRejected", "SluiceDown"} <= {n for n, _ in rules},
+          "alerts.yml: rejected reload and up == 0 alerts", f"{[n for n, _ in rules]}")
 
     r = subprocess.run([SLUICE_BIN, "--check-config", COMPOSE_SLUICE], capture_output=True, text=True)
     check(r.returncode == 0, "sluice --check-config dashboards/compose-sluice.yaml", r.stdout + r.stderr)

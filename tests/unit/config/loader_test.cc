@@ -245,6 +245,7 @@ limits:
   header_read_timeout: 200ms
   body_read_timeout: 0s
   idle_timeout: 2m
+access_log: {path: /var/log/sluice/access.log, format: json}
 )";
 
 TEST(ConfigLoaderTest, DecodesEveryKeyOfTheSchema) {
@@ -271,6 +272,8 @@ TEST(ConfigLoaderTest, DecodesEveryKeyOfTheSchema) {
   EXPECT_EQ(c->limits.header_read_timeout, milliseconds(200));
   EXPECT_EQ(c->limits.body_read_timeout, milliseconds(0));  // 0 = off
   EXPECT_EQ(c->limits.idle_timeout, seconds(120));
+  EXPECT_EQ(c->access_log.target, AccessLogConfig::Target::File);
+  EXPECT_EQ(c->access_log.path, "/var/log/sluice/access.log");
 
   ASSERT_EQ(c->upstreams.size(), 2u);
   const UpstreamConfig& local = c->upstreams[0];
@@ -379,7 +382,7 @@ const ErrorCase kErrorCases[] = {
      R"(test.yaml:2:1: listne: unknown key (did you mean "listen"?))"},
     {"UnknownKeyFarFromAnyKnownKey", "listen: 127.0.0.1:8080\nfoo: 1\n",
      "test.yaml:2:1: foo: unknown key (expected one of: version, listen, admin, workers, "
-     "drain_timeout, upstreams, routes, pricing, limits)"},
+     "drain_timeout, upstreams, routes, pricing, limits, access_log)"},
     {"MissingListen", "admin: 127.0.0.1:9901\n", "test.yaml:1:1: listen: required key is missing"},
     {"EmptyDocument", "",
      "test.yaml:1:1: expected a mapping at the top level, got an empty document"},
@@ -795,6 +798,16 @@ routes:
      "listen: 127.0.0.1:8080\npricing:\n  - {model: \"gpt-4o*\", input: cheap, output: 10}\n",
      R"(test.yaml:3:31: pricing[0].input: expected a number, got "cheap")"},
 
+    // --- access_log (DESIGN §7)
+    {"AccessLogNoPath", "listen: 127.0.0.1:8080\naccess_log: {format: json}\n",
+     "test.yaml:2:13: access_log.path: required key is missing"},
+    {"AccessLogEmptyPath", "listen: 127.0.0.1:8080\naccess_log: {path: \"\"}\n",
+     "test.yaml:2:20: access_log.path: must not be empty"},
+    {"AccessLogUnknownFormat", "listen: 127.0.0.1:8080\naccess_log: {path: stdout, format: text}\n",
+     R"(test.yaml:2:36: access_log.format: must be one of json (got "text"))"},
+    {"AccessLogUnknownKey", "listen: 127.0.0.1:8080\naccess_log: {path: off, fields: [ts]}\n",
+     "test.yaml:2:25: access_log.fields: unknown key (expected one of: path, format)"},
+
     // --- limits (a contract addition)
     {"LimitsUnknownKey", "listen: 127.0.0.1:8080\nlimits:\n  max_header: 8KiB\n",
      R"(test.yaml:3:3: limits.max_header: unknown key (did you mean "max_headers"?))"},
@@ -1125,8 +1138,12 @@ TEST(ConfigRenderTest, RendersEveryKeyWithDurationsAsStrings) {
   EXPECT_EQ(j["pricing"][1],
             (nlohmann::json{{"model", "claude-*"}, {"input", 3.0}, {"output", 15.0}}));
 
+  EXPECT_EQ(j["access_log"],
+            (nlohmann::json{{"path", "/var/log/sluice/access.log"}, {"format", "json"}}));
+
   const ConfigPtr minimal = loadOk(kMinimal);
   EXPECT_EQ(toRedactedJson(*minimal)["workers"], "auto");
+  EXPECT_EQ(toRedactedJson(*minimal)["access_log"]["path"], "off");
 }
 
 // Strips what the YAML schema writes by omission (null) and the non-schema source_path.

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <climits>
 #include <map>
 #include <set>
@@ -102,6 +103,18 @@ const std::vector<FamilySpec>& designFamilies() {
       {"sluice_config_last_reload_success_timestamp_seconds", "gauge", {}},
       // Not in DESIGN §4: a documented addition (README "Limits").
       {"sluice_downstream_rejections_total", "counter", {"reason"}},
+      // DESIGN §4, added with §5–§8.
+      {"sluice_time_to_first_byte_seconds", "histogram", {"route", "upstream"}},
+      {"sluice_build_info", "gauge", {"version", "commit"}},
+      // Not in DESIGN §4: a documented addition (README "Access log").
+      {"sluice_access_log_dropped_total", "counter", {}},
+      // The standard process metrics of every Prometheus client (README "Metrics").
+      {"process_cpu_seconds_total", "counter", {}},
+      {"process_resident_memory_bytes", "gauge", {}},
+      {"process_virtual_memory_bytes", "gauge", {}},
+      {"process_open_fds", "gauge", {}},
+      {"process_max_fds", "gauge", {}},
+      {"process_start_time_seconds", "gauge", {}},
   };
   return kFamilies;
 }
@@ -117,6 +130,7 @@ const std::set<std::string> kResults = {"ok",    "http_429", "http_5xx", "http_4
 void exerciseEverything(RouteMetrics& route, UpstreamMetrics& upstream) {
   for (int code : {200, 400, 429, 499, 502, 503, 504}) route.requests(code).Increment();
   route.duration().Observe(0.25);
+  route.timeToFirstByte().Observe(0.05);
   route.active().Increment();
   for (CancelReason r : kAllCancelReasons) route.cancellations(r).Increment();
   for (const char* cause : {"http_429", "http_5xx", "connect_error", "reset", "timeout"}) {
@@ -136,8 +150,8 @@ void exerciseEverything(RouteMetrics& route, UpstreamMetrics& upstream) {
   upstream.cancelPropagation().Observe(0.0001);
   upstream.circuitState().Set(1);
   for (const char* to : {"closed", "open", "half_open"}) upstream.circuitTransitions(to).Increment();
-  upstream.rateLimitRemaining(false).Set(99);
-  upstream.rateLimitRemaining(true).Set(12345);
+  upstream.setRateLimitRemaining(false, 99);
+  upstream.setRateLimitRemaining(true, 12345);
   upstream.throttleQueueDepth().Set(3);
   upstream.throttleWait().Observe(1.5);
 }
@@ -293,8 +307,10 @@ TEST_F(MetricsTest, LabelValuesStayInTheDocumentedSets) {
 }
 
 TEST_F(MetricsTest, ClosedSetsArePreRegisteredPerRouteAndUpstream) {
-  // Without touching anything, the attempt results, cancel reasons, circuit
-  // targets and quota kinds exist at 0, so dashboards see them from the start.
+  // Without touching anything, the attempt results, cancel reasons and circuit
+  // targets exist at 0, so dashboards see them from the start. Quota
+  // remaining does not: 0 would read as "exhausted" for an upstream that never
+  // sent quota headers.
   const auto samples = samplesOf(metrics_.serialize());
   std::set<std::string> results, reasons, targets, kinds;
   for (const auto& s : samples) {
@@ -309,7 +325,78 @@ TEST_F(MetricsTest, ClosedSetsArePreRegisteredPerRouteAndUpstream) {
   EXPECT_EQ(results, kResults);
   EXPECT_EQ(reasons, kCancelReasons);
   EXPECT_EQ(targets, (std::set<std::string>{"closed", "open", "half_open"}));
-  EXPECT_EQ(kinds, (std::set<std::string>{"requests", "tokens"}));
+  EXPECT_TRUE(kinds.empty());
+}
+
+TEST_F(MetricsTest, RateLimitRemainingAppearsWithTheFirstValueSeen) {
+  EXPECT_EQ(metrics_.serialize().find("sluice_ratelimit_remaining{"), std::string::npos);
+  upstream_.setRateLimitRemaining(true, 0);  // a real 0: exhausted
+  std::string text = metrics_.serialize();
+  EXPECT_NE(text.find("sluice_ratelimit_remaining{kind=\"tokens\",upstream=\"openai\"} 0"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("sluice_ratelimit_remaining{kind=\"requests\""), std::string::npos) << text;
+  upstream_.setRateLimitRemaining(false, 42);
+  upstream_.setRateLimitRemaining(false, 41);
+  // A second UpstreamMetrics for the same upstream (a reload) updates the same series.
+  UpstreamMetrics reloaded(metrics_, "openai");
+  reloaded.setRateLimitRemaining(false, 40);
+  text = metrics_.serialize();
+  EXPECT_NE(text.find("sluice_ratelimit_remaining{kind=\"requests\",upstream=\"openai\"} 40"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(MetricsTest, DurationBucketsReachTheLargestBudget) {
+  // budget.max may be 600 s: a request that used all of it lands in a finite bucket.
+  ASSERT_FALSE(Metrics::durationBuckets().empty());
+  EXPECT_EQ(Metrics::durationBuckets().back(), 600);
+  route_.duration().Observe(599);
+  route_.timeToFirstByte().Observe(599);
+  const std::string text = metrics_.serialize();
+  EXPECT_NE(text.find("sluice_request_duration_seconds_bucket{route=\"chat\",upstream=\"openai\","
+                      "le=\"600\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("sluice_time_to_first_byte_seconds_bucket{route=\"chat\","
+                      "upstream=\"openai\",le=\"600\"} 1"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(MetricsTest, BuildInfoIsOneWithVersionAndCommit) {
+  const auto samples = samplesOf(metrics_.serialize());
+  int found = 0;
+  for (const auto& s : samples) {
+    if (s.name != "sluice_build_info") continue;
+    ++found;
+    EXPECT_EQ(s.value, "1");
+    EXPECT_FALSE(s.labels.at("version").empty());
+    // A git commit (hex) when built from a checkout, else "unknown".
+    const std::string commit = s.labels.at("commit");
+    EXPECT_TRUE(commit == "unknown" ||
+                (!commit.empty() && commit.find_first_not_of("0123456789abcdef") == std::string::npos))
+        << commit;
+  }
+  EXPECT_EQ(found, 1);
+}
+
+TEST_F(MetricsTest, ProcessMetricsAreReadAtScrapeTime) {
+  std::map<std::string, double> values;
+  for (const auto& s : samplesOf(metrics_.serialize())) {
+    if (s.name.rfind("process_", 0) == 0) values[s.name] = std::stod(s.value);
+  }
+  ASSERT_EQ(values.size(), 6u);
+  EXPECT_GT(values["process_resident_memory_bytes"], 0);
+  EXPECT_GE(values["process_virtual_memory_bytes"], values["process_resident_memory_bytes"]);
+  EXPECT_GE(values["process_open_fds"], 3);  // stdin, stdout, stderr at least
+  EXPECT_NE(values["process_max_fds"], 0);
+  EXPECT_GE(values["process_cpu_seconds_total"], 0);
+  // Started after 2020 and not in the future (wall clock, seconds).
+  EXPECT_GT(values["process_start_time_seconds"], 1.5e9);
+  EXPECT_LE(values["process_start_time_seconds"],
+            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                    .count() + 1);
 }
 
 TEST_F(MetricsTest, HandlesAreDistinctPerLabelValue) {
@@ -321,7 +408,6 @@ TEST_F(MetricsTest, HandlesAreDistinctPerLabelValue) {
   std::set<const prometheus::Counter*> cancels;
   for (CancelReason r : kAllCancelReasons) cancels.insert(&route_.cancellations(r));
   EXPECT_EQ(cancels.size(), std::size(kAllCancelReasons));
-  EXPECT_NE(&upstream_.rateLimitRemaining(true), &upstream_.rateLimitRemaining(false));
   std::set<const prometheus::Counter*> transitions{&upstream_.circuitTransitions("closed"),
                                                    &upstream_.circuitTransitions("open"),
                                                    &upstream_.circuitTransitions("half_open")};

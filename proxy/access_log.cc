@@ -1,0 +1,225 @@
+#include "proxy/access_log.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "proxy/json_line.h"
+#include "proxy/log.h"
+
+namespace sluice {
+
+namespace {
+
+/** Opens `path` for appending (created 0640); -1 + `error` on failure. */
+int openForAppend(const std::string& path, std::string* error) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+  if (fd < 0 && error != nullptr) {
+    *error = "access_log.path: cannot open " + path + ": " + std::strerror(errno);
+  }
+  return fd;
+}
+
+/** Writes all of `data` to `fd`; errno of the failure, or 0. */
+int writeAll(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return EIO;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void renderAccessRecord(const AccessRecord& r, std::string& out) {
+  JsonLine line(out);
+  line.time("ts", r.start)
+      .str("request_id", r.request_id)
+      .str("trace_id", r.trace_id)
+      .str("route", r.route)
+      .str("upstream", r.upstream)
+      .strOrNull("endpoint", r.endpoint)
+      .str("method", r.method)
+      .str("path", r.path)
+      .str("protocol", r.protocol)
+      .num("status", r.status)
+      .num("attempts", r.attempts)
+      .strArray("retry_causes", r.retry_causes)
+      .num("fallbacks", r.fallbacks)
+      .fixed("duration_ms", r.duration_ms, 3);
+  if (r.ttfb_ms) {
+    line.fixed("ttfb_ms", *r.ttfb_ms, 3);
+  } else {
+    line.null("ttfb_ms");
+  }
+  if (r.cancel_reason) {
+    line.str("cancel_reason", toString(*r.cancel_reason));
+  } else {
+    line.null("cancel_reason");
+  }
+  line.strOrNull("model", r.model)
+      .num("input_tokens", r.input_tokens)
+      .num("output_tokens", r.output_tokens)
+      .num("spend_usd", r.spend_usd)
+      .num("leaked_usd", r.leaked_usd)
+      .num("bytes_in", r.bytes_in)
+      .num("bytes_out", r.bytes_out);
+  line.end();
+}
+
+// --- AccessLog -------------------------------------------------------------------
+
+AccessLog::AccessLog(prometheus::Counter& dropped_lines) : dropped_(dropped_lines) {}
+
+AccessLog::~AccessLog() {
+  stop();
+  std::lock_guard<std::mutex> lock(file_mu_);
+  if (fd_ > STDERR_FILENO) ::close(fd_);
+}
+
+bool AccessLog::configure(const config::AccessLogConfig& config, std::string* error) {
+  using Target = config::AccessLogConfig::Target;
+  int fd = -1;
+  {
+    std::lock_guard<std::mutex> lock(file_mu_);
+    if (config == target_ && (fd_ >= 0 || config.target == Target::Off)) return true;
+  }
+  if (config.target == Target::Stdout) fd = STDOUT_FILENO;
+  if (config.target == Target::File) {
+    fd = openForAppend(config.path, error);
+    if (fd < 0) return false;
+  }
+  int old = -1;
+  {
+    std::lock_guard<std::mutex> lock(file_mu_);
+    old = fd_;
+    fd_ = fd;
+    target_ = config;
+    last_errno_ = 0;
+  }
+  if (old > STDERR_FILENO) ::close(old);
+  enabled_.store(fd >= 0);
+  if (fd >= 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!writer_.joinable() && !stopped_) writer_ = std::thread([this] { run(); });
+  }
+  return true;
+}
+
+bool AccessLog::reopen(std::string* error) {
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(file_mu_);
+    if (target_.target != config::AccessLogConfig::Target::File) return true;
+    path = target_.path;
+  }
+  const int fd = openForAppend(path, error);
+  if (fd < 0) return false;  // keep writing to the file we have
+  int old = -1;
+  {
+    std::lock_guard<std::mutex> lock(file_mu_);
+    old = fd_;
+    fd_ = fd;
+    last_errno_ = 0;
+  }
+  if (old > STDERR_FILENO) ::close(old);
+  return true;
+}
+
+void AccessLog::submit(std::string&& chunk, size_t lines) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopped_ && pending_bytes_ + chunk.size() <= kMaxPendingBytes) {
+      pending_bytes_ += chunk.size();
+      pending_.push_back(Chunk{std::move(chunk), lines});
+      cv_.notify_one();
+      return;
+    }
+  }
+  dropped_.Increment(static_cast<double>(lines));
+}
+
+void AccessLog::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    cv_.notify_one();
+  }
+  if (writer_.joinable()) writer_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  stopped_ = true;
+  enabled_.store(false);
+}
+
+void AccessLog::run() {
+  std::vector<Chunk> batch;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
+      if (pending_.empty()) return;  // stopping, and everything is written
+      batch.swap(pending_);
+      pending_bytes_ = 0;
+    }
+    for (const Chunk& chunk : batch) writeChunk(chunk.text, chunk.lines);
+    batch.clear();
+  }
+}
+
+void AccessLog::writeChunk(const std::string& chunk, size_t lines) {
+  int err = 0;
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(file_mu_);
+    if (fd_ < 0) {
+      err = -1;  // turned off by a reload: what was pending is dropped
+    } else {
+      err = writeAll(fd_, chunk);
+      if (err == 0) last_errno_ = 0;
+      if (err > 0 && err == last_errno_) err = -1;  // already logged
+      if (err > 0) {
+        last_errno_ = err;
+        path = target_.target == config::AccessLogConfig::Target::File ? target_.path : "stdout";
+      }
+    }
+  }
+  if (err == 0) return;
+  dropped_.Increment(static_cast<double>(lines));
+  if (err > 0) {
+    logError("sluice: access log write failed; lines are dropped until it works again",
+             {{"path", path}, {"error", std::strerror(err)}});
+  }
+}
+
+// --- AccessLogBuffer ---------------------------------------------------------------
+
+AccessLogBuffer::AccessLogBuffer(AccessLog& log, event_base* base)
+    : log_(log), timer_(base, [this] { flush(); }) {}
+
+void AccessLogBuffer::append(const AccessRecord& record) {
+  renderAccessRecord(record, buffer_);
+  ++lines_;
+  if (buffer_.size() >= kFlushBytes) {
+    flush();
+  } else if (lines_ == 1) {
+    timer_.arm(kFlushInterval);
+  }
+}
+
+void AccessLogBuffer::flush() {
+  timer_.disarm();
+  if (lines_ == 0) return;
+  std::string chunk;
+  chunk.reserve(kFlushBytes + 4096);
+  chunk.swap(buffer_);
+  log_.submit(std::move(chunk), lines_);
+  lines_ = 0;
+}
+
+}  // namespace sluice

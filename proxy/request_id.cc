@@ -1,0 +1,124 @@
+#include "proxy/request_id.h"
+
+#include <random>
+
+namespace sluice {
+
+namespace {
+
+constexpr char kHex[] = "0123456789abcdef";
+
+bool isLowerHex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
+
+/** `n` lower-case hex digits at `s`, not all '0'. */
+bool isNonZeroHex(std::string_view s) {
+  bool non_zero = false;
+  for (char c : s) {
+    if (!isLowerHex(c)) return false;
+    non_zero = non_zero || c != '0';
+  }
+  return non_zero;
+}
+
+/** The value of `name` when it appears exactly once; `repeated` says it appeared more often. */
+std::string_view singleValue(const HeaderMap& headers, std::string_view name, bool& present) {
+  std::string_view value;
+  int seen = 0;
+  for (const auto& [n, v] : headers) {
+    if (n == name && ++seen == 1) value = v;
+  }
+  present = seen > 0;
+  return seen == 1 ? value : std::string_view();
+}
+
+}  // namespace
+
+IdGenerator::IdGenerator() {
+  std::random_device rd;
+  state_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+uint64_t IdGenerator::next() {
+  uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+std::string IdGenerator::uuid() {
+  uint64_t hi = next();
+  uint64_t lo = next();
+  hi = (hi & ~0xF000ULL) | 0x4000ULL;                           // version 4
+  lo = (lo & 0x3FFFFFFFFFFFFFFFULL) | 0x8000000000000000ULL;  // variant 10xx
+  std::string out(36, '-');
+  size_t pos = 0;
+  const auto put = [&](uint64_t v, int nibbles) {
+    for (int i = nibbles - 1; i >= 0; --i) {
+      if (pos == 8 || pos == 13 || pos == 18 || pos == 23) ++pos;  // the dashes
+      out[pos++] = kHex[(v >> (i * 4)) & 0xF];
+    }
+  };
+  put(hi, 16);
+  put(lo, 16);
+  return out;
+}
+
+std::string IdGenerator::hex(size_t bytes) {
+  std::string out(bytes * 2, '0');
+  for (;;) {
+    for (size_t i = 0; i < out.size(); i += 16) {
+      const uint64_t v = next();
+      for (size_t k = 0; k < 16 && i + k < out.size(); ++k) out[i + k] = kHex[(v >> (k * 4)) & 0xF];
+    }
+    if (out.find_first_not_of('0') != std::string::npos) return out;
+  }
+}
+
+bool isValidRequestId(std::string_view id) {
+  if (id.empty() || id.size() > kMaxRequestIdLength) return false;
+  for (char c : id) {
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (!alnum && std::string_view("-_.:+/=@").find(c) == std::string_view::npos) return false;
+  }
+  return true;
+}
+
+std::string_view traceIdOf(std::string_view tp) {
+  // version "-" trace-id(32) "-" parent-id(16) "-" flags(2)
+  if (tp.size() < 55) return {};
+  if (tp[2] != '-' || tp[35] != '-' || tp[52] != '-') return {};
+  const std::string_view version = tp.substr(0, 2);
+  if (!isLowerHex(version[0]) || !isLowerHex(version[1]) || version == "ff") return {};
+  if (version == "00" ? tp.size() != 55 : tp.size() > 55 && tp[55] != '-') return {};
+  const std::string_view trace_id = tp.substr(3, 32);
+  if (!isNonZeroHex(trace_id) || !isNonZeroHex(tp.substr(36, 16))) return {};
+  if (!isLowerHex(tp[53]) || !isLowerHex(tp[54])) return {};
+  return trace_id;
+}
+
+RequestIdentity establishIdentity(HeaderMap& headers, IdGenerator& ids) {
+  RequestIdentity identity;
+  bool present = false;
+  const std::string_view client_id = singleValue(headers, "x-request-id", present);
+  if (isValidRequestId(client_id)) {
+    identity.request_id = std::string(client_id);
+  } else {
+    identity.request_id = ids.uuid();
+    identity.request_id_generated = true;
+    headers.set("x-request-id", identity.request_id);
+  }
+
+  const std::string_view traceparent = singleValue(headers, "traceparent", present);
+  const std::string_view trace_id = traceIdOf(traceparent);
+  if (!trace_id.empty()) {
+    identity.trace_id = std::string(trace_id);
+  } else {
+    identity.trace_id = ids.hex(16);
+    identity.trace_started = true;
+    if (present) headers.remove("tracestate");  // it described the trace we could not read
+    headers.set("traceparent", "00-" + identity.trace_id + "-" + ids.hex(8) + "-01");
+  }
+  return identity;
+}
+
+}  // namespace sluice

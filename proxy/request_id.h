@@ -1,0 +1,78 @@
+#pragma once
+
+// Request identity (DESIGN.md §7): the `x-request-id` every request carries
+// through sluice, and the W3C Trace Context `traceparent` it belongs to.
+//
+// - x-request-id: the client's value is kept when it is well-formed
+//   (isValidRequestId), otherwise sluice generates a UUID v4. It goes
+//   upstream, back to the client, into the access log and /exchanges.
+// - traceparent: a valid one (W3C Trace Context level 1) passes through
+//   untouched; when it is absent or invalid sluice starts a new trace
+//   (`00-<trace-id>-<parent-id>-01`) and sends that upstream — an invalid one
+//   also drops `tracestate`, which belongs to the trace it described. The
+//   trace id is logged.
+//
+// Ids come from a per-worker IdGenerator: they must be unique, not secret,
+// so a fast seeded PRNG serves (no syscall and no lock per request).
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "proxy/http_headers.h"
+
+namespace sluice {
+
+/** A per-worker source of random ids (uniqueness, not secrecy). Not thread-safe. */
+class IdGenerator {
+ public:
+  /** Seeded from std::random_device. */
+  IdGenerator();
+  /** A fixed seed, for tests. */
+  explicit IdGenerator(uint64_t seed) : state_(seed) {}
+
+  /** A random UUID version 4, canonical lower-case form (36 characters). */
+  std::string uuid();
+  /** `bytes` random bytes as 2·bytes lower-case hex digits, never all zeros. */
+  std::string hex(size_t bytes);
+
+ private:
+  uint64_t next();  // splitmix64
+  uint64_t state_;
+};
+
+/** The longest client x-request-id sluice keeps. */
+inline constexpr size_t kMaxRequestIdLength = 128;
+
+/**
+ * True when a client's x-request-id may be kept: 1..128 characters, each a
+ * letter, digit or one of `-_.:+/=@` (UUIDs, ULIDs, base64 and the
+ * prefixed ids providers use all qualify; spaces, quotes and control bytes
+ * do not).
+ */
+bool isValidRequestId(std::string_view id);
+
+/**
+ * The trace id (32 lower-case hex digits) of a valid W3C `traceparent`, or
+ * an empty view. Valid: `VV-<32 hex>-<16 hex>-<2 hex>`, lower-case hex,
+ * version not `ff`, trace id and parent id not all zeros; version 00 is
+ * exactly 55 characters, a later version may carry more after a `-`.
+ */
+std::string_view traceIdOf(std::string_view traceparent);
+
+/** What establishIdentity() decided, for the access log and /exchanges. */
+struct RequestIdentity {
+  std::string request_id;
+  std::string trace_id;
+  bool request_id_generated = false;
+  bool trace_started = false;
+};
+
+/**
+ * Applies DESIGN §7 to a client request's headers in place: keeps or
+ * replaces `x-request-id`, keeps or starts `traceparent` (a repeated header
+ * counts as invalid). Returns the ids the request now carries.
+ */
+RequestIdentity establishIdentity(HeaderMap& headers, IdGenerator& ids);
+
+}  // namespace sluice

@@ -1,0 +1,140 @@
+// Tests for request identity (proxy/request_id.h, DESIGN §7): which client
+// x-request-id values are kept, which traceparent values are valid (W3C Trace
+// Context level 1), and what establishIdentity() does to the headers.
+
+#include "proxy/request_id.h"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+#include <string>
+
+namespace sluice {
+namespace {
+
+constexpr const char* kTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+TEST(RequestIdTest, WellFormedClientIdsAreKept) {
+  for (const std::string id : {"a", "req-123", "0d8e5c2a-8f5b-4c1e-9a61-2a1a3b4c5d6e",
+                               "01HZX3V0K8Q2J5W4Y6T7R9S1A0", "abc+/=", "svc:req_1.2@host"}) {
+    EXPECT_TRUE(isValidRequestId(id)) << id;
+  }
+  EXPECT_TRUE(isValidRequestId(std::string(kMaxRequestIdLength, 'x')));
+}
+
+TEST(RequestIdTest, MalformedClientIdsAreNot) {
+  for (const std::string id : {"", "has space", "quote\"", "back\\slash", "tab\t", "semi;colon",
+                               "comma,", "caf\xC3\xA9", "<script>"}) {
+    EXPECT_FALSE(isValidRequestId(id)) << id;
+  }
+  EXPECT_FALSE(isValidRequestId(std::string(kMaxRequestIdLength + 1, 'x')));
+  EXPECT_FALSE(isValidRequestId(std::string("nul\0", 4)));
+}
+
+TEST(TraceparentTest, ValidValuesYieldTheirTraceId) {
+  EXPECT_EQ(traceIdOf(kTraceparent), "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(traceIdOf("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"),
+            "4bf92f3577b34da6a3ce929d0e0e4736");
+  // A later version may append fields after a dash (forward compatibility).
+  EXPECT_EQ(traceIdOf("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra"),
+            "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(traceIdOf("cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-09"),
+            "4bf92f3577b34da6a3ce929d0e0e4736");
+}
+
+TEST(TraceparentTest, InvalidValuesYieldNothing) {
+  const char* kInvalid[] = {
+      "",
+      "garbage",
+      "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",   // version ff is invalid
+      "00-00000000000000000000000000000000-00f067aa0ba902b7-01",   // zero trace id
+      "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",   // zero parent id
+      "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",   // upper-case hex
+      "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",    // short trace id
+      "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-",  // v00 must be exactly 55
+      "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",    // short flags
+      "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0g",   // non-hex flags
+      "00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01",   // wrong separators
+      "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x",  // later version, no dash
+      "0g-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",   // non-hex version
+  };
+  for (const char* tp : kInvalid) EXPECT_EQ(traceIdOf(tp), "") << tp;
+}
+
+TEST(IdGeneratorTest, UuidsAreVersion4AndDistinct) {
+  IdGenerator ids(42);
+  const std::regex uuid4("^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$");
+  std::set<std::string> seen;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string id = ids.uuid();
+    EXPECT_TRUE(std::regex_match(id, uuid4)) << id;
+    EXPECT_TRUE(isValidRequestId(id)) << id;
+    seen.insert(id);
+  }
+  EXPECT_EQ(seen.size(), 1000u);
+  const std::string trace = ids.hex(16);
+  EXPECT_EQ(trace.size(), 32u);
+  EXPECT_EQ(trace.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_NE(IdGenerator(1).uuid(), IdGenerator(2).uuid());
+  EXPECT_EQ(IdGenerator(7).uuid(), IdGenerator(7).uuid());  // seeded: reproducible
+}
+
+TEST(EstablishIdentityTest, KeepsAWellFormedRequestIdAndTraceparent) {
+  IdGenerator ids(1);
+  HeaderMap h;
+  h.add("x-request-id", "client-42");
+  h.add("traceparent", kTraceparent);
+  h.add("tracestate", "vendor=1");
+  const RequestIdentity identity = establishIdentity(h, ids);
+  EXPECT_EQ(identity.request_id, "client-42");
+  EXPECT_FALSE(identity.request_id_generated);
+  EXPECT_EQ(identity.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_FALSE(identity.trace_started);
+  EXPECT_EQ(h.get("x-request-id"), "client-42");
+  EXPECT_EQ(h.get("traceparent"), kTraceparent);
+  EXPECT_EQ(h.get("tracestate"), "vendor=1");
+}
+
+TEST(EstablishIdentityTest, GeneratesWhatIsMissing) {
+  IdGenerator ids(1);
+  HeaderMap h;
+  const RequestIdentity identity = establishIdentity(h, ids);
+  EXPECT_TRUE(identity.request_id_generated);
+  EXPECT_TRUE(identity.trace_started);
+  EXPECT_EQ(h.get("x-request-id"), identity.request_id);
+  EXPECT_TRUE(isValidRequestId(identity.request_id));
+  const std::string tp(h.get("traceparent").value_or(""));
+  EXPECT_EQ(traceIdOf(tp), identity.trace_id) << tp;
+  EXPECT_EQ(tp.substr(0, 3), "00-");
+  EXPECT_EQ(tp.substr(52), "-01");
+}
+
+TEST(EstablishIdentityTest, ReplacesMalformedOrRepeatedValues) {
+  IdGenerator ids(1);
+  HeaderMap h;
+  h.add("x-request-id", "has space");
+  h.add("traceparent", "00-zzz");
+  h.add("tracestate", "belongs=to-the-broken-trace");
+  RequestIdentity identity = establishIdentity(h, ids);
+  EXPECT_TRUE(identity.request_id_generated);
+  EXPECT_NE(identity.request_id, "has space");
+  EXPECT_EQ(h.getAll("x-request-id").size(), 1u);
+  EXPECT_TRUE(identity.trace_started);
+  EXPECT_EQ(traceIdOf(h.get("traceparent").value_or("")), identity.trace_id);
+  EXPECT_FALSE(h.has("tracestate"));
+
+  HeaderMap twice;
+  twice.add("x-request-id", "a");
+  twice.add("x-request-id", "b");
+  twice.add("traceparent", kTraceparent);
+  twice.add("traceparent", kTraceparent);
+  identity = establishIdentity(twice, ids);
+  EXPECT_TRUE(identity.request_id_generated);
+  EXPECT_TRUE(identity.trace_started);
+  EXPECT_EQ(twice.getAll("x-request-id").size(), 1u);
+  EXPECT_EQ(twice.getAll("traceparent").size(), 1u);
+}
+
+}  // namespace
+}  // namespace sluice
