@@ -38,39 +38,68 @@ int writeAll(int fd, const std::string& data) {
 }  // namespace
 
 void renderAccessRecord(const AccessRecord& r, std::string& out) {
-  JsonLine line(out);
-  line.time("ts", r.start)
-      .str("request_id", r.request_id)
-      .str("trace_id", r.trace_id)
-      .str("route", r.route)
-      .str("upstream", r.upstream)
-      .strOrNull("endpoint", r.endpoint)
-      .str("method", r.method)
-      .str("path", r.path)
-      .str("protocol", r.protocol)
-      .num("status", r.status)
-      .num("attempts", r.attempts)
-      .strArray("retry_causes", r.retry_causes)
-      .num("fallbacks", r.fallbacks)
-      .fixed("duration_ms", r.duration_ms, 3);
-  if (r.ttfb_ms) {
-    line.fixed("ttfb_ms", *r.ttfb_ms, 3);
-  } else {
-    line.null("ttfb_ms");
+  using namespace json;
+  // One reserve for the whole line (fixed text and numbers fit in 640 bytes;
+  // strings by their escaping bound), literal keys, one trim at the end.
+  size_t bound = 640 + stringBound(r.request_id) + stringBound(r.trace_id) + stringBound(r.route) +
+                 stringBound(r.upstream) + stringBound(r.endpoint) + stringBound(r.method) +
+                 stringBound(r.path) + stringBound(r.protocol) + stringBound(r.model);
+  for (const std::string& cause : r.retry_causes) bound += 1 + stringBound(cause);
+  const size_t used = out.size();
+  out.resize(used + bound);
+  char* p = out.data() + used;
+
+  p = writeLiteral(p, "{\"ts\":");
+  p = writeTimestamp(p, r.start);
+  p = writeLiteral(p, ",\"request_id\":");
+  p = writeString(p, r.request_id);
+  p = writeLiteral(p, ",\"trace_id\":");
+  p = writeString(p, r.trace_id);
+  p = writeLiteral(p, ",\"route\":");
+  p = writeString(p, r.route);
+  p = writeLiteral(p, ",\"upstream\":");
+  p = writeString(p, r.upstream);
+  p = writeLiteral(p, ",\"endpoint\":");
+  p = writeStringOrNull(p, r.endpoint);
+  p = writeLiteral(p, ",\"method\":");
+  p = writeString(p, r.method);
+  p = writeLiteral(p, ",\"path\":");
+  p = writeString(p, r.path);
+  p = writeLiteral(p, ",\"protocol\":");
+  p = writeString(p, r.protocol);
+  p = writeLiteral(p, ",\"status\":");
+  p = writeInteger(p, static_cast<int64_t>(r.status));
+  p = writeLiteral(p, ",\"attempts\":");
+  p = writeInteger(p, static_cast<uint64_t>(r.attempts));
+  p = writeLiteral(p, ",\"retry_causes\":[");
+  for (size_t i = 0; i < r.retry_causes.size(); ++i) {
+    if (i > 0) *p++ = ',';
+    p = writeString(p, r.retry_causes[i]);
   }
-  if (r.cancel_reason) {
-    line.str("cancel_reason", toString(*r.cancel_reason));
-  } else {
-    line.null("cancel_reason");
-  }
-  line.strOrNull("model", r.model)
-      .num("input_tokens", r.input_tokens)
-      .num("output_tokens", r.output_tokens)
-      .num("spend_usd", r.spend_usd)
-      .num("leaked_usd", r.leaked_usd)
-      .num("bytes_in", r.bytes_in)
-      .num("bytes_out", r.bytes_out);
-  line.end();
+  p = writeLiteral(p, "],\"fallbacks\":");
+  p = writeInteger(p, static_cast<uint64_t>(r.fallbacks));
+  p = writeLiteral(p, ",\"duration_ms\":");
+  p = writeFixed(p, r.duration_ms, 3);
+  p = writeLiteral(p, ",\"ttfb_ms\":");
+  p = r.ttfb_ms ? writeFixed(p, *r.ttfb_ms, 3) : writeLiteral(p, "null");
+  p = writeLiteral(p, ",\"cancel_reason\":");
+  p = r.cancel_reason ? writeString(p, toString(*r.cancel_reason)) : writeLiteral(p, "null");
+  p = writeLiteral(p, ",\"model\":");
+  p = writeStringOrNull(p, r.model);
+  p = writeLiteral(p, ",\"input_tokens\":");
+  p = writeInteger(p, r.input_tokens);
+  p = writeLiteral(p, ",\"output_tokens\":");
+  p = writeInteger(p, r.output_tokens);
+  p = writeLiteral(p, ",\"spend_usd\":");
+  p = writeDouble(p, r.spend_usd);
+  p = writeLiteral(p, ",\"leaked_usd\":");
+  p = writeDouble(p, r.leaked_usd);
+  p = writeLiteral(p, ",\"bytes_in\":");
+  p = writeInteger(p, r.bytes_in);
+  p = writeLiteral(p, ",\"bytes_out\":");
+  p = writeInteger(p, r.bytes_out);
+  p = writeLiteral(p, "}\n");
+  out.resize(static_cast<size_t>(p - out.data()));
 }
 
 // --- AccessLog -------------------------------------------------------------------
@@ -200,7 +229,9 @@ void AccessLog::writeChunk(const std::string& chunk, size_t lines) {
 // --- AccessLogBuffer ---------------------------------------------------------------
 
 AccessLogBuffer::AccessLogBuffer(AccessLog& log, event_base* base)
-    : log_(log), timer_(base, [this] { flush(); }) {}
+    : log_(log), timer_(base, [this] { flush(); }) {
+  buffer_.reserve(kFlushBytes + 4096);  // a full buffer plus the line that filled it
+}
 
 void AccessLogBuffer::append(const AccessRecord& record) {
   renderAccessRecord(record, buffer_);

@@ -1,5 +1,7 @@
 #include "proxy/request_id.h"
 
+#include <algorithm>
+#include <cstring>
 #include <random>
 
 namespace sluice {
@@ -7,6 +9,14 @@ namespace sluice {
 namespace {
 
 constexpr char kHex[] = "0123456789abcdef";
+
+/** `v` as 16 lower-case hex digits, most significant first. */
+void writeHex(char* out, uint64_t v) {
+  for (int i = 15; i >= 0; --i) {
+    out[i] = kHex[v & 0xF];
+    v >>= 4;
+  }
+}
 
 bool isLowerHex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
 
@@ -50,28 +60,37 @@ std::string IdGenerator::uuid() {
   uint64_t lo = next();
   hi = (hi & ~0xF000ULL) | 0x4000ULL;                           // version 4
   lo = (lo & 0x3FFFFFFFFFFFFFFFULL) | 0x8000000000000000ULL;  // variant 10xx
+  char hex[32];
+  writeHex(hex, hi);
+  writeHex(hex + 16, lo);
   std::string out(36, '-');
-  size_t pos = 0;
-  const auto put = [&](uint64_t v, int nibbles) {
-    for (int i = nibbles - 1; i >= 0; --i) {
-      if (pos == 8 || pos == 13 || pos == 18 || pos == 23) ++pos;  // the dashes
-      out[pos++] = kHex[(v >> (i * 4)) & 0xF];
-    }
-  };
-  put(hi, 16);
-  put(lo, 16);
+  std::memcpy(&out[0], hex, 8);
+  std::memcpy(&out[9], hex + 8, 4);
+  std::memcpy(&out[14], hex + 12, 4);
+  std::memcpy(&out[19], hex + 16, 4);
+  std::memcpy(&out[24], hex + 20, 12);
   return out;
+}
+
+void IdGenerator::fillHex(char* out, size_t bytes) {
+  for (;;) {
+    uint64_t any = 0;
+    for (size_t i = 0; i < bytes; i += 8) {
+      const uint64_t v = next();
+      const size_t used = std::min<size_t>(8, bytes - i);  // bytes of v written, high first
+      any |= used == 8 ? v : v >> (64 - 8 * used);
+      char digits[16];
+      writeHex(digits, v);
+      std::memcpy(out + 2 * i, digits, 2 * used);
+    }
+    if (any != 0) return;  // all zeros is invalid for trace and span ids (and never happens)
+  }
 }
 
 std::string IdGenerator::hex(size_t bytes) {
   std::string out(bytes * 2, '0');
-  for (;;) {
-    for (size_t i = 0; i < out.size(); i += 16) {
-      const uint64_t v = next();
-      for (size_t k = 0; k < 16 && i + k < out.size(); ++k) out[i + k] = kHex[(v >> (k * 4)) & 0xF];
-    }
-    if (out.find_first_not_of('0') != std::string::npos) return out;
-  }
+  fillHex(out.data(), bytes);
+  return out;
 }
 
 bool isValidRequestId(std::string_view id) {
@@ -113,10 +132,17 @@ RequestIdentity establishIdentity(HeaderMap& headers, IdGenerator& ids) {
   if (!trace_id.empty()) {
     identity.trace_id = std::string(trace_id);
   } else {
-    identity.trace_id = ids.hex(16);
+    // 00-<trace-id>-<parent-id>-01, written in place.
+    char tp[55];
+    std::memcpy(tp, "00-", 3);
+    ids.fillHex(tp + 3, 16);
+    tp[35] = '-';
+    ids.fillHex(tp + 36, 8);
+    std::memcpy(tp + 52, "-01", 3);
+    identity.trace_id.assign(tp + 3, 32);
     identity.trace_started = true;
     if (present) headers.remove("tracestate");  // it described the trace we could not read
-    headers.set("traceparent", "00-" + identity.trace_id + "-" + ids.hex(8) + "-01");
+    headers.set("traceparent", std::string_view(tp, sizeof(tp)));
   }
   return identity;
 }

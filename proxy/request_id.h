@@ -35,6 +35,8 @@ class IdGenerator {
   std::string uuid();
   /** `bytes` random bytes as 2·bytes lower-case hex digits, never all zeros. */
   std::string hex(size_t bytes);
+  /** The same, written to `out` (2·bytes characters, no terminator). */
+  void fillHex(char* out, size_t bytes);
 
  private:
   uint64_t next();  // splitmix64

@@ -72,9 +72,9 @@ TEST(JsonStringTest, EveryByteStringParsesBack) {
 
 TEST(JsonTimestampTest, Rfc3339UtcWithMilliseconds) {
   const auto at = [](int64_t ms) {
-    std::string out;
-    appendUtcTimestamp(out, system_clock::time_point(milliseconds(ms)));
-    return out;
+    char buf[json::kTimestampBytes];
+    char* end = json::writeTimestamp(buf, system_clock::time_point(milliseconds(ms)));
+    return std::string(buf + 1, end - 1);  // without the quotes
   };
   EXPECT_EQ(at(0), "1970-01-01T00:00:00.000Z");
   EXPECT_EQ(at(1'767'225'600'000), "2026-01-01T00:00:00.000Z");
@@ -82,6 +82,31 @@ TEST(JsonTimestampTest, Rfc3339UtcWithMilliseconds) {
   EXPECT_EQ(at(951'782'400'123), "2000-02-29T00:00:00.123Z");  // a leap day
   EXPECT_EQ(at(4'107'542'399'000), "2100-02-28T23:59:59.000Z");  // 2100 is not a leap year
   EXPECT_EQ(at(-1), "1969-12-31T23:59:59.999Z");
+}
+
+TEST(JsonNumberTest, FixedDecimalsRoundAndKeepTrailingZeros) {
+  const auto fixed = [](double v, int decimals) {
+    char buf[json::kNumberBytes];
+    return std::string(buf, json::writeFixed(buf, v, decimals));
+  };
+  EXPECT_EQ(fixed(0, 3), "0.000");
+  EXPECT_EQ(fixed(12.34567, 3), "12.346");
+  EXPECT_EQ(fixed(999.9996, 3), "1000.000");
+  EXPECT_EQ(fixed(0.0004, 3), "0.000");
+  EXPECT_EQ(fixed(-1.25, 1), "-1.3");  // llround: half away from zero
+  EXPECT_EQ(fixed(7.6, 0), "8");
+  EXPECT_EQ(fixed(1.5, 9), "1.500000");  // decimals clamped to 6
+  EXPECT_EQ(fixed(1e13, 3), "null");
+  EXPECT_EQ(fixed(std::numeric_limits<double>::quiet_NaN(), 3), "null");
+  const auto dbl = [](double v) {
+    char buf[json::kNumberBytes];
+    return std::string(buf, json::writeDouble(buf, v));
+  };
+  EXPECT_EQ(dbl(0), "0");
+  EXPECT_EQ(dbl(0.00042), "0.00042");
+  EXPECT_EQ(dbl(1e-7), "1e-07");
+  EXPECT_EQ(dbl(-std::numeric_limits<double>::infinity()), "null");
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(dbl(1e-7)).get<double>(), 1e-7);
 }
 
 TEST(JsonLineTest, BuildsOneObjectPerLine) {
