@@ -113,10 +113,10 @@ function sdks(sluice, prefix = '') {
       counter,
       APIError: Anthropic.APIError,
       call: (headers) => anthropic.messages.create(
-        { model: 'claude-sonnet-4-5', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }] },
+        { model: 'claude-haiku-4-5', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }] },
         { headers }),
       stream: (headers) => anthropic.messages.create(
-        { model: 'claude-sonnet-4-5', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }],
+        { model: 'claude-haiku-4-5', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }],
           stream: true },
         { headers }),
       text: (event) => (event.type === 'content_block_delta' ? event.delta.text : ''),
