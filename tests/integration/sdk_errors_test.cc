@@ -265,6 +265,39 @@ TEST(SdkErrorsTest, UpstreamResetOfAResponsesStreamEndsWithAnOpenAiErrorEvent) {
   EXPECT_TRUE(event["error"]["code"].is_null());
 }
 
+// The event must not wait on a client that is not reading: with the stream's
+// flow-control window shut (bytes already waiting for it), the cut is the
+// plain RST_STREAM at once — not an event queued behind the window.
+TEST(SdkErrorsTest, StreamWhoseWindowIsShutGetsNoEventAndAnImmediateReset) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url()));
+  H2ClientOptions options;
+  options.manual_window = true;
+  options.initial_window = 16 * 1024;
+  H2Connection conn(sluice.port(), options);
+  // Paced tokens: each SSE event arrives whole, so only the window can stop the event.
+  const int32_t id = conn.submit("POST", "/v1/chat/completions",
+                                 {{"x-budget-ms", "1500"}, {"x-mock-tokens", "100000"},
+                                  {"x-mock-token-interval-ms", "1"}},
+                                 kChatStream);
+  conn.hold(id);  // the window stays shut once used; the socket keeps being read
+  const auto budgetCuts = [&] {
+    return sluice.metric("sluice_cancellations_total", {{"cancel_reason", "budget_exhausted"}});
+  };
+  ASSERT_TRUE(conn.runUntil([&] {
+    const auto all = sluice.server().exchanges();
+    return all.size() == 1 && all[0].downstream_buffered_bytes > 0;
+  })) << "no byte ever waited for the window";
+  ASSERT_EQ(budgetCuts(), 0) << "the budget ran out before the window shut: the test proves nothing";
+  ASSERT_TRUE(conn.waitForStream(id, std::chrono::seconds(10)))
+      << "the cut waited for a window the client keeps shut";
+  const H2Response& r = conn.response(id);
+  EXPECT_TRUE(r.reset_by_peer);
+  EXPECT_EQ(r.error_code, static_cast<uint32_t>(NGHTTP2_CANCEL));
+  EXPECT_EQ(r.body.find("sluice budget-exhausted"), std::string::npos);
+  EXPECT_EQ(budgetCuts(), 1);
+}
+
 TEST(SdkErrorsTest, Http2BudgetCutSendsTheEventThenRstStreamCancel) {
   MockLlm mock;
   SluiceUnderTest sluice(config(mock.url()));
