@@ -179,7 +179,7 @@ TEST_F(MetricsTest, EveryRejectionReasonHasASeriesFromTheStart) {
   // Built up front, so a dashboard sees zeros rather than missing series.
   const std::string text = metrics_.serialize();
   for (const char* reason : {"header_timeout", "body_timeout", "idle_timeout", "max_connections",
-                             "header_too_large", "body_too_large"}) {
+                             "header_too_large", "body_too_large", "send_timeout"}) {
     EXPECT_NE(text.find("sluice_downstream_rejections_total{reason=\"" + std::string(reason) +
                         "\"} 0"),
               std::string::npos)

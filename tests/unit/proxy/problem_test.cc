@@ -68,6 +68,7 @@ TEST(ProblemReplyTest, CancelReasonIsNullWhenAbsent) {
 TEST(ProblemReplyTest, CancelReasonIsTheLabelForEveryReason) {
   const std::pair<CancelReason, const char*> kLabels[] = {
       {CancelReason::ClientDisconnect, "client_disconnect"},
+      {CancelReason::ClientStalled, "client_stalled"},
       {CancelReason::BudgetExhausted, "budget_exhausted"},
       {CancelReason::CircuitOpen, "circuit_open"},
       {CancelReason::RateLimited, "rate_limited"},
