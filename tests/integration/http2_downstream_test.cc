@@ -534,6 +534,22 @@ TEST_F(Http2DownstreamTest, DrainSendsGoawayAndLetsTheStreamFinish) {
   EXPECT_EQ(conn.goawayLastStreamId(), id);
 }
 
+TEST_F(Http2DownstreamTest, MethodsRefusedOverHttp11AreRefusedTheSameWay) {
+  // One rule for both protocols: http-parser's methods, CONNECT excepted.
+  H2Connection conn(sluice_->port());
+  const int32_t unknown = conn.submit("FROB", "/echo/x");
+  const int32_t lower = conn.submit("get", "/echo/x");
+  const int32_t known = conn.submit("PROPFIND", "/echo/x");
+  for (int32_t id : {unknown, lower, known}) ASSERT_TRUE(conn.waitForStream(id));
+  for (int32_t id : {unknown, lower}) {
+    const H2Response& r = conn.response(id);
+    EXPECT_EQ(r.status, 400) << id;
+    EXPECT_EQ(nlohmann::json::parse(r.body)["type"], "urn:sluice:problem:bad-request");
+  }
+  EXPECT_EQ(conn.response(known).status, 200);
+  EXPECT_EQ(mock_->ledger().size(), 1u);  // only PROPFIND went upstream
+}
+
 // --- raw frames: what no well-behaved client library sends ---------------------------------
 
 /** One HTTP/2 frame (RFC 9113 §4.1) as bytes. */
@@ -592,10 +608,12 @@ const RawFrame* findFrame(const std::vector<RawFrame>& frames, uint8_t type, uin
 constexpr uint8_t kHeaders = 0x1, kRstStream = 0x3, kSettings = 0x4, kGoaway = 0x7;
 constexpr uint8_t kEndStream = 0x1, kEndHeaders = 0x4;
 const std::string kPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-// HPACK, static table only (RFC 7541 Appendix A): :method GET, :scheme http, :path /.
-const std::string kGetRoot = "\x82\x86\x84";
+// HPACK, static table only (RFC 7541 Appendix A): :method GET, :scheme http,
+// :path /, :authority t (a literal without indexing, name index 1).
+const std::string kAuthority = "\x01\x01t";
+const std::string kGetRoot = "\x82\x86\x84" + kAuthority;
 // :method POST, :scheme http, :path /nowhere (literal without indexing, name index 4).
-const std::string kPostNowhere = std::string("\x83\x86\x04\x08") + "/nowhere";
+const std::string kPostNowhere = std::string("\x83\x86\x04\x08") + "/nowhere" + kAuthority;
 // A trailer field x-t: 1 (literal without indexing, new name).
 const std::string kTrailer = std::string("\x00\x03x-t\x01" "1", 7);
 
@@ -632,7 +650,11 @@ TEST_F(Http2DownstreamTest, TrailersOnAStreamSluiceAlreadyAnsweredAreNoConnectio
     return findFrame(parseFrames(conn.raw()), kHeaders, 3) != nullptr;
   });
   const auto frames = parseFrames(conn.raw());
-  EXPECT_NE(findFrame(frames, kHeaders, 3), nullptr);
+  std::string seen;
+  for (const RawFrame& f : frames) {
+    seen += std::to_string(f.type) + "@" + std::to_string(f.stream) + " ";
+  }
+  EXPECT_NE(findFrame(frames, kHeaders, 3), nullptr) << seen;
   EXPECT_EQ(findFrame(frames, kGoaway, 0), nullptr);
   EXPECT_FALSE(conn.peerClosed());
 }

@@ -106,10 +106,11 @@ const std::vector<FamilySpec>& designFamilies() {
   return kFamilies;
 }
 
-const std::set<std::string> kCancelReasons = {"client_disconnect", "budget_exhausted",
-                                              "circuit_open",      "rate_limited",
-                                              "overloaded",        "upstream_timeout",
-                                              "draining"};
+// DESIGN §4's set.
+const std::set<std::string> kCancelReasons = {"client_disconnect", "client_stalled",
+                                              "budget_exhausted",  "circuit_open",
+                                              "rate_limited",      "overloaded",
+                                              "upstream_timeout",  "draining"};
 const std::set<std::string> kResults = {"ok",    "http_429", "http_5xx", "http_4xx",
                                         "connect_error", "reset", "timeout", "cancelled"};
 
