@@ -12,6 +12,11 @@ namespace sluice {
 
 namespace {
 
+// Not in the catalogue (proxy/problem.h): only this codec answers it, to an
+// HTTP/1.x request line naming a version it does not serve. Not retriable.
+constexpr ProblemKind kHttpVersionNotSupported{505, "http-version-not-supported",
+                                               "HTTP version not supported", false};
+
 int hexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -143,7 +148,7 @@ void Http1ServerConnection::parseInput() {
     if (!head_scanner_.done()) {
       const std::optional<size_t> head_bytes = head_scanner_.scan(data, len);
       if (!head_bytes) {
-        rejectRequest(400, "bad-request", "Bad request",
+        rejectRequest(problems::kBadRequest,
                       "obsolete line folding or whitespace before a header field's colon "
                       "(RFC 9112 §5)");
         return;
@@ -151,7 +156,7 @@ void Http1ServerConnection::parseInput() {
       // The head alone first: its framing decides how the body bytes are checked.
       len = *head_bytes;
     } else if (chunked_request_ && !chunk_scanner_.scan(data, len)) {
-      rejectRequest(400, "malformed-request", "Malformed HTTP request",
+      rejectRequest(problems::kMalformedRequest,
                     "the request is not valid HTTP/1.1: chunked framing with a bare LF or a "
                     "missing CRLF (RFC 9112 §7.1)");
       return;
@@ -162,20 +167,18 @@ void Http1ServerConnection::parseInput() {
     if (err != HPE_OK && err != HPE_PAUSED) {
       if (refusal_) {
         // A callback refused the request and already chose the answer.
-        const Refusal refusal = std::move(*refusal_);
+        const Problem refusal = std::move(*refusal_);
         refusal_.reset();
         if (refusal.status == 431) host_.countRejection(Rejection::HeaderTooLarge);
-        rejectRequest(refusal.status, refusal.slug, refusal.title, refusal.detail);
+        rejectRequest(refusal);
       } else if (err == HPE_HEADER_OVERFLOW) {
         host_.countRejection(Rejection::HeaderTooLarge);
-        rejectRequest(431, "header-too-large", "Request header fields too large",
-                      "request headers exceed sluice's limits");
+        rejectRequest(problems::kHeaderTooLarge, "request headers exceed sluice's limits");
       } else if (err == HPE_INVALID_METHOD) {
         // The method rule HTTP/2 applies too (methodRefusal).
-        rejectRequest(400, "bad-request", "Bad request",
-                      "the request method is not one sluice proxies");
+        rejectRequest(problems::kBadRequest, "the request method is not one sluice proxies");
       } else {
-        rejectRequest(400, "malformed-request", "Malformed HTTP request",
+        rejectRequest(problems::kMalformedRequest,
                       std::string("the request is not valid HTTP/1.1: ") +
                           http_errno_description(err));
       }
@@ -216,15 +219,13 @@ bool Http1ServerConnection::countHeaderBytes(size_t len) {
   return true;
 }
 
-int Http1ServerConnection::refuse(int status, std::string slug, std::string title,
-                                  std::string detail) {
-  refusal_ = Refusal{status, std::move(slug), std::move(title), std::move(detail)};
+int Http1ServerConnection::refuse(const ProblemKind& kind, std::string detail) {
+  refusal_ = makeProblem(kind, std::move(detail));
   return -1;
 }
 
 int Http1ServerConnection::refuseHeaderTooLarge() {
-  return refuse(431, "header-too-large", "Request header fields too large",
-                "request headers exceed sluice's limits");
+  return refuse(problems::kHeaderTooLarge, "request headers exceed sluice's limits");
 }
 
 std::optional<size_t> Http1ServerConnection::HeadScanner::scan(const char* data, size_t len) {
@@ -409,32 +410,32 @@ int Http1ServerConnection::onHeadersComplete(http_parser* p) {
 int Http1ServerConnection::checkHead(const http_parser& p) {
   if (head_.headers.size() > limits_.max_headers) return refuseHeaderTooLarge();
   if (p.http_major != 1 || p.http_minor > 1) {
-    return refuse(505, "http-version-not-supported", "HTTP version not supported",
+    return refuse(kHttpVersionNotSupported,
                   "sluice serves HTTP/1.0, HTTP/1.1 and HTTP/2; the request says HTTP/" +
                       std::to_string(p.http_major) + "." + std::to_string(p.http_minor));
   }
   head_.method = http_method_str(static_cast<http_method>(p.method));
   if (auto why = methodRefusal(head_.method)) {
-    return refuse(400, "bad-request", "Bad request", *why);
+    return refuse(problems::kBadRequest, *why);
   }
   if (p.upgrade && !ignoreUpgradeOffer()) {
-    return refuse(400, "bad-request", "Bad request",
+    return refuse(problems::kBadRequest,
                   "the request cannot be proxied: sluice does not switch protocols (Upgrade)");
   }
   // Both framings at once is how requests are smuggled (RFC 9112 §6.3).
   if ((p.flags & F_CHUNKED) && head_.headers.has("content-length")) {
-    return refuse(400, "bad-request", "Bad request",
+    return refuse(problems::kBadRequest,
                   "Content-Length and Transfer-Encoding together (RFC 9112 §6.3)");
   }
   // RFC 9112 §3.2: exactly one Host on HTTP/1.1, at most one on HTTP/1.0.
   const size_t hosts = head_.headers.getAll("host").size();
   if (hosts > 1 || (hosts == 0 && p.http_minor >= 1)) {
-    return refuse(400, "bad-request", "Bad request",
+    return refuse(problems::kBadRequest,
                   hosts > 1 ? "more than one Host header field (RFC 9112 §3.2)"
                             : "an HTTP/1.1 request needs a Host header field (RFC 9112 §3.2)");
   }
   if (!toOriginForm(head_)) {
-    return refuse(400, "bad-request", "Bad request",
+    return refuse(problems::kBadRequest,
                   "the request target is neither origin-form (/path) nor an http(s) "
                   "absolute-form URI (RFC 9112 §3.2)");
   }
@@ -482,9 +483,12 @@ int Http1ServerConnection::onMessageComplete(http_parser* p) {
   return 0;
 }
 
-void Http1ServerConnection::rejectRequest(int status, const std::string& slug,
-                                          const std::string& title, const std::string& detail,
+void Http1ServerConnection::rejectRequest(const ProblemKind& kind, std::string detail,
                                           std::optional<CancelReason> cancel_reason) {
+  rejectRequest(makeProblem(kind, std::move(detail), cancel_reason));
+}
+
+void Http1ServerConnection::rejectRequest(const Problem& problem) {
   // The stream is unparseable from here on: answer (if no response is under way) and close.
   close_after_response_ = true;
   keep_alive_ = false;
@@ -493,8 +497,7 @@ void Http1ServerConnection::rejectRequest(int status, const std::string& slug,
     // complete, so nothing went upstream: the Exchange answers 400 itself and
     // the connection closes after it (close_after_response_).
     bufferevent_disable(bev_.get(), EV_READ);
-    exchange_->sendLocalReply(
-        Problem{status, slug, title, detail, cancel_reason, false, std::nullopt});
+    exchange_->sendLocalReply(problem);
     if (exchange_ != nullptr) {  // it could not answer: drop the client
       Exchange* ex = exchange_;
       exchange_ = nullptr;
@@ -503,9 +506,8 @@ void Http1ServerConnection::rejectRequest(int status, const std::string& slug,
     }
     return;
   }
-  host_.countUnparsedRequest(status);
-  const LocalReply reply = makeProblemReply(
-      Problem{status, slug, title, detail, cancel_reason, false, std::nullopt});
+  host_.countUnparsedRequest(problem.status);
+  const LocalReply reply = makeProblemReply(problem);
   head_request_ = false;
   encodeHeaders(reply.head, false);
   encodeData(reply.body.data(), reply.body.size(), true);
@@ -600,6 +602,23 @@ void Http1ServerConnection::resetStream() {
   close();
 }
 
+void Http1ServerConnection::resetStreamAfter(std::string_view final_bytes) {
+  // The final bytes go out as one more chunk, then the connection closes once
+  // its output drained (onWrite): still no terminating chunk, so the client
+  // knows the response is incomplete.
+  exchange_ = nullptr;
+  if (closed_) return;
+  encodeData(final_bytes.data(), final_bytes.size(), false);
+  keep_alive_ = false;
+  closing_ = true;
+  if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
+}
+
+bool Http1ServerConnection::canWriteWithoutWaiting(size_t len) const {
+  return !closed_ && !closing_ &&
+         evbuffer_get_length(bufferevent_get_output(bev_.get())) + len <= limits_.high_watermark;
+}
+
 bool Http1ServerConnection::aboveHighWatermark() const {
   return !closed_ && evbuffer_get_length(bufferevent_get_output(bev_.get())) > limits_.high_watermark;
 }
@@ -634,13 +653,14 @@ void Http1ServerConnection::noteOutput(OutputPiece piece) {
 void Http1ServerConnection::onExchangeDone() {
   exchange_ = nullptr;
   if (closed_) return;
-  if (!response_complete_) {
-    close();  // the exchange ended without finishing its response
+  if (closing_) {
+    // encodeData or resetStreamAfter chose to close once the output drains; it
+    // may have drained already.
+    if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
     return;
   }
-  if (closing_) {
-    // encodeData chose to close once the output drains; it may have drained already.
-    if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
+  if (!response_complete_) {
+    close();  // the exchange ended without finishing its response
     return;
   }
   // Answered before the request was fully read (404 on a POST, say): keep
@@ -729,7 +749,7 @@ void Http1ServerConnection::onReadTimer() {
         close();  // not a byte since accept: there is no request to answer
         return;
       }
-      rejectRequest(408, "request-timeout", "Request timeout",
+      rejectRequest(problems::kRequestTimeout,
                     "the request head did not arrive within limits.header_read_timeout (" +
                         std::to_string(limits_.header_read_timeout.count()) + "ms)",
                     CancelReason::ClientDisconnect);
@@ -742,7 +762,7 @@ void Http1ServerConnection::onReadTimer() {
       }
       // Nothing went upstream yet (bodies are buffered first): the Exchange
       // answers 408 and ends; the connection closes after it.
-      rejectRequest(408, "request-timeout", "Request timeout",
+      rejectRequest(problems::kRequestTimeout,
                     "no request body byte for limits.body_read_timeout (" +
                         std::to_string(limits_.body_read_timeout.count()) + "ms)",
                     CancelReason::ClientDisconnect);

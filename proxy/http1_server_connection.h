@@ -45,6 +45,7 @@
 #include "proxy/event_util.h"
 #include "proxy/fifo.h"
 #include "proxy/http_message.h"
+#include "proxy/problem.h"
 #include "proxy/send_stall_watch.h"
 
 namespace sluice {
@@ -87,6 +88,8 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   void encodeHeaders(const ResponseHead& head, bool end_stream) override;
   void encodeData(const char* data, size_t len, bool end_stream) override;
   void resetStream() override;
+  void resetStreamAfter(std::string_view final_bytes) override;
+  bool canWriteWithoutWaiting(size_t len) const override;
   bool aboveHighWatermark() const override;
   size_t bufferedBytes() const override;
   void onExchangeDone() override;
@@ -109,9 +112,10 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   void onWrite();
   void onEvent(short events);
   void parseInput();
-  void rejectRequest(int status, const std::string& slug, const std::string& title,
-                     const std::string& detail,
+  void rejectRequest(const ProblemKind& kind, std::string detail,
                      std::optional<CancelReason> cancel_reason = std::nullopt);
+  /** Answers `problem` (if no response is under way) and closes. */
+  void rejectRequest(const Problem& problem);
   void maybeNextRequest();
   void resetRequestState();
 
@@ -144,15 +148,8 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   /** An `Upgrade: h2c` offer is dropped (answered in HTTP/1.1); false for any other protocol. */
   bool ignoreUpgradeOffer();
 
-  /** A request a parser callback refused, answered once http-parser returns. */
-  struct Refusal {
-    int status;
-    std::string slug;
-    std::string title;
-    std::string detail;
-  };
-  /** Records the refusal; returns -1 for the callback to hand to http-parser. */
-  int refuse(int status, std::string slug, std::string title, std::string detail);
+  /** Records why a parser callback refuses the request; -1 for the callback to return. */
+  int refuse(const ProblemKind& kind, std::string detail);
   int refuseHeaderTooLarge();
 
   /** One addition to the output buffer: some framing, `body` bytes, `suffix` framing. */
@@ -177,7 +174,7 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   std::string value_;
   bool in_value_ = false;
   size_t header_bytes_ = 0;
-  std::optional<Refusal> refusal_;  // set by a parser callback that refuses the request
+  std::optional<Problem> refusal_;  // set by a parser callback that refuses the request
 
   /**
    * What http-parser tolerates and RFC 9112 §5 forbids, checked on the raw
