@@ -7,14 +7,17 @@
 // Exchange (the quota reset) and on a cross-thread wake-up (another
 // response refilled the quota); a client that leaves while queued is
 // dropped, never sent. A wait that cannot fit the budget, or a full queue,
-// answers 429 `rate_limited` with Retry-After. Every response's quota
-// headers are fed back to the tracker.
+// answers 429 `rate_limited` with Retry-After. A queued request holds one of
+// the upstream's `circuit_breaker.max_pending` slots while it waits; with
+// none left it is not queued but answered 503 `overloaded`. Every response's
+// quota headers are fed back to the tracker.
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
 #include "config/config.h"
+#include "filters/circuit_breaker/circuit_breaker.h"
 #include "filters/throttle/quota_tracker.h"
 #include "proxy/filter.h"
 #include "proxy/metrics.h"
@@ -27,8 +30,8 @@ uint64_t estimateTokenNeed(std::string_view request_body);
 class ThrottleFilter final : public StreamFilter {
  public:
   ThrottleFilter(const config::RateLimitConfig& config, QuotaTracker& tracker,
-                 UpstreamMetrics& metrics)
-      : config_(config), tracker_(tracker), metrics_(metrics) {}
+                 CircuitBreaker& breaker, UpstreamMetrics& metrics)
+      : config_(config), tracker_(tracker), breaker_(breaker), metrics_(metrics) {}
 
   std::string_view name() const override { return "throttle"; }
   FilterStatus decodeComplete(std::string_view body) override;
@@ -45,7 +48,9 @@ class ThrottleFilter final : public StreamFilter {
 
   const config::RateLimitConfig& config_;
   QuotaTracker& tracker_;
+  CircuitBreaker& breaker_;  // its max_pending bounds the queue across routes and keys
   UpstreamMetrics& metrics_;
+  PendingSlot pending_;  // held while queued_
   std::string key_;
   uint64_t token_need_ = 0;
   uint64_t ticket_ = 0;
