@@ -37,7 +37,7 @@ TEST(ListenTest, ASecondSluiceOnTheSamePortExitsOneWithAClearError) {
   const std::string port = std::to_string(first.port());
 
   // The same address, and the wildcard that covers it.
-  for (const std::string listen : {"127.0.0.1:" + port, "0.0.0.0:" + port}) {
+  for (const std::string& listen : {"127.0.0.1:" + port, "0.0.0.0:" + port}) {
     const auto path = std::filesystem::temp_directory_path() /
                       ("sluice-listen-" + std::to_string(::getpid()) + ".yaml");
     std::ofstream(path) << substitute(kConfig, {{"LISTEN", listen}, {"MOCK_URL", mock.url()}});
