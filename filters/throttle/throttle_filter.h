@@ -10,7 +10,9 @@
 // answers 429 `rate_limited` with Retry-After. A queued request holds one of
 // the upstream's `circuit_breaker.max_pending` slots while it waits; with
 // none left it is not queued but answered 503 `overloaded`. Every response's
-// quota headers are fed back to the tracker.
+// quota headers are fed back to the tracker. The quota key (`rate_limit.key`) is
+// read from the request as sent upstream, after the upstream's `headers:`
+// were applied: agents with different dummy keys share the one real quota.
 
 #include <cstdint>
 #include <optional>
