@@ -440,7 +440,7 @@ TEST(SoakTest, FaultSoakLeavesNoLeakAndAccountsForEveryRequest) {
   // Reloads under the load, paced by the clients' progress (not by time):
   // one each time they have sent another `reload_every` requests, one at a
   // time (signals do not queue: each is counted before the next is sent).
-  const uint64_t reload_every = static_cast<uint64_t>(std::max(100, clients / 2));
+  const uint64_t reload_every = static_cast<uint64_t>(std::max(500, clients * 2));
   int reloads = 0;
   std::thread reloader([&] {
     uint64_t next_at = reload_every;
