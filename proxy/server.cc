@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "config/loader.h"
+#include "proxy/cpu_limit.h"
 
 namespace sluice {
 
@@ -82,8 +83,7 @@ bool Server::start(std::string* error) {
   std::signal(SIGPIPE, SIG_IGN);
   logWarnings(*runtime_);
   const config::Config& cfg = runtime_->config();
-  const size_t nworkers =
-      cfg.workers > 0 ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
+  const size_t nworkers = resolveWorkerCount(cfg.workers);  // auto: CPUs, cgroup quota included
 
   // TLS listeners need no special socket: the Runtime holds their contexts
   // and each Worker picks the current one at accept time.
