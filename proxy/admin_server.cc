@@ -217,7 +217,16 @@ void AdminServer::handle(evhttp_request* req) {
                                                    nlohmann::json::error_handler_t::replace) +
               "\n");
   } else {  // POST /drain
-    server_.requestShutdown();
+    // Start the drain once the 202 is written (or the client is gone): with
+    // nothing in flight the process exits at once, and the admin loop would
+    // stop before the answer left.
+    evhttp_request_set_on_complete_cb(
+        req, [](evhttp_request*, void* arg) { static_cast<Server*>(arg)->requestShutdown(); },
+        &server_);
+    evhttp_connection_set_closecb(
+        evhttp_request_get_connection(req),
+        [](evhttp_connection*, void* arg) { static_cast<Server*>(arg)->requestShutdown(); },
+        &server_);
     reply(req, 202, "Accepted", "text/plain", "draining\n");
   }
 }

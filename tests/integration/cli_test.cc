@@ -164,16 +164,16 @@ TEST(CliTest, CheckConfigWarnsWhenTheUrlPathIsRepeatedByTheRoute) {
 }
 
 TEST(CliTest, VersionAndHelpGoToStdoutAndExitZero) {
-  auto [code, out] = runCommand(sluicePath() + " --version 2>/dev/null");
+  auto [code, out] = runCommand("(" + sluicePath() + " --version 2>/dev/null)");
   EXPECT_EQ(code, 0);
   EXPECT_EQ(out.rfind("sluice ", 0), 0u) << out;
   EXPECT_NE(out.find("(commit "), std::string::npos) << out;
-  auto [help_code, help] = runCommand(sluicePath() + " --help 2>/dev/null");
+  auto [help_code, help] = runCommand("(" + sluicePath() + " --help 2>/dev/null)");
   EXPECT_EQ(help_code, 0);
   for (const char* flag : {"--config", "--check-config", "--probe", "--version"}) {
     EXPECT_NE(help.find(flag), std::string::npos) << flag << " in: " << help;
   }
-  auto [bad_code, bad] = runCommand(sluicePath() + " --frobnicate 2>/dev/null");
+  auto [bad_code, bad] = runCommand("(" + sluicePath() + " --frobnicate 2>/dev/null)");
   EXPECT_EQ(bad_code, 2);
   EXPECT_EQ(bad, "") << "usage errors go to stderr";
 }
