@@ -130,17 +130,17 @@ routes:
   EXPECT_EQ(sluice.stop(), 0);
 }
 
+// A sluice with one unreachable upstream and no routes: only its admin port matters.
+std::string adminOnlyConfig(const std::string& admin) {
+  return "listen: 127.0.0.1:0\nadmin: " + admin +
+         "\nworkers: 1\nupstreams:\n  - {name: mock, url: \"http://127.0.0.1:1\"}\n";
+}
+
 // Issue 13 item 8: a web page must not be able to drive the admin port.
 // A "simple" cross-site POST (text/plain, foreign Origin) used to get 202 and
 // stop the process; a DNS-rebinding page (Host: its own name) could read /config.
 TEST(SecurityTest, AdminPortRefusesCrossSiteRequestsAndDnsRebinding) {
-  SluiceProcess sluice(R"(
-listen: 127.0.0.1:0
-admin: 127.0.0.1:0
-workers: 1
-upstreams:
-  - {name: mock, url: "http://127.0.0.1:1"}
-)");
+  SluiceProcess sluice(adminOnlyConfig("127.0.0.1:0"));
   ASSERT_TRUE(sluice.running());
   const uint16_t admin = sluice.adminPort();
   const std::string self = "127.0.0.1:" + std::to_string(admin);
@@ -194,13 +194,7 @@ upstreams:
 // published port via localhost) and the names in admin.allowed_hosts (a
 // compose service name) are accepted, any other name is not.
 TEST(SecurityTest, AdminOnAllInterfacesAcceptsIpLiteralsAndAllowedHostsOnly) {
-  SluiceProcess sluice(R"(
-listen: 127.0.0.1:0
-admin: {address: "0.0.0.0:0", allowed_hosts: [sluice]}
-workers: 1
-upstreams:
-  - {name: mock, url: "http://127.0.0.1:1"}
-)");
+  SluiceProcess sluice(adminOnlyConfig(R"({address: "0.0.0.0:0", allowed_hosts: [sluice]})"));
   ASSERT_TRUE(sluice.running());
   const uint16_t admin = sluice.adminPort();
   const std::string port = ":" + std::to_string(admin);
@@ -221,13 +215,7 @@ upstreams:
 TEST(SecurityTest, RejectedReloadDoesNotLogExpandedSecrets) {
   constexpr char kSecret[] = "sk-reload-secret-789xyz";
   ASSERT_EQ(setenv("SLUICE_TEST_RELOAD_SECRET", kSecret, 1), 0);
-  const std::string good = R"(
-listen: 127.0.0.1:0
-admin: 127.0.0.1:0
-workers: 1
-upstreams:
-  - {name: mock, url: "http://127.0.0.1:1"}
-)";
+  const std::string good = adminOnlyConfig("127.0.0.1:0");
   SluiceProcess sluice(good);
   ASSERT_TRUE(sluice.running());
   std::string bad = good;
