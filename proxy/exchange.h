@@ -26,6 +26,7 @@
 #include "proxy/event_util.h"
 #include "proxy/exchange_state.h"
 #include "proxy/filter.h"
+#include "proxy/problem.h"
 #include "proxy/runtime.h"
 #include "proxy/upstream_stream.h"
 
@@ -138,10 +139,24 @@ class Exchange final : public DeferredDeletable,
   void endAttempt(AttemptResult result, bool reuse);
   void onAttemptTimeout(bool first_byte);
   void failAttempt(AttemptResult result, const Problem& problem);
-  void answer(const Problem& problem, ExchangeState terminal);
+  void answer(Problem problem, ExchangeState terminal);
+  /** Passes `problem` through the filters (encodeLocalReply) and sends it if nothing was sent. */
+  void sendProblem(Problem& problem);
   void finish(int status_code);
   Problem problemFor(CancelReason reason,
                      std::optional<std::chrono::milliseconds> retry_after) const;
+  /**
+   * The one SSE error event that precedes a cut of the response under way
+   * (DESIGN.md §8), or "" when none can be written: not an event stream of a
+   * known dialect, the forwarded bytes end inside an event, or the client
+   * cannot take it without waiting. Sets cut_flushes_ when there is one, so
+   * the spend meter counts what is buffered as delivered.
+   */
+  std::string finalEventFor(const Problem& problem);
+  /** Ends the response under way truncated, after `final_event` if there is one. */
+  void cutResponse(const std::string& final_event);
+  /** Body bytes of this attempt handed to the client (spend; SSE event boundaries). */
+  void noteForwarded(const char* data, size_t len);
   void armIdleTimer();
   void sendResponseHead(ResponseHead& head);
   void releaseHeldResponse(bool end_stream);
@@ -188,6 +203,9 @@ class Exchange final : public DeferredDeletable,
   uint64_t attempt_forwarded_bytes_ = 0;  // this attempt's body bytes handed to the client
   uint64_t undelivered_at_disconnect_ = 0;  // still buffered in sluice when the client left
   bool attempt_cut_ = false;  // the attempt ended without its response's end (cancel, reset, stall)
+  SseDialect sse_dialect_ = SseDialect::None;  // of the response under way (text/event-stream)
+  uint32_t forwarded_tail_ = 0;  // its last four body bytes: is it at an SSE event boundary?
+  bool cut_flushes_ = false;     // the cut delivers what is buffered, then a final event
   MonotonicTime last_upstream_byte_{};
   TimerId connect_timer_ = 0;
   TimerId first_byte_timer_ = 0;

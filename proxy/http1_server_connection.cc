@@ -92,7 +92,7 @@ void Http1ServerConnection::parseInput() {
     const size_t len = vec.iov_len;
     if (!head_scanner_.done() &&
         !head_scanner_.scan(static_cast<const char*>(vec.iov_base), len)) {
-      rejectRequest(400, "bad-request", "Bad request",
+      rejectRequest(problems::kBadRequest,
                     "obsolete line folding or whitespace before a header field's colon "
                     "(RFC 9112 §5)");
       return;
@@ -107,17 +107,16 @@ void Http1ServerConnection::parseInput() {
         const int status = reject_status_;
         reject_status_ = 0;
         if (status == 431) host_.countRejection(Rejection::HeaderTooLarge);
-        rejectRequest(status,
-                      status == 431 ? "header-too-large" : "bad-request",
-                      status == 431 ? "Request header fields too large" : "Bad request",
-                      status == 431 ? "request headers exceed sluice's limits"
-                                    : "the request cannot be proxied");
+        if (status == 431) {
+          rejectRequest(problems::kHeaderTooLarge, "request headers exceed sluice's limits");
+        } else {
+          rejectRequest(problems::kBadRequest, "the request cannot be proxied");
+        }
       } else if (err == HPE_HEADER_OVERFLOW) {
         host_.countRejection(Rejection::HeaderTooLarge);
-        rejectRequest(431, "header-too-large", "Request header fields too large",
-                      "request headers exceed sluice's limits");
+        rejectRequest(problems::kHeaderTooLarge, "request headers exceed sluice's limits");
       } else {
-        rejectRequest(400, "malformed-request", "Malformed HTTP request",
+        rejectRequest(problems::kMalformedRequest,
                       std::string("the request is not valid HTTP/1.1: ") +
                           http_errno_description(err));
       }
@@ -293,9 +292,9 @@ int Http1ServerConnection::onMessageComplete(http_parser* p) {
   return 0;
 }
 
-void Http1ServerConnection::rejectRequest(int status, const std::string& slug,
-                                          const std::string& title, const std::string& detail,
+void Http1ServerConnection::rejectRequest(const ProblemKind& kind, std::string detail,
                                           std::optional<CancelReason> cancel_reason) {
+  const Problem problem = makeProblem(kind, std::move(detail), cancel_reason);
   // The stream is unparseable from here on: answer (if no response is under way) and close.
   close_after_response_ = true;
   keep_alive_ = false;
@@ -304,8 +303,7 @@ void Http1ServerConnection::rejectRequest(int status, const std::string& slug,
     // complete, so nothing went upstream: the Exchange answers 400 itself and
     // the connection closes after it (close_after_response_).
     bufferevent_disable(bev_.get(), EV_READ);
-    exchange_->sendLocalReply(
-        Problem{status, slug, title, detail, cancel_reason, false, std::nullopt});
+    exchange_->sendLocalReply(problem);
     if (exchange_ != nullptr) {  // it could not answer: drop the client
       Exchange* ex = exchange_;
       exchange_ = nullptr;
@@ -314,9 +312,8 @@ void Http1ServerConnection::rejectRequest(int status, const std::string& slug,
     }
     return;
   }
-  host_.countUnparsedRequest(status);
-  const LocalReply reply = makeProblemReply(
-      Problem{status, slug, title, detail, cancel_reason, false, std::nullopt});
+  host_.countUnparsedRequest(problem.status);
+  const LocalReply reply = makeProblemReply(problem);
   head_request_ = false;
   encodeHeaders(reply.head, false);
   encodeData(reply.body.data(), reply.body.size(), true);
@@ -410,6 +407,23 @@ void Http1ServerConnection::resetStream() {
   close();
 }
 
+void Http1ServerConnection::resetStreamAfter(std::string_view final_bytes) {
+  // The final bytes go out as one more chunk, then the connection closes once
+  // its output drained (onWrite): still no terminating chunk, so the client
+  // knows the response is incomplete.
+  exchange_ = nullptr;
+  if (closed_) return;
+  encodeData(final_bytes.data(), final_bytes.size(), false);
+  keep_alive_ = false;
+  closing_ = true;
+  if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
+}
+
+bool Http1ServerConnection::canWriteWithoutWaiting(size_t len) const {
+  return !closed_ && !closing_ &&
+         evbuffer_get_length(bufferevent_get_output(bev_.get())) + len <= limits_.high_watermark;
+}
+
 bool Http1ServerConnection::aboveHighWatermark() const {
   return !closed_ && evbuffer_get_length(bufferevent_get_output(bev_.get())) > limits_.high_watermark;
 }
@@ -444,13 +458,14 @@ void Http1ServerConnection::noteOutput(OutputPiece piece) {
 void Http1ServerConnection::onExchangeDone() {
   exchange_ = nullptr;
   if (closed_) return;
-  if (!response_complete_) {
-    close();  // the exchange ended without finishing its response
+  if (closing_) {
+    // encodeData or resetStreamAfter chose to close once the output drains; it
+    // may have drained already.
+    if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
     return;
   }
-  if (closing_) {
-    // encodeData chose to close once the output drains; it may have drained already.
-    if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
+  if (!response_complete_) {
+    close();  // the exchange ended without finishing its response
     return;
   }
   // Answered before the request was fully read (404 on a POST, say): keep
@@ -539,7 +554,7 @@ void Http1ServerConnection::onReadTimer() {
         close();  // not a byte since accept: there is no request to answer
         return;
       }
-      rejectRequest(408, "request-timeout", "Request timeout",
+      rejectRequest(problems::kRequestTimeout,
                     "the request head did not arrive within limits.header_read_timeout (" +
                         std::to_string(limits_.header_read_timeout.count()) + "ms)",
                     CancelReason::ClientDisconnect);
@@ -552,7 +567,7 @@ void Http1ServerConnection::onReadTimer() {
       }
       // Nothing went upstream yet (bodies are buffered first): the Exchange
       // answers 408 and ends; the connection closes after it.
-      rejectRequest(408, "request-timeout", "Request timeout",
+      rejectRequest(problems::kRequestTimeout,
                     "no request body byte for limits.body_read_timeout (" +
                         std::to_string(limits_.body_read_timeout.count()) + "ms)",
                     CancelReason::ClientDisconnect);

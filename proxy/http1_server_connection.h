@@ -42,6 +42,7 @@
 #include "proxy/event_util.h"
 #include "proxy/fifo.h"
 #include "proxy/http_message.h"
+#include "proxy/problem.h"
 
 namespace sluice {
 
@@ -81,6 +82,8 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   void encodeHeaders(const ResponseHead& head, bool end_stream) override;
   void encodeData(const char* data, size_t len, bool end_stream) override;
   void resetStream() override;
+  void resetStreamAfter(std::string_view final_bytes) override;
+  bool canWriteWithoutWaiting(size_t len) const override;
   bool aboveHighWatermark() const override;
   size_t bufferedBytes() const override;
   void onExchangeDone() override;
@@ -101,8 +104,7 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   void onWrite();
   void onEvent(short events);
   void parseInput();
-  void rejectRequest(int status, const std::string& slug, const std::string& title,
-                     const std::string& detail,
+  void rejectRequest(const ProblemKind& kind, std::string detail,
                      std::optional<CancelReason> cancel_reason = std::nullopt);
   void maybeNextRequest();
   void resetRequestState();

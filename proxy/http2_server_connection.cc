@@ -1,5 +1,8 @@
 #include "proxy/http2_server_connection.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "proxy/exchange.h"
 #include "proxy/http2_headers.h"
 #include "proxy/problem.h"
@@ -31,6 +34,8 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   void encodeHeaders(const ResponseHead& head, bool end_stream) override;
   void encodeData(const char* data, size_t len, bool end_stream) override;
   void resetStream() override;
+  void resetStreamAfter(std::string_view final_bytes) override;
+  bool canWriteWithoutWaiting(size_t len) const override;
   bool aboveHighWatermark() const override { return pending() > conn_.limits_.high_watermark; }
   size_t bufferedBytes() const override { return pending(); }
   void onExchangeDone() override;
@@ -39,6 +44,8 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   size_t pending() const { return evbuffer_get_length(pending_.get()); }
   /** RST_STREAM with `error_code`; buffered response bytes are dropped. */
   void reset(uint32_t error_code);
+  /** The code a cut of this stream's response carries: CANCEL or INTERNAL_ERROR. */
+  uint32_t cutCode() const;
   /** Answers with a problem sluice makes itself, before any Exchange exists. */
   void respondLocally(const Problem& problem);
   /** Detaches the Exchange, if any, and tells it the client is gone. */
@@ -69,6 +76,8 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   bool above_high_ = false;     // the Exchange may have paused: tell it when we drain
   bool reset_ = false;
   bool closed_ = false;         // nghttp2 closed the stream
+  // resetStreamAfter: RST_STREAM with this code once pending_ has been sent.
+  std::optional<uint32_t> reset_after_pending_;
 
   // slow client
   Timer body_timer_;
@@ -115,13 +124,36 @@ void Http2ServerConnection::Stream::encodeData(const char* data, size_t len, boo
   conn_.scheduleSend();
 }
 
-void Http2ServerConnection::Stream::resetStream() {
+uint32_t Http2ServerConnection::Stream::cutCode() const {
   // A deliberate cancel (budget, drain) is CANCEL; an upstream that broke
   // mid-response is INTERNAL_ERROR. Either way the client knows the response
   // is incomplete, and the connection's other streams are untouched.
   const bool cancelled = exchange_ != nullptr && exchange_->cancelReason().has_value();
+  return cancelled ? NGHTTP2_CANCEL : NGHTTP2_INTERNAL_ERROR;
+}
+
+void Http2ServerConnection::Stream::resetStream() {
+  const uint32_t code = cutCode();
   exchange_ = nullptr;
-  reset(cancelled ? NGHTTP2_CANCEL : NGHTTP2_INTERNAL_ERROR);
+  reset(code);
+}
+
+void Http2ServerConnection::Stream::resetStreamAfter(std::string_view final_bytes) {
+  const uint32_t code = cutCode();
+  exchange_ = nullptr;
+  if (closed_ || reset_ || conn_.closed_) return;
+  encodeData(final_bytes.data(), final_bytes.size(), false);
+  // onFrameSend resets the stream once the DATA frame with the last byte left.
+  reset_after_pending_ = code;
+  if (pending() == 0) reset(code);
+}
+
+bool Http2ServerConnection::Stream::canWriteWithoutWaiting(size_t len) const {
+  if (closed_ || reset_ || conn_.closed_ || !response_started_ || !body_allowed_) return false;
+  nghttp2_session* session = conn_.session_.get();
+  const int32_t window = std::min(nghttp2_session_get_stream_remote_window_size(session, id_),
+                                  nghttp2_session_get_remote_window_size(session));
+  return window > 0 && pending() + len <= static_cast<size_t>(window);
 }
 
 void Http2ServerConnection::Stream::reset(uint32_t error_code) {
@@ -135,8 +167,9 @@ void Http2ServerConnection::Stream::reset(uint32_t error_code) {
 void Http2ServerConnection::Stream::onExchangeDone() {
   exchange_ = nullptr;
   // An Exchange that ends without finishing its response leaves it truncated:
-  // the client must not mistake it for complete.
-  if (!end_pending_ && !end_submitted_) reset(NGHTTP2_INTERNAL_ERROR);
+  // the client must not mistake it for complete. (A resetStreamAfter resets
+  // it itself, once its last bytes are out.)
+  if (!end_pending_ && !end_submitted_ && !reset_after_pending_) reset(NGHTTP2_INTERNAL_ERROR);
 }
 
 void Http2ServerConnection::Stream::respondLocally(const Problem& problem) {
@@ -164,11 +197,11 @@ void Http2ServerConnection::Stream::onBodyTimer() {
   conn_.host_.countRejection(Rejection::BodyTimeout);
   // Nothing went upstream yet (bodies are buffered first). The 408 ends the
   // stream; onFrameSend then resets it with NO_ERROR so the client stops uploading.
-  exchange_->sendLocalReply(
-      Problem{408, "request-timeout", "Request timeout",
-              "no request body byte for limits.body_read_timeout (" +
-                  std::to_string(conn_.limits_.body_read_timeout.count()) + "ms)",
-              CancelReason::ClientDisconnect, false, std::nullopt});
+  exchange_->sendLocalReply(makeProblem(
+      problems::kRequestTimeout,
+      "no request body byte for limits.body_read_timeout (" +
+          std::to_string(conn_.limits_.body_read_timeout.count()) + "ms)",
+      CancelReason::ClientDisconnect));
 }
 
 void Http2ServerConnection::Stream::disconnect() {
@@ -358,16 +391,14 @@ int Http2ServerConnection::onDataChunkRecv(nghttp2_session*, uint8_t, int32_t st
 void Http2ServerConnection::onRequestHeaders(Stream& stream) {
   if (stream.header_overflow_) {
     host_.countRejection(Rejection::HeaderTooLarge);
-    stream.respondLocally(Problem{431, "header-too-large", "Request header fields too large",
-                                  "request headers exceed sluice's limits", std::nullopt, false,
-                                  std::nullopt});
+    stream.respondLocally(
+        makeProblem(problems::kHeaderTooLarge, "request headers exceed sluice's limits"));
     return;
   }
   if (stream.builder_.method() == "CONNECT") {
-    stream.respondLocally(Problem{400, "bad-request", "Bad request",
-                                  "the request cannot be proxied: sluice proxies requests, not "
-                                  "tunnels",
-                                  std::nullopt, false, std::nullopt});
+    stream.respondLocally(makeProblem(
+        problems::kBadRequest,
+        "the request cannot be proxied: sluice proxies requests, not tunnels"));
     return;
   }
   RequestHead head = stream.builder_.finish();
@@ -449,6 +480,12 @@ int Http2ServerConnection::onFrameSend(nghttp2_session* session, const nghttp2_f
       // stop sending without an error (RFC 9113 §8.1).
       stream->reset_ = true;
       nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream->id_, NGHTTP2_NO_ERROR);
+    }
+  }
+  if (frame->hd.type == NGHTTP2_DATA) {
+    Stream* stream = self->findStream(frame->hd.stream_id);
+    if (stream != nullptr && stream->reset_after_pending_ && stream->pending() == 0) {
+      stream->reset(*stream->reset_after_pending_);  // the final bytes are out: cut now
     }
   }
   return 0;

@@ -11,6 +11,8 @@
 //   GOAWAY / EOF / reset        → every Exchange of the connection: client disconnect
 //   resetStream()               → RST_STREAM on that stream only (CANCEL when the
 //                                 Exchange cancelled, INTERNAL_ERROR when it failed)
+//   resetStreamAfter(bytes)     → the same RST_STREAM, once the DATA frame with
+//                                 the final bytes (an SSE error event) was sent
 //
 // Backpressure is HTTP/2 flow control. Response bytes the client's window
 // does not admit yet wait in the stream's own buffer; above the high
