@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <charconv>
 
 #include "proxy/filter_chain.h"
 #include "proxy/header_rewrite.h"
@@ -18,10 +19,12 @@ double seconds(std::chrono::steady_clock::duration d) {
 constexpr int kClientClosedRequest = 499;  // nginx's code for "the client went away"
 
 // Whether a client that sees its response cut for `reason` is still there to
-// read a final error event. client_disconnect: it left.
+// read a final error event. client_disconnect: it left; client_stalled: it
+// stopped reading.
 bool clientStillListening(CancelReason reason) {
   switch (reason) {
     case CancelReason::ClientDisconnect:
+    case CancelReason::ClientStalled:
       return false;
     case CancelReason::BudgetExhausted:
     case CancelReason::CircuitOpen:
@@ -88,22 +91,42 @@ void Exchange::decodeHeaders(RequestHead&& head) {
            ExchangeState::Completed);
     return;
   }
+  if (declaredBodyTooLarge()) {
+    rejectBodyTooLarge();
+    return;
+  }
   phase_ = Phase::DecodeHeaders;
   runChain(0);
 }
 
 void Exchange::decodeData(const char* data, size_t len) {
   if (finished_) return;
-  const uint64_t max_body = runtime_->config().limits.max_body;
-  if (body_.size() + len > max_body) {
-    runtime_->metrics().rejections(Rejection::BodyTooLarge).Increment();
-    answer(makeProblem(problems::kBodyTooLarge, "the request body exceeds sluice's limit of " +
-                                                    std::to_string(max_body) +
-                                                    " bytes (limits.max_body)"),
-           ExchangeState::Failed);
+  if (body_.size() + len > runtime_->config().limits.max_body) {
+    rejectBodyTooLarge();
     return;
   }
   body_.append(data, len);
+}
+
+bool Exchange::declaredBodyTooLarge() const {
+  // The codecs validated the value (digits only, one value); a body that says
+  // up front it will not fit is refused before a byte of it is read (and
+  // before an HTTP/1.1 client is told `100 Continue`).
+  const auto declared = request_.headers.get("content-length");
+  if (!declared) return false;
+  uint64_t length = 0;
+  const auto [end, ec] = std::from_chars(declared->data(), declared->data() + declared->size(), length);
+  return ec == std::errc() && end == declared->data() + declared->size() &&
+         length > runtime_->config().limits.max_body;
+}
+
+void Exchange::rejectBodyTooLarge() {
+  const uint64_t max_body = runtime_->config().limits.max_body;
+  runtime_->metrics().rejections(Rejection::BodyTooLarge).Increment();
+  answer(makeProblem(problems::kBodyTooLarge, "the request body exceeds sluice's limit of " +
+                                                  std::to_string(max_body) +
+                                                  " bytes (limits.max_body)"),
+         ExchangeState::Failed);
 }
 
 void Exchange::decodeComplete() {
@@ -404,7 +427,7 @@ void Exchange::onUpstreamError(UpstreamError error, const std::string& detail) {
 
 // --- downstream events ----------------------------------------------------------------
 
-void Exchange::onDownstreamDisconnect() {
+void Exchange::onDownstreamDisconnect(CancelReason reason) {
   if (downstream_ != nullptr) undelivered_at_disconnect_ = downstream_->bufferedBytes();
   downstream_ = nullptr;  // never write to the client again
   if (finished_) return;
@@ -414,8 +437,8 @@ void Exchange::onDownstreamDisconnect() {
   if (finish_mode && stream_ != nullptr && state_ == ExchangeState::Running) {
     // Let the side-effecting call complete, within finish_grace; its output is leaked.
     discarding_ = true;
-    if (!cancel_reason_) cancel_reason_ = CancelReason::ClientDisconnect;
-    route_->metrics->cancellations(CancelReason::ClientDisconnect).Increment();
+    if (!cancel_reason_) cancel_reason_ = reason;
+    route_->metrics->cancellations(*cancel_reason_).Increment();
     cancel_counted_ = true;
     if (upstream_paused_) {
       upstream_paused_ = false;
@@ -423,13 +446,13 @@ void Exchange::onDownstreamDisconnect() {
       last_upstream_byte_ = clock().now();
       armIdleTimer();
     }
-    grace_timer_ = armTimer(clock().now() + route_->config->finish_grace, [this] {
+    grace_timer_ = armTimer(clock().now() + route_->config->finish_grace, [this, reason] {
       grace_timer_ = 0;
-      cancel(CancelReason::ClientDisconnect);
+      cancel(reason);
     });
     return;
   }
-  cancel(CancelReason::ClientDisconnect);
+  cancel(reason);
 }
 
 void Exchange::onDownstreamWritable() {
@@ -577,6 +600,9 @@ Problem Exchange::problemFor(CancelReason reason,
                          retry_after);
     case CancelReason::ClientDisconnect:
       return makeProblem(problems::kClientDisconnect, "the client went away", reason);
+    case CancelReason::ClientStalled:
+      return makeProblem(problems::kClientStalled,
+                         "the client accepted no byte for limits.send_timeout", reason);
   }
   return makeProblem(problems::kClientDisconnect, "the client went away", reason);
 }

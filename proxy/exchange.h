@@ -89,8 +89,11 @@ class Exchange final : public DeferredDeletable,
   void decodeData(const char* data, size_t len);
   /** The request is complete: the first attempt may start. */
   void decodeComplete();
-  /** The client went away (EOF, reset, RST_STREAM). */
-  void onDownstreamDisconnect();
+  /**
+   * The client went away (EOF, reset, RST_STREAM: `client_disconnect`), or
+   * sluice dropped it for not reading (send_timeout: `client_stalled`).
+   */
+  void onDownstreamDisconnect(CancelReason reason = CancelReason::ClientDisconnect);
   /** The client drained its buffer below the low watermark: resume the upstream. */
   void onDownstreamWritable();
 
@@ -142,6 +145,10 @@ class Exchange final : public DeferredDeletable,
   void answer(Problem problem, ExchangeState terminal);
   /** Passes `problem` through the filters (encodeLocalReply) and sends it if nothing was sent. */
   void sendProblem(Problem& problem);
+  /** Content-Length says the body is above limits.max_body. */
+  bool declaredBodyTooLarge() const;
+  /** 413 body-too-large, counted in the downstream rejections. */
+  void rejectBodyTooLarge();
   void finish(int status_code);
   Problem problemFor(CancelReason reason,
                      std::optional<std::chrono::milliseconds> retry_after) const;

@@ -18,6 +18,17 @@ struct OptionDeleter {
   void operator()(nghttp2_option* o) const { nghttp2_option_del(o); }
 };
 
+/**
+ * HPACK bomb bound: a header list is decoded past its limit only to answer
+ * 431, and only up to this multiple of the limit (bytes as RFC 9113 counts
+ * them, and fields). Beyond, the stream's fields are no longer validated or
+ * handed over (RST_STREAM), so one header block costs at most this much
+ * decoding whatever its references to the dynamic table expand to.
+ */
+constexpr size_t kHeaderOverflowFactor = 4;
+/** Header blocks cut that way that a connection may send; the next one gets GOAWAY. */
+constexpr uint32_t kMaxCutHeaderBlocks = 3;
+
 }  // namespace
 
 // --- one stream: the DownstreamStream of one Exchange -------------------------------
@@ -48,8 +59,8 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   uint32_t cutCode() const;
   /** Answers with a problem sluice makes itself, before any Exchange exists. */
   void respondLocally(const Problem& problem);
-  /** Detaches the Exchange, if any, and tells it the client is gone. */
-  void disconnect();
+  /** Detaches the Exchange, if any, and tells it the client is gone (`reason`). */
+  void disconnect(CancelReason reason = CancelReason::ClientDisconnect);
   /** The request body is being read: body_read_timeout runs from now, sliding per DATA. */
   void startBodyTimer();
   void onBodyTimer();
@@ -61,7 +72,8 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   Http2RequestHeadBuilder builder_;
   size_t header_list_bytes_ = 0;
   size_t header_count_ = 0;
-  bool header_overflow_ = false;
+  bool header_overflow_ = false;  // above the limit: 431 once the head is in
+  bool header_cut_ = false;       // far above it: no longer decoded, reset
   bool head_request_ = false;
   bool request_complete_ = false;  // END_STREAM received
   Exchange* exchange_ = nullptr;
@@ -204,11 +216,11 @@ void Http2ServerConnection::Stream::onBodyTimer() {
       CancelReason::ClientDisconnect));
 }
 
-void Http2ServerConnection::Stream::disconnect() {
+void Http2ServerConnection::Stream::disconnect(CancelReason reason) {
   if (exchange_ == nullptr) return;
   Exchange* ex = exchange_;
   exchange_ = nullptr;
-  ex->onDownstreamDisconnect();
+  ex->onDownstreamDisconnect(reason);
 }
 
 // --- the connection ---------------------------------------------------------------------
@@ -220,6 +232,7 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
       limits_(limits),
       bev_(std::move(bev)),
       idle_timer_(host.dispatcher().base(), [this] { onIdleTimer(); }),
+      send_watch_(host.dispatcher(), limits.send_timeout, [this] { onSendStalled(); }),
       peer_address_(std::move(peer_address)) {
   client_info_.address = peer_address_;
   client_info_.tls = tls;
@@ -227,6 +240,7 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
   nghttp2_session_callbacks* raw_callbacks = nullptr;
   nghttp2_session_callbacks_new(&raw_callbacks);
   std::unique_ptr<nghttp2_session_callbacks, CallbacksDeleter> callbacks(raw_callbacks);
+  nghttp2_session_callbacks_set_on_begin_frame_callback(callbacks.get(), &onBeginFrame);
   nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks.get(), &onBeginHeaders);
   nghttp2_session_callbacks_set_on_header_callback(callbacks.get(), &onHeader);
   nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks.get(), &onFrameRecv);
@@ -260,6 +274,7 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
   // The write callback fires when the socket drained to the low watermark: pump more.
   bufferevent_setwatermark(bev_.get(), EV_WRITE, limits_.output_low_watermark, 0);
   bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
+  send_watch_.watch(bufferevent_get_output(bev_.get()));
   // Send our SETTINGS and process the preface the detector already read, next turn.
   scheduleSend();
   armIdleTimer();
@@ -295,6 +310,12 @@ void Http2ServerConnection::onRead() {
       const unsigned char* data = evbuffer_pullup(input, static_cast<ssize_t>(len));
       const ssize_t rv = nghttp2_session_mem_recv(session_.get(), data, len);
       if (closed_) return;
+      if (rv < 0 && connection_error_ != NGHTTP2_NO_ERROR) {
+        // A connection error sluice detected in a callback: GOAWAY naming it.
+        nghttp2_session_terminate_session(session_.get(), connection_error_);
+        closeAfterFlush();
+        return;
+      }
       if (rv < 0) {
         // Not HTTP/2 after all (bad preface), a flood, or memory: nothing to save.
         close();
@@ -312,6 +333,31 @@ void Http2ServerConnection::onRead() {
   }
   sendPending();
   maybeFinish();
+}
+
+int Http2ServerConnection::onBeginFrame(nghttp2_session* session, const nghttp2_frame_hd* hd,
+                                        void* user_data) {
+  auto* self = static_cast<Http2ServerConnection*>(user_data);
+  // Even ids and everything else: nghttp2 judges. Odd: a client's stream.
+  if (hd->type != NGHTTP2_HEADERS || hd->stream_id % 2 == 0) return 0;
+  if (hd->stream_id > self->last_client_stream_id_) {
+    self->last_client_stream_id_ = hd->stream_id;
+    return 0;
+  }
+  // Trailers on a stream still open, or on one sluice closed before the
+  // client saw it (an early answer, then RST_STREAM(NO_ERROR)): not an error.
+  if (nghttp2_session_find_stream(session, hd->stream_id) != nullptr ||
+      self->closedEarly(hd->stream_id)) {
+    return 0;
+  }
+  // RFC 9113 §5.1.1: a new stream's id must exceed every id the client used
+  // (h2spec http2/5.1.1/2); nghttp2 only ignores such a HEADERS.
+  self->connection_error_ = NGHTTP2_PROTOCOL_ERROR;
+  return NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
+bool Http2ServerConnection::closedEarly(int32_t stream_id) const {
+  return std::find(closed_early_.begin(), closed_early_.end(), stream_id) != closed_early_.end();
 }
 
 int Http2ServerConnection::onBeginHeaders(nghttp2_session*, const nghttp2_frame* frame,
@@ -334,20 +380,37 @@ int Http2ServerConnection::onHeader(nghttp2_session*, const nghttp2_frame* frame
     return 0;  // trailers: not forwarded (LLM APIs do not use them)
   }
   Stream* stream = self->findStream(frame->hd.stream_id);
-  if (stream == nullptr || stream->header_overflow_) return 0;
+  if (stream == nullptr || stream->header_cut_) return 0;
   const std::string_view n(reinterpret_cast<const char*>(name), namelen);
   const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
   // RFC 9113 §6.5.2 sizes a header list as name + value + 32 per field.
   stream->header_list_bytes_ += namelen + valuelen + 32;
   if (n.empty() || n.front() != ':') ++stream->header_count_;
-  if (stream->header_list_bytes_ > self->limits_.max_header_list_bytes ||
-      stream->header_count_ > self->limits_.max_headers) {
-    // Keep decoding (HPACK state must stay in sync) but keep nothing: 431 at the end.
+  const Http2Limits& limits = self->limits_;
+  if (stream->header_list_bytes_ > kHeaderOverflowFactor * limits.max_header_list_bytes ||
+      stream->header_count_ > kHeaderOverflowFactor * limits.max_headers) {
+    return self->cutHeaderBlock(*stream);
+  }
+  if (stream->header_overflow_) return 0;  // decoded only to answer 431: keep nothing
+  if (stream->header_list_bytes_ > limits.max_header_list_bytes ||
+      stream->header_count_ > limits.max_headers) {
     stream->header_overflow_ = true;
     return 0;
   }
   stream->builder_.add(n, v);
   return 0;
+}
+
+int Http2ServerConnection::cutHeaderBlock(Stream& stream) {
+  stream.header_cut_ = true;
+  host_.countRejection(Rejection::HeaderTooLarge);
+  if (++cut_header_blocks_ > kMaxCutHeaderBlocks) {
+    connection_error_ = NGHTTP2_ENHANCE_YOUR_CALM;  // it keeps doing it: GOAWAY
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
+  // nghttp2 resets the stream (RST_STREAM(INTERNAL_ERROR)) and reads the rest
+  // of the block only to keep the HPACK state: no validation, no callbacks.
+  return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
 }
 
 int Http2ServerConnection::onFrameRecv(nghttp2_session*, const nghttp2_frame* frame,
@@ -356,7 +419,7 @@ int Http2ServerConnection::onFrameRecv(nghttp2_session*, const nghttp2_frame* fr
   switch (frame->hd.type) {
     case NGHTTP2_HEADERS: {
       Stream* stream = self->findStream(frame->hd.stream_id);
-      if (stream == nullptr) break;
+      if (stream == nullptr || stream->header_cut_) break;
       if (frame->headers.cat == NGHTTP2_HCAT_REQUEST) self->onRequestHeaders(*stream);
       if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) self->onRequestComplete(*stream);
       break;
@@ -395,10 +458,9 @@ void Http2ServerConnection::onRequestHeaders(Stream& stream) {
         makeProblem(problems::kHeaderTooLarge, "request headers exceed sluice's limits"));
     return;
   }
-  if (stream.builder_.method() == "CONNECT") {
-    stream.respondLocally(makeProblem(
-        problems::kBadRequest,
-        "the request cannot be proxied: sluice proxies requests, not tunnels"));
+  // The same method rule as HTTP/1.1's.
+  if (auto why = methodRefusal(stream.builder_.method())) {
+    stream.respondLocally(makeProblem(problems::kBadRequest, *why));
     return;
   }
   RequestHead head = stream.builder_.finish();
@@ -500,6 +562,10 @@ int Http2ServerConnection::onStreamClose(nghttp2_session*, int32_t stream_id, ui
   self->streams_.erase(it);
   stream->closed_ = true;
   stream->body_timer_.disarm();
+  if (!stream->request_complete_) {
+    // The client may not know yet: its trailers may still come (onBeginFrame).
+    self->closed_early_[self->closed_early_next_++ % self->closed_early_.size()] = stream_id;
+  }
   // Still attached: the client reset this stream (or nghttp2 did, on a
   // protocol error). Only this stream's Exchange learns of it.
   stream->disconnect();
@@ -544,12 +610,12 @@ void Http2ServerConnection::onEvent(short events) {
   if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) close();  // every stream's client is gone
 }
 
-void Http2ServerConnection::disconnectAll() {
+void Http2ServerConnection::disconnectAll(CancelReason reason) {
   std::vector<Stream*> attached;
   for (auto& [id, stream] : streams_) {
     if (stream->exchange_ != nullptr) attached.push_back(stream.get());
   }
-  for (Stream* stream : attached) stream->disconnect();
+  for (Stream* stream : attached) stream->disconnect(reason);
 }
 
 void Http2ServerConnection::maybeFinish() {
@@ -602,16 +668,25 @@ void Http2ServerConnection::closeWhenIdle() {
   scheduleSend();
 }
 
-void Http2ServerConnection::close() {
+void Http2ServerConnection::onSendStalled() {
+  if (closed_) return;
+  host_.countRejection(Rejection::SendTimeout);
+  closeWith(CancelReason::ClientStalled);
+}
+
+void Http2ServerConnection::close() { closeWith(CancelReason::ClientDisconnect); }
+
+void Http2ServerConnection::closeWith(CancelReason reason) {
   if (closed_) return;
   closed_ = true;
-  disconnectAll();
+  disconnectAll(reason);
   if (bev_) {
     bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
     bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);
   }
   event_del(process_event_.get());
   idle_timer_.disarm();
+  send_watch_.stop();
   host_.connectionClosed(*this);
 }
 

@@ -52,6 +52,8 @@ inline constexpr ProblemKind kHeaderTooLarge{431, "header-too-large",
                                              "Request header fields too large", false};
 inline constexpr ProblemKind kClientDisconnect{499, "client-disconnect", "Client disconnected",
                                                false};
+inline constexpr ProblemKind kClientStalled{499, "client-stalled", "Client stopped reading",
+                                            false};
 // The upstream.
 inline constexpr ProblemKind kUpstreamConnectError{502, "upstream-connect-error",
                                                    "Upstream connect error", true};

@@ -96,7 +96,7 @@ constexpr const ProblemKind* kCatalogue[] = {
     &problems::kUpstreamConnectTimeout, &problems::kUpstreamTimeout,
     &problems::kBudgetExhausted,      &problems::kCircuitOpen,
     &problems::kRateLimited,          &problems::kOverloaded,
-    &problems::kDraining,
+    &problems::kDraining,             &problems::kClientStalled,
 };
 
 TEST(ProblemCatalogueTest, SlugsAreUniqueLowercaseWords) {
@@ -241,6 +241,7 @@ TEST(ProblemReplyTest, CancelReasonIsNullWhenAbsent) {
 TEST(ProblemReplyTest, CancelReasonIsTheLabelForEveryReason) {
   const std::pair<CancelReason, const char*> kLabels[] = {
       {CancelReason::ClientDisconnect, "client_disconnect"},
+      {CancelReason::ClientStalled, "client_stalled"},
       {CancelReason::BudgetExhausted, "budget_exhausted"},
       {CancelReason::CircuitOpen, "circuit_open"},
       {CancelReason::RateLimited, "rate_limited"},
