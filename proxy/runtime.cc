@@ -30,6 +30,7 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
   rt->config_ = std::move(config);
   rt->metrics_ = &metrics;
   const config::Config& cfg = *rt->config_;
+  rt->warnings_ = cfg.warnings;  // the loader's advice, logged with the runtime's own
 
   rt->listener_tls_.reserve(cfg.listeners.size());
   for (const auto& listener : cfg.listeners) {

@@ -83,7 +83,10 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   Metrics& metrics() const { return *metrics_; }
   /** The `pricing` table, for the spend meter. */
   const PriceTable& prices() const { return prices_; }
-  /** Risky settings worth a line in the log at start and reload (`tls.verify: false`). */
+  /**
+   * Risky settings worth a line in the log at start and reload: the loader's
+   * warnings (config::Config::warnings), then `tls.verify: false`.
+   */
   const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
