@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cassert>
+#include <charconv>
 
+#include "filters/retry/retry_decision.h"
 #include "proxy/filter_chain.h"
 #include "proxy/header_rewrite.h"
 #include "proxy/upstream_pool.h"
@@ -17,6 +19,16 @@ double seconds(std::chrono::steady_clock::duration d) {
 
 constexpr int kClientClosedRequest = 499;  // nginx's code for "the client went away"
 
+/** The request's Content-Length (the codecs validated it), if it has one. */
+std::optional<uint64_t> declaredContentLength(const RequestHead& request) {
+  const auto value = request.headers.get("content-length");
+  if (!value) return std::nullopt;
+  uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(value->data(), value->data() + value->size(), n);
+  if (ec != std::errc() || end != value->data() + value->size()) return std::nullopt;
+  return n;
+}
+
 }  // namespace
 
 Exchange::Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const RouteRuntime* route,
@@ -27,6 +39,7 @@ Exchange::Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const Ro
       route_(route != nullptr ? route : &runtime_->noRoute()),
       downstream_(downstream),
       start_(start),
+      body_(&runtime_->bodyMemory(), runtime_->config().limits.max_buffered_body_bytes),
       wake_(host.dispatcher().base(), [this] { onWake(); }) {
   route_->metrics->active().Increment();
   if (route_->config != nullptr) {
@@ -66,29 +79,113 @@ void Exchange::decodeHeaders(RequestHead&& head) {
            ExchangeState::Completed);
     return;
   }
+  if (!planBody()) return;
   phase_ = Phase::DecodeHeaders;
   runChain(0);
 }
 
+bool Exchange::planBody() {
+  stream_above_ = streamAbove();
+  const auto declared = declaredContentLength(request_);
+  if (!declared) return true;  // chunked: decided as the bytes come
+  body_.declareLength(*declared);
+  if (*declared > runtime_->config().limits.max_body) {
+    rejectBodyTooLarge();  // before any of it is read, let alone sent
+    return false;
+  }
+  if (*declared > stream_above_) {
+    body_.startStreaming();  // the attempt starts with the head (runChain)
+    return true;
+  }
+  // Buffered whole: its room is taken now, so a body the process cannot
+  // hold is refused before any of it is read.
+  if (*declared > 0 && !body_.reserveWhole(*declared)) {
+    refuseBody();
+    return false;
+  }
+  return true;
+}
+
+uint64_t Exchange::streamAbove() const {
+  const config::RetryConfig& retry = route_->config->retry;
+  if (isRetrySafe(retry.idempotent, request_.method, request_.headers.has("idempotency-key"))) {
+    return retry.max_body;
+  }
+  return std::min(retry.max_body, kAlwaysBufferedBytes);
+}
+
 void Exchange::decodeData(const char* data, size_t len) {
   if (finished_) return;
-  const uint64_t max_body = runtime_->config().limits.max_body;
-  if (body_.size() + len > max_body) {
-    runtime_->metrics().rejections(Rejection::BodyTooLarge).Increment();
-    answer(Problem{413, "body-too-large", "Request body too large",
-                   "the request body exceeds sluice's limit of " + std::to_string(max_body) +
-                       " bytes (limits.max_body)",
-                   std::nullopt, false, std::nullopt},
-           ExchangeState::Failed);
+  if (body_.size() + len > runtime_->config().limits.max_body) {
+    rejectBodyTooLarge();
     return;
   }
-  body_.append(data, len);
+  if (!body_.append(data, len)) {
+    refuseBody();
+    return;
+  }
+  if (!body_.streaming()) {
+    if (body_.size() <= stream_above_) return;
+    // Too big to replay: stop buffering and start the attempt now.
+    body_.startStreaming();
+    if (phase_ == Phase::DecodeComplete && !held_) runChain(0);
+    if (finished_) return;
+  }
+  if (stream_ != nullptr) stream_->onRequestBodyData();
+  applyBodyBackpressure();
 }
 
 void Exchange::decodeComplete() {
   request_complete_ = true;
-  if (finished_ || held_) return;
+  body_.markComplete();
+  if (client_paused_) {
+    // The codec read the end with the bytes that paused it: let it read
+    // again, so a client that leaves is seen at once.
+    client_paused_ = false;
+    if (downstream_ != nullptr) downstream_->resumeRequestBody();
+  }
+  if (finished_) return;
+  if (stream_ != nullptr) {
+    // A streamed body's end: the upstream has it all, so its time to answer starts now.
+    stream_->onRequestBodyData();
+    if (finished_ || stream_ == nullptr) return;
+    last_upstream_byte_ = clock().now();
+    armFirstByteTimer();
+    if (first_byte_timer_ == 0 && attempt_connected_) armIdleTimer();
+    return;
+  }
+  if (held_) return;
   if (phase_ == Phase::DecodeComplete) runChain(0);
+}
+
+void Exchange::applyBodyBackpressure() {
+  if (!body_.streaming() || request_complete_ || downstream_ == nullptr || finished_) return;
+  if (!client_paused_ && body_.held() > kBodyHighWatermark) {
+    client_paused_ = true;
+    downstream_->pauseRequestBody();
+  } else if (client_paused_ && body_.held() < kBodyLowWatermark) {
+    client_paused_ = false;
+    downstream_->resumeRequestBody();
+  }
+}
+
+void Exchange::rejectBodyTooLarge() {
+  const uint64_t max_body = runtime_->config().limits.max_body;
+  runtime_->metrics().rejections(Rejection::BodyTooLarge).Increment();
+  answer(Problem{413, "body-too-large", "Request body too large",
+                 "the request body exceeds sluice's limit of " + std::to_string(max_body) +
+                     " bytes (limits.max_body)",
+                 std::nullopt, false, std::nullopt},
+         ExchangeState::Failed);
+}
+
+void Exchange::refuseBody() {
+  const uint64_t cap = runtime_->config().limits.max_buffered_body_bytes;
+  cancelWith(CancelReason::Overloaded,
+             Problem{503, "overloaded", "sluice is overloaded",
+                     "request bodies held by sluice would exceed limits.max_buffered_body_bytes (" +
+                         std::to_string(cap) + " bytes)",
+                     CancelReason::Overloaded, true, std::nullopt});
 }
 
 void Exchange::runChain(size_t from) {
@@ -97,7 +194,7 @@ void Exchange::runChain(size_t from) {
     FilterStatus status = FilterStatus::Continue;
     switch (phase_) {
       case Phase::DecodeHeaders: status = filter.decodeHeaders(request_); break;
-      case Phase::DecodeComplete: status = filter.decodeComplete(body_); break;
+      case Phase::DecodeComplete: status = filter.decodeComplete(body_.prefix()); break;
       case Phase::BeforeAttempt: status = filter.beforeAttempt(upstream_request_); break;
       case Phase::Done: return;
     }
@@ -112,7 +209,8 @@ void Exchange::runChain(size_t from) {
   switch (phase_) {
     case Phase::DecodeHeaders:
       phase_ = Phase::DecodeComplete;
-      if (request_complete_) runChain(0);
+      // A streamed body does not wait for its end: the attempt carries it.
+      if (request_complete_ || body_.streaming()) runChain(0);
       return;
     case Phase::DecodeComplete:
       startAttempt();
@@ -138,11 +236,13 @@ void Exchange::startAttempt() {
   retry_scheduled_ = false;
   held_head_.reset();
   held_body_.clear();
+  head_pending_ = false;
+  assert(body_.replayable() && "a retry needs the whole body");
   attempt_forwarded_bytes_ = 0;
   upstream_request_ = request_;
   rewriteRequestForUpstream(upstream_request_, *route_->upstream->config,
                             downstream_ != nullptr ? downstream_->clientInfo() : ClientInfo{});
-  upstream_request_.headers.remove("expect");  // the body is already here
+  upstream_request_.headers.remove("expect");  // sluice answered it (or reads the body anyway)
   phase_ = Phase::BeforeAttempt;
   runChain(0);
 }
@@ -167,12 +267,7 @@ void Exchange::sendAttempt() {
                             " within connect_timeout",
                         std::nullopt, true, std::nullopt});
   });
-  if (rc.first_byte_timeout.count() > 0) {
-    first_byte_timer_ = armTimer(now + rc.first_byte_timeout, [this] {
-      first_byte_timer_ = 0;
-      onAttemptTimeout(true);
-    });
-  }
+  armFirstByteTimer();
 
   attempt_unprocessed_ = false;
   stream_ = host_.pool(*runtime_, route_->upstream_index).acquire();
@@ -183,7 +278,8 @@ void Exchange::endAttempt(AttemptResult result, bool reuse) {
   disarmTimer(connect_timer_);
   disarmTimer(first_byte_timer_);
   disarmTimer(idle_timer_);
-  connect_timer_ = first_byte_timer_ = idle_timer_ = 0;
+  disarmTimer(commit_timer_);  // a pending head goes with the attempt's end, or not at all
+  connect_timer_ = first_byte_timer_ = idle_timer_ = commit_timer_ = 0;
   route_->upstream->metrics->attempts(result).Increment();
   attempt_cut_ = result == AttemptResult::ConnectError || result == AttemptResult::Reset ||
                  result == AttemptResult::Timeout || result == AttemptResult::Cancelled;
@@ -237,8 +333,23 @@ void Exchange::onAttemptTimeout(bool first_byte) {
   cancel(CancelReason::UpstreamTimeout);
 }
 
+void Exchange::armFirstByteTimer() {
+  // A streamed upload is not the upstream's time to answer: it runs once
+  // the upstream has the whole request.
+  const auto timeout = route_->config->first_byte_timeout;
+  if (timeout.count() <= 0 || !request_complete_ || upstream_headers_) return;
+  disarmTimer(first_byte_timer_);
+  first_byte_timer_ = armTimer(clock().now() + timeout, [this] {
+    first_byte_timer_ = 0;
+    onAttemptTimeout(true);
+  });
+}
+
 void Exchange::armIdleTimer() {
-  if (route_->config == nullptr || upstream_paused_ || stream_ == nullptr) return;
+  // Nor is a stalled upload a stalled upstream (body_read_timeout is the client's).
+  if (route_->config == nullptr || upstream_paused_ || stream_ == nullptr || !request_complete_) {
+    return;
+  }
   const auto idle = route_->config->idle_timeout;
   if (idle.count() <= 0) return;
   disarmTimer(idle_timer_);
@@ -263,6 +374,11 @@ void Exchange::onUpstreamConnected() {
   if (first_byte_timer_ == 0) armIdleTimer();  // waiting for the first byte counts as idle
 }
 
+void Exchange::onUpstreamBodySent(uint64_t offset) {
+  body_.discardBefore(offset);  // a streamed body frees what the upstream took
+  applyBodyBackpressure();
+}
+
 void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
   if (finished_) return;
   disarmTimer(first_byte_timer_);
@@ -278,14 +394,24 @@ void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
     hold = filter->encodeHeaders(head, end_stream) == FilterStatus::StopIteration || hold;
     if (finished_) return;
   }
-  if (hold) {
-    // Held back until the attempt ends: maybe retried, maybe released.
-    held_head_ = std::move(head);
-    armIdleTimer();
-    return;
+  held_head_ = std::move(head);
+  if (!hold) {
+    // Not held by a filter, but not on the wire yet either: it goes at the
+    // end of this loop turn, or with the response's end if that comes first.
+    head_pending_ = true;
+    commit_timer_ = armTimer(clock().now(), [this] {
+      commit_timer_ = 0;
+      commitPendingHead();
+    });
   }
-  sendResponseHead(head);
+  // Held back (by a filter: until the attempt ends, maybe retried, maybe released).
   armIdleTimer();
+}
+
+void Exchange::commitPendingHead() {
+  if (finished_ || !head_pending_ || !held_head_) return;
+  releaseHeldResponse(false);
+  pauseUpstreamIfClientSlow();
 }
 
 void Exchange::sendResponseHead(ResponseHead& head) {
@@ -299,6 +425,9 @@ void Exchange::sendResponseHead(ResponseHead& head) {
 void Exchange::releaseHeldResponse(bool end_stream) {
   ResponseHead head = std::move(*held_head_);
   held_head_.reset();
+  head_pending_ = false;
+  disarmTimer(commit_timer_);
+  commit_timer_ = 0;
   std::string body;
   body.swap(held_body_);
   sendResponseHead(head);
@@ -323,6 +452,11 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
   if (discarding_ || downstream_ == nullptr) return;
   attempt_forwarded_bytes_ += len;
   downstream_->encodeData(data, len, false);
+  pauseUpstreamIfClientSlow();
+}
+
+void Exchange::pauseUpstreamIfClientSlow() {
+  if (discarding_ || downstream_ == nullptr) return;
   if (!upstream_paused_ && stream_ != nullptr && downstream_->aboveHighWatermark()) {
     // The client is slower than the upstream: stop reading the upstream until
     // the client drains (onDownstreamWritable). Memory per stream stays bounded.
@@ -389,7 +523,9 @@ void Exchange::onDownstreamDisconnect() {
   const bool finish_mode =
       route_->config != nullptr &&
       route_->config->on_client_disconnect == config::ClientDisconnectMode::Finish;
-  if (finish_mode && stream_ != nullptr && state_ == ExchangeState::Running) {
+  // A streamed request cut short cannot complete upstream: cancel it instead.
+  if (finish_mode && stream_ != nullptr && state_ == ExchangeState::Running &&
+      request_complete_) {
     // Let the side-effecting call complete, within finish_grace; its output is leaked.
     discarding_ = true;
     if (!cancel_reason_) cancel_reason_ = CancelReason::ClientDisconnect;
@@ -422,6 +558,12 @@ void Exchange::onDownstreamWritable() {
 
 void Exchange::cancel(CancelReason reason, std::optional<std::chrono::milliseconds> retry_after) {
   if (finished_ || isTerminal(state_) || state_ == ExchangeState::Cancelling) return;
+  // The first cause's problem: a finish-mode disconnect set it, and left no client to answer.
+  cancelWith(reason, problemFor(cancel_reason_.value_or(reason), retry_after));
+}
+
+void Exchange::cancelWith(CancelReason reason, const Problem& problem) {
+  if (finished_ || isTerminal(state_) || state_ == ExchangeState::Cancelling) return;
   if (!cancel_reason_) cancel_reason_ = reason;  // first cause wins
   const MonotonicTime decided = clock().now();
   const bool had_attempt = stream_ != nullptr;
@@ -440,7 +582,6 @@ void Exchange::cancel(CancelReason reason, std::optional<std::chrono::millisecon
   int code = kClientClosedRequest;
   if (downstream_ != nullptr) {
     if (!response_started_) {
-      const Problem problem = problemFor(*cancel_reason_, retry_after);
       LocalReply reply = makeProblemReply(problem);
       if (attempts_ > 0) reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_));
       response_started_ = true;
@@ -531,6 +672,9 @@ void Exchange::finish(int status_code) {
   m.active().Decrement();
   if (DownstreamStream* d = downstream_) {
     downstream_ = nullptr;
+    // Answered before the upload ended: the codec reads (and drops) the rest.
+    if (client_paused_) d->resumeRequestBody();
+    client_paused_ = false;
     d->onExchangeDone();
   }
   host_.retire(*this);
@@ -541,6 +685,7 @@ void Exchange::retryAttempt(std::chrono::milliseconds delay, const std::string& 
   retry_scheduled_ = true;
   held_head_.reset();
   held_body_.clear();
+  head_pending_ = false;
   route_->metrics->retries(cause).Increment();
   transition(ExchangeState::BackingOff);
   // The sleep is a timer of this Exchange: a cancel (client gone, budget)

@@ -26,6 +26,7 @@
 #include "proxy/event_util.h"
 #include "proxy/exchange_state.h"
 #include "proxy/filter.h"
+#include "proxy/request_body.h"
 #include "proxy/runtime.h"
 #include "proxy/upstream_stream.h"
 
@@ -78,20 +79,37 @@ class Exchange final : public DeferredDeletable,
   ~Exchange() override;
 
   // --- from the downstream codec ----------------------------------------------
-  /** The request head. Runs decodeHeaders; may answer at once (404, 400). */
+  /**
+   * The request head. Runs decodeHeaders; may answer at once (404, 400, 503
+   * when its declared body would pass `limits.max_buffered_body_bytes`).
+   */
   void decodeHeaders(RequestHead&& head);
   /**
-   * A slice of the request body. Bodies are buffered up to `limits.max_body`
-   * (413 above); up to the route's `retry.max_body` they may be replayed by
-   * retries, larger ones are sent once.
+   * A slice of the request body; 413 above `limits.max_body`, 503
+   * `overloaded` when the process holds too much body already. A body a
+   * retry may replay is buffered whole before the first attempt; one that
+   * cannot be replayed (above streamAbove()) is streamed: the attempt starts
+   * once that is known and each byte is freed when the upstream took it,
+   * the client paused while more than kBodyHighWatermark waits.
    */
   void decodeData(const char* data, size_t len);
-  /** The request is complete: the first attempt may start. */
+  /** The request is complete: the first attempt may start (a streamed one is under way). */
   void decodeComplete();
   /** The client went away (EOF, reset, RST_STREAM). */
   void onDownstreamDisconnect();
   /** The client drained its buffer below the low watermark: resume the upstream. */
   void onDownstreamWritable();
+
+  /** A streamed body held above this pauses the client's upload... */
+  static constexpr uint64_t kBodyHighWatermark = 256 * 1024;
+  /** ... until the upstream took it down to this. */
+  static constexpr uint64_t kBodyLowWatermark = 64 * 1024;
+  /**
+   * Bodies up to this size are buffered whole even when no retry could
+   * replay them: the filters read them (spend meter, throttle estimate) and
+   * an attempt the upstream never processed can still be replayed.
+   */
+  static constexpr uint64_t kAlwaysBufferedBytes = 1024 * 1024;
 
   // --- FilterCallbacks ------------------------------------------------------------
   void continueDecoding() override;
@@ -108,8 +126,13 @@ class Exchange final : public DeferredDeletable,
   const RouteRuntime& route() const override { return *route_; }
   uint32_t attemptNumber() const override { return attempts_; }
   void retryAttempt(std::chrono::milliseconds delay, const std::string& cause) override;
-  ResponseHead* heldResponse() override { return held_head_ ? &*held_head_ : nullptr; }
-  std::string_view heldBody() const override { return held_body_; }
+  ResponseHead* heldResponse() override {
+    return held_head_ && !head_pending_ ? &*held_head_ : nullptr;
+  }
+  std::string_view heldBody() const override {
+    return head_pending_ ? std::string_view() : std::string_view(held_body_);
+  }
+  bool requestBodyReplayable() const override { return body_.replayable(); }
   std::function<void()> crossThreadWaker(std::function<void()> fn) override;
 
   // --- introspection ----------------------------------------------------------
@@ -126,6 +149,7 @@ class Exchange final : public DeferredDeletable,
 
   // UpstreamCallbacks
   void onUpstreamConnected() override;
+  void onUpstreamBodySent(uint64_t offset) override;
   void onUpstreamHeaders(ResponseHead&& head, bool end_stream) override;
   void onUpstreamData(const char* data, size_t len) override;
   void onUpstreamComplete() override;
@@ -133,6 +157,22 @@ class Exchange final : public DeferredDeletable,
 
   bool transition(ExchangeState to);
   void runChain(size_t from);
+  /**
+   * Reads the request's declared length: a body that will be streamed is
+   * marked so, one that will be buffered whole reserves its room now. False
+   * (answered 503) when the cap refuses it.
+   */
+  bool planBody();
+  /** A body above this many bytes cannot be replayed by a retry: it is streamed. */
+  uint64_t streamAbove() const;
+  /** Pauses or resumes the client's upload around the body watermarks. */
+  void applyBodyBackpressure();
+  /** 503 `overloaded`: the body does not fit under `limits.max_buffered_body_bytes`. */
+  void refuseBody();
+  /** 413: the body is (or declares itself) above `limits.max_body`. */
+  void rejectBodyTooLarge();
+  /** cancel(), answering `problem` (if nothing was sent yet) instead of the reason's own. */
+  void cancelWith(CancelReason reason, const Problem& problem);
   void startAttempt();
   void sendAttempt();
   void endAttempt(AttemptResult result, bool reuse);
@@ -142,9 +182,14 @@ class Exchange final : public DeferredDeletable,
   void finish(int status_code);
   Problem problemFor(CancelReason reason,
                      std::optional<std::chrono::milliseconds> retry_after) const;
+  void armFirstByteTimer();
   void armIdleTimer();
   void sendResponseHead(ResponseHead& head);
   void releaseHeldResponse(bool end_stream);
+  /** The end of the loop turn that brought the response head: send it now. */
+  void commitPendingHead();
+  /** The client is slower than the upstream: stop reading the upstream. */
+  void pauseUpstreamIfClientSlow();
 
   void rearmWake();
   void onWake();
@@ -166,7 +211,9 @@ class Exchange final : public DeferredDeletable,
   bool finished_ = false;
 
   RequestHead request_;
-  std::string body_;
+  RequestBody body_;  // counted against the process-wide cap (runtime_->bodyMemory())
+  uint64_t stream_above_ = 0;    // planBody(): streamAbove()
+  bool client_paused_ = false;  // the client's upload is paused (streamed body backpressure)
   bool request_complete_ = false;
   std::vector<StreamFilterPtr> filters_;
 
@@ -184,6 +231,12 @@ class Exchange final : public DeferredDeletable,
   bool retry_scheduled_ = false;   // the retry filter asked for another attempt
   std::optional<ResponseHead> held_head_;  // a response a filter is holding back
   std::string held_body_;
+  // held_head_ is not held by a filter, only until the end of the loop turn
+  // that brought it: an upstream that fails in that same read (a bad chunk
+  // right after the head, RST_STREAM right after HEADERS) has sent the
+  // client nothing, so the client gets a 502 (or a retry), never a cut reply.
+  bool head_pending_ = false;
+  TimerId commit_timer_ = 0;
   uint64_t response_bytes_ = 0;
   uint64_t attempt_forwarded_bytes_ = 0;  // this attempt's body bytes handed to the client
   uint64_t undelivered_at_disconnect_ = 0;  // still buffered in sluice when the client left

@@ -12,6 +12,11 @@
 //   resetStream()               → RST_STREAM on that stream only (CANCEL when the
 //                                 Exchange cancelled, INTERNAL_ERROR when it failed)
 //
+// Request bodies are acknowledged by hand (no automatic WINDOW_UPDATE): the
+// connection window at once, a stream's window once its Exchange took the
+// bytes — so an Exchange streaming an upload to a slow upstream pauses the
+// stream (pauseRequestBody) and the client's window stops it.
+//
 // Backpressure is HTTP/2 flow control. Response bytes the client's window
 // does not admit yet wait in the stream's own buffer; above the high
 // watermark the Exchange pauses its upstream, and it resumes once the

@@ -119,7 +119,14 @@ Metrics::Metrics()
               .Name("sluice_downstream_rejections_total")
               .Help("Client connections closed or requests refused by a downstream limit, by "
                     "reason.")
+              .Register(*registry_)),
+      request_body_buffered(
+          BuildGauge()
+              .Name("sluice_request_body_buffered_bytes")
+              .Help("Request body bytes held by sluice (all workers), against "
+                    "limits.max_buffered_body_bytes.")
               .Register(*registry_)) {
+  request_body_buffered_bytes_ = &request_body_buffered.Add({});
   for (size_t i = 0; i < kRejectionCount; ++i) {
     rejections_[i] = &downstream_rejections.Add(
         {{"reason", std::string(toString(static_cast<Rejection>(i)))}});

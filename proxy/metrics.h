@@ -186,11 +186,19 @@ class Metrics {
   /** sluice_downstream_rejections_total{reason}: every label built once, up front. */
   prometheus::Counter& rejections(Rejection r) { return *rejections_[static_cast<size_t>(r)]; }
 
+  /**
+   * sluice_request_body_buffered_bytes (a contract addition, README
+   * "Limits"): request body bytes held now, against the process-wide cap.
+   */
+  prometheus::Family<prometheus::Gauge>& request_body_buffered;
+  prometheus::Gauge& requestBodyBuffered() { return *request_body_buffered_bytes_; }
+
   static const prometheus::Histogram::BucketBoundaries& durationBuckets();
   static const prometheus::Histogram::BucketBoundaries& propagationBuckets();
 
  private:
   std::array<prometheus::Counter*, kRejectionCount> rejections_{};
+  prometheus::Gauge* request_body_buffered_bytes_ = nullptr;
 };
 
 }  // namespace sluice

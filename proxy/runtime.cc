@@ -27,6 +27,9 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
   auto rt = std::make_shared<Runtime>();
   rt->config_ = std::move(config);
   rt->metrics_ = &metrics;
+  rt->body_memory_ = previous != nullptr
+                         ? previous->body_memory_
+                         : std::make_shared<BodyMemory>(&metrics.requestBodyBuffered());
   const config::Config& cfg = *rt->config_;
 
   rt->listener_tls_.reserve(cfg.listeners.size());

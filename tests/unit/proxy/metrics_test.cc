@@ -102,6 +102,7 @@ const std::vector<FamilySpec>& designFamilies() {
       {"sluice_config_last_reload_success_timestamp_seconds", "gauge", {}},
       // Not in DESIGN §4: a documented addition (README "Limits").
       {"sluice_downstream_rejections_total", "counter", {"reason"}},
+      {"sluice_request_body_buffered_bytes", "gauge", {}},
   };
   return kFamilies;
 }
