@@ -250,7 +250,6 @@ void Exchange::startAttempt() {
 void Exchange::sendAttempt() {
   phase_ = Phase::Done;
   if (!transition(ExchangeState::Running)) return;
-  const config::RouteConfig& rc = *route_->config;
   const config::UpstreamConfig& uc = *route_->upstream->config;
   const MonotonicTime now = clock().now();
 

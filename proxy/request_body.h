@@ -80,7 +80,10 @@ class RequestBody {
   bool complete() const { return complete_; }
 
   /** From now on the body is streamed: new bytes go to blocks, sent blocks may be freed. */
-  void startStreaming() { streaming_ = true; }
+  void startStreaming() {
+    streaming_ = true;
+    tail_open_ = false;  // the buffered part stays one block, freed once all of it was sent
+  }
   bool streaming() const { return streaming_; }
 
   /** Bytes received so far (the offset just past the last one). */

@@ -24,6 +24,7 @@
 
 #include "tests/support/h2_client.h"
 #include "tests/support/http_client.h"
+#include "tests/support/loopback.h"
 #include "tests/support/processes.h"
 #include "tests/support/sluice_process.h"
 #include "tests/support/wait.h"
@@ -92,15 +93,9 @@ bool underSanitizer() {
 class CountingUpstream {
  public:
   CountingUpstream() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    ::listen(fd_, 16);
-    socklen_t len = sizeof(addr);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    const LoopbackListener listener = listenOnLoopback(16);
+    fd_ = listener.fd;
+    port_ = listener.port;
     thread_ = std::thread([this] { serve(); });
   }
   ~CountingUpstream() {

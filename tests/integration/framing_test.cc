@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/http_client.h"
+#include "tests/support/loopback.h"
 #include "tests/support/processes.h"
 
 namespace sluice::test {
@@ -107,15 +108,9 @@ INSTANTIATE_TEST_SUITE_P(
 class RawUpstream {
  public:
   explicit RawUpstream(std::string response) : response_(std::move(response)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    ::listen(fd_, 16);
-    socklen_t len = sizeof(addr);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    const LoopbackListener listener = listenOnLoopback(16);
+    fd_ = listener.fd;
+    port_ = listener.port;
     thread_ = std::thread([this] { serve(); });
   }
   ~RawUpstream() {

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/http_client.h"
+#include "tests/support/loopback.h"
 #include "tests/support/processes.h"
 
 namespace sluice::test {
@@ -281,15 +282,9 @@ TEST(Http2UpstreamTest, OpensAnotherSessionWhenThePeersStreamLimitIsReached) {
 class ScriptedH2Upstream {
  public:
   explicit ScriptedH2Upstream(int reset_first) : reset_first_(reset_first) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    ::listen(fd_, 4);
-    socklen_t len = sizeof(addr);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    const LoopbackListener listener = listenOnLoopback(4);
+    fd_ = listener.fd;
+    port_ = listener.port;
     thread_ = std::thread([this] { serve(); });
   }
   ~ScriptedH2Upstream() {
