@@ -196,6 +196,7 @@ struct LimitsConfig {
   Duration header_read_timeout = std::chrono::seconds(10);  // TLS/preface + request head → 408
   Duration body_read_timeout = std::chrono::seconds(30);    // no request body byte → 408
   Duration idle_timeout = std::chrono::seconds(60);  // keep-alive, nothing in flight → closed
+  Duration send_timeout = std::chrono::seconds(60);  // output pending, no byte accepted → closed
 };
 
 /** The whole file. */

@@ -988,6 +988,7 @@ LimitsConfig Decoder::limits(const Field& f) {
                    {"body_read_timeout",
                     [&](const Field& v) { l.body_read_timeout = duration(v, true); }},
                    {"idle_timeout", [&](const Field& v) { l.idle_timeout = duration(v, true); }},
+                   {"send_timeout", [&](const Field& v) { l.send_timeout = duration(v, true); }},
                });
   return l;
 }

@@ -148,6 +148,7 @@ nlohmann::json limitsToJson(const LimitsConfig& l) {
       {"header_read_timeout", formatDuration(l.header_read_timeout)},
       {"body_read_timeout", formatDuration(l.body_read_timeout)},
       {"idle_timeout", formatDuration(l.idle_timeout)},
+      {"send_timeout", formatDuration(l.send_timeout)},
   };
 }
 

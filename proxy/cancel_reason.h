@@ -10,6 +10,7 @@ namespace sluice {
 
 enum class CancelReason {
   ClientDisconnect,
+  ClientStalled,  // connected but not reading: nothing accepted for limits.send_timeout
   BudgetExhausted,
   CircuitOpen,
   RateLimited,
@@ -19,15 +20,16 @@ enum class CancelReason {
 };
 
 inline constexpr CancelReason kAllCancelReasons[] = {
-    CancelReason::ClientDisconnect, CancelReason::BudgetExhausted, CancelReason::CircuitOpen,
-    CancelReason::RateLimited,      CancelReason::Overloaded,      CancelReason::UpstreamTimeout,
-    CancelReason::Draining,
+    CancelReason::ClientDisconnect, CancelReason::ClientStalled,   CancelReason::BudgetExhausted,
+    CancelReason::CircuitOpen,      CancelReason::RateLimited,     CancelReason::Overloaded,
+    CancelReason::UpstreamTimeout,  CancelReason::Draining,
 };
 
 /** The label value, e.g. "client_disconnect". */
 constexpr std::string_view toString(CancelReason r) {
   switch (r) {
     case CancelReason::ClientDisconnect: return "client_disconnect";
+    case CancelReason::ClientStalled: return "client_stalled";
     case CancelReason::BudgetExhausted: return "budget_exhausted";
     case CancelReason::CircuitOpen: return "circuit_open";
     case CancelReason::RateLimited: return "rate_limited";

@@ -6,6 +6,7 @@
 // client's request and its disconnects to the Exchange.
 
 #include <cstddef>
+#include <string_view>
 
 #include "proxy/header_rewrite.h"
 #include "proxy/http_message.h"
@@ -20,8 +21,27 @@ class DownstreamStream {
   virtual void encodeHeaders(const ResponseHead& head, bool end_stream) = 0;
   /** Sends a slice of the body; `end_stream` ends the response. */
   virtual void encodeData(const char* data, size_t len, bool end_stream) = 0;
-  /** Aborts a response already under way (HTTP/1.1: close; HTTP/2: RST_STREAM). */
+  /**
+   * Aborts a response already under way (HTTP/1.1: close; HTTP/2: RST_STREAM).
+   * What is still buffered for the client is dropped.
+   */
   virtual void resetStream() = 0;
+  /**
+   * Aborts a response already under way like resetStream(), but only after
+   * what is buffered and then `final_bytes` (body bytes: a final SSE error
+   * event, DESIGN.md §8) have been written: HTTP/1.1 closes once its output
+   * drained, without the terminating chunk; HTTP/2 sends RST_STREAM after the
+   * DATA frame that carries the last byte. The client still sees a truncated
+   * response. Call it only when canWriteWithoutWaiting(final_bytes.size()).
+   */
+  virtual void resetStreamAfter(std::string_view final_bytes) = 0;
+  /**
+   * True when `len` more body bytes, after what is buffered, can go to the
+   * client without waiting on it to read (HTTP/1.1: the output is below the
+   * high watermark; HTTP/2: they fit the stream's and the connection's
+   * flow-control windows).
+   */
+  virtual bool canWriteWithoutWaiting(size_t len) const = 0;
   /** True while the client is slow: more than the high watermark is buffered for it. */
   virtual bool aboveHighWatermark() const = 0;
   /**

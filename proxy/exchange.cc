@@ -29,6 +29,32 @@ std::optional<uint64_t> declaredContentLength(const RequestHead& request) {
   return n;
 }
 
+// Whether a client that sees its response cut for `reason` is still there to
+// read a final error event. client_disconnect: it left; client_stalled: it
+// stopped reading.
+bool clientStillListening(CancelReason reason) {
+  switch (reason) {
+    case CancelReason::ClientDisconnect:
+    case CancelReason::ClientStalled:
+      return false;
+    case CancelReason::BudgetExhausted:
+    case CancelReason::CircuitOpen:
+    case CancelReason::RateLimited:
+    case CancelReason::Overloaded:
+    case CancelReason::UpstreamTimeout:
+    case CancelReason::Draining:
+      return true;
+  }
+  return false;
+}
+
+// The last bytes of an SSE stream that ends on an event boundary: a blank
+// line after LF, CR or CRLF line ends. The tail holds the last four bytes.
+bool atEventBoundary(uint32_t tail) {
+  const uint32_t last2 = tail & 0xffff;
+  return tail == 0 || last2 == 0x0a0a || last2 == 0x0d0d || tail == 0x0d0a0d0a;
+}
+
 }  // namespace
 
 Exchange::Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const RouteRuntime* route,
@@ -72,11 +98,13 @@ bool Exchange::transition(ExchangeState to) {
 void Exchange::decodeHeaders(RequestHead&& head) {
   request_ = std::move(head);
   if (route_->config == nullptr) {
-    answer(Problem{404, "no-route", "No route",
-                   "no route matches " + request_.method + " " +
-                       std::string(request_.pathOnly()),
-                   std::nullopt, false, std::nullopt},
+    answer(makeProblem(problems::kNoRoute, "no route matches " + request_.method + " " +
+                                               std::string(request_.pathOnly())),
            ExchangeState::Completed);
+    return;
+  }
+  if (declaredBodyTooLarge()) {
+    rejectBodyTooLarge();
     return;
   }
   if (!planBody()) return;
@@ -89,10 +117,6 @@ bool Exchange::planBody() {
   const auto declared = declaredContentLength(request_);
   if (!declared) return true;  // chunked: decided as the bytes come
   body_.declareLength(*declared);
-  if (*declared > runtime_->config().limits.max_body) {
-    rejectBodyTooLarge();  // before any of it is read, let alone sent
-    return false;
-  }
   if (*declared > stream_above_) {
     body_.startStreaming();  // the attempt starts with the head (runChain)
     return true;
@@ -135,6 +159,23 @@ void Exchange::decodeData(const char* data, size_t len) {
   applyBodyBackpressure();
 }
 
+bool Exchange::declaredBodyTooLarge() const {
+  // The codecs validated the value (digits only, one value); a body that says
+  // up front it will not fit is refused before a byte of it is read (and
+  // before an HTTP/1.1 client is told `100 Continue`).
+  const auto declared = declaredContentLength(request_);
+  return declared && *declared > runtime_->config().limits.max_body;
+}
+
+void Exchange::rejectBodyTooLarge() {
+  const uint64_t max_body = runtime_->config().limits.max_body;
+  runtime_->metrics().rejections(Rejection::BodyTooLarge).Increment();
+  answer(makeProblem(problems::kBodyTooLarge, "the request body exceeds sluice's limit of " +
+                                                  std::to_string(max_body) +
+                                                  " bytes (limits.max_body)"),
+         ExchangeState::Failed);
+}
+
 void Exchange::decodeComplete() {
   request_complete_ = true;
   body_.markComplete();
@@ -169,23 +210,14 @@ void Exchange::applyBodyBackpressure() {
   }
 }
 
-void Exchange::rejectBodyTooLarge() {
-  const uint64_t max_body = runtime_->config().limits.max_body;
-  runtime_->metrics().rejections(Rejection::BodyTooLarge).Increment();
-  answer(Problem{413, "body-too-large", "Request body too large",
-                 "the request body exceeds sluice's limit of " + std::to_string(max_body) +
-                     " bytes (limits.max_body)",
-                 std::nullopt, false, std::nullopt},
-         ExchangeState::Failed);
-}
-
 void Exchange::refuseBody() {
   const uint64_t cap = runtime_->config().limits.max_buffered_body_bytes;
   cancelWith(CancelReason::Overloaded,
-             Problem{503, "overloaded", "sluice is overloaded",
-                     "request bodies held by sluice would exceed limits.max_buffered_body_bytes (" +
-                         std::to_string(cap) + " bytes)",
-                     CancelReason::Overloaded, true, std::nullopt});
+             makeProblem(problems::kOverloaded,
+                         "request bodies held by sluice would exceed "
+                         "limits.max_buffered_body_bytes (" +
+                             std::to_string(cap) + " bytes)",
+                         CancelReason::Overloaded));
 }
 
 void Exchange::runChain(size_t from) {
@@ -261,10 +293,9 @@ void Exchange::sendAttempt() {
   connect_timer_ = armTimer(now + uc.connect_timeout, [this] {
     connect_timer_ = 0;
     failAttempt(AttemptResult::ConnectError,
-                Problem{504, "upstream-connect-timeout", "Upstream connect timeout",
-                        "no connection to upstream " + route_->upstream->config->name +
-                            " within connect_timeout",
-                        std::nullopt, true, std::nullopt});
+                makeProblem(problems::kUpstreamConnectTimeout,
+                            "no connection to upstream " + route_->upstream->config->name +
+                                " within connect_timeout"));
   });
   armFirstByteTimer();
 
@@ -300,10 +331,13 @@ void Exchange::endAttempt(AttemptResult result, bool reuse) {
 
 void Exchange::failAttempt(AttemptResult result, const Problem& problem) {
   if (finished_) return;
+  // A response under way is never retried: it will be cut, after one final
+  // error event if the client can take it (decided before the spend meter reads).
+  const std::string final_event = response_started_ ? finalEventFor(problem) : std::string();
   endAttempt(result, false);  // the retry filter may schedule another attempt
   if (finished_ || retry_scheduled_) return;
   if (response_started_) {
-    if (downstream_ != nullptr) downstream_->resetStream();
+    cutResponse(final_event);
     transition(ExchangeState::Failed);
     finish(response_status_);
     return;
@@ -417,6 +451,9 @@ void Exchange::sendResponseHead(ResponseHead& head) {
   head.headers.set("x-sluice-attempts", std::to_string(attempts_));
   if (!discarding_ && downstream_ != nullptr) {
     response_started_ = true;
+    sse_dialect_ =
+        sseDialectFor(request_.pathOnly(), head.headers.get("content-type").value_or(""));
+    forwarded_tail_ = 0;
     downstream_->encodeHeaders(head, false);
   }
 }
@@ -431,7 +468,7 @@ void Exchange::releaseHeldResponse(bool end_stream) {
   body.swap(held_body_);
   sendResponseHead(head);
   if (!discarding_ && downstream_ != nullptr) {
-    attempt_forwarded_bytes_ += body.size();
+    noteForwarded(body.data(), body.size());
     downstream_->encodeData(body.data(), body.size(), end_stream);
   }
 }
@@ -449,7 +486,7 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
     releaseHeldResponse(false);  // too big to be an error worth retrying: stream it
   }
   if (discarding_ || downstream_ == nullptr) return;
-  attempt_forwarded_bytes_ += len;
+  noteForwarded(data, len);
   downstream_->encodeData(data, len, false);
   pauseUpstreamIfClientSlow();
 }
@@ -492,30 +529,26 @@ void Exchange::onUpstreamError(UpstreamError error, const std::string& detail) {
   attempt_unprocessed_ = unprocessed(error);
   const AttemptResult result =
       error == UpstreamError::ConnectError ? AttemptResult::ConnectError : AttemptResult::Reset;
-  const char* slug = "upstream-reset";
-  const char* title = "Upstream reset";
+  const ProblemKind* kind = &problems::kUpstreamReset;
   switch (error) {
     case UpstreamError::ConnectError:
-      slug = "upstream-connect-error";
-      title = "Upstream connect error";
+      kind = &problems::kUpstreamConnectError;
       break;
     case UpstreamError::Protocol:
-      slug = "upstream-protocol-error";
-      title = "Invalid upstream response";
+      kind = &problems::kUpstreamProtocolError;
       break;
     case UpstreamError::Refused:
-      slug = "upstream-refused";
-      title = "Upstream refused the request";
+      kind = &problems::kUpstreamRefused;
       break;
     case UpstreamError::Reset:
       break;
   }
-  failAttempt(result, Problem{502, slug, title, detail, std::nullopt, true, std::nullopt});
+  failAttempt(result, makeProblem(*kind, detail));
 }
 
 // --- downstream events ----------------------------------------------------------------
 
-void Exchange::onDownstreamDisconnect() {
+void Exchange::onDownstreamDisconnect(CancelReason reason) {
   if (downstream_ != nullptr) undelivered_at_disconnect_ = downstream_->bufferedBytes();
   downstream_ = nullptr;  // never write to the client again
   if (finished_) return;
@@ -527,8 +560,8 @@ void Exchange::onDownstreamDisconnect() {
       request_complete_) {
     // Let the side-effecting call complete, within finish_grace; its output is leaked.
     discarding_ = true;
-    if (!cancel_reason_) cancel_reason_ = CancelReason::ClientDisconnect;
-    route_->metrics->cancellations(CancelReason::ClientDisconnect).Increment();
+    if (!cancel_reason_) cancel_reason_ = reason;
+    route_->metrics->cancellations(*cancel_reason_).Increment();
     cancel_counted_ = true;
     if (upstream_paused_) {
       upstream_paused_ = false;
@@ -536,13 +569,13 @@ void Exchange::onDownstreamDisconnect() {
       last_upstream_byte_ = clock().now();
       armIdleTimer();
     }
-    grace_timer_ = armTimer(clock().now() + route_->config->finish_grace, [this] {
+    grace_timer_ = armTimer(clock().now() + route_->config->finish_grace, [this, reason] {
       grace_timer_ = 0;
-      cancel(CancelReason::ClientDisconnect);
+      cancel(reason);
     });
     return;
   }
-  cancel(CancelReason::ClientDisconnect);
+  cancel(reason);
 }
 
 void Exchange::onDownstreamWritable() {
@@ -556,18 +589,27 @@ void Exchange::onDownstreamWritable() {
 // --- endings --------------------------------------------------------------------------
 
 void Exchange::cancel(CancelReason reason, std::optional<std::chrono::milliseconds> retry_after) {
-  if (finished_ || isTerminal(state_) || state_ == ExchangeState::Cancelling) return;
-  // The first cause's problem: a finish-mode disconnect set it, and left no client to answer.
-  cancelWith(reason, problemFor(cancel_reason_.value_or(reason), retry_after));
+  cancelWith(reason, std::nullopt, retry_after);
 }
 
-void Exchange::cancelWith(CancelReason reason, const Problem& problem) {
+void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_with,
+                          std::optional<std::chrono::milliseconds> retry_after) {
   if (finished_ || isTerminal(state_) || state_ == ExchangeState::Cancelling) return;
   if (!cancel_reason_) cancel_reason_ = reason;  // first cause wins
   const MonotonicTime decided = clock().now();
   const bool had_attempt = stream_ != nullptr;
   transition(ExchangeState::Cancelling);
   clearTimers();  // wakes nothing: every sleep of this request ends here
+  Problem problem;
+  std::string final_event;
+  if (downstream_ != nullptr) {
+    problem = answer_with ? std::move(*answer_with) : problemFor(*cancel_reason_, retry_after);
+    // Decided before the attempt ends: the spend meter must know whether what
+    // is buffered for the client will still be delivered.
+    if (response_started_ && clientStillListening(*cancel_reason_)) {
+      final_event = finalEventFor(problem);
+    }
+  }
   if (had_attempt) {
     endAttempt(*cancel_reason_ == CancelReason::UpstreamTimeout ? AttemptResult::Timeout
                                                                 : AttemptResult::Cancelled,
@@ -581,14 +623,10 @@ void Exchange::cancelWith(CancelReason reason, const Problem& problem) {
   int code = kClientClosedRequest;
   if (downstream_ != nullptr) {
     if (!response_started_) {
-      LocalReply reply = makeProblemReply(problem);
-      if (attempts_ > 0) reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_));
-      response_started_ = true;
-      downstream_->encodeHeaders(reply.head, false);
-      downstream_->encodeData(reply.body.data(), reply.body.size(), true);
+      sendProblem(problem);
       code = problem.status;
     } else {
-      downstream_->resetStream();
+      cutResponse(final_event);
       code = response_status_;
     }
   }
@@ -602,60 +640,99 @@ void Exchange::sendLocalReply(const Problem& problem) {
   answer(problem, ExchangeState::Completed);
 }
 
-void Exchange::answer(const Problem& problem, ExchangeState terminal) {
+void Exchange::answer(Problem problem, ExchangeState terminal) {
   if (finished_) return;
-  if (downstream_ != nullptr && !response_started_) {
-    LocalReply reply = makeProblemReply(problem);
-    if (attempts_ > 0) reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_));
-    response_started_ = true;
-    downstream_->encodeHeaders(reply.head, false);
-    downstream_->encodeData(reply.body.data(), reply.body.size(), true);
-  }
+  sendProblem(problem);
   transition(terminal);
   finish(problem.status);
 }
 
+void Exchange::sendProblem(Problem& problem) {
+  for (auto& filter : filters_) filter->encodeLocalReply(problem);
+  if (downstream_ == nullptr || response_started_) return;
+  LocalReply reply = makeProblemReply(problem);
+  if (attempts_ > 0) reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_));
+  response_started_ = true;
+  downstream_->encodeHeaders(reply.head, false);
+  downstream_->encodeData(reply.body.data(), reply.body.size(), true);
+}
+
+std::string Exchange::finalEventFor(const Problem& problem) {
+  if (downstream_ == nullptr || discarding_ || sse_dialect_ == SseDialect::None ||
+      !atEventBoundary(forwarded_tail_)) {
+    return "";  // an event appended inside another would garble both
+  }
+  std::string event = sseErrorEvent(sse_dialect_, problem);
+  if (!downstream_->canWriteWithoutWaiting(event.size())) return "";
+  cut_flushes_ = true;
+  return event;
+}
+
+void Exchange::cutResponse(const std::string& final_event) {
+  if (downstream_ == nullptr) return;
+  if (final_event.empty()) {
+    downstream_->resetStream();
+  } else {
+    downstream_->resetStreamAfter(final_event);
+  }
+}
+
+void Exchange::noteForwarded(const char* data, size_t len) {
+  attempt_forwarded_bytes_ += len;
+  if (sse_dialect_ == SseDialect::None) return;
+  for (size_t i = len > 4 ? len - 4 : 0; i < len; ++i) {
+    forwarded_tail_ = forwarded_tail_ << 8 | static_cast<uint8_t>(data[i]);
+  }
+}
+
 Problem Exchange::problemFor(CancelReason reason,
                              std::optional<std::chrono::milliseconds> retry_after) const {
-  Problem p;
   const std::string upstream = route_->upstream ? route_->upstream->config->name : "none";
   switch (reason) {
-    case CancelReason::BudgetExhausted:
-      p = Problem{504, "budget-exhausted", "Request budget exhausted",
-                  "the request's time budget ran out after " + std::to_string(attempts_) +
-                      " attempt(s)",
-                  reason, false, std::nullopt};
-      break;
+    case CancelReason::BudgetExhausted: {
+      std::string budget;
+      if (deadline_ != MonotonicTime::max()) {
+        budget = " of " +
+                 std::to_string(
+                     std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - start_)
+                         .count()) +
+                 " ms";
+      }
+      return makeProblem(problems::kBudgetExhausted,
+                         "the request's time budget" + budget + " ran out after " +
+                             std::to_string(attempts_) + " attempt(s)",
+                         reason);
+    }
     case CancelReason::UpstreamTimeout:
-      p = Problem{504, "upstream-timeout", "Upstream timed out",
-                  "upstream " + upstream + " stopped sending (first_byte_timeout/idle_timeout)",
-                  reason, attempts_ <= 1, std::nullopt};
-      break;
+      return makeProblem(problems::kUpstreamTimeout,
+                         "upstream " + upstream +
+                             " stopped sending (first_byte_timeout/idle_timeout)",
+                         reason);
     case CancelReason::CircuitOpen:
-      p = Problem{503, "circuit-open", "Upstream circuit open",
-                  "upstream " + upstream + " is failing; sluice is not calling it for now", reason,
-                  true, retry_after};
-      break;
+      return makeProblem(problems::kCircuitOpen,
+                         "upstream " + upstream +
+                             " is failing; sluice is not calling it for now",
+                         reason, retry_after);
     case CancelReason::RateLimited:
-      p = Problem{429, "rate-limited", "Upstream quota exhausted",
-                  "upstream " + upstream + " quota would be exceeded; wait for its reset", reason,
-                  true, retry_after};
-      break;
+      return makeProblem(problems::kRateLimited,
+                         "upstream " + upstream +
+                             " quota would be exceeded; wait for its reset",
+                         reason, retry_after);
     case CancelReason::Overloaded:
-      p = Problem{503, "overloaded", "Upstream overloaded",
-                  "too many requests in flight or waiting for upstream " + upstream, reason, true,
-                  retry_after};
-      break;
+      return makeProblem(problems::kOverloaded,
+                         "too many requests in flight or waiting for upstream " + upstream, reason,
+                         retry_after);
     case CancelReason::Draining:
-      p = Problem{503, "draining", "sluice is shutting down",
-                  "this sluice instance is draining; retry on another", reason, true, retry_after};
-      break;
+      return makeProblem(problems::kDraining,
+                         "this sluice instance is draining; retry on another", reason,
+                         retry_after);
     case CancelReason::ClientDisconnect:
-      p = Problem{kClientClosedRequest, "client-disconnect", "Client disconnected",
-                  "the client went away", reason, false, std::nullopt};
-      break;
+      return makeProblem(problems::kClientDisconnect, "the client went away", reason);
+    case CancelReason::ClientStalled:
+      return makeProblem(problems::kClientStalled,
+                         "the client accepted no byte for limits.send_timeout", reason);
   }
-  return p;
+  return makeProblem(problems::kClientDisconnect, "the client went away", reason);
 }
 
 void Exchange::finish(int status_code) {
@@ -698,10 +775,13 @@ void Exchange::retryAttempt(std::chrono::milliseconds delay, const std::string& 
 uint64_t Exchange::deliveredBodyBytes() const {
   // While the client is attached everything handed over counts (what is still
   // buffered will be written) unless the attempt was cut: then the response is
-  // cut too and its buffer dropped. Once the client left, what was stuck in
+  // cut too and its buffer dropped — except when a final SSE error event goes
+  // out first, after what is buffered. Once the client left, what was stuck in
   // sluice did not reach it.
   uint64_t stuck = undelivered_at_disconnect_;
-  if (downstream_ != nullptr) stuck = attempt_cut_ ? downstream_->bufferedBytes() : 0;
+  if (downstream_ != nullptr) {
+    stuck = attempt_cut_ && !cut_flushes_ ? downstream_->bufferedBytes() : 0;
+  }
   return attempt_forwarded_bytes_ > stuck ? attempt_forwarded_bytes_ - stuck : 0;
 }
 

@@ -27,6 +27,7 @@
 #include "proxy/exchange_state.h"
 #include "proxy/filter.h"
 #include "proxy/request_body.h"
+#include "proxy/problem.h"
 #include "proxy/runtime.h"
 #include "proxy/upstream_stream.h"
 
@@ -95,8 +96,11 @@ class Exchange final : public DeferredDeletable,
   void decodeData(const char* data, size_t len);
   /** The request is complete: the first attempt may start (a streamed one is under way). */
   void decodeComplete();
-  /** The client went away (EOF, reset, RST_STREAM). */
-  void onDownstreamDisconnect();
+  /**
+   * The client went away (EOF, reset, RST_STREAM: `client_disconnect`), or
+   * sluice dropped it for not reading (send_timeout: `client_stalled`).
+   */
+  void onDownstreamDisconnect(CancelReason reason = CancelReason::ClientDisconnect);
   /** The client drained its buffer below the low watermark: resume the upstream. */
   void onDownstreamWritable();
 
@@ -169,20 +173,40 @@ class Exchange final : public DeferredDeletable,
   void applyBodyBackpressure();
   /** 503 `overloaded`: the body does not fit under `limits.max_buffered_body_bytes`. */
   void refuseBody();
-  /** 413: the body is (or declares itself) above `limits.max_body`. */
-  void rejectBodyTooLarge();
-  /** cancel(), answering `problem` (if nothing was sent yet) instead of the reason's own. */
-  void cancelWith(CancelReason reason, const Problem& problem);
+  /**
+   * cancel(), answering `answer_with` (if nothing was sent yet) instead of
+   * the first cause's own problem.
+   */
+  void cancelWith(CancelReason reason, std::optional<Problem> answer_with,
+                  std::optional<std::chrono::milliseconds> retry_after = std::nullopt);
   void startAttempt();
   void sendAttempt();
   void endAttempt(AttemptResult result, bool reuse);
   void onAttemptTimeout(bool first_byte);
   void failAttempt(AttemptResult result, const Problem& problem);
-  void answer(const Problem& problem, ExchangeState terminal);
+  void answer(Problem problem, ExchangeState terminal);
+  /** Passes `problem` through the filters (encodeLocalReply) and sends it if nothing was sent. */
+  void sendProblem(Problem& problem);
+  /** Content-Length says the body is above limits.max_body. */
+  bool declaredBodyTooLarge() const;
+  /** 413 body-too-large, counted in the downstream rejections. */
+  void rejectBodyTooLarge();
   void finish(int status_code);
   Problem problemFor(CancelReason reason,
                      std::optional<std::chrono::milliseconds> retry_after) const;
   void armFirstByteTimer();
+  /**
+   * The one SSE error event that precedes a cut of the response under way
+   * (DESIGN.md §8), or "" when none can be written: not an event stream of a
+   * known dialect, the forwarded bytes end inside an event, or the client
+   * cannot take it without waiting. Sets cut_flushes_ when there is one, so
+   * the spend meter counts what is buffered as delivered.
+   */
+  std::string finalEventFor(const Problem& problem);
+  /** Ends the response under way truncated, after `final_event` if there is one. */
+  void cutResponse(const std::string& final_event);
+  /** Body bytes of this attempt handed to the client (spend; SSE event boundaries). */
+  void noteForwarded(const char* data, size_t len);
   void armIdleTimer();
   void sendResponseHead(ResponseHead& head);
   void releaseHeldResponse(bool end_stream);
@@ -241,6 +265,9 @@ class Exchange final : public DeferredDeletable,
   uint64_t attempt_forwarded_bytes_ = 0;  // this attempt's body bytes handed to the client
   uint64_t undelivered_at_disconnect_ = 0;  // still buffered in sluice when the client left
   bool attempt_cut_ = false;  // the attempt ended without its response's end (cancel, reset, stall)
+  SseDialect sse_dialect_ = SseDialect::None;  // of the response under way (text/event-stream)
+  uint32_t forwarded_tail_ = 0;  // its last four body bytes: is it at an SSE event boundary?
+  bool cut_flushes_ = false;     // the cut delivers what is buffered, then a final event
   MonotonicTime last_upstream_byte_{};
   TimerId connect_timer_ = 0;
   TimerId first_byte_timer_ = 0;

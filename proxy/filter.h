@@ -10,6 +10,7 @@
 // Order of calls for one request (DESIGN.md §1):
 //   decodeHeaders → decodeComplete                  once per request
 //   { beforeAttempt → encodeHeaders → encodeData* → onAttemptEnd }   per attempt
+//   encodeLocalReply                                when sluice answers itself
 //   onDestroy                                       once, always last
 
 #include <chrono>
@@ -164,6 +165,13 @@ class StreamFilter {
   virtual void encodeData(const char* /*data*/, size_t /*len*/, bool /*end_stream*/) {}
   /** Per attempt: the attempt ended, however it ended. */
   virtual void onAttemptEnd(const AttemptEnd&) {}
+  /**
+   * sluice is about to answer with `problem` itself (a cancel, a failed
+   * attempt, a filter's own reply), as Envoy passes local replies through
+   * the encoder filters. A filter may amend it: the retry filter clears
+   * `is_retriable` when a client retry cannot help (DESIGN.md §3, §8).
+   */
+  virtual void encodeLocalReply(Problem& /*problem*/) {}
   /** The Exchange is ending: drop anything asynchronous. Always called, once. */
   virtual void onDestroy() {}
 

@@ -15,6 +15,16 @@ constexpr std::string_view kHopByHop[] = {
 
 }  // namespace
 
+bool isSluiceHeader(std::string_view name) {
+  constexpr std::string_view kPrefix = "x-sluice-";
+  if (name.size() < kPrefix.size()) return false;
+  for (size_t i = 0; i < kPrefix.size(); ++i) {
+    const char c = name[i] == '_' ? '-' : name[i];
+    if (c != kPrefix[i]) return false;
+  }
+  return true;
+}
+
 void stripHopByHop(HeaderMap& headers) {
   // Fields named by Connection are hop-by-hop too; collect them before removal.
   std::vector<std::string> named;
@@ -36,10 +46,11 @@ void rewriteRequestForUpstream(RequestHead& head, const config::UpstreamConfig& 
   stripHopByHop(head.headers);
   head.headers.remove("content-length");  // the codec re-frames the body
 
-  // x-sluice-* is sluice's own namespace: a client must not be able to forge it.
+  // x-sluice-* is sluice's own namespace: a client must not be able to forge
+  // it, in either spelling (nginx and others map `_` in field names to `-`).
   std::vector<std::string> forged;
   for (const auto& [name, value] : head.headers) {
-    if (name.rfind("x-sluice-", 0) == 0) forged.push_back(name);
+    if (isSluiceHeader(name)) forged.push_back(name);
   }
   for (const auto& name : forged) head.headers.remove(name);
 

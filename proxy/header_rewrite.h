@@ -21,7 +21,7 @@ struct ClientInfo {
 /**
  * Rewrites `head` in place for `upstream`: strips hop-by-hop fields (and the
  * ones the client's Connection header names), strips client-supplied
- * `x-sluice-*`, sets Host, appends X-Forwarded-For, sets X-Forwarded-Proto if
+ * `x-sluice-*` (and `x_sluice_*`), sets Host, appends X-Forwarded-For, sets X-Forwarded-Proto if
  * absent, prefixes the upstream URL's base path and applies `upstream.headers`.
  * Framing (Content-Length / Transfer-Encoding) is the codec's job.
  */
@@ -33,6 +33,9 @@ void rewriteRequestForUpstream(RequestHead& head, const config::UpstreamConfig& 
  * downstream, and Content-Length from a 204 or 304 (which have no body).
  */
 void rewriteResponseForDownstream(ResponseHead& head);
+
+/** `x-sluice-*` in any mix of `-` and `_` (`x_sluice_attempts`); `name` is lower-case. */
+bool isSluiceHeader(std::string_view name);
 
 /** Removes the hop-by-hop fields of RFC 9110 §7.6.1 and those listed in Connection. */
 void stripHopByHop(HeaderMap& headers);

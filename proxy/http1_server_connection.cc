@@ -10,6 +10,58 @@
 
 namespace sluice {
 
+namespace {
+
+// Not in the catalogue (proxy/problem.h): only this codec answers it, to an
+// HTTP/1.x request line naming a version it does not serve. Not retriable.
+constexpr ProblemKind kHttpVersionNotSupported{505, "http-version-not-supported",
+                                               "HTTP version not supported", false};
+
+int hexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/**
+ * RFC 9112 §3.2.2: a server accepts the absolute-form ("http://host/p?q")
+ * too. Routes match on the path, so the target becomes origin-form
+ * ("/p?q") and Host becomes the target's authority (the received Host is
+ * ignored). False when the target is not an http(s) URI sluice can use.
+ */
+bool toOriginForm(RequestHead& head) {
+  const std::string& target = head.path;
+  if (target.empty() || target.front() == '/' || target == "*") return true;
+  http_parser_url url;
+  http_parser_url_init(&url);
+  if (http_parser_parse_url(target.data(), target.size(), 0, &url) != 0) return false;
+  const auto has = [&](http_parser_url_fields f) { return (url.field_set & (1 << f)) != 0; };
+  const auto field = [&](http_parser_url_fields f) {
+    return std::string_view(target).substr(url.field_data[f].off, url.field_data[f].len);
+  };
+  if (!has(UF_SCHEMA) || !has(UF_HOST) || has(UF_USERINFO)) return false;
+  const std::string scheme = toLower(field(UF_SCHEMA));
+  if (scheme != "http" && scheme != "https") return false;
+  const size_t authority_at = url.field_data[UF_SCHEMA].off + url.field_data[UF_SCHEMA].len + 3;
+  size_t authority_end = target.size();
+  if (has(UF_PATH)) {
+    authority_end = url.field_data[UF_PATH].off;
+  } else if (has(UF_QUERY)) {
+    authority_end = url.field_data[UF_QUERY].off - 1;
+  }
+  std::string origin = has(UF_PATH) ? std::string(field(UF_PATH)) : std::string("/");
+  if (has(UF_QUERY)) {
+    origin += '?';
+    origin += field(UF_QUERY);
+  }
+  head.headers.set("host", target.substr(authority_at, authority_end - authority_at));
+  head.path = std::move(origin);
+  return true;
+}
+
+}  // namespace
+
 Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, evutil_socket_t fd,
                                              std::string peer_address, Http1Limits limits)
     : Http1ServerConnection(host,
@@ -26,7 +78,8 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
       limits_(limits),
       bev_(std::move(bev)),
       peer_address_(std::move(peer_address)),
-      read_timer_(host.dispatcher().base(), [this] { onReadTimer(); }) {
+      read_timer_(host.dispatcher().base(), [this] { onReadTimer(); }),
+      send_watch_(host.dispatcher(), limits.send_timeout, [this] { onSendStalled(); }) {
   client_info_.address = peer_address_;
   client_info_.tls = tls;
 
@@ -49,6 +102,7 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
   // The write callback fires when the client has drained us to the low watermark.
   bufferevent_setwatermark(bev_.get(), EV_WRITE, limits_.low_watermark, 0);
   bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
+  send_watch_.watch(bufferevent_get_output(bev_.get()));
   // The first head's deadline runs from accept, handshake and sniffing included.
   if (limits_.header_read_timeout.count() > 0) {
     read_deadline_ =
@@ -91,35 +145,42 @@ void Http1ServerConnection::parseInput() {
     if (body_paused_) break;  // the upload waits for its upstream (resumeRequestBody)
     evbuffer_iovec vec;
     if (evbuffer_peek(input, -1, nullptr, &vec, 1) < 1) break;
-    const size_t len = vec.iov_len;
-    if (!head_scanner_.done() &&
-        !head_scanner_.scan(static_cast<const char*>(vec.iov_base), len)) {
-      rejectRequest(400, "bad-request", "Bad request",
-                    "obsolete line folding or whitespace before a header field's colon "
-                    "(RFC 9112 §5)");
+    const char* data = static_cast<const char*>(vec.iov_base);
+    size_t len = vec.iov_len;
+    if (!head_scanner_.done()) {
+      const std::optional<size_t> head_bytes = head_scanner_.scan(data, len);
+      if (!head_bytes) {
+        rejectRequest(problems::kBadRequest,
+                      "obsolete line folding or whitespace before a header field's colon "
+                      "(RFC 9112 §5)");
+        return;
+      }
+      // The head alone first: its framing decides how the body bytes are checked.
+      len = *head_bytes;
+    } else if (chunked_request_ && !chunk_scanner_.scan(data, len)) {
+      rejectRequest(problems::kMalformedRequest,
+                    "the request is not valid HTTP/1.1: chunked framing with a bare LF or a "
+                    "missing CRLF (RFC 9112 §7.1)");
       return;
     }
-    const size_t consumed =
-        http_parser_execute(&parser_, &settings_, static_cast<const char*>(vec.iov_base), len);
+    const size_t consumed = http_parser_execute(&parser_, &settings_, data, len);
     if (closed_) return;
     const auto err = HTTP_PARSER_ERRNO(&parser_);
     if (err != HPE_OK && err != HPE_PAUSED) {
-      if (reject_status_ != 0) {
+      if (refusal_) {
         // A callback refused the request and already chose the answer.
-        const int status = reject_status_;
-        reject_status_ = 0;
-        if (status == 431) host_.countRejection(Rejection::HeaderTooLarge);
-        rejectRequest(status,
-                      status == 431 ? "header-too-large" : "bad-request",
-                      status == 431 ? "Request header fields too large" : "Bad request",
-                      status == 431 ? "request headers exceed sluice's limits"
-                                    : "the request cannot be proxied");
+        const Problem refusal = std::move(*refusal_);
+        refusal_.reset();
+        if (refusal.status == 431) host_.countRejection(Rejection::HeaderTooLarge);
+        rejectRequest(refusal);
       } else if (err == HPE_HEADER_OVERFLOW) {
         host_.countRejection(Rejection::HeaderTooLarge);
-        rejectRequest(431, "header-too-large", "Request header fields too large",
-                      "request headers exceed sluice's limits");
+        rejectRequest(problems::kHeaderTooLarge, "request headers exceed sluice's limits");
+      } else if (err == HPE_INVALID_METHOD) {
+        // The method rule HTTP/2 applies too (methodRefusal).
+        rejectRequest(problems::kBadRequest, "the request method is not one sluice proxies");
       } else {
-        rejectRequest(400, "malformed-request", "Malformed HTTP request",
+        rejectRequest(problems::kMalformedRequest,
                       std::string("the request is not valid HTTP/1.1: ") +
                           http_errno_description(err));
       }
@@ -147,19 +208,31 @@ void Http1ServerConnection::resetRequestState() {
   head_request_ = false;
   chunked_response_ = false;
   close_delimited_ = false;
+  response_started_ = false;
+  chunked_request_ = false;
 }
 
 bool Http1ServerConnection::countHeaderBytes(size_t len) {
   header_bytes_ += len;
   if (header_bytes_ > limits_.max_header_bytes) {
-    reject_status_ = 431;
+    refuseHeaderTooLarge();
     return false;
   }
   return true;
 }
 
-bool Http1ServerConnection::HeadScanner::scan(const char* data, size_t len) {
-  for (size_t i = 0; i < len && state_ != State::Done; ++i) {
+int Http1ServerConnection::refuse(const ProblemKind& kind, std::string detail) {
+  refusal_ = makeProblem(kind, std::move(detail));
+  return -1;
+}
+
+int Http1ServerConnection::refuseHeaderTooLarge() {
+  return refuse(problems::kHeaderTooLarge, "request headers exceed sluice's limits");
+}
+
+std::optional<size_t> Http1ServerConnection::HeadScanner::scan(const char* data, size_t len) {
+  size_t i = 0;
+  for (; i < len && state_ != State::Done; ++i) {
     const char c = data[i];
     switch (state_) {
       case State::RequestLine:
@@ -170,11 +243,11 @@ bool Http1ServerConnection::HeadScanner::scan(const char* data, size_t len) {
         }
         break;
       case State::LineStart:
-        if (c == ' ' || c == '\t') return false;  // obs-fold (RFC 9112 §5.2)
+        if (c == ' ' || c == '\t') return std::nullopt;  // obs-fold (RFC 9112 §5.2)
         state_ = c == '\r' ? State::EndCr : c == '\n' ? State::Done : State::Name;
         break;
       case State::Name:
-        if (c == ' ' || c == '\t') return false;  // whitespace before the colon (§5.1)
+        if (c == ' ' || c == '\t') return std::nullopt;  // whitespace before the colon (§5.1)
         if (c == ':') state_ = State::Value;
         if (c == '\n') state_ = State::LineStart;  // no colon: the parser rejects it
         break;
@@ -183,6 +256,71 @@ bool Http1ServerConnection::HeadScanner::scan(const char* data, size_t len) {
         break;
       case State::EndCr:
         state_ = State::Done;  // CRLF ends the head; anything else, the parser judges
+        break;
+      case State::Done:
+        break;
+    }
+  }
+  return i;
+}
+
+void Http1ServerConnection::ChunkScanner::reset() {
+  state_ = State::Size;
+  remaining_ = 0;
+}
+
+bool Http1ServerConnection::ChunkScanner::scan(const char* data, size_t len) {
+  for (size_t i = 0; i < len && state_ != State::Done; ++i) {
+    const char c = data[i];
+    switch (state_) {
+      case State::Size:
+        if (c == '\r') {
+          state_ = State::SizeLf;
+        } else if (c == '\n') {
+          return false;  // a bare LF ends no line here
+        } else if (const int digit = hexDigit(c); digit >= 0) {
+          // Saturates: http-parser refuses a size this large anyway.
+          remaining_ = remaining_ > (UINT64_MAX >> 4) ? UINT64_MAX : (remaining_ << 4) | static_cast<uint64_t>(digit);
+        } else {
+          state_ = State::Extension;  // ';' or whitespace; anything else the parser refuses
+        }
+        break;
+      case State::Extension:
+        if (c == '\n') return false;  // a bare LF inside a chunk extension
+        if (c == '\r') state_ = State::SizeLf;
+        break;
+      case State::SizeLf:
+        if (c != '\n') return false;
+        state_ = remaining_ == 0 ? State::TrailerLineStart : State::Data;
+        break;
+      case State::Data: {
+        const size_t take = static_cast<size_t>(std::min<uint64_t>(remaining_, len - i));
+        remaining_ -= take;
+        i += take - 1;
+        if (remaining_ == 0) state_ = State::DataCr;
+        break;
+      }
+      case State::DataCr:
+        if (c != '\r') return false;
+        state_ = State::DataLf;
+        break;
+      case State::DataLf:
+        if (c != '\n') return false;
+        state_ = State::Size;
+        break;
+      case State::TrailerLineStart:
+        if (c == '\r') {
+          state_ = State::FinalLf;
+        } else {
+          state_ = c == '\n' ? State::Done : State::TrailerLine;
+        }
+        break;
+      case State::TrailerLine:
+        if (c == '\n') state_ = State::TrailerLineStart;
+        break;
+      case State::FinalLf:
+        if (c != '\n') return false;
+        state_ = State::Done;
         break;
       case State::Done:
         break;
@@ -214,8 +352,7 @@ int Http1ServerConnection::onHeaderField(http_parser* p, const char* at, size_t 
     self->value_.clear();
     self->in_value_ = false;
     if (self->head_.headers.size() >= self->limits_.max_headers) {
-      self->reject_status_ = 431;
-      return -1;
+      return self->refuseHeaderTooLarge();
     }
   }
   self->field_.append(at, len);
@@ -238,43 +375,96 @@ int Http1ServerConnection::onHeadersComplete(http_parser* p) {
     self->value_.clear();
     self->in_value_ = false;
   }
-  if (self->head_.headers.size() > self->limits_.max_headers) {
-    self->reject_status_ = 431;
-    return -1;
-  }
-  if (p->upgrade || p->method == HTTP_CONNECT) {
-    self->reject_status_ = 400;  // sluice proxies requests, not tunnels
-    return -1;
-  }
-  // Both framings at once is how requests are smuggled (RFC 9112 §6.3).
-  if ((p->flags & F_CHUNKED) && self->head_.headers.has("content-length")) {
-    self->reject_status_ = 400;
-    return -1;
-  }
-  self->head_.method = http_method_str(static_cast<http_method>(p->method));
+  if (self->checkHead(*p) != 0) return -1;
+  self->chunked_request_ = (p->flags & F_CHUNKED) != 0;
+  if (self->chunked_request_) self->chunk_scanner_.reset();
   self->head_.version_major = p->http_major;
   self->head_.version_minor = p->http_minor;
   self->head_request_ = p->method == HTTP_HEAD;
   self->keep_alive_ = http_should_keep_alive(p) != 0 && !self->close_after_response_;
 
   const MonotonicTime start = self->host_.dispatcher().clock().now();
-  if (auto expect = self->head_.headers.get("expect");
-      expect && *expect == "100-continue" && p->http_minor >= 1) {
-    // The body is buffered by sluice, so let the client send it now.
-    static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
-    bufferevent_write(self->bev_.get(), kContinue, sizeof(kContinue) - 1);
-    self->noteOutput({sizeof(kContinue) - 1, 0, 0});
-  }
+  // RFC 9110 §10.1.1: the expectation token is case-insensitive.
+  const auto expect = self->head_.headers.get("expect");
+  const bool expects_continue =
+      expect && p->http_minor >= 1 && toLower(trimOws(*expect)) == "100-continue";
   self->head_.headers.remove("expect");
   self->client_minor_ = p->http_minor;
   // From here the body (if any) is read under body_read_timeout; onMessageComplete ends it.
   self->enterReadPhase(ReadPhase::Body);
   Exchange& ex = self->host_.newExchange(self->head_, *self, start);
   if (self->closed_) return -1;
-  self->exchange_ = &ex;  // decodeHeaders may answer at once (404, 400) and let go of us
+  self->exchange_ = &ex;  // decodeHeaders may answer at once (404, 400, 413) and let go of us
   ex.decodeHeaders(std::move(self->head_));
   self->head_ = RequestHead{};
-  return self->closed_ ? -1 : 0;
+  if (self->closed_) return -1;
+  if (expects_continue && self->exchange_ != nullptr && !self->response_started_) {
+    // Not answered from the head alone (a Content-Length above max_body is
+    // 413 at once, without it): the body is buffered by sluice, so let the
+    // client send it now.
+    static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    bufferevent_write(self->bev_.get(), kContinue, sizeof(kContinue) - 1);
+    self->noteOutput({sizeof(kContinue) - 1, 0, 0});
+  }
+  return 0;
+}
+
+int Http1ServerConnection::checkHead(const http_parser& p) {
+  if (head_.headers.size() > limits_.max_headers) return refuseHeaderTooLarge();
+  if (p.http_major != 1 || p.http_minor > 1) {
+    return refuse(kHttpVersionNotSupported,
+                  "sluice serves HTTP/1.0, HTTP/1.1 and HTTP/2; the request says HTTP/" +
+                      std::to_string(p.http_major) + "." + std::to_string(p.http_minor));
+  }
+  head_.method = http_method_str(static_cast<http_method>(p.method));
+  if (auto why = methodRefusal(head_.method)) {
+    return refuse(problems::kBadRequest, *why);
+  }
+  if (p.upgrade && !ignoreUpgradeOffer()) {
+    return refuse(problems::kBadRequest,
+                  "the request cannot be proxied: sluice does not switch protocols (Upgrade)");
+  }
+  // Both framings at once is how requests are smuggled (RFC 9112 §6.3).
+  if ((p.flags & F_CHUNKED) && head_.headers.has("content-length")) {
+    return refuse(problems::kBadRequest,
+                  "Content-Length and Transfer-Encoding together (RFC 9112 §6.3)");
+  }
+  // RFC 9112 §3.2: exactly one Host on HTTP/1.1, at most one on HTTP/1.0.
+  const size_t hosts = head_.headers.getAll("host").size();
+  if (hosts > 1 || (hosts == 0 && p.http_minor >= 1)) {
+    return refuse(problems::kBadRequest,
+                  hosts > 1 ? "more than one Host header field (RFC 9112 §3.2)"
+                            : "an HTTP/1.1 request needs a Host header field (RFC 9112 §3.2)");
+  }
+  if (!toOriginForm(head_)) {
+    return refuse(problems::kBadRequest,
+                  "the request target is neither origin-form (/path) nor an http(s) "
+                  "absolute-form URI (RFC 9112 §3.2)");
+  }
+  return 0;
+}
+
+bool Http1ServerConnection::ignoreUpgradeOffer() {
+  // `Upgrade: h2c` (RFC 7540 §3.2; curl --http2 and the JDK HttpClient send
+  // it on http://) is only an offer: answer in HTTP/1.1, as nginx does. Any
+  // other protocol (websocket, ...) would need a tunnel sluice does not make.
+  bool offered = false;
+  for (auto value : head_.headers.getAll("upgrade")) {
+    while (!value.empty()) {
+      const auto comma = value.find(',');
+      const std::string token = toLower(trimOws(value.substr(0, comma)));
+      if (!token.empty()) {
+        if (token != "h2c") return false;
+        offered = true;
+      }
+      if (comma == std::string_view::npos) break;
+      value.remove_prefix(comma + 1);
+    }
+  }
+  if (!offered) return false;
+  head_.headers.remove("upgrade");
+  head_.headers.remove("http2-settings");
+  return true;
 }
 
 int Http1ServerConnection::onBody(http_parser* p, const char* at, size_t len) {
@@ -295,9 +485,12 @@ int Http1ServerConnection::onMessageComplete(http_parser* p) {
   return 0;
 }
 
-void Http1ServerConnection::rejectRequest(int status, const std::string& slug,
-                                          const std::string& title, const std::string& detail,
+void Http1ServerConnection::rejectRequest(const ProblemKind& kind, std::string detail,
                                           std::optional<CancelReason> cancel_reason) {
+  rejectRequest(makeProblem(kind, std::move(detail), cancel_reason));
+}
+
+void Http1ServerConnection::rejectRequest(const Problem& problem) {
   // The stream is unparseable from here on: answer (if no response is under way) and close.
   close_after_response_ = true;
   keep_alive_ = false;
@@ -306,8 +499,7 @@ void Http1ServerConnection::rejectRequest(int status, const std::string& slug,
     // complete, so nothing went upstream: the Exchange answers 400 itself and
     // the connection closes after it (close_after_response_).
     bufferevent_disable(bev_.get(), EV_READ);
-    exchange_->sendLocalReply(
-        Problem{status, slug, title, detail, cancel_reason, false, std::nullopt});
+    exchange_->sendLocalReply(problem);
     if (exchange_ != nullptr) {  // it could not answer: drop the client
       Exchange* ex = exchange_;
       exchange_ = nullptr;
@@ -316,9 +508,8 @@ void Http1ServerConnection::rejectRequest(int status, const std::string& slug,
     }
     return;
   }
-  host_.countUnparsedRequest(status);
-  const LocalReply reply = makeProblemReply(
-      Problem{status, slug, title, detail, cancel_reason, false, std::nullopt});
+  host_.countUnparsedRequest(problem.status);
+  const LocalReply reply = makeProblemReply(problem);
   head_request_ = false;
   encodeHeaders(reply.head, false);
   encodeData(reply.body.data(), reply.body.size(), true);
@@ -331,6 +522,7 @@ void Http1ServerConnection::rejectRequest(int status, const std::string& slug,
 
 void Http1ServerConnection::encodeHeaders(const ResponseHead& head, bool end_stream) {
   if (closed_) return;
+  response_started_ = true;
   std::string out;
   out.reserve(256 + head.headers.size() * 48);
   out += "HTTP/1.1 ";
@@ -412,6 +604,23 @@ void Http1ServerConnection::resetStream() {
   close();
 }
 
+void Http1ServerConnection::resetStreamAfter(std::string_view final_bytes) {
+  // The final bytes go out as one more chunk, then the connection closes once
+  // its output drained (onWrite): still no terminating chunk, so the client
+  // knows the response is incomplete.
+  exchange_ = nullptr;
+  if (closed_) return;
+  encodeData(final_bytes.data(), final_bytes.size(), false);
+  keep_alive_ = false;
+  closing_ = true;
+  if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
+}
+
+bool Http1ServerConnection::canWriteWithoutWaiting(size_t len) const {
+  return !closed_ && !closing_ &&
+         evbuffer_get_length(bufferevent_get_output(bev_.get())) + len <= limits_.high_watermark;
+}
+
 bool Http1ServerConnection::aboveHighWatermark() const {
   return !closed_ && evbuffer_get_length(bufferevent_get_output(bev_.get())) > limits_.high_watermark;
 }
@@ -470,13 +679,14 @@ void Http1ServerConnection::onExchangeDone() {
   exchange_ = nullptr;
   if (closed_) return;
   resumeRequestBody();  // no Exchange, no pause: the rest of the body is read and dropped
-  if (!response_complete_) {
-    close();  // the exchange ended without finishing its response
+  if (closing_) {
+    // encodeData or resetStreamAfter chose to close once the output drains; it
+    // may have drained already.
+    if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
     return;
   }
-  if (closing_) {
-    // encodeData chose to close once the output drains; it may have drained already.
-    if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
+  if (!response_complete_) {
+    close();  // the exchange ended without finishing its response
     return;
   }
   // Answered before the request was fully read (404 on a POST, say): keep
@@ -565,7 +775,7 @@ void Http1ServerConnection::onReadTimer() {
         close();  // not a byte since accept: there is no request to answer
         return;
       }
-      rejectRequest(408, "request-timeout", "Request timeout",
+      rejectRequest(problems::kRequestTimeout,
                     "the request head did not arrive within limits.header_read_timeout (" +
                         std::to_string(limits_.header_read_timeout.count()) + "ms)",
                     CancelReason::ClientDisconnect);
@@ -578,7 +788,7 @@ void Http1ServerConnection::onReadTimer() {
       }
       // Nothing went upstream yet (bodies are buffered first): the Exchange
       // answers 408 and ends; the connection closes after it.
-      rejectRequest(408, "request-timeout", "Request timeout",
+      rejectRequest(problems::kRequestTimeout,
                     "no request body byte for limits.body_read_timeout (" +
                         std::to_string(limits_.body_read_timeout.count()) + "ms)",
                     CancelReason::ClientDisconnect);
@@ -619,13 +829,21 @@ void Http1ServerConnection::closeWhenIdle() {
   if (exchange_ == nullptr && !in_request_) close();
 }
 
-void Http1ServerConnection::close() {
+void Http1ServerConnection::onSendStalled() {
+  if (closed_) return;
+  host_.countRejection(Rejection::SendTimeout);
+  closeWith(CancelReason::ClientStalled);
+}
+
+void Http1ServerConnection::close() { closeWith(CancelReason::ClientDisconnect); }
+
+void Http1ServerConnection::closeWith(CancelReason reason) {
   if (closed_) return;
   closed_ = true;
   if (exchange_ != nullptr) {
     Exchange* ex = exchange_;
     exchange_ = nullptr;
-    ex->onDownstreamDisconnect();
+    ex->onDownstreamDisconnect(reason);
   }
   if (bev_) {
     bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
@@ -634,6 +852,7 @@ void Http1ServerConnection::close() {
   event_del(resume_event_.get());
   event_del(body_resume_event_.get());
   read_timer_.disarm();
+  send_watch_.stop();
   host_.connectionClosed(*this);
 }
 

@@ -23,6 +23,9 @@
 //                   (pauseRequestBody: a streamed upload waits for its
 //                   upstream, and reading stops until it catches up);
 //   response:       none here — the Exchange's budget and timers own it.
+// One write deadline: send_timeout (SendStallWatch) closes a connection whose
+// output has been pending without a byte accepted for that long, whatever the
+// phase, and cancels its Exchange with `client_stalled`.
 //
 // The connection either owns a fresh socket or adopts a bufferevent from the
 // ProtocolDetector (plain listeners sniff for the HTTP/2 preface first; TLS
@@ -43,6 +46,8 @@
 #include "proxy/event_util.h"
 #include "proxy/fifo.h"
 #include "proxy/http_message.h"
+#include "proxy/problem.h"
+#include "proxy/send_stall_watch.h"
 
 namespace sluice {
 
@@ -59,6 +64,8 @@ struct Http1Limits {
   std::chrono::milliseconds header_read_timeout = std::chrono::seconds(10);
   std::chrono::milliseconds body_read_timeout = std::chrono::seconds(30);
   std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
+  // Output pending and not a byte accepted for this long: closed (client_stalled).
+  std::chrono::milliseconds send_timeout = std::chrono::seconds(60);
 };
 
 class Http1ServerConnection final : public DownstreamConnection, public DownstreamStream {
@@ -82,6 +89,8 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   void encodeHeaders(const ResponseHead& head, bool end_stream) override;
   void encodeData(const char* data, size_t len, bool end_stream) override;
   void resetStream() override;
+  void resetStreamAfter(std::string_view final_bytes) override;
+  bool canWriteWithoutWaiting(size_t len) const override;
   bool aboveHighWatermark() const override;
   size_t bufferedBytes() const override;
   void pauseRequestBody() override;
@@ -94,6 +103,8 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   void closeWhenIdle() override;
   /** Closes at once; the Exchange, if any, sees a client disconnect. */
   void close() override;
+  /** Closes at once; the Exchange, if any, is cancelled with `reason`. */
+  void closeWith(CancelReason reason);
 
  private:
   static void onReadCb(bufferevent*, void* arg);
@@ -105,9 +116,10 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   void onWrite();
   void onEvent(short events);
   void parseInput();
-  void rejectRequest(int status, const std::string& slug, const std::string& title,
-                     const std::string& detail,
+  void rejectRequest(const ProblemKind& kind, std::string detail,
                      std::optional<CancelReason> cancel_reason = std::nullopt);
+  /** Answers `problem` (if no response is under way) and closes. */
+  void rejectRequest(const Problem& problem);
   void maybeNextRequest();
   void resetRequestState();
 
@@ -124,6 +136,8 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   /** Arms the timer for `deadline` (or disarms it for MonotonicTime::max()). */
   void armReadTimer(MonotonicTime deadline);
   void onReadTimer();
+  /** send_timeout: the client stopped reading. */
+  void onSendStalled();
 
   static int onMessageBegin(http_parser*);
   static int onUrl(http_parser*, const char*, size_t);
@@ -133,6 +147,14 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   static int onBody(http_parser*, const char*, size_t);
   static int onMessageComplete(http_parser*);
   bool countHeaderBytes(size_t len);
+  /** What sluice refuses in a parsed head (version, method, Upgrade, Host, target); 0 if fine. */
+  int checkHead(const http_parser& p);
+  /** An `Upgrade: h2c` offer is dropped (answered in HTTP/1.1); false for any other protocol. */
+  bool ignoreUpgradeOffer();
+
+  /** Records why a parser callback refuses the request; -1 for the callback to return. */
+  int refuse(const ProblemKind& kind, std::string detail);
+  int refuseHeaderTooLarge();
 
   /** One addition to the output buffer: some framing, `body` bytes, `suffix` framing. */
   struct OutputPiece {
@@ -157,7 +179,7 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   std::string value_;
   bool in_value_ = false;
   size_t header_bytes_ = 0;
-  int reject_status_ = 0;  // set by a parser callback that refuses the request
+  std::optional<Problem> refusal_;  // set by a parser callback that refuses the request
 
   /**
    * What http-parser tolerates and RFC 9112 §5 forbids, checked on the raw
@@ -173,8 +195,12 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
       request_line_text_ = false;
     }
     bool done() const { return state_ == State::Done; }
-    /** Scans `data` up to the end of the head; false at the first forbidden byte. */
-    bool scan(const char* data, size_t len);
+    /**
+     * Scans `data` up to the end of the head: the bytes of it that belong to
+     * the head (all of them until the head is done), or nullopt at the first
+     * forbidden byte.
+     */
+    std::optional<size_t> scan(const char* data, size_t len);
 
    private:
     enum class State { RequestLine, LineStart, Name, Value, EndCr, Done };
@@ -183,16 +209,42 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   };
   HeadScanner head_scanner_;
 
+  /**
+   * A chunked request body's framing, checked on the raw bytes before
+   * http-parser sees them (RFC 9112 §7.1): http-parser 2.9 swallows a bare LF
+   * inside a chunk extension as part of the extension, where other parsers
+   * end the line there — a request-smuggling split. Lines end in CRLF (the
+   * trailer section as leniently as the head); a bare LF in the size line or
+   * a chunk not followed by CRLF is refused.
+   */
+  class ChunkScanner {
+   public:
+    void reset();
+    /** False at the first byte that breaks the framing. */
+    bool scan(const char* data, size_t len);
+
+   private:
+    enum class State {
+      Size, Extension, SizeLf, Data, DataCr, DataLf, TrailerLineStart, TrailerLine, FinalLf, Done
+    };
+    State state_ = State::Size;
+    uint64_t remaining_ = 0;  // chunk size being read, then its data bytes left
+  };
+  ChunkScanner chunk_scanner_;
+  bool chunked_request_ = false;  // the current request's body is chunked
+
   Timer read_timer_;
   ReadPhase read_phase_ = ReadPhase::FirstHead;
   MonotonicTime read_deadline_ = MonotonicTime::max();  // of the current phase
   MonotonicTime last_body_byte_{};
   bool head_bytes_seen_ = false;  // FirstHead: some request byte arrived
+  SendStallWatch send_watch_;
 
   Exchange* exchange_ = nullptr;
   bool body_paused_ = false;        // the Exchange paused the body (streamed upload backpressure)
   bool request_complete_ = false;   // the current request's last byte was parsed
   bool response_complete_ = false;  // the current response's last byte was written
+  bool response_started_ = false;   // the current response's head was written
   bool in_request_ = false;         // between message begin and response done
   bool head_request_ = false;
   int client_minor_ = 1;  // HTTP/1.<minor> of the current request

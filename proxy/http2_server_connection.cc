@@ -1,5 +1,8 @@
 #include "proxy/http2_server_connection.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "proxy/exchange.h"
 #include "proxy/http2_headers.h"
 #include "proxy/problem.h"
@@ -14,6 +17,17 @@ struct CallbacksDeleter {
 struct OptionDeleter {
   void operator()(nghttp2_option* o) const { nghttp2_option_del(o); }
 };
+
+/**
+ * HPACK bomb bound: a header list is decoded past its limit only to answer
+ * 431, and only up to this multiple of the limit (bytes as RFC 9113 counts
+ * them, and fields). Beyond, the stream's fields are no longer validated or
+ * handed over (RST_STREAM), so one header block costs at most this much
+ * decoding whatever its references to the dynamic table expand to.
+ */
+constexpr size_t kHeaderOverflowFactor = 4;
+/** Header blocks cut that way that a connection may send; the next one gets GOAWAY. */
+constexpr uint32_t kMaxCutHeaderBlocks = 3;
 
 }  // namespace
 
@@ -31,6 +45,8 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   void encodeHeaders(const ResponseHead& head, bool end_stream) override;
   void encodeData(const char* data, size_t len, bool end_stream) override;
   void resetStream() override;
+  void resetStreamAfter(std::string_view final_bytes) override;
+  bool canWriteWithoutWaiting(size_t len) const override;
   bool aboveHighWatermark() const override { return pending() > conn_.limits_.high_watermark; }
   size_t bufferedBytes() const override { return pending(); }
   void pauseRequestBody() override;
@@ -41,10 +57,12 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   size_t pending() const { return evbuffer_get_length(pending_.get()); }
   /** RST_STREAM with `error_code`; buffered response bytes are dropped. */
   void reset(uint32_t error_code);
+  /** The code a cut of this stream's response carries: CANCEL or INTERNAL_ERROR. */
+  uint32_t cutCode() const;
   /** Answers with a problem sluice makes itself, before any Exchange exists. */
   void respondLocally(const Problem& problem);
-  /** Detaches the Exchange, if any, and tells it the client is gone. */
-  void disconnect();
+  /** Detaches the Exchange, if any, and tells it the client is gone (`reason`). */
+  void disconnect(CancelReason reason = CancelReason::ClientDisconnect);
   /** The request body is being read: body_read_timeout runs from now, sliding per DATA. */
   void startBodyTimer();
   /** Sends the WINDOW_UPDATE held back for request body bytes taken while paused. */
@@ -58,7 +76,8 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   Http2RequestHeadBuilder builder_;
   size_t header_list_bytes_ = 0;
   size_t header_count_ = 0;
-  bool header_overflow_ = false;
+  bool header_overflow_ = false;  // above the limit: 431 once the head is in
+  bool header_cut_ = false;       // far above it: no longer decoded, reset
   bool head_request_ = false;
   bool request_complete_ = false;  // END_STREAM received
   Exchange* exchange_ = nullptr;
@@ -75,6 +94,8 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   bool above_high_ = false;     // the Exchange may have paused: tell it when we drain
   bool reset_ = false;
   bool closed_ = false;         // nghttp2 closed the stream
+  // resetStreamAfter: RST_STREAM with this code once pending_ has been sent.
+  std::optional<uint32_t> reset_after_pending_;
 
   // slow client
   Timer body_timer_;
@@ -121,13 +142,36 @@ void Http2ServerConnection::Stream::encodeData(const char* data, size_t len, boo
   conn_.scheduleSend();
 }
 
-void Http2ServerConnection::Stream::resetStream() {
+uint32_t Http2ServerConnection::Stream::cutCode() const {
   // A deliberate cancel (budget, drain) is CANCEL; an upstream that broke
   // mid-response is INTERNAL_ERROR. Either way the client knows the response
   // is incomplete, and the connection's other streams are untouched.
   const bool cancelled = exchange_ != nullptr && exchange_->cancelReason().has_value();
+  return cancelled ? NGHTTP2_CANCEL : NGHTTP2_INTERNAL_ERROR;
+}
+
+void Http2ServerConnection::Stream::resetStream() {
+  const uint32_t code = cutCode();
   exchange_ = nullptr;
-  reset(cancelled ? NGHTTP2_CANCEL : NGHTTP2_INTERNAL_ERROR);
+  reset(code);
+}
+
+void Http2ServerConnection::Stream::resetStreamAfter(std::string_view final_bytes) {
+  const uint32_t code = cutCode();
+  exchange_ = nullptr;
+  if (closed_ || reset_ || conn_.closed_) return;
+  encodeData(final_bytes.data(), final_bytes.size(), false);
+  // onFrameSend resets the stream once the DATA frame with the last byte left.
+  reset_after_pending_ = code;
+  if (pending() == 0) reset(code);
+}
+
+bool Http2ServerConnection::Stream::canWriteWithoutWaiting(size_t len) const {
+  if (closed_ || reset_ || conn_.closed_ || !response_started_ || !body_allowed_) return false;
+  nghttp2_session* session = conn_.session_.get();
+  const int32_t window = std::min(nghttp2_session_get_stream_remote_window_size(session, id_),
+                                  nghttp2_session_get_remote_window_size(session));
+  return window > 0 && pending() + len <= static_cast<size_t>(window);
 }
 
 void Http2ServerConnection::Stream::reset(uint32_t error_code) {
@@ -164,8 +208,9 @@ void Http2ServerConnection::Stream::onExchangeDone() {
   body_paused_ = false;
   giveBackWindow();
   // An Exchange that ends without finishing its response leaves it truncated:
-  // the client must not mistake it for complete.
-  if (!end_pending_ && !end_submitted_) reset(NGHTTP2_INTERNAL_ERROR);
+  // the client must not mistake it for complete. (A resetStreamAfter resets
+  // it itself, once its last bytes are out.)
+  if (!end_pending_ && !end_submitted_ && !reset_after_pending_) reset(NGHTTP2_INTERNAL_ERROR);
 }
 
 void Http2ServerConnection::Stream::respondLocally(const Problem& problem) {
@@ -193,18 +238,18 @@ void Http2ServerConnection::Stream::onBodyTimer() {
   conn_.host_.countRejection(Rejection::BodyTimeout);
   // Nothing went upstream yet (bodies are buffered first). The 408 ends the
   // stream; onFrameSend then resets it with NO_ERROR so the client stops uploading.
-  exchange_->sendLocalReply(
-      Problem{408, "request-timeout", "Request timeout",
-              "no request body byte for limits.body_read_timeout (" +
-                  std::to_string(conn_.limits_.body_read_timeout.count()) + "ms)",
-              CancelReason::ClientDisconnect, false, std::nullopt});
+  exchange_->sendLocalReply(makeProblem(
+      problems::kRequestTimeout,
+      "no request body byte for limits.body_read_timeout (" +
+          std::to_string(conn_.limits_.body_read_timeout.count()) + "ms)",
+      CancelReason::ClientDisconnect));
 }
 
-void Http2ServerConnection::Stream::disconnect() {
+void Http2ServerConnection::Stream::disconnect(CancelReason reason) {
   if (exchange_ == nullptr) return;
   Exchange* ex = exchange_;
   exchange_ = nullptr;
-  ex->onDownstreamDisconnect();
+  ex->onDownstreamDisconnect(reason);
 }
 
 // --- the connection ---------------------------------------------------------------------
@@ -216,6 +261,7 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
       limits_(limits),
       bev_(std::move(bev)),
       idle_timer_(host.dispatcher().base(), [this] { onIdleTimer(); }),
+      send_watch_(host.dispatcher(), limits.send_timeout, [this] { onSendStalled(); }),
       peer_address_(std::move(peer_address)) {
   client_info_.address = peer_address_;
   client_info_.tls = tls;
@@ -223,6 +269,7 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
   nghttp2_session_callbacks* raw_callbacks = nullptr;
   nghttp2_session_callbacks_new(&raw_callbacks);
   std::unique_ptr<nghttp2_session_callbacks, CallbacksDeleter> callbacks(raw_callbacks);
+  nghttp2_session_callbacks_set_on_begin_frame_callback(callbacks.get(), &onBeginFrame);
   nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks.get(), &onBeginHeaders);
   nghttp2_session_callbacks_set_on_header_callback(callbacks.get(), &onHeader);
   nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks.get(), &onFrameRecv);
@@ -259,6 +306,7 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
   // The write callback fires when the socket drained to the low watermark: pump more.
   bufferevent_setwatermark(bev_.get(), EV_WRITE, limits_.output_low_watermark, 0);
   bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
+  send_watch_.watch(bufferevent_get_output(bev_.get()));
   // Send our SETTINGS and process the preface the detector already read, next turn.
   scheduleSend();
   armIdleTimer();
@@ -294,6 +342,12 @@ void Http2ServerConnection::onRead() {
       const unsigned char* data = evbuffer_pullup(input, static_cast<ssize_t>(len));
       const ssize_t rv = nghttp2_session_mem_recv(session_.get(), data, len);
       if (closed_) return;
+      if (rv < 0 && connection_error_ != NGHTTP2_NO_ERROR) {
+        // A connection error sluice detected in a callback: GOAWAY naming it.
+        nghttp2_session_terminate_session(session_.get(), connection_error_);
+        closeAfterFlush();
+        return;
+      }
       if (rv < 0) {
         // Not HTTP/2 after all (bad preface), a flood, or memory: nothing to save.
         close();
@@ -311,6 +365,31 @@ void Http2ServerConnection::onRead() {
   }
   sendPending();
   maybeFinish();
+}
+
+int Http2ServerConnection::onBeginFrame(nghttp2_session* session, const nghttp2_frame_hd* hd,
+                                        void* user_data) {
+  auto* self = static_cast<Http2ServerConnection*>(user_data);
+  // Even ids and everything else: nghttp2 judges. Odd: a client's stream.
+  if (hd->type != NGHTTP2_HEADERS || hd->stream_id % 2 == 0) return 0;
+  if (hd->stream_id > self->last_client_stream_id_) {
+    self->last_client_stream_id_ = hd->stream_id;
+    return 0;
+  }
+  // Trailers on a stream still open, or on one sluice closed before the
+  // client saw it (an early answer, then RST_STREAM(NO_ERROR)): not an error.
+  if (nghttp2_session_find_stream(session, hd->stream_id) != nullptr ||
+      self->closedEarly(hd->stream_id)) {
+    return 0;
+  }
+  // RFC 9113 §5.1.1: a new stream's id must exceed every id the client used
+  // (h2spec http2/5.1.1/2); nghttp2 only ignores such a HEADERS.
+  self->connection_error_ = NGHTTP2_PROTOCOL_ERROR;
+  return NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
+bool Http2ServerConnection::closedEarly(int32_t stream_id) const {
+  return std::find(closed_early_.begin(), closed_early_.end(), stream_id) != closed_early_.end();
 }
 
 int Http2ServerConnection::onBeginHeaders(nghttp2_session*, const nghttp2_frame* frame,
@@ -333,20 +412,37 @@ int Http2ServerConnection::onHeader(nghttp2_session*, const nghttp2_frame* frame
     return 0;  // trailers: not forwarded (LLM APIs do not use them)
   }
   Stream* stream = self->findStream(frame->hd.stream_id);
-  if (stream == nullptr || stream->header_overflow_) return 0;
+  if (stream == nullptr || stream->header_cut_) return 0;
   const std::string_view n(reinterpret_cast<const char*>(name), namelen);
   const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
   // RFC 9113 §6.5.2 sizes a header list as name + value + 32 per field.
   stream->header_list_bytes_ += namelen + valuelen + 32;
   if (n.empty() || n.front() != ':') ++stream->header_count_;
-  if (stream->header_list_bytes_ > self->limits_.max_header_list_bytes ||
-      stream->header_count_ > self->limits_.max_headers) {
-    // Keep decoding (HPACK state must stay in sync) but keep nothing: 431 at the end.
+  const Http2Limits& limits = self->limits_;
+  if (stream->header_list_bytes_ > kHeaderOverflowFactor * limits.max_header_list_bytes ||
+      stream->header_count_ > kHeaderOverflowFactor * limits.max_headers) {
+    return self->cutHeaderBlock(*stream);
+  }
+  if (stream->header_overflow_) return 0;  // decoded only to answer 431: keep nothing
+  if (stream->header_list_bytes_ > limits.max_header_list_bytes ||
+      stream->header_count_ > limits.max_headers) {
     stream->header_overflow_ = true;
     return 0;
   }
   stream->builder_.add(n, v);
   return 0;
+}
+
+int Http2ServerConnection::cutHeaderBlock(Stream& stream) {
+  stream.header_cut_ = true;
+  host_.countRejection(Rejection::HeaderTooLarge);
+  if (++cut_header_blocks_ > kMaxCutHeaderBlocks) {
+    connection_error_ = NGHTTP2_ENHANCE_YOUR_CALM;  // it keeps doing it: GOAWAY
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
+  // nghttp2 resets the stream (RST_STREAM(INTERNAL_ERROR)) and reads the rest
+  // of the block only to keep the HPACK state: no validation, no callbacks.
+  return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
 }
 
 int Http2ServerConnection::onFrameRecv(nghttp2_session*, const nghttp2_frame* frame,
@@ -355,7 +451,7 @@ int Http2ServerConnection::onFrameRecv(nghttp2_session*, const nghttp2_frame* fr
   switch (frame->hd.type) {
     case NGHTTP2_HEADERS: {
       Stream* stream = self->findStream(frame->hd.stream_id);
-      if (stream == nullptr) break;
+      if (stream == nullptr || stream->header_cut_) break;
       if (frame->headers.cat == NGHTTP2_HCAT_REQUEST) self->onRequestHeaders(*stream);
       if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) self->onRequestComplete(*stream);
       break;
@@ -399,16 +495,13 @@ int Http2ServerConnection::onDataChunkRecv(nghttp2_session* session, uint8_t, in
 void Http2ServerConnection::onRequestHeaders(Stream& stream) {
   if (stream.header_overflow_) {
     host_.countRejection(Rejection::HeaderTooLarge);
-    stream.respondLocally(Problem{431, "header-too-large", "Request header fields too large",
-                                  "request headers exceed sluice's limits", std::nullopt, false,
-                                  std::nullopt});
+    stream.respondLocally(
+        makeProblem(problems::kHeaderTooLarge, "request headers exceed sluice's limits"));
     return;
   }
-  if (stream.builder_.method() == "CONNECT") {
-    stream.respondLocally(Problem{400, "bad-request", "Bad request",
-                                  "the request cannot be proxied: sluice proxies requests, not "
-                                  "tunnels",
-                                  std::nullopt, false, std::nullopt});
+  // The same method rule as HTTP/1.1's.
+  if (auto why = methodRefusal(stream.builder_.method())) {
+    stream.respondLocally(makeProblem(problems::kBadRequest, *why));
     return;
   }
   RequestHead head = stream.builder_.finish();
@@ -492,6 +585,12 @@ int Http2ServerConnection::onFrameSend(nghttp2_session* session, const nghttp2_f
       nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream->id_, NGHTTP2_NO_ERROR);
     }
   }
+  if (frame->hd.type == NGHTTP2_DATA) {
+    Stream* stream = self->findStream(frame->hd.stream_id);
+    if (stream != nullptr && stream->reset_after_pending_ && stream->pending() == 0) {
+      stream->reset(*stream->reset_after_pending_);  // the final bytes are out: cut now
+    }
+  }
   return 0;
 }
 
@@ -504,6 +603,10 @@ int Http2ServerConnection::onStreamClose(nghttp2_session*, int32_t stream_id, ui
   self->streams_.erase(it);
   stream->closed_ = true;
   stream->body_timer_.disarm();
+  if (!stream->request_complete_) {
+    // The client may not know yet: its trailers may still come (onBeginFrame).
+    self->closed_early_[self->closed_early_next_++ % self->closed_early_.size()] = stream_id;
+  }
   // Still attached: the client reset this stream (or nghttp2 did, on a
   // protocol error). Only this stream's Exchange learns of it.
   stream->disconnect();
@@ -548,12 +651,12 @@ void Http2ServerConnection::onEvent(short events) {
   if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) close();  // every stream's client is gone
 }
 
-void Http2ServerConnection::disconnectAll() {
+void Http2ServerConnection::disconnectAll(CancelReason reason) {
   std::vector<Stream*> attached;
   for (auto& [id, stream] : streams_) {
     if (stream->exchange_ != nullptr) attached.push_back(stream.get());
   }
-  for (Stream* stream : attached) stream->disconnect();
+  for (Stream* stream : attached) stream->disconnect(reason);
 }
 
 void Http2ServerConnection::maybeFinish() {
@@ -606,16 +709,25 @@ void Http2ServerConnection::closeWhenIdle() {
   scheduleSend();
 }
 
-void Http2ServerConnection::close() {
+void Http2ServerConnection::onSendStalled() {
+  if (closed_) return;
+  host_.countRejection(Rejection::SendTimeout);
+  closeWith(CancelReason::ClientStalled);
+}
+
+void Http2ServerConnection::close() { closeWith(CancelReason::ClientDisconnect); }
+
+void Http2ServerConnection::closeWith(CancelReason reason) {
   if (closed_) return;
   closed_ = true;
-  disconnectAll();
+  disconnectAll(reason);
   if (bev_) {
     bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
     bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);
   }
   event_del(process_event_.get());
   idle_timer_.disarm();
+  send_watch_.stop();
   host_.connectionClosed(*this);
 }
 

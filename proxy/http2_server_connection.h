@@ -11,6 +11,8 @@
 //   GOAWAY / EOF / reset        → every Exchange of the connection: client disconnect
 //   resetStream()               → RST_STREAM on that stream only (CANCEL when the
 //                                 Exchange cancelled, INTERNAL_ERROR when it failed)
+//   resetStreamAfter(bytes)     → the same RST_STREAM, once the DATA frame with
+//                                 the final bytes (an SSE error event) was sent
 //
 // Request bodies are acknowledged by hand (no automatic WINDOW_UPDATE): the
 // connection window at once, a stream's window once its Exchange took the
@@ -28,7 +30,10 @@
 // stream for idle_timeout gets GOAWAY(NO_ERROR) and is closed; a stream whose
 // request body stalls for body_read_timeout is answered 408 problem+json (its
 // Exchange has sent nothing upstream yet) and then reset with NO_ERROR, the
-// connection's other streams untouched. A request head arrives in one
+// connection's other streams untouched. A client that accepts no byte of
+// pending output for send_timeout (SendStallWatch) is closed at once, every
+// Exchange cancelled with `client_stalled`: its RST_STREAMs and GOAWAY could
+// never reach it anyway. A request head arrives in one
 // HEADERS block, so header_read_timeout applies before the codec exists (TLS
 // handshake, h2c preface: ProtocolDetector).
 //
@@ -38,6 +43,7 @@
 
 #include <nghttp2/nghttp2.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -47,6 +53,7 @@
 
 #include "proxy/downstream_connection.h"
 #include "proxy/event_util.h"
+#include "proxy/send_stall_watch.h"
 
 namespace sluice {
 
@@ -73,6 +80,8 @@ struct Http2Limits {
   std::chrono::milliseconds body_read_timeout = std::chrono::seconds(30);
   /** No open stream for this long → GOAWAY(NO_ERROR) and close (0 = off). */
   std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
+  /** Output pending and not a byte accepted for this long → closed, streams client_stalled (0 = off). */
+  std::chrono::milliseconds send_timeout = std::chrono::seconds(60);
 };
 
 class Http2ServerConnection final : public DownstreamConnection {
@@ -91,6 +100,8 @@ class Http2ServerConnection final : public DownstreamConnection {
   void closeWhenIdle() override;
   /** Closes at once; every attached Exchange sees a client disconnect. */
   void close() override;
+  /** Closes at once; every attached Exchange is cancelled with `reason`. */
+  void closeWith(CancelReason reason);
 
   /** Streams not yet closed (for tests and introspection). */
   size_t openStreams() const { return streams_.size(); }
@@ -114,6 +125,7 @@ class Http2ServerConnection final : public DownstreamConnection {
   void onEvent(short events);
 
   // nghttp2
+  static int onBeginFrame(nghttp2_session*, const nghttp2_frame_hd* hd, void*);
   static int onBeginHeaders(nghttp2_session*, const nghttp2_frame*, void*);
   static int onHeader(nghttp2_session*, const nghttp2_frame*, const uint8_t* name, size_t namelen,
                       const uint8_t* value, size_t valuelen, uint8_t flags, void*);
@@ -127,6 +139,10 @@ class Http2ServerConnection final : public DownstreamConnection {
                                   void*);
 
   Stream* findStream(int32_t stream_id) const;
+  /** A stream closed before its request ended (the client may not know yet). */
+  bool closedEarly(int32_t stream_id) const;
+  /** A header list far above the limit: stop decoding it (reset), GOAWAY for a repeat offender. */
+  int cutHeaderBlock(Stream& stream);
   void onRequestHeaders(Stream& stream);
   void onRequestComplete(Stream& stream);
   /** Queues a send on the next loop turn (never sends from inside a caller's stack). */
@@ -135,8 +151,8 @@ class Http2ServerConnection final : public DownstreamConnection {
   void sendPending();
   /** Tells Exchanges whose streams drained below the low watermark to resume. */
   void notifyWritable();
-  /** Detaches every Exchange, telling each the client is gone. */
-  void disconnectAll();
+  /** Detaches every Exchange, telling each the client is gone (`reason`). */
+  void disconnectAll(CancelReason reason = CancelReason::ClientDisconnect);
   /** Stops reading; closes once the output (a GOAWAY, say) reached the socket. */
   void closeAfterFlush();
   /** Closes when the session is over, or draining and no stream is left. */
@@ -144,6 +160,8 @@ class Http2ServerConnection final : public DownstreamConnection {
   /** Starts the idle_timeout when the last stream is gone (or none opened yet). */
   void armIdleTimer();
   void onIdleTimer();
+  /** send_timeout: the client stopped reading. */
+  void onSendStalled();
 
   DownstreamConnectionHost& host_;
   Http2Limits limits_;
@@ -152,6 +170,7 @@ class Http2ServerConnection final : public DownstreamConnection {
   Timer idle_timer_;
   MonotonicTime idle_since_{};
   SessionPtr session_;
+  SendStallWatch send_watch_;
   std::string peer_address_;
   ClientInfo client_info_;
 
@@ -162,6 +181,11 @@ class Http2ServerConnection final : public DownstreamConnection {
   bool goaway_received_ = false;   // the client sent GOAWAY: it is leaving
   bool flushing_ = false;          // close once the output buffer is empty
   bool closed_ = false;
+  int32_t last_client_stream_id_ = 0;  // highest stream id the client opened (RFC 9113 §5.1.1)
+  std::array<int32_t, 16> closed_early_{};  // recent streams closed before their request ended
+  size_t closed_early_next_ = 0;
+  uint32_t cut_header_blocks_ = 0;  // header blocks cut as HPACK bombs (cutHeaderBlock)
+  uint32_t connection_error_ = NGHTTP2_NO_ERROR;  // set by a callback: GOAWAY with it
 };
 
 }  // namespace sluice

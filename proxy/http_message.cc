@@ -1,6 +1,20 @@
 #include "proxy/http_message.h"
 
+#include <http_parser.h>
+
 namespace sluice {
+
+std::optional<std::string> methodRefusal(std::string_view method) {
+  if (method == "CONNECT") {
+    return std::string("CONNECT cannot be proxied: sluice proxies requests, not tunnels");
+  }
+#define SLUICE_KNOWN_METHOD(num, name, string) \
+  if (method == #string) return std::nullopt;
+  HTTP_METHOD_MAP(SLUICE_KNOWN_METHOD)
+#undef SLUICE_KNOWN_METHOD
+  return "the request method " + std::string(method.substr(0, 32)) +
+         " is not one sluice proxies";
+}
 
 const char* reasonPhrase(int status) {
   switch (status) {

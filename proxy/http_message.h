@@ -4,7 +4,9 @@
 // codecs (HTTP/1.1 today, HTTP/2 later), the filter chain and the upstream
 // attempt. Bodies never live here: they stream through evbuffers.
 
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "proxy/http_headers.h"
 
@@ -32,6 +34,15 @@ struct ResponseHead {
   std::string reason;  // may be empty; the codec fills a standard phrase
   HeaderMap headers;
 };
+
+/**
+ * The one method rule both codecs apply (HTTP/1.1 and HTTP/2 alike): sluice
+ * proxies the methods http-parser knows (RFC 9110's and the registered
+ * WebDAV/extension ones, upper-case), except CONNECT — it proxies requests,
+ * not tunnels. Empty when `method` is fine; otherwise why not, for a 400
+ * `bad-request`.
+ */
+std::optional<std::string> methodRefusal(std::string_view method);
 
 /** The standard reason phrase for `status` ("OK", "Bad Gateway", ...), or "" if unknown. */
 const char* reasonPhrase(int status);

@@ -32,6 +32,7 @@ std::string_view toString(Rejection r) {
     case Rejection::MaxConnections: return "max_connections";
     case Rejection::HeaderTooLarge: return "header_too_large";
     case Rejection::BodyTooLarge: return "body_too_large";
+    case Rejection::SendTimeout: return "send_timeout";
   }
   return "header_timeout";
 }

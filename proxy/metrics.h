@@ -43,8 +43,9 @@ enum class Rejection {
   MaxConnections,  // max_connections_per_worker: accepted and closed at once
   HeaderTooLarge,  // max_header_bytes / max_headers: 431
   BodyTooLarge,    // max_body: 413
+  SendTimeout,     // send_timeout: output pending and not a byte accepted for too long
 };
-inline constexpr size_t kRejectionCount = 6;
+inline constexpr size_t kRejectionCount = 7;
 std::string_view toString(Rejection r);
 
 /** `disposition` label: delivered to a listening client, or leaked. */
@@ -135,7 +136,7 @@ class RouteMetrics {
   std::array<ModelSeries, kMaxCachedModels> models_;
   std::atomic<size_t> model_count_{0};
   std::array<std::atomic<prometheus::Counter*>, 600> by_code_{};
-  std::array<prometheus::Counter*, 7> cancellations_{};
+  std::array<prometheus::Counter*, std::size(kAllCancelReasons)> cancellations_{};
   prometheus::Histogram* duration_;
   prometheus::Gauge* active_;
   std::mutex mu_;  // guards the lazily filled caches below and by_code_ creation

@@ -23,6 +23,7 @@ Http1Limits http1LimitsFrom(const config::LimitsConfig& l) {
   out.header_read_timeout = l.header_read_timeout;
   out.body_read_timeout = l.body_read_timeout;
   out.idle_timeout = l.idle_timeout;
+  out.send_timeout = l.send_timeout;
   return out;
 }
 
@@ -33,6 +34,7 @@ Http2Limits http2LimitsFrom(const config::LimitsConfig& l) {
   out.max_headers = l.max_headers;
   out.body_read_timeout = l.body_read_timeout;
   out.idle_timeout = l.idle_timeout;
+  out.send_timeout = l.send_timeout;
   return out;
 }
 

@@ -23,10 +23,9 @@ FilterStatus BudgetFilter::decodeHeaders(RequestHead& request) {
     auto parsed = parseBudgetMs(*raw);
     if (!parsed) {
       std::string shown(raw->substr(0, 64));
-      callbacks_->sendLocalReply(Problem{
-          400, "invalid-budget", "Invalid budget header",
-          config_.header + " must be a positive integer of milliseconds, got \"" + shown + "\"",
-          std::nullopt, false, std::nullopt});
+      callbacks_->sendLocalReply(makeProblem(
+          problems::kInvalidBudget,
+          config_.header + " must be a positive integer of milliseconds, got \"" + shown + "\""));
       return FilterStatus::StopIteration;
     }
     budget = std::min(*parsed, config_.max);

@@ -104,6 +104,11 @@ std::optional<bool> upstreamRetryVerdict(const HeaderMap* headers, std::string_v
   return std::nullopt;
 }
 
+bool clientRetryMayHelp(const ClientRetryInput& in) {
+  if (in.attempts > 1 || in.retry_wait_exceeded_budget) return false;
+  return in.wait.value_or(std::chrono::milliseconds(0)) < in.remaining_budget;
+}
+
 RetryDecision decideRetry(const RetryInput& in) {
   RetryDecision d;
   const config::RetryConfig& cfg = *in.config;

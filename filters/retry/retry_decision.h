@@ -149,6 +149,26 @@ bool isRetrySafe(config::IdempotencyMode mode, std::string_view method, bool has
  */
 std::optional<bool> upstreamRetryVerdict(const HeaderMap* headers, std::string_view body);
 
+/** What sluice knows when it answers with an error of its own (DESIGN.md §3, §8). */
+struct ClientRetryInput {
+  uint32_t attempts = 0;  // attempts this request made (a refused admission included)
+  // The wait the answer asks for (its Retry-After), if any; none = no wait.
+  std::optional<std::chrono::milliseconds> wait;
+  std::chrono::milliseconds remaining_budget{0};  // what is left of the request's deadline
+  // sluice itself gave up a retry because its wait did not fit the budget.
+  bool retry_wait_exceeded_budget = false;
+};
+
+/**
+ * Whether an agent SDK retrying sluice's error could help ("No retry storms
+ * across layers"): not once sluice made more than one attempt (3 × 3 = 9
+ * calls), not when the answer's wait does not fit the remaining budget (an
+ * exact fit fails, as for sluice's own retries), not when sluice's own retry
+ * did not fit it. The answer then says `x-should-retry: false` and
+ * `is_retriable: false`.
+ */
+bool clientRetryMayHelp(const ClientRetryInput& input);
+
 /**
  * The decision. Pure apart from the optional RetryBudget slot. The delay is
  * full jitter for retry n = attempt - 1, raised to the upstream's wait when

@@ -50,14 +50,6 @@ void RetryFilter::onAttemptEnd(const AttemptEnd& end) {
   if (end.result == AttemptResult::Cancelled) return;
 
   ResponseHead* held = callbacks_->heldResponse();
-  const MonotonicTime now = callbacks_->clock().now();
-  const MonotonicTime deadline = callbacks_->deadline();
-  const auto remaining =
-      deadline == MonotonicTime::max()
-          ? std::chrono::milliseconds(std::chrono::hours(24))
-          : std::max(std::chrono::milliseconds(0),
-                     std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now));
-
   RetryInput input;
   input.config = &config_;
   input.attempt = callbacks_->attemptNumber();
@@ -69,10 +61,11 @@ void RetryFilter::onAttemptEnd(const AttemptEnd& end) {
   input.has_idempotency_key = has_idempotency_key_;
   input.unprocessed = end.unprocessed;
   input.body_replayable = callbacks_->requestBodyReplayable();
-  input.remaining_budget = remaining;
+  input.remaining_budget = remainingBudget();
   input.retry_budget = &budget_;
   input.clock = &callbacks_->clock();
   const RetryDecision decision = decideRetry(input);
+  wait_exceeded_budget_ = decision.reason == NoRetryReason::WaitExceedsBudget;
 
   if (decision.retry) {
     slot_held_ = decision.budget_acquired;
@@ -84,6 +77,23 @@ void RetryFilter::onAttemptEnd(const AttemptEnd& end) {
     // The answer goes to the client now; retrying it there cannot help.
     held->headers.set("x-should-retry", "false");
   }
+}
+
+void RetryFilter::encodeLocalReply(Problem& problem) {
+  if (!problem.is_retriable) return;
+  ClientRetryInput input;
+  input.attempts = callbacks_->attemptNumber();
+  input.wait = problem.retry_after;
+  input.remaining_budget = remainingBudget();
+  input.retry_wait_exceeded_budget = wait_exceeded_budget_;
+  problem.is_retriable = clientRetryMayHelp(input);
+}
+
+std::chrono::milliseconds RetryFilter::remainingBudget() const {
+  const MonotonicTime deadline = callbacks_->deadline();
+  if (deadline == MonotonicTime::max()) return std::chrono::hours(24);
+  return std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                    deadline - callbacks_->clock().now()));
 }
 
 void RetryFilter::releaseSlot() {

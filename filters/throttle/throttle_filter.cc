@@ -63,12 +63,14 @@ uint64_t estimateTokenNeed(std::string_view request_body) {
 }
 
 FilterStatus ThrottleFilter::decodeComplete(std::string_view body) {
-  key_ = quotaKeyFor(config_, callbacks_->request().headers);
   token_need_ = estimateTokenNeed(body);
   return FilterStatus::Continue;
 }
 
-FilterStatus ThrottleFilter::beforeAttempt(RequestHead&) {
+FilterStatus ThrottleFilter::beforeAttempt(RequestHead& upstream_request) {
+  // The quota is the provider's, so its key is the header as the provider
+  // sees it: after the upstream's `headers:` replaced the client's dummy key.
+  key_ = quotaKeyFor(config_, upstream_request.headers);
   headers_seen_ = false;
   // The waker may run on any thread; it only posts back to this Exchange's
   // worker, which drops it if the Exchange is gone by then.

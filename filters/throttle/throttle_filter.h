@@ -8,7 +8,9 @@
 // response refilled the quota); a client that leaves while queued is
 // dropped, never sent. A wait that cannot fit the budget, or a full queue,
 // answers 429 `rate_limited` with Retry-After. Every response's quota
-// headers are fed back to the tracker.
+// headers are fed back to the tracker. The quota key (`rate_limit.key`) is
+// read from the request as sent upstream, after the upstream's `headers:`
+// were applied: agents with different dummy keys share the one real quota.
 
 #include <cstdint>
 #include <optional>

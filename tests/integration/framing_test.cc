@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -98,8 +99,137 @@ INSTANTIATE_TEST_SUITE_P(
         RequestCase{"NulInHeaderValue",
                     kHead + "x-nul: a" + std::string(1, '\0') + "b\r\ncontent-length: 0\r\n\r\n"},
         RequestCase{"BareCrInHeaderValue", kHead + "x-cr: a\rb\r\ncontent-length: 0\r\n\r\n"},
-        RequestCase{"SpaceBeforeColon", kHead + "content-length : 0\r\n\r\n"}),
+        RequestCase{"SpaceBeforeColon", kHead + "content-length : 0\r\n\r\n"},
+        // http-parser reads on to the CR; other parsers end the line at the LF.
+        RequestCase{"BareLfInChunkExtension",
+                    kHead + "transfer-encoding: chunked\r\n\r\n5;ext\nxx\r\nhello\r\n0\r\n\r\n"},
+        RequestCase{"BareLfInChunkExtensionOfTheLastChunk",
+                    kHead + "transfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0;a=b\nx\r\n\r\n"},
+        RequestCase{"ChunkDataNotFollowedByCrlf",
+                    kHead + "transfer-encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n"},
+        // RFC 9112 §3.2: exactly one Host on HTTP/1.1.
+        RequestCase{"MissingHost", "GET /echo/x HTTP/1.1\r\ncontent-length: 0\r\n\r\n"},
+        RequestCase{"DuplicateHost", kHead + "host: u\r\ncontent-length: 0\r\n\r\n"},
+        RequestCase{"DuplicateHostOnHttp10",
+                    "GET /echo/x HTTP/1.0\r\nhost: t\r\nhost: u\r\n\r\n"},
+        // Tunnels and protocols sluice cannot carry.
+        RequestCase{"Connect", "CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n"},
+        RequestCase{"UpgradeWebsocket",
+                    "GET /echo/ws HTTP/1.1\r\nhost: t\r\nconnection: upgrade\r\n"
+                    "upgrade: websocket\r\n\r\n"},
+        RequestCase{"UpgradeH2cAndWebsocket",
+                    "GET /echo/ws HTTP/1.1\r\nhost: t\r\nconnection: upgrade\r\n"
+                    "upgrade: h2c, websocket\r\n\r\n"},
+        RequestCase{"UnknownMethod", "FROB /echo/x HTTP/1.1\r\nhost: t\r\n\r\n"},
+        RequestCase{"AbsoluteFormWithUserinfo",
+                    "GET http://user@t/echo/x HTTP/1.1\r\nhost: t\r\n\r\n"},
+        RequestCase{"AbsoluteFormNotHttp", "GET ftp://t/echo/x HTTP/1.1\r\nhost: t\r\n\r\n"}),
     [](const ::testing::TestParamInfo<RequestCase>& info) { return std::string(info.param.name); });
+
+class UnsupportedVersionTest : public ::testing::TestWithParam<RequestCase> {};
+
+TEST_P(UnsupportedVersionTest, Is505AndTheConnectionCloses) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url()));
+  TestConnection conn(sluice.port());
+  conn.send(GetParam().bytes);
+  const TestResponse r = conn.readResponse();
+  EXPECT_EQ(r.status, 505) << r.body;
+  EXPECT_EQ(r.headers.get("content-type").value_or(""), "application/problem+json");
+  EXPECT_EQ(nlohmann::json::parse(r.body)["type"], "urn:sluice:problem:http-version-not-supported");
+  EXPECT_TRUE(conn.waitForClose(milliseconds(5000)));
+  EXPECT_EQ(mock.ledger().size(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Versions, UnsupportedVersionTest,
+    ::testing::Values(RequestCase{"Http12", "GET /echo/x HTTP/1.2\r\nhost: t\r\n\r\n"},
+                      RequestCase{"Http99", "GET /echo/x HTTP/9.9\r\nhost: t\r\n\r\n"},
+                      RequestCase{"Http20", "GET /echo/x HTTP/2.0\r\nhost: t\r\n\r\n"},
+                      RequestCase{"Http09", "GET /echo/x HTTP/0.9\r\nhost: t\r\n\r\n"}),
+    [](const ::testing::TestParamInfo<RequestCase>& info) { return std::string(info.param.name); });
+
+/** sluice with mock-llm behind it, for requests that must go through. */
+class DownstreamRequestTest : public ::testing::Test {
+ protected:
+  void start(const std::string& extra = "") {
+    mock_ = std::make_unique<MockLlm>();
+    sluice_ = std::make_unique<SluiceUnderTest>(config(mock_->url()) + extra);
+  }
+  std::unique_ptr<MockLlm> mock_;
+  std::unique_ptr<SluiceUnderTest> sluice_;
+};
+
+TEST_F(DownstreamRequestTest, AbsoluteFormRoutesOnItsPathWithItsAuthorityAsHost) {
+  start();
+  TestConnection conn(sluice_->port());
+  conn.send("GET http://api.example:8080/echo/abs?q=1 HTTP/1.1\r\nhost: other\r\n\r\n");
+  const TestResponse r = conn.readResponse();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(nlohmann::json::parse(r.body)["path"], "/echo/abs?q=1");
+  // Any scheme's case, no path: "/" (the catch-all route; the mock has nothing there).
+  conn.send("GET HTTPS://api.example?q=2 HTTP/1.1\r\nhost: api.example\r\n\r\n");
+  const TestResponse root = conn.readResponse();
+  EXPECT_EQ(root.status, 404) << root.body;
+  EXPECT_NE(root.headers.get("content-type").value_or(""), "application/problem+json")
+      << "routed and answered by the upstream, not sluice's no-route";
+  const auto ledger = mock_->ledger();
+  ASSERT_EQ(ledger.size(), 2u);
+  EXPECT_EQ(ledger[0]["path"], "/echo/abs?q=1");
+  EXPECT_EQ(ledger[1]["path"], "/?q=2");
+}
+
+TEST_F(DownstreamRequestTest, UpgradeH2cIsIgnoredAndAnsweredInHttp11) {
+  start();
+  TestConnection conn(sluice_->port());
+  // What curl --http2 sends on http://.
+  conn.send("GET /echo/h2c HTTP/1.1\r\nhost: t\r\nconnection: Upgrade, HTTP2-Settings\r\n"
+            "upgrade: h2c\r\nhttp2-settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n");
+  const TestResponse r = conn.readResponse();
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto h = nlohmann::json::parse(r.body)["headers"];
+  EXPECT_FALSE(h.contains("upgrade"));
+  EXPECT_FALSE(h.contains("http2-settings"));
+  // The connection stays HTTP/1.1 and keeps serving.
+  conn.sendRequest("POST", "/echo/after", {{"upgrade", "h2c"}, {"connection", "upgrade"}}, "body");
+  const TestResponse after = conn.readResponse();
+  EXPECT_EQ(after.status, 200) << after.body;
+  EXPECT_EQ(nlohmann::json::parse(after.body)["body"], "body");
+  EXPECT_FALSE(conn.peerClosed());
+}
+
+TEST_F(DownstreamRequestTest, ExpectContinueIsMatchedCaseInsensitively) {
+  start();
+  TestConnection conn(sluice_->port());
+  conn.send("POST /echo/expect HTTP/1.1\r\nhost: t\r\ncontent-length: 5\r\n"
+            "expect: 100-Continue\r\n\r\n");
+  // The interim answer comes before the body is sent.
+  conn.readUntil(
+      [&](const TestResponse&) {
+        return conn.raw().find("HTTP/1.1 100 Continue\r\n\r\n") != std::string::npos;
+      },
+      milliseconds(5000));
+  ASSERT_NE(conn.raw().find("HTTP/1.1 100 Continue\r\n\r\n"), std::string::npos) << conn.raw();
+  conn.send("hello");
+  const TestResponse r = conn.readResponse();
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(nlohmann::json::parse(r.body)["body"], "hello");
+}
+
+TEST_F(DownstreamRequestTest, ExpectContinueAboveMaxBodyIs413WithoutContinue) {
+  start("limits: {max_body: 1KiB}\n");
+  TestConnection conn(sluice_->port());
+  conn.send("POST /echo/big HTTP/1.1\r\nhost: t\r\ncontent-length: 5000\r\n"
+            "expect: 100-continue\r\n\r\n");
+  const TestResponse r = conn.readResponse();
+  EXPECT_EQ(r.status, 413) << r.body;
+  EXPECT_EQ(conn.raw().find("100 Continue"), std::string::npos) << conn.raw();
+  EXPECT_EQ(conn.raw().rfind("HTTP/1.1 413", 0), 0u) << "the 413 is the first thing sent";
+  EXPECT_TRUE(conn.waitForClose(milliseconds(5000)));
+  EXPECT_EQ(sluice_->metric("sluice_downstream_rejections_total", {{"reason", "body_too_large"}}),
+            1);
+  EXPECT_EQ(mock_->ledger().size(), 0u);
+}
 
 /**
  * A scripted HTTP/1.1 "upstream": answers every request on every connection

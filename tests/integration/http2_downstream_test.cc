@@ -534,6 +534,131 @@ TEST_F(Http2DownstreamTest, DrainSendsGoawayAndLetsTheStreamFinish) {
   EXPECT_EQ(conn.goawayLastStreamId(), id);
 }
 
+TEST_F(Http2DownstreamTest, MethodsRefusedOverHttp11AreRefusedTheSameWay) {
+  // One rule for both protocols: http-parser's methods, CONNECT excepted.
+  H2Connection conn(sluice_->port());
+  const int32_t unknown = conn.submit("FROB", "/echo/x");
+  const int32_t lower = conn.submit("get", "/echo/x");
+  const int32_t known = conn.submit("PROPFIND", "/echo/x");
+  for (int32_t id : {unknown, lower, known}) ASSERT_TRUE(conn.waitForStream(id));
+  for (int32_t id : {unknown, lower}) {
+    const H2Response& r = conn.response(id);
+    EXPECT_EQ(r.status, 400) << id;
+    EXPECT_EQ(nlohmann::json::parse(r.body)["type"], "urn:sluice:problem:bad-request");
+  }
+  EXPECT_EQ(conn.response(known).status, 200);
+  EXPECT_EQ(mock_->ledger().size(), 1u);  // only PROPFIND went upstream
+}
+
+// --- raw frames: what no well-behaved client library sends ---------------------------------
+
+/** One HTTP/2 frame (RFC 9113 §4.1) as bytes. */
+std::string rawFrame(uint8_t type, uint8_t flags, uint32_t stream, const std::string& payload) {
+  std::string f;
+  const size_t len = payload.size();
+  f += static_cast<char>((len >> 16) & 0xff);
+  f += static_cast<char>((len >> 8) & 0xff);
+  f += static_cast<char>(len & 0xff);
+  f += static_cast<char>(type);
+  f += static_cast<char>(flags);
+  f += static_cast<char>((stream >> 24) & 0x7f);
+  f += static_cast<char>((stream >> 16) & 0xff);
+  f += static_cast<char>((stream >> 8) & 0xff);
+  f += static_cast<char>(stream & 0xff);
+  return f + payload;
+}
+
+struct RawFrame {
+  uint8_t type;
+  uint8_t flags;
+  uint32_t stream;
+  std::string payload;
+};
+
+/** The whole frames in `bytes` (a server's output after our preface). */
+std::vector<RawFrame> parseFrames(const std::string& bytes) {
+  std::vector<RawFrame> out;
+  size_t at = 0;
+  const auto byte = [&](size_t i) { return static_cast<uint32_t>(static_cast<uint8_t>(bytes[i])); };
+  while (at + 9 <= bytes.size()) {
+    const size_t len = (byte(at) << 16) | (byte(at + 1) << 8) | byte(at + 2);
+    if (at + 9 + len > bytes.size()) break;
+    const uint32_t stream = ((byte(at + 5) & 0x7f) << 24) | (byte(at + 6) << 16) |
+                            (byte(at + 7) << 8) | byte(at + 8);
+    out.push_back({static_cast<uint8_t>(byte(at + 3)), static_cast<uint8_t>(byte(at + 4)), stream,
+                   bytes.substr(at + 9, len)});
+    at += 9 + len;
+  }
+  return out;
+}
+
+uint32_t be32(const std::string& s, size_t at) {
+  uint32_t v = 0;
+  for (size_t i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(s[at + i]);
+  return v;
+}
+
+const RawFrame* findFrame(const std::vector<RawFrame>& frames, uint8_t type, uint32_t stream) {
+  for (const RawFrame& f : frames) {
+    if (f.type == type && f.stream == stream) return &f;
+  }
+  return nullptr;
+}
+
+constexpr uint8_t kHeaders = 0x1, kRstStream = 0x3, kSettings = 0x4, kGoaway = 0x7;
+constexpr uint8_t kEndStream = 0x1, kEndHeaders = 0x4;
+const std::string kPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+// HPACK, static table only (RFC 7541 Appendix A): :method GET, :scheme http,
+// :path /, :authority t (a literal without indexing, name index 1).
+const std::string kAuthority = "\x01\x01t";
+const std::string kGetRoot = "\x82\x86\x84" + kAuthority;
+// :method POST, :scheme http, :path /nowhere (literal without indexing, name index 4).
+const std::string kPostNowhere = std::string("\x83\x86\x04\x08") + "/nowhere" + kAuthority;
+// A trailer field x-t: 1 (literal without indexing, new name).
+const std::string kTrailer = std::string("\x00\x03x-t\x01" "1", 7);
+
+TEST_F(Http2DownstreamTest, HeadersOnALowerNewStreamIdIsGoawayProtocolError) {
+  // h2spec http2/5.1.1/2: stream 5, then a new stream 3.
+  TestConnection conn(sluice_->port());
+  conn.send(kPreface + rawFrame(kSettings, 0, 0, "") +
+            rawFrame(kHeaders, kEndStream | kEndHeaders, 5, kGetRoot) +
+            rawFrame(kHeaders, kEndStream | kEndHeaders, 3, kGetRoot));
+  EXPECT_TRUE(conn.waitForClose(milliseconds(10000)));
+  const auto frames = parseFrames(conn.raw());
+  const RawFrame* goaway = findFrame(frames, kGoaway, 0);
+  ASSERT_NE(goaway, nullptr) << "no GOAWAY in " << frames.size() << " frames";
+  ASSERT_GE(goaway->payload.size(), 8u);
+  EXPECT_EQ(be32(goaway->payload, 0), 5u);  // the last stream sluice processed
+  EXPECT_EQ(be32(goaway->payload, 4), static_cast<uint32_t>(NGHTTP2_PROTOCOL_ERROR));
+}
+
+TEST_F(Http2DownstreamTest, TrailersOnAStreamSluiceAlreadyAnsweredAreNoConnectionError) {
+  TestConnection conn(sluice_->port());
+  // POST /nowhere without END_STREAM: answered 404 at once, then RST_STREAM(NO_ERROR).
+  conn.send(kPreface + rawFrame(kSettings, 0, 0, "") +
+            rawFrame(kHeaders, kEndHeaders, 1, kPostNowhere));
+  conn.readUntil([&](const TestResponse&) {
+    return findFrame(parseFrames(conn.raw()), kRstStream, 1) != nullptr;
+  });
+  ASSERT_NE(findFrame(parseFrames(conn.raw()), kRstStream, 1), nullptr);
+  // The client had not seen that yet: its trailers (a lower id than stream 3
+  // next) are no protocol error, and stream 3 is served.
+  conn.send(rawFrame(kHeaders, kEndStream | kEndHeaders, 1, kTrailer) +
+            rawFrame(kHeaders, kEndStream | kEndHeaders, 3, kGetRoot) +
+            rawFrame(kHeaders, kEndStream | kEndHeaders, 1, kTrailer));
+  conn.readUntil([&](const TestResponse&) {
+    return findFrame(parseFrames(conn.raw()), kHeaders, 3) != nullptr;
+  });
+  const auto frames = parseFrames(conn.raw());
+  std::string seen;
+  for (const RawFrame& f : frames) {
+    seen += std::to_string(f.type) + "@" + std::to_string(f.stream) + " ";
+  }
+  EXPECT_NE(findFrame(frames, kHeaders, 3), nullptr) << seen;
+  EXPECT_EQ(findFrame(frames, kGoaway, 0), nullptr);
+  EXPECT_FALSE(conn.peerClosed());
+}
+
 // --- protocol detection ---------------------------------------------------------------------------
 
 TEST(ProtocolDetectorTest, ClassifiesTheFirstBytes) {

@@ -336,5 +336,117 @@ TEST_F(LimitsTest, AnIdleHttp2ConnectionGetsGoawayNoErrorAndCloses) {
   EXPECT_EQ(rejections("idle_timeout"), 1);
 }
 
+// --- clients that stop reading (send_timeout) ------------------------------------------------
+
+/** A streaming answer far larger than any socket buffer: it only ends if the client reads. */
+std::vector<std::pair<std::string, std::string>> endlessStream() {
+  return {{"content-type", "application/json"}, {"x-mock-tokens", "10000000"}};
+}
+
+TEST_F(LimitsTest, AnHttp11ClientThatStopsReadingIsClosedBySendTimeout) {
+  start("  send_timeout: 300ms");
+  // A small receive buffer, and the test never reads: sluice's output backs up.
+  TestConnection stalled(sluice_->port(), /*receive_buffer=*/4096);
+  stalled.sendRequest("POST", "/v1/chat/completions", endlessStream(), chatBody());
+  ASSERT_TRUE(waitUntil([&] { return rejections("send_timeout") == 1; }, std::chrono::seconds(30),
+                        milliseconds(20)));
+  // The exchange is cancelled as client_stalled and freed, its upstream released.
+  EXPECT_TRUE(waitUntil([&] { return sluice_->server().exchanges().empty(); }));
+  EXPECT_EQ(sluice_->metric("sluice_cancellations_total",
+                            {{"route", "chat"}, {"cancel_reason", "client_stalled"}}),
+            1);
+  EXPECT_EQ(sluice_->metric("sluice_cancellations_total",
+                            {{"route", "chat"}, {"cancel_reason", "client_disconnect"}}),
+            0);
+  // What reached the client's socket is all it gets: the response never completes.
+  EXPECT_TRUE(stalled.waitForClose(std::chrono::seconds(30)));
+  EXPECT_FALSE(stalled.current().complete);
+  EXPECT_TRUE(stalled.completed().empty());
+  expectFineRequest();
+}
+
+TEST_F(LimitsTest, AReadingClientIsNeverCutBySendTimeout) {
+  // Every byte the client accepts restarts the wait: a long response to a
+  // client that keeps reading (slowly: tokens every 100 ms) is never cut.
+  start("  send_timeout: 100ms");
+  TestConnection conn(sluice_->port(), /*receive_buffer=*/4096);
+  conn.sendRequest("POST", "/v1/chat/completions",
+                   {{"content-type", "application/json"},
+                    {"x-mock-tokens", "5"},
+                    {"x-mock-token-interval-ms", "150"}},
+                   chatBody());
+  const TestResponse r = conn.readResponse(std::chrono::seconds(30));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(r.complete);
+  EXPECT_EQ(rejections("send_timeout"), 0);
+}
+
+TEST_F(LimitsTest, AnHttp2ClientThatStopsReadingIsClosedBySendTimeout) {
+  start("  send_timeout: 300ms");
+  H2ClientOptions options;
+  options.receive_buffer = 4096;
+  options.initial_window = 1 << 30;  // flow control never holds sluice back: the socket does
+  options.connection_window = 1 << 30;
+  H2Connection conn(sluice_->port(), options);
+  const int32_t a = conn.submit("POST", "/v1/chat/completions", endlessStream(), chatBody());
+  const int32_t b = conn.submit("POST", "/v1/chat/completions", endlessStream(), chatBody());
+  ASSERT_GT(a, 0);
+  ASSERT_GT(b, 0);
+  // Never read: both streams' frames back up behind the client's full socket.
+  ASSERT_TRUE(waitUntil([&] { return rejections("send_timeout") == 1; }, std::chrono::seconds(30),
+                        milliseconds(20)));
+  // Every stream of the connection is cancelled as client_stalled and freed.
+  EXPECT_TRUE(waitUntil([&] { return sluice_->server().exchanges().empty(); }));
+  EXPECT_EQ(sluice_->metric("sluice_cancellations_total",
+                            {{"route", "chat"}, {"cancel_reason", "client_stalled"}}),
+            2);
+  EXPECT_TRUE(conn.waitForClose(std::chrono::seconds(30)));
+  EXPECT_FALSE(conn.response(a).complete);
+  EXPECT_FALSE(conn.response(b).complete);
+  expectFineRequest();
+}
+
+// --- HPACK bombs ---------------------------------------------------------------------------
+
+/**
+ * A header block whose fields are all one large value: the client's HPACK
+ * encoder puts it in the dynamic table once and then sends one-byte
+ * references to it, so the decoded list is `copies` times the entry.
+ */
+std::vector<std::pair<std::string, std::string>> hpackBomb(size_t copies) {
+  return std::vector<std::pair<std::string, std::string>>(copies, {"x-bomb", std::string(2000, 'b')});
+}
+
+TEST_F(LimitsTest, Http2HpackBombIsCutEarlyAndARepeatOffenderGetsGoaway) {
+  start("  max_header_bytes: 1KiB");
+  H2Connection conn(sluice_->port());
+  // Just above the limit: decoded to the end and answered 431.
+  const int32_t above = conn.submit("GET", "/v1/models", {{"x-big", std::string(1500, 'a')}});
+  ASSERT_TRUE(conn.waitForStream(above));
+  EXPECT_EQ(conn.response(above).status, 431);
+  // ~400 KB decoded from ~2 KB on the wire: no longer decoded once far above
+  // the limit; the stream is reset with no answer, the connection goes on.
+  const int32_t bomb = conn.submit("GET", "/v1/models", hpackBomb(200));
+  ASSERT_GT(bomb, 0);
+  ASSERT_TRUE(conn.waitForStream(bomb));
+  EXPECT_EQ(conn.response(bomb).status, 0);
+  EXPECT_TRUE(conn.response(bomb).reset_by_peer);
+  EXPECT_FALSE(conn.peerClosed());
+  const int32_t fine = conn.submit("GET", "/v1/models");
+  ASSERT_TRUE(conn.waitForStream(fine));
+  EXPECT_EQ(conn.response(fine).status, 200);
+  EXPECT_EQ(rejections("header_too_large"), 2);
+  // A connection that keeps doing it is ended.
+  std::vector<int32_t> more;
+  for (int i = 0; i < 4; ++i) more.push_back(conn.submit("GET", "/v1/models", hpackBomb(200)));
+  EXPECT_TRUE(conn.waitForClose());
+  EXPECT_TRUE(conn.goawayReceived());
+  EXPECT_EQ(conn.goawayErrorCode(), static_cast<uint32_t>(NGHTTP2_ENHANCE_YOUR_CALM));
+  EXPECT_LT(conn.goawayLastStreamId(), more.back());
+  EXPECT_EQ(rejections("header_too_large"), 5);  // 431 + the bombs up to the GOAWAY
+  EXPECT_EQ(mock_->ledger().size(), 1u);           // only the fine request
+  expectFineRequest();
+}
+
 }  // namespace
 }  // namespace sluice::test

@@ -130,6 +130,7 @@ TEST_F(ProxyTest, RewritesHeadersForTheUpstream) {
                         {"te", "trailers"},
                         {"x-forwarded-for", "203.0.113.9"},
                         {"x-sluice-attempts", "99"},
+                        {"x_sluice_route", "forged"},
                         {"x-custom", "kept"}},
                        "payload");
   ASSERT_EQ(r.status, 200) << r.body;
@@ -146,6 +147,7 @@ TEST_F(ProxyTest, RewritesHeadersForTheUpstream) {
   EXPECT_FALSE(h.contains("keep-alive"));
   EXPECT_FALSE(h.contains("te"));
   EXPECT_FALSE(h.contains("x-sluice-attempts"));
+  EXPECT_FALSE(h.contains("x_sluice_route")) << "the underscore spelling is sluice's too";
   EXPECT_EQ(h["content-length"], "7");
   EXPECT_EQ(r.headers.get("x-sluice-attempts").value_or(""), "1");
 }

@@ -34,6 +34,10 @@ bool waitFd(int fd, short events, std::chrono::milliseconds timeout) {
 H2Connection::H2Connection(uint16_t port, H2ClientOptions options)
     : options_(std::move(options)), port_(port) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (options_.receive_buffer > 0) {
+    setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &options_.receive_buffer,
+               sizeof(options_.receive_buffer));
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
@@ -94,6 +98,10 @@ H2Connection::H2Connection(uint16_t port, H2ClientOptions options)
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(options_.initial_window)},
   };
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, 2);
+  if (options_.connection_window > 0) {
+    nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0,
+                                          options_.connection_window);
+  }
 }
 
 H2Connection::~H2Connection() {

@@ -29,6 +29,10 @@ struct H2ClientOptions {
   std::vector<std::string> alpn = {"h2"};
   /** SETTINGS_INITIAL_WINDOW_SIZE this client advertises for response bodies. */
   int32_t initial_window = 65535;
+  /** > 0: the connection-level receive window (nghttp2's default is 65535). */
+  int32_t connection_window = 0;
+  /** > 0: SO_RCVBUF set before connecting (a client that stops reading fills it quickly). */
+  int receive_buffer = 0;
   /**
    * Window updates are sent only for streams that are not held (hold()), so a
    * held stream's window stays shut while the socket keeps being read.

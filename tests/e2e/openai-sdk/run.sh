@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# End-to-end test: the official `openai` npm SDK through sluice to mock-llm.
+# End-to-end tests: the official `openai` and `@anthropic-ai/sdk` npm SDKs
+# through sluice to mock-llm (sdk.test.mjs, errors.test.mjs).
 # Needs Node >= 20, npm, and a C++ build with `sluice` and `tools/mock-llm`
 # (default ../../../build; override with SLUICE_BUILD_DIR). Extra arguments
-# go to `node --test` (e.g. --test-name-pattern=abort).
+# go to `node --test` (e.g. --test-name-pattern=abort). The files run one
+# after the other: the abort tests measure propagation in milliseconds.
 set -euo pipefail
 
 # A relative SLUICE_BUILD_DIR means relative to where the caller stands.
@@ -26,4 +28,4 @@ if [[ ! node_modules/.package-lock.json -nt package-lock.json ||
   npm ci --no-audit --no-fund
 fi
 
-exec node --test "$@" sdk.test.mjs
+exec node --test --test-concurrency=1 "$@" sdk.test.mjs errors.test.mjs

@@ -6,20 +6,11 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
-import { mkdtempSync, writeFileSync, rmSync, existsSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
+import {
+  sleep, stopAll, startMock, startSluice, metric as metricOf, waitMetric as waitMetricOf,
+} from './harness.mjs';
 
-const HERE = dirname(fileURLToPath(import.meta.url));
-const BUILD = resolve(process.env.SLUICE_BUILD_DIR ?? join(HERE, '..', '..', '..', 'build'));
-const SLUICE_BIN = join(BUILD, 'sluice');
-const MOCK_BIN = join(BUILD, 'tools', 'mock-llm');
-
-const STARTUP_TIMEOUT_MS = 10_000;
 const PROPAGATION_LIMIT_US = 50_000n; // the project's "done" criterion: 50 ms
 const LEDGER_POLL_TIMEOUT_MS = 5_000;
 const TEST_OPTS = { timeout: 30_000 }; // never hang CI
@@ -35,97 +26,19 @@ const TEST_OPTS = { timeout: 30_000 }; // never hang CI
 const nowUs = () => process.hrtime.bigint() / 1000n;
 
 // ---------------------------------------------------------------------------
-// Child processes.
-const children = [];
-
-const running = (child) => child.exitCode === null && child.signalCode === null;
-
-function killAll() {
-  for (const child of children) {
-    if (running(child)) {
-      try { child.kill('SIGKILL'); } catch { /* already gone */ }
-    }
-  }
-}
-
-// SIGTERM first (lets an instrumented build flush coverage, and sluice drains
-// with nothing in flight), SIGKILL whatever is still there after 3 s.
-async function stopAll() {
-  const exits = children.filter(running).map((child) => new Promise((r) => {
-    child.once('exit', r);
-    try { child.kill('SIGTERM'); } catch { r(); }
-  }));
-  await Promise.race([Promise.all(exits), new Promise((r) => setTimeout(r, 3_000).unref())]);
-  killAll();
-}
-// Last line of defence if the test process dies without running after().
-process.on('exit', killAll);
-
-// Starts `bin args`, resolves with the captures of each pattern once every
-// pattern has matched a stdout line. Rejects on timeout or early exit, with
-// the child's stderr in the message.
-function startProcess(name, bin, args, patterns) {
-  if (!existsSync(bin)) {
-    throw new Error(`${name}: ${bin} not found (build it, or set SLUICE_BUILD_DIR)`);
-  }
-  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  children.push(child);
-  let stderr = '';
-  child.stderr.setEncoding('utf8');
-  child.stderr.on('data', (d) => { stderr = (stderr + d).slice(-8192); });
-  child.stderrText = () => stderr;
-
-  return new Promise((resolvePromise, reject) => {
-    const found = new Array(patterns.length).fill(null);
-    const lines = createInterface({ input: child.stdout });
-    const fail = (why) => {
-      clearTimeout(timer);
-      lines.close();
-      reject(new Error(`${name}: ${why}\n--- ${name} stderr ---\n${stderr}`));
-    };
-    const timer = setTimeout(() => fail(`no startup line within ${STARTUP_TIMEOUT_MS} ms`),
-                             STARTUP_TIMEOUT_MS);
-    child.on('error', (err) => fail(`spawn failed: ${err.message}`));
-    child.on('exit', (code, signal) => fail(`exited early (code ${code}, signal ${signal})`));
-    lines.on('line', (line) => {
-      patterns.forEach((re, i) => {
-        const m = found[i] === null && re.exec(line);
-        if (m) found[i] = m;
-      });
-      if (found.every((m) => m !== null)) {
-        clearTimeout(timer);
-        child.removeAllListeners('exit');
-        // Keep draining stdout so the child never blocks on a full pipe.
-        resolvePromise({ child, matches: found });
-      }
-    });
-  });
-}
-
-// ---------------------------------------------------------------------------
 // Environment: mock-llm ← sluice ← SDK.
 let mockUrl;      // http://127.0.0.1:PORT of mock-llm
 let adminUrl;     // http://127.0.0.1:PORT of sluice's admin listener
 let sluiceUrl;    // http://127.0.0.1:PORT of sluice's proxy listener
 let client;       // OpenAI SDK client pointed at sluice
-let tmpDir;
 let sluiceProc;
 let idSeq = 0;
 const runTag = `${process.pid}-${Date.now()}`;
 const uniqueId = (what) => `e2e-${what}-${runTag}-${++idSeq}`;
 
 before(async () => {
-  const mock = await startProcess('mock-llm', MOCK_BIN, ['--listen', '127.0.0.1:0'],
-                                  [/^mock-llm listening on (\S+):(\d+)$/]);
-  mockUrl = `http://127.0.0.1:${mock.matches[0][2]}`;
-
-  tmpDir = mkdtempSync(join(tmpdir(), 'sluice-e2e-sdk-'));
-  const config = join(tmpDir, 'sluice.yaml');
-  writeFileSync(config, `version: 1
-listen: 127.0.0.1:0
-admin: 127.0.0.1:0
-workers: 1
-upstreams:
+  mockUrl = await startMock();
+  const sluice = await startSluice(`upstreams:
   - name: mock
     url: ${mockUrl}
 routes:
@@ -136,26 +49,17 @@ routes:
     match: {path_prefix: /}
     upstream: mock
 `);
-  const sluice = await startProcess('sluice', SLUICE_BIN, ['--config', config], [
-    /^sluice listening on (\S+):(\d+)$/,
-    /^sluice admin on (\S+):(\d+)$/,
-  ]);
   sluiceProc = sluice.child;
-  sluiceUrl = `http://127.0.0.1:${sluice.matches[0][2]}`;
-  adminUrl = `http://127.0.0.1:${sluice.matches[1][2]}`;
+  sluiceUrl = sluice.url;
+  adminUrl = sluice.adminUrl;
 
   client = new OpenAI({ baseURL: `${sluiceUrl}/v1`, apiKey: 'test', maxRetries: 0 });
 });
 
-after(async () => {
-  await stopAll();
-  if (tmpDir) rmSync(tmpDir, { recursive: true, force: true });
-});
+after(stopAll);
 
 // ---------------------------------------------------------------------------
 // Helpers.
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
 async function ledgerEntry(id) {
   const res = await fetch(`${mockUrl}/_ledger?id=${encodeURIComponent(id)}`);
   assert.equal(res.status, 200, 'GET /_ledger');
@@ -178,34 +82,13 @@ async function waitLedger(id, pred, what, timeoutMs = LEDGER_POLL_TIMEOUT_MS) {
   }
 }
 
-// Value of one Prometheus sample whose labels include all of `labels`
-// (in any order); 0 if the series does not exist.
-async function metric(name, labels) {
-  const res = await fetch(`${adminUrl}/metrics`);
-  assert.equal(res.status, 200, 'GET /metrics');
-  const text = await res.text();
-  for (const line of text.split('\n')) {
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)/.exec(line);
-    if (!m || m[1] !== name) continue;
-    const got = {};
-    for (const l of (m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) got[l[1]] = l[2];
-    if (Object.entries(labels).every(([k, v]) => got[k] === v)) return Number(m[3]);
-  }
-  return 0;
-}
+const metric = (name, labels) => metricOf(adminUrl, name, labels);
 
 const cancelSeries = {
   cancel_reason: 'client_disconnect', route: 'chat', upstream: 'mock',
 };
 
-// Polls until the counter reaches `want` (it is bumped on sluice's worker
-// thread, which may lag the ledger by a moment); returns the last value.
-async function waitMetric(name, labels, want, timeoutMs = 2_000) {
-  const deadline = Date.now() + timeoutMs;
-  let v;
-  while ((v = await metric(name, labels)) < want && Date.now() < deadline) await sleep(5);
-  return v;
-}
+const waitMetric = (name, labels, want) => waitMetricOf(adminUrl, name, labels, want);
 
 const expectedText = (n) => Array.from({ length: n }, (_, i) => `tok${i} `).join('');
 const isAbort = (e) => e instanceof OpenAI.APIUserAbortError || e?.name === 'AbortError';

@@ -83,6 +83,7 @@ TEST(ConfigLoaderTest, FillsEveryDefaultFromTheContract) {
   EXPECT_EQ(c->limits.header_read_timeout, seconds(10));
   EXPECT_EQ(c->limits.body_read_timeout, seconds(30));
   EXPECT_EQ(c->limits.idle_timeout, seconds(60));
+  EXPECT_EQ(c->limits.send_timeout, seconds(60));
 
   ASSERT_EQ(c->upstreams.size(), 1u);
   const UpstreamConfig& u = c->upstreams[0];
@@ -247,6 +248,7 @@ limits:
   header_read_timeout: 200ms
   body_read_timeout: 0s
   idle_timeout: 2m
+  send_timeout: 15s
 )";
 
 TEST(ConfigLoaderTest, DecodesEveryKeyOfTheSchema) {
@@ -274,6 +276,7 @@ TEST(ConfigLoaderTest, DecodesEveryKeyOfTheSchema) {
   EXPECT_EQ(c->limits.header_read_timeout, milliseconds(200));
   EXPECT_EQ(c->limits.body_read_timeout, milliseconds(0));  // 0 = off
   EXPECT_EQ(c->limits.idle_timeout, seconds(120));
+  EXPECT_EQ(c->limits.send_timeout, seconds(15));
 
   ASSERT_EQ(c->upstreams.size(), 2u);
   const UpstreamConfig& local = c->upstreams[0];
@@ -1101,7 +1104,8 @@ TEST(ConfigRenderTest, RendersEveryKeyWithDurationsAsStrings) {
                                          {"http2_max_concurrent_streams", 10},
                                          {"header_read_timeout", "200ms"},
                                          {"body_read_timeout", "0s"},
-                                         {"idle_timeout", "120s"}}));
+                                         {"idle_timeout", "120s"},
+                                         {"send_timeout", "15s"}}));
 
   const nlohmann::json& u = j["upstreams"][1];
   EXPECT_EQ(u["url"], "HTTPS://API.OpenAI.com:8443/v1");

@@ -202,6 +202,24 @@ TEST_F(RewriteRequestTest, RemovesClientSuppliedSluiceHeaders) {
   EXPECT_EQ(*head.headers.get("x-budget-ms"), "1000");  // the budget filter owns this one
 }
 
+TEST_F(RewriteRequestTest, RemovesSluiceHeadersSpelledWithUnderscores) {
+  // nginx and others map `_` in field names to `-`: both spellings are ours.
+  auto head = request("POST", "/v1/chat/completions",
+                      {{"x_sluice_attempts", "7"},
+                       {"X_Sluice_Route", "admin"},
+                       {"x-sluice_mixed", "forged"},
+                       {"x_sluice-mixed", "forged"},
+                       {"x_sluicer", "not ours"},
+                       {"x_my_sluice_thing", "not ours"}});
+  rewriteRequestForUpstream(head, up(), ClientInfo{"10.0.0.1", false});
+  for (const auto& [name, value] : head.headers) {
+    EXPECT_FALSE(isSluiceHeader(name)) << name << " leaked upstream";
+  }
+  EXPECT_EQ(head.headers.getAll("x_sluice_attempts").size(), 0u);
+  EXPECT_TRUE(head.headers.has("x_sluicer"));
+  EXPECT_TRUE(head.headers.has("x_my_sluice_thing"));
+}
+
 TEST(RewriteRequestHostTest, HostIsTheUpstreamAuthority) {
   struct Row {
     std::string url;

@@ -107,10 +107,11 @@ const std::vector<FamilySpec>& designFamilies() {
   return kFamilies;
 }
 
-const std::set<std::string> kCancelReasons = {"client_disconnect", "budget_exhausted",
-                                              "circuit_open",      "rate_limited",
-                                              "overloaded",        "upstream_timeout",
-                                              "draining"};
+// DESIGN §4's set.
+const std::set<std::string> kCancelReasons = {"client_disconnect", "client_stalled",
+                                              "budget_exhausted",  "circuit_open",
+                                              "rate_limited",      "overloaded",
+                                              "upstream_timeout",  "draining"};
 const std::set<std::string> kResults = {"ok",    "http_429", "http_5xx", "http_4xx",
                                         "connect_error", "reset", "timeout", "cancelled"};
 
@@ -180,7 +181,7 @@ TEST_F(MetricsTest, EveryRejectionReasonHasASeriesFromTheStart) {
   // Built up front, so a dashboard sees zeros rather than missing series.
   const std::string text = metrics_.serialize();
   for (const char* reason : {"header_timeout", "body_timeout", "idle_timeout", "max_connections",
-                             "header_too_large", "body_too_large"}) {
+                             "header_too_large", "body_too_large", "send_timeout"}) {
     EXPECT_NE(text.find("sluice_downstream_rejections_total{reason=\"" + std::string(reason) +
                         "\"} 0"),
               std::string::npos)

@@ -1,13 +1,15 @@
 // Tests for the problem+json replies sluice makes itself (proxy/problem.h,
-// DESIGN.md §3): exactly the six documented fields, framing headers that match
-// the body, Retry-After rounded up and retry-after-ms exact, and
-// `x-should-retry: false` exactly when the problem is not retriable.
+// DESIGN.md §3, §8): exactly the documented fields, the SDK-shaped `error`
+// member, framing headers that match the body, Retry-After rounded up and
+// retry-after-ms exact, `x-should-retry: false` exactly when the problem is
+// not retriable; the catalogue of kinds; the final SSE error event per dialect.
 
 #include "proxy/problem.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -45,7 +47,7 @@ TEST(ProblemReplyTest, BodyHasExactlyTheDocumentedFields) {
   const json j = parseBody(r);
   ASSERT_TRUE(j.is_object());
   EXPECT_EQ(keysOf(j), (std::set<std::string>{"type", "title", "status", "detail",
-                                              "cancel_reason", "is_retriable"}));
+                                              "cancel_reason", "is_retriable", "error"}));
   EXPECT_EQ(j["type"], "urn:sluice:problem:circuit-open");
   EXPECT_EQ(j["title"], "Upstream circuit open");
   ASSERT_TRUE(j["status"].is_number_integer());
@@ -55,6 +57,177 @@ TEST(ProblemReplyTest, BodyHasExactlyTheDocumentedFields) {
   ASSERT_TRUE(j["is_retriable"].is_boolean());
   EXPECT_EQ(j["is_retriable"], true);
   EXPECT_EQ(r.head.status, 503);
+}
+
+// The openai SDKs build their exception from body.error (message, type,
+// code); without it they said "503 status code (no body)".
+TEST(ProblemReplyTest, ErrorMemberHasTheSdkShape) {
+  const json j = parseBody(makeProblemReply(basic()));
+  ASSERT_TRUE(j["error"].is_object());
+  EXPECT_EQ(keysOf(j["error"]), (std::set<std::string>{"message", "type", "code"}));
+  EXPECT_EQ(j["error"]["message"], "sluice circuit-open: upstream openai is cooling down");
+  EXPECT_EQ(j["error"]["type"], "circuit-open");
+  EXPECT_EQ(j["error"]["code"], "circuit_open");
+}
+
+TEST(ProblemReplyTest, ErrorCodeIsNullWithoutACancelReason) {
+  Problem p = basic();
+  p.cancel_reason.reset();
+  const json j = parseBody(makeProblemReply(p));
+  ASSERT_TRUE(j["error"].contains("code"));
+  EXPECT_TRUE(j["error"]["code"].is_null());
+}
+
+TEST(ProblemReplyTest, ErrorMessageWithoutDetailIsTheSlug) {
+  Problem p = basic();
+  p.detail.clear();
+  EXPECT_EQ(parseBody(makeProblemReply(p))["error"]["message"], "sluice circuit-open");
+}
+
+// --- the catalogue ------------------------------------------------------------------
+
+constexpr const ProblemKind* kCatalogue[] = {
+    &problems::kBadRequest,           &problems::kMalformedRequest,
+    &problems::kInvalidBudget,        &problems::kNoRoute,
+    &problems::kRequestTimeout,       &problems::kBodyTooLarge,
+    &problems::kHeaderTooLarge,       &problems::kClientDisconnect,
+    &problems::kUpstreamConnectError, &problems::kUpstreamReset,
+    &problems::kUpstreamProtocolError, &problems::kUpstreamRefused,
+    &problems::kUpstreamConnectTimeout, &problems::kUpstreamTimeout,
+    &problems::kBudgetExhausted,      &problems::kCircuitOpen,
+    &problems::kRateLimited,          &problems::kOverloaded,
+    &problems::kDraining,             &problems::kClientStalled,
+};
+
+TEST(ProblemCatalogueTest, SlugsAreUniqueLowercaseWords) {
+  std::set<std::string_view> slugs;
+  for (const ProblemKind* kind : kCatalogue) {
+    EXPECT_TRUE(slugs.insert(kind->slug).second) << kind->slug;
+    for (char c : kind->slug) EXPECT_TRUE((c >= 'a' && c <= 'z') || c == '-') << kind->slug;
+    EXPECT_FALSE(kind->title.empty()) << kind->slug;
+    EXPECT_GE(kind->status, 400) << kind->slug;
+    EXPECT_LE(kind->status, 599) << kind->slug;
+  }
+}
+
+// Errors in the client's request, and a spent budget, repeat the same way when
+// retried; what the upstream or sluice's policies refused may pass later.
+TEST(ProblemCatalogueTest, ClientErrorsAndASpentBudgetAreNotRetriable) {
+  for (const ProblemKind* kind : kCatalogue) {
+    const bool client_side = kind->status < 500 && kind->status != 429;
+    if (client_side || kind == &problems::kBudgetExhausted) {
+      EXPECT_FALSE(kind->retriable) << kind->slug;
+    } else {
+      EXPECT_TRUE(kind->retriable) << kind->slug;
+    }
+  }
+}
+
+TEST(ProblemCatalogueTest, MakeProblemTakesTheKindAndTheOccurrence) {
+  const Problem p = makeProblem(problems::kRateLimited, "quota of mock", CancelReason::RateLimited,
+                                2500ms);
+  EXPECT_EQ(p.status, 429);
+  EXPECT_EQ(p.slug, "rate-limited");
+  EXPECT_EQ(p.title, "Upstream quota exhausted");
+  EXPECT_EQ(p.detail, "quota of mock");
+  EXPECT_EQ(p.cancel_reason, CancelReason::RateLimited);
+  EXPECT_TRUE(p.is_retriable);
+  EXPECT_EQ(p.retry_after, 2500ms);
+  const Problem q = makeProblem(problems::kInvalidBudget, "bad");
+  EXPECT_FALSE(q.is_retriable);
+  EXPECT_FALSE(q.cancel_reason.has_value());
+  EXPECT_FALSE(q.retry_after.has_value());
+}
+
+// --- the final SSE error event (DESIGN.md §8) -----------------------------------------
+
+constexpr std::string_view kSse = "text/event-stream; charset=utf-8";
+
+TEST(SseErrorEventTest, DialectFromThePath) {
+  const std::pair<const char*, SseDialect> kRows[] = {
+      {"/v1/chat/completions", SseDialect::OpenAI},
+      {"/v1/chat/completions?x=1", SseDialect::OpenAI},
+      {"/openai/deployments/gpt4o/chat/completions", SseDialect::OpenAI},  // Azure
+      {"/v1/completions", SseDialect::OpenAI},
+      {"/v1/responses", SseDialect::OpenAI},
+      {"/v1/responses/", SseDialect::OpenAI},
+      {"/v1/messages", SseDialect::Anthropic},
+      {"/anthropic/v1/messages?beta=true", SseDialect::Anthropic},
+      {"/v1/embeddings", SseDialect::None},
+      {"/mcp/sse", SseDialect::None},
+      {"/", SseDialect::None},
+      {"", SseDialect::None},
+      {"/v1/messages/batches", SseDialect::None},
+      {"/v1/chat/completionsX", SseDialect::None},
+  };
+  for (const auto& [path, dialect] : kRows) {
+    EXPECT_EQ(sseDialectFor(path, kSse), dialect) << path;
+  }
+}
+
+TEST(SseErrorEventTest, OnlyAnEventStreamHasADialect) {
+  for (std::string_view type : {"text/event-stream", "Text/Event-Stream", " text/event-stream ",
+                                "text/event-stream;charset=UTF-8"}) {
+    EXPECT_EQ(sseDialectFor("/v1/chat/completions", type), SseDialect::OpenAI) << type;
+  }
+  for (std::string_view type : {"application/json", "", "text/event", "text/plain",
+                                "application/x-ndjson", "text/html; text/event-stream"}) {
+    EXPECT_EQ(sseDialectFor("/v1/chat/completions", type), SseDialect::None) << type;
+    EXPECT_EQ(sseDialectFor("/v1/messages", type), SseDialect::None) << type;
+  }
+}
+
+/** The JSON of the single `data:` line of `event`. */
+json dataOf(const std::string& event) {
+  const auto at = event.find("data: ");
+  EXPECT_NE(at, std::string::npos) << event;
+  const auto end = event.find('\n', at);
+  return json::parse(event.substr(at + 6, end - at - 6));
+}
+
+TEST(SseErrorEventTest, OpenAiEventIsADataLineWithTheErrorMember) {
+  Problem p = basic();
+  p.slug = "budget-exhausted";
+  p.detail = "the request's time budget ran out";
+  p.cancel_reason = CancelReason::BudgetExhausted;
+  const std::string event = sseErrorEvent(SseDialect::OpenAI, p);
+  EXPECT_EQ(event.rfind("data: {", 0), 0u) << event;  // no event: line (the SDK reads data.error)
+  ASSERT_GE(event.size(), 2u);
+  EXPECT_EQ(event.substr(event.size() - 2), "\n\n");
+  EXPECT_EQ(std::count(event.begin(), event.end(), '\n'), 2) << "one line, one blank line";
+  const json j = dataOf(event);
+  EXPECT_EQ(keysOf(j), std::set<std::string>{"error"});
+  EXPECT_EQ(j["error"], parseBody(makeProblemReply(p))["error"]) << "the same member as the body";
+  EXPECT_EQ(j["error"]["code"], "budget_exhausted");
+}
+
+TEST(SseErrorEventTest, AnthropicEventIsAnErrorEvent) {
+  Problem p = basic();
+  p.slug = "upstream-timeout";
+  p.detail = "upstream claude stopped sending";
+  const std::string event = sseErrorEvent(SseDialect::Anthropic, p);
+  EXPECT_EQ(event.rfind("event: error\ndata: {", 0), 0u) << event;
+  EXPECT_EQ(event.substr(event.size() - 2), "\n\n");
+  const json j = dataOf(event);
+  EXPECT_EQ(j["type"], "error");
+  EXPECT_EQ(j["error"]["type"], "upstream-timeout");
+  EXPECT_EQ(j["error"]["message"], "sluice upstream-timeout: upstream claude stopped sending");
+}
+
+TEST(SseErrorEventTest, NoDialectNoEvent) {
+  EXPECT_EQ(sseErrorEvent(SseDialect::None, basic()), "");
+}
+
+TEST(SseErrorEventTest, HostileDetailCannotBreakTheEventFraming) {
+  Problem p = basic();
+  p.detail = "line\n\ndata: [DONE]\n\r\n \xff";
+  for (SseDialect dialect : {SseDialect::OpenAI, SseDialect::Anthropic}) {
+    const std::string event = sseErrorEvent(dialect, p);
+    // JSON escapes the newlines: the only blank line is the event's end.
+    EXPECT_EQ(event.find("\n\n"), event.size() - 2) << event;
+    EXPECT_EQ(event.find('\r'), std::string::npos);
+    ASSERT_NO_THROW(dataOf(event));
+  }
 }
 
 TEST(ProblemReplyTest, CancelReasonIsNullWhenAbsent) {
@@ -68,6 +241,7 @@ TEST(ProblemReplyTest, CancelReasonIsNullWhenAbsent) {
 TEST(ProblemReplyTest, CancelReasonIsTheLabelForEveryReason) {
   const std::pair<CancelReason, const char*> kLabels[] = {
       {CancelReason::ClientDisconnect, "client_disconnect"},
+      {CancelReason::ClientStalled, "client_stalled"},
       {CancelReason::BudgetExhausted, "budget_exhausted"},
       {CancelReason::CircuitOpen, "circuit_open"},
       {CancelReason::RateLimited, "rate_limited"},
@@ -182,7 +356,7 @@ TEST(ProblemReplyTest, HostileDetailAndTitleStayValidJson) {
     ASSERT_NO_THROW(j = parseBody(r)) << r.body;
     EXPECT_EQ(j["detail"].get<std::string>(), detail);  // round-trips byte for byte
     EXPECT_EQ(j["title"].get<std::string>(), detail);
-    EXPECT_EQ(keysOf(j).size(), 6u);  // nothing injected
+    EXPECT_EQ(keysOf(j).size(), 7u);  // nothing injected
   }
 }
 

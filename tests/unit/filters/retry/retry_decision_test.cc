@@ -457,6 +457,42 @@ TEST(RetryDecisionTest, ReasonStrings) {
   EXPECT_EQ(toString(NoRetryReason::RetryBudgetExhausted), "retry_budget_exhausted");
 }
 
+// DESIGN.md §3 "No retry storms across layers", §8: when an agent SDK may
+// retry an error sluice made. One row per rule, and its boundary.
+TEST(ClientRetryTest, Table) {
+  struct Row {
+    const char* name;
+    uint32_t attempts;
+    std::optional<int64_t> wait_ms;
+    int64_t remaining_ms;
+    bool wait_exceeded;
+    bool may_help;
+  };
+  const Row kRows[] = {
+      {"first attempt, no wait", 1, std::nullopt, 60'000, false, true},
+      {"refused before any attempt", 0, std::nullopt, 60'000, false, true},
+      {"sluice already retried once", 2, std::nullopt, 60'000, false, false},
+      {"three connect attempts (the 3 x 3 = 9 storm)", 3, std::nullopt, 60'000, false, false},
+      {"wait fits the budget", 1, 5'000, 60'000, false, true},
+      {"wait just fits", 1, 59'999, 60'000, false, true},
+      {"wait exactly the budget", 1, 60'000, 60'000, false, false},
+      {"circuit cooldown 120 s, budget 120 s", 1, 120'000, 119'990, false, false},
+      {"quota reset beyond the budget", 1, 30'000, 1'000, false, false},
+      {"budget spent, zero wait", 1, 0, 0, false, false},
+      {"budget spent, no wait", 1, std::nullopt, 0, false, false},
+      {"sluice's own retry wait did not fit", 1, std::nullopt, 60'000, true, false},
+      {"retried and the wait fits", 2, 1'000, 60'000, false, false},
+  };
+  for (const Row& row : kRows) {
+    ClientRetryInput in;
+    in.attempts = row.attempts;
+    if (row.wait_ms) in.wait = milliseconds(*row.wait_ms);
+    in.remaining_budget = milliseconds(row.remaining_ms);
+    in.retry_wait_exceeded_budget = row.wait_exceeded;
+    EXPECT_EQ(clientRetryMayHelp(in), row.may_help) << row.name;
+  }
+}
+
 TEST(RetryDecisionTest, IsRetrySafe) {
   for (const char* m : {"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"}) {
     EXPECT_TRUE(isRetrySafe(IdempotencyMode::Auto, m, false)) << m;
