@@ -268,7 +268,6 @@ void Exchange::startAttempt() {
   retry_scheduled_ = false;
   held_head_.reset();
   held_body_.clear();
-  head_pending_ = false;
   assert(body_.replayable() && "a retry needs the whole body");
   attempt_forwarded_bytes_ = 0;
   upstream_request_ = request_;
@@ -308,8 +307,7 @@ void Exchange::endAttempt(AttemptResult result, bool reuse) {
   disarmTimer(connect_timer_);
   disarmTimer(first_byte_timer_);
   disarmTimer(idle_timer_);
-  disarmTimer(commit_timer_);  // a pending head goes with the attempt's end, or not at all
-  connect_timer_ = first_byte_timer_ = idle_timer_ = commit_timer_ = 0;
+  connect_timer_ = first_byte_timer_ = idle_timer_ = 0;
   route_->upstream->metrics->attempts(result).Increment();
   attempt_cut_ = result == AttemptResult::ConnectError || result == AttemptResult::Reset ||
                  result == AttemptResult::Timeout || result == AttemptResult::Cancelled;
@@ -427,24 +425,14 @@ void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
     hold = filter->encodeHeaders(head, end_stream) == FilterStatus::StopIteration || hold;
     if (finished_) return;
   }
-  held_head_ = std::move(head);
-  if (!hold) {
-    // Not held by a filter, but not on the wire yet either: it goes at the
-    // end of this loop turn, or with the response's end if that comes first.
-    head_pending_ = true;
-    commit_timer_ = armTimer(clock().now(), [this] {
-      commit_timer_ = 0;
-      commitPendingHead();
-    });
+  if (hold) {
+    // Held back until the attempt ends: maybe retried, maybe released.
+    held_head_ = std::move(head);
+    armIdleTimer();
+    return;
   }
-  // Held back (by a filter: until the attempt ends, maybe retried, maybe released).
+  sendResponseHead(head);
   armIdleTimer();
-}
-
-void Exchange::commitPendingHead() {
-  if (finished_ || !head_pending_ || !held_head_) return;
-  releaseHeldResponse(false);
-  pauseUpstreamIfClientSlow();
 }
 
 void Exchange::sendResponseHead(ResponseHead& head) {
@@ -461,9 +449,6 @@ void Exchange::sendResponseHead(ResponseHead& head) {
 void Exchange::releaseHeldResponse(bool end_stream) {
   ResponseHead head = std::move(*held_head_);
   held_head_.reset();
-  head_pending_ = false;
-  disarmTimer(commit_timer_);
-  commit_timer_ = 0;
   std::string body;
   body.swap(held_body_);
   sendResponseHead(head);
@@ -761,7 +746,6 @@ void Exchange::retryAttempt(std::chrono::milliseconds delay, const std::string& 
   retry_scheduled_ = true;
   held_head_.reset();
   held_body_.clear();
-  head_pending_ = false;
   route_->metrics->retries(cause).Increment();
   transition(ExchangeState::BackingOff);
   // The sleep is a timer of this Exchange: a cancel (client gone, budget)

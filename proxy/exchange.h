@@ -130,12 +130,8 @@ class Exchange final : public DeferredDeletable,
   const RouteRuntime& route() const override { return *route_; }
   uint32_t attemptNumber() const override { return attempts_; }
   void retryAttempt(std::chrono::milliseconds delay, const std::string& cause) override;
-  ResponseHead* heldResponse() override {
-    return held_head_ && !head_pending_ ? &*held_head_ : nullptr;
-  }
-  std::string_view heldBody() const override {
-    return head_pending_ ? std::string_view() : std::string_view(held_body_);
-  }
+  ResponseHead* heldResponse() override { return held_head_ ? &*held_head_ : nullptr; }
+  std::string_view heldBody() const override { return held_body_; }
   bool requestBodyReplayable() const override { return body_.replayable(); }
   std::function<void()> crossThreadWaker(std::function<void()> fn) override;
 
@@ -210,8 +206,6 @@ class Exchange final : public DeferredDeletable,
   void armIdleTimer();
   void sendResponseHead(ResponseHead& head);
   void releaseHeldResponse(bool end_stream);
-  /** The end of the loop turn that brought the response head: send it now. */
-  void commitPendingHead();
   /** The client is slower than the upstream: stop reading the upstream. */
   void pauseUpstreamIfClientSlow();
 
@@ -255,12 +249,6 @@ class Exchange final : public DeferredDeletable,
   bool retry_scheduled_ = false;   // the retry filter asked for another attempt
   std::optional<ResponseHead> held_head_;  // a response a filter is holding back
   std::string held_body_;
-  // held_head_ is not held by a filter, only until the end of the loop turn
-  // that brought it: an upstream that fails in that same read (a bad chunk
-  // right after the head, RST_STREAM right after HEADERS) has sent the
-  // client nothing, so the client gets a 502 (or a retry), never a cut reply.
-  bool head_pending_ = false;
-  TimerId commit_timer_ = 0;
   uint64_t response_bytes_ = 0;
   uint64_t attempt_forwarded_bytes_ = 0;  // this attempt's body bytes handed to the client
   uint64_t undelivered_at_disconnect_ = 0;  // still buffered in sluice when the client left

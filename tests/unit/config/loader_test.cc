@@ -1100,6 +1100,7 @@ TEST(ConfigRenderTest, RendersEveryKeyWithDurationsAsStrings) {
   EXPECT_EQ(j["limits"], (nlohmann::json{{"max_header_bytes", "8KiB"},
                                          {"max_headers", 20},
                                          {"max_body", "1000000B"},
+                                         {"max_buffered_body_bytes", "2GiB"},
                                          {"max_connections_per_worker", 3},
                                          {"http2_max_concurrent_streams", 10},
                                          {"header_read_timeout", "200ms"},
