@@ -299,11 +299,19 @@ void Exchange::sendAttempt() {
   armFirstByteTimer();
 
   attempt_unprocessed_ = false;
-  stream_ = host_.pool(*runtime_, route_->upstream_index).acquire();
+  UpstreamPool& pool = host_.pool(*runtime_, route_->upstream_index);
+  // Waiting for a connection (none idle, or still connecting) takes one of the
+  // upstream's max_pending slots until the stream is connected.
+  if (!pool.hasReadyStream() && !connect_wait_.acquire(*route_->upstream->breaker)) {
+    cancel(CancelReason::Overloaded, kOverloadedRetryAfter);
+    return;
+  }
+  stream_ = pool.acquire();
   stream_->sendRequest(upstream_request_, body_, this);  // may report back synchronously
 }
 
 void Exchange::endAttempt(AttemptResult result, bool reuse) {
+  connect_wait_.release();
   disarmTimer(connect_timer_);
   disarmTimer(first_byte_timer_);
   disarmTimer(idle_timer_);
@@ -400,6 +408,7 @@ void Exchange::armIdleTimer() {
 
 void Exchange::onUpstreamConnected() {
   attempt_connected_ = true;
+  connect_wait_.release();
   disarmTimer(connect_timer_);
   connect_timer_ = 0;
   if (first_byte_timer_ == 0) armIdleTimer();  // waiting for the first byte counts as idle
@@ -725,6 +734,7 @@ void Exchange::finish(int status_code) {
   finished_ = true;
   phase_ = Phase::Done;
   clearTimers();
+  connect_wait_.release();
   if (stream_ != nullptr) endAttempt(AttemptResult::Cancelled, false);
   for (auto& filter : filters_) filter->onDestroy();
   RouteMetrics& m = *route_->metrics;

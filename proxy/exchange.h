@@ -241,6 +241,7 @@ class Exchange final : public DeferredDeletable,
   bool attempt_unprocessed_ = false;  // the upstream said it did not process the attempt
   RequestHead upstream_request_;
   bool attempt_connected_ = false;
+  PendingSlot connect_wait_;  // a max_pending slot while the attempt waits for a connection
   bool upstream_headers_ = false;
   bool upstream_paused_ = false;
   int response_status_ = 0;

@@ -32,7 +32,7 @@ constexpr FilterEntry kFilterTable[] = {
      [](const RouteRuntime& r) -> StreamFilterPtr {
        if (!r.upstream->quota) return nullptr;
        return std::make_unique<ThrottleFilter>(*r.upstream->config->rate_limit, *r.upstream->quota,
-                                               *r.upstream->metrics);
+                                               *r.upstream->breaker, *r.upstream->metrics);
      }},
     {"retry",
      [](const RouteRuntime& r) -> StreamFilterPtr {

@@ -123,7 +123,7 @@ Http2ClientStream* Http2ClientSession::newStream() {
 }
 
 bool Http2ClientSession::hasCapacity() const {
-  if (closed_ || goaway_ || !session_) return false;
+  if (closed_ || goaway_ || draining_ || !session_) return false;
   const uint32_t max =
       nghttp2_session_get_remote_settings(session_.get(), NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
   return streams_.size() < max;
@@ -410,11 +410,16 @@ void Http2ClientSession::failAll(UpstreamError error, const std::string& detail)
   pool_.onSessionClosed(this);
 }
 
+void Http2ClientSession::drain() {
+  draining_ = true;
+  maybeRetire();
+}
+
 void Http2ClientSession::maybeRetire() {
   if (closed_ || in_io_) return;
   if (streams_.empty()) {
-    if (goaway_) {
-      close("upstream sent GOAWAY");
+    if (goaway_ || draining_) {
+      close(goaway_ ? "upstream sent GOAWAY" : "retired by a config reload");
       return;
     }
     if (!ping_timer_.armed()) armPing();

@@ -88,6 +88,12 @@ class Http2ClientSession final : public DeferredDeletable {
   bool hasCapacity() const;
   size_t activeStreams() const { return streams_.size(); }
   bool closed() const { return closed_; }
+  bool connected() const { return connected_; }
+  /**
+   * Takes no new stream from now on and closes once the last one ends (at
+   * once when there is none): the pool was retired by a reload.
+   */
+  void drain();
   /** The TLS server did not choose h2 by ALPN (`http2: auto` must ask again). */
   bool alpnRefused() const { return alpn_refused_; }
   /** Closes the connection now; streams still running fail with `reset`. */
@@ -151,6 +157,7 @@ class Http2ClientSession final : public DeferredDeletable {
   bool require_alpn_h2_ = false;  // TLS: the server must choose h2
   bool alpn_refused_ = false;
   bool goaway_ = false;
+  bool draining_ = false;  // drain(): close when the last stream ends
   int32_t goaway_last_stream_ = 0;
   bool in_io_ = false;  // inside nghttp2 recv/send: flush later
   bool closed_ = false;

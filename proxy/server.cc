@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "config/loader.h"
+#include "proxy/listen_socket.h"
 
 namespace sluice {
 
@@ -33,47 +34,46 @@ void returnLargeBlocksToTheOs() {
 #endif
 }
 
-/** One listening socket bound with SO_REUSEPORT so every worker can have its own. */
-evutil_socket_t bindListener(const std::string& host, uint16_t port, std::string* error) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  const std::string port_str = std::to_string(port);
-  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port_str.c_str(), &hints, &res);
-  if (rc != 0) {
-    *error = "resolving " + host + ": " + gai_strerror(rc);
-    return -1;
-  }
-  evutil_socket_t fd = -1;
-  std::string last;
-  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) continue;
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-    // SOMAXCONN (the kernel caps it at net.core.somaxconn): a burst of
-    // thousands of agents connecting at once overflowed a 1024 backlog in the
-    // benchmark (bench/run, scenario C) and those clients were reset.
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) break;
-    last = std::strerror(errno);
-    ::close(fd);
-    fd = -1;
-  }
-  freeaddrinfo(res);
-  if (fd < 0) *error = "cannot listen on " + host + ":" + port_str + ": " + last;
-  return fd;
+bool sameAddress(const config::SocketAddress& a, const config::SocketAddress& b) {
+  return a.host == b.host && a.port == b.port;
 }
 
-uint16_t boundPort(evutil_socket_t fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return 0;
-  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-  if (ss.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
-  return 0;
+std::string workersText(uint32_t workers) {
+  return workers == 0 ? "auto" : std::to_string(workers);
+}
+
+/**
+ * What a reload from `running` to `next` would change that only a restart
+ * can apply (sockets are bound and threads started once), as a message
+ * naming the key; "" when nothing. Listeners' certificates may change.
+ */
+std::string restartOnlyChange(const config::Config& running, const config::Config& next) {
+  const auto& before = running.listeners;
+  const auto& after = next.listeners;
+  if (before.size() != after.size()) {
+    return "listen: adding or removing listeners needs a restart (" +
+           std::to_string(before.size()) + " running, " + std::to_string(after.size()) +
+           " in the new file)";
+  }
+  for (size_t i = 0; i < before.size(); ++i) {
+    if (!sameAddress(before[i].address, after[i].address)) {
+      return "listen: changing " + before[i].address.toString() + " to " +
+             after[i].address.toString() + " needs a restart";
+    }
+    if (before[i].tls.has_value() != after[i].tls.has_value()) {
+      return "listen: turning TLS " + std::string(after[i].tls ? "on" : "off") + " for " +
+             before[i].address.toString() + " needs a restart";
+    }
+  }
+  if (!sameAddress(running.admin, next.admin)) {
+    return "admin: changing " + running.admin.toString() + " to " + next.admin.toString() +
+           " needs a restart";
+  }
+  if (running.workers != next.workers) {
+    return "workers: changing " + workersText(running.workers) + " to " +
+           workersText(next.workers) + " needs a restart";
+  }
+  return "";
 }
 
 void logWarnings(const Runtime& runtime) {
@@ -107,17 +107,15 @@ bool Server::start(std::string* error) {
   std::vector<std::vector<ListenSocket>> sockets(nworkers);
   for (size_t l = 0; l < cfg.listeners.size(); ++l) {
     const auto& listener = cfg.listeners[l];
-    uint16_t port = listener.address.port;
-    for (size_t w = 0; w < nworkers; ++w) {
-      evutil_socket_t fd = bindListener(listener.address.host, port, error);
-      if (fd < 0) {
-        for (auto& list : sockets) for (const auto& ls : list) ::close(ls.fd);
-        return false;
-      }
-      if (w == 0) port = boundPort(fd);  // port 0: every worker shares the one we got
-      sockets[w].push_back(ListenSocket{fd, l});
+    // One SO_REUSEPORT socket per worker, shared with no other process.
+    const std::vector<evutil_socket_t> group =
+        bindListenerGroup(listener.address.host, listener.address.port, nworkers, error);
+    if (group.empty()) {
+      for (auto& list : sockets) for (const auto& ls : list) ::close(ls.fd);
+      return false;
     }
-    listener_ports_.push_back(port);
+    for (size_t w = 0; w < nworkers; ++w) sockets[w].push_back(ListenSocket{group[w], l});
+    listener_ports_.push_back(boundPort(group.front()));
   }
   for (size_t w = 0; w < nworkers; ++w) {
     workers_.push_back(std::make_unique<Worker>(w, clock_, runtime_, std::move(sockets[w])));
@@ -168,17 +166,13 @@ void Server::waitForShutdownRequest() {
 }
 
 bool Server::reload(config::ConfigPtr config, std::string* error) {
-  // Sockets are bound once, at start: a reload may change certificates but
-  // not which listeners exist or whether they speak TLS.
+  // Sockets are bound and threads started once: a reload may change
+  // certificates but not `listen`, `admin` or `workers` (the whole reload is
+  // refused, so /config never shows a value that is not in force).
   if (const RuntimePtr current = runtime()) {
-    const auto& before = current->config().listeners;
-    const auto& after = config->listeners;
-    bool same = before.size() == after.size();
-    for (size_t i = 0; same && i < before.size(); ++i) {
-      same = before[i].tls.has_value() == after[i].tls.has_value();
-    }
-    if (!same) {
-      *error = "listen: adding or removing listeners, or turning TLS on or off, needs a restart";
+    const std::string change = restartOnlyChange(current->config(), *config);
+    if (!change.empty()) {
+      *error = change;
       metrics_.countReload(false);
       return false;
     }

@@ -57,7 +57,8 @@ class Server {
    * Applies a new, already validated config to new requests; TLS listeners
    * serve its (freshly loaded) certificates to new connections while live
    * ones keep theirs. Refused (false + `error`) when the certificates cannot
-   * be loaded or the set of listeners / their TLS-ness changed.
+   * be loaded, or when `listen` (addresses, count, TLS on/off), `admin` or
+   * `workers` changed: those need a restart, and `error` names the key.
    */
   bool reload(config::ConfigPtr config, std::string* error);
   /**

@@ -126,7 +126,45 @@ UpstreamStream* UpstreamPool::acquireHttp2() {
   auto session = std::make_unique<Http2ClientSession>(dispatcher_, upstream_, ssl_ctx_.get(), *this);
   Http2ClientSession* raw = session.get();
   sessions_.emplace(raw, std::move(session));
-  return raw->newStream();
+  Http2ClientStream* stream = raw->newStream();
+  if (retired_) raw->drain();  // closes after this one stream
+  return stream;
+}
+
+bool UpstreamPool::hasReadyStream() const {
+  switch (protocol_) {
+    case Protocol::Http1:
+      for (const UpstreamConnection* conn : idle_) {
+        if (conn->reusable()) return true;
+      }
+      return false;
+    case Protocol::Http2:
+      for (const auto& [raw, session] : sessions_) {
+        if (session->connected() && session->hasCapacity()) return true;
+      }
+      return false;
+    case Protocol::Negotiating: return false;
+  }
+  return false;
+}
+
+void UpstreamPool::retire(std::function<void()> on_drained) {
+  retired_ = true;
+  on_drained_ = std::move(on_drained);
+  shedIdle();
+}
+
+void UpstreamPool::shedIdle() {
+  if (!retired_ || destroying_) return;
+  while (!idle_.empty()) destroy(idle_.back());
+  if (negotiator_ != nullptr && pending_.empty()) destroy(negotiator_);
+  // drain() closes an idle session at once, which erases it from sessions_.
+  std::vector<Http2ClientSession*> sessions;
+  for (auto& [raw, session] : sessions_) sessions.push_back(raw);
+  for (Http2ClientSession* s : sessions) {
+    if (sessions_.count(s) != 0) s->drain();
+  }
+  if (drained() && on_drained_) on_drained_();
 }
 
 UpstreamStream* UpstreamPool::acquirePending() {
@@ -165,6 +203,7 @@ void UpstreamPool::onNegotiated(UpstreamConnection* conn, bool h2) {
     idle_.push_back(conn);
   }
   bindPending();
+  shedIdle();  // retired meanwhile: what the waiting streams did not take closes now
 }
 
 void UpstreamPool::bindPending() {
@@ -188,6 +227,7 @@ void UpstreamPool::onNegotiationFailed(UpstreamConnection* conn, const std::stri
   for (PendingStream* p : waiting) {
     if (pending_.count(p) != 0) p->fail(detail);
   }
+  shedIdle();
 }
 
 void UpstreamPool::forgetPending(PendingStream* pending) {
@@ -196,6 +236,7 @@ void UpstreamPool::forgetPending(PendingStream* pending) {
   // The PendingStream may be on the stack (its own release()): delete it later.
   dispatcher_.deferredDelete(std::move(it->second));
   pending_.erase(it);
+  shedIdle();
 }
 
 void UpstreamPool::onSessionClosed(Http2ClientSession* session) {
@@ -207,11 +248,12 @@ void UpstreamPool::onSessionClosed(Http2ClientSession* session) {
   if (it == sessions_.end()) return;
   dispatcher_.deferredDelete(std::move(it->second));
   sessions_.erase(it);
+  shedIdle();
 }
 
 void UpstreamPool::release(UpstreamConnection* conn) {
   if (conn == nullptr) return;
-  if (!conn->reusable() || idle_.size() >= kMaxIdle) {
+  if (retired_ || !conn->reusable() || idle_.size() >= kMaxIdle) {
     destroy(conn);
     return;
   }
@@ -225,9 +267,11 @@ void UpstreamPool::destroy(UpstreamConnection* conn) {
   if (it == conns_.end()) return;
   conn->close();
   idle_.erase(std::remove(idle_.begin(), idle_.end(), conn), idle_.end());
+  if (conn == negotiator_) negotiator_ = nullptr;
   // The connection may be on the stack (its own callback); delete it later.
   dispatcher_.deferredDelete(std::move(it->second));
   conns_.erase(it);
+  if (retired_ && drained() && on_drained_) on_drained_();
 }
 
 }  // namespace sluice

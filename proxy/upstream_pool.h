@@ -15,8 +15,14 @@
 // HTTP/2 streams are multiplexed on one session per upstream per worker; a
 // session that is full (the peer's max concurrent streams) or going away
 // makes the pool open another.
+//
+// A reload retires the pools of the config it replaced (Worker): a retired
+// pool keeps nothing for reuse. Its idle connections close at once, busy
+// ones and HTTP/2 sessions when their last stream ends, and once it holds
+// nothing it tells its owner, who deletes it.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -57,6 +63,21 @@ class UpstreamPool {
   /** A PendingStream was released or reset by its holder. */
   void forgetPending(PendingStream* pending);
 
+  /**
+   * The config this pool belongs to was replaced by a reload: close what is
+   * idle now, close the rest as its streams end, keep nothing for reuse.
+   * Attempts of exchanges still on the old config may acquire meanwhile;
+   * what they open closes after them. `on_drained` runs (maybe more than
+   * once, maybe at once) whenever the pool is found holding nothing; it must
+   * not delete the pool synchronously.
+   */
+  void retire(std::function<void()> on_drained);
+  bool retired() const { return retired_; }
+  /** Retired and holding no connection, session or waiting stream. */
+  bool drained() const { return retired_ && conns_.empty() && sessions_.empty() && pending_.empty(); }
+  /** True when acquire() would hand out a stream that is connected already (no wait). */
+  bool hasReadyStream() const;
+
   Protocol protocol() const { return protocol_; }
   size_t idleCount() const { return idle_.size(); }
   size_t totalCount() const { return conns_.size() + sessions_.size(); }
@@ -71,6 +92,8 @@ class UpstreamPool {
   UpstreamStream* acquireHttp2();
   UpstreamStream* acquirePending();
   void bindPending();
+  /** Retired: closes idle connections and sessions, drains busy sessions, reports drained. */
+  void shedIdle();
 
   Dispatcher& dispatcher_;
   const config::UpstreamConfig& upstream_;
@@ -78,6 +101,8 @@ class UpstreamPool {
   Protocol protocol_;
   uint64_t opened_ = 0;
   bool destroying_ = false;
+  bool retired_ = false;
+  std::function<void()> on_drained_;
   std::unordered_map<UpstreamConnection*, std::unique_ptr<UpstreamConnection>> conns_;
   std::vector<UpstreamConnection*> idle_;  // LIFO: the warmest connection first
   std::unordered_map<Http2ClientSession*, std::unique_ptr<Http2ClientSession>> sessions_;

@@ -80,7 +80,41 @@ void Worker::stop() {
 }
 
 void Worker::setRuntime(RuntimePtr runtime) {
-  dispatcher_.post([this, runtime = std::move(runtime)]() mutable { runtime_ = std::move(runtime); });
+  dispatcher_.post([this, runtime = std::move(runtime)]() mutable {
+    runtime_ = std::move(runtime);
+    // The replaced config's pools drain: exchanges pinned to it finish on
+    // them, new ones use the new pools. Iterate over a copy of the keys.
+    std::vector<const Runtime*> stale;
+    for (const auto& [key, entry] : pools_) {
+      if (key != runtime_.get() && !entry.retired) stale.push_back(key);
+    }
+    for (const Runtime* key : stale) retirePools(key);
+  });
+}
+
+void Worker::retirePools(const Runtime* key) {
+  auto it = pools_.find(key);
+  if (it == pools_.end() || it->second.retired) return;
+  it->second.retired = true;
+  for (auto& pool : it->second.pools) {
+    // A pool may report drained from inside its own call stack: collect later.
+    pool->retire([this] {
+      if (collect_posted_) return;
+      collect_posted_ = true;
+      dispatcher_.post([this] {
+        collect_posted_ = false;
+        collectDrainedPools();
+      });
+    });
+  }
+}
+
+void Worker::collectDrainedPools() {
+  for (auto it = pools_.begin(); it != pools_.end();) {
+    bool drained = it->second.retired;
+    for (const auto& pool : it->second.pools) drained = drained && pool->drained();
+    it = drained ? pools_.erase(it) : std::next(it);
+  }
 }
 
 void Worker::stopAccepting() {
@@ -123,6 +157,9 @@ UpstreamPool& Worker::pool(const Runtime& runtime, size_t index) {
       entry.pools.push_back(std::make_unique<UpstreamPool>(dispatcher_, *up.config, up.ssl_ctx));
     }
     it = pools_.emplace(&runtime, std::move(entry)).first;
+    // A retry of an exchange still on a replaced config, after its pools were
+    // collected: they serve it and close after it.
+    if (&runtime != runtime_.get()) retirePools(&runtime);
   }
   return *it->second.pools.at(index);
 }

@@ -84,11 +84,22 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   std::vector<ListenerPtr> listeners_;  // same order as listen_sockets_
   std::unordered_map<DownstreamConnection*, DownstreamConnectionPtr> connections_;
   std::unordered_map<uint64_t, std::unique_ptr<Exchange>> exchanges_;
+  /**
+   * Pools of a runtime that is no longer the current one are retired: they
+   * close what they hold as it goes idle, and collectDrainedPools() deletes
+   * them (and lets go of their runtime) once they hold nothing.
+   */
+  void retirePools(const Runtime* key);
+  /** Deletes the retired runtimes' pools that hold nothing any more (posted, never on a pool's stack). */
+  void collectDrainedPools();
+
   struct RuntimePools {
     RuntimePtr runtime;  // keeps the configs the pools reference alive
     std::vector<std::unique_ptr<UpstreamPool>> pools;
+    bool retired = false;
   };
   std::map<const Runtime*, RuntimePools> pools_;
+  bool collect_posted_ = false;
   uint64_t next_exchange_id_;
   std::atomic<size_t> active_exchanges_{0};
 };

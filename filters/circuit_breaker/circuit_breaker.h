@@ -14,7 +14,8 @@
 // the cooldown, read from the injected Clock.
 //
 // It also bounds concurrency (Envoy's circuit-breaker thresholds):
-// `max_requests` attempts in flight and `max_pending` requests waiting; past
+// `max_requests` attempts in flight and `max_pending` requests waiting (in
+// the throttle queue, or for an upstream connection: PendingSlot); past
 // either the caller answers 503 `overloaded`.
 //
 // One mutex guards everything; each call does O(buckets) work at most, and
@@ -60,6 +61,9 @@ std::optional<CircuitState> circuitTransition(CircuitState from, CircuitEvent ev
 
 /** Half-open with every probe slot taken: how long a rejected caller is told to wait at most. */
 inline constexpr std::chrono::milliseconds kHalfOpenRetryAfter = std::chrono::seconds(1);
+
+/** Over `max_requests` / `max_pending`: the Retry-After of the 503 `overloaded`. */
+inline constexpr std::chrono::milliseconds kOverloadedRetryAfter = std::chrono::seconds(1);
 
 /** The answer of CircuitBreaker::admit(). Pass it back to onResult(). */
 struct CircuitAdmission {
@@ -171,6 +175,36 @@ class CircuitBreaker {
   uint64_t overloaded_ = 0;
   std::chrono::nanoseconds bucket_width_;
   std::vector<Bucket> buckets_;
+};
+
+/**
+ * One `max_pending` slot of a breaker, held while a request waits — in the
+ * throttle queue, or for an upstream connection — and freed when the wait
+ * ends or the holder is destroyed. A request holds at most one per slot
+ * object however often it asks.
+ */
+class PendingSlot {
+ public:
+  PendingSlot() = default;
+  ~PendingSlot() { release(); }
+  PendingSlot(const PendingSlot&) = delete;
+  PendingSlot& operator=(const PendingSlot&) = delete;
+
+  /** Takes a slot of `breaker` unless one is held; false = `max_pending` reached (overloaded). */
+  bool acquire(CircuitBreaker& breaker) {
+    if (breaker_ != nullptr) return true;
+    if (!breaker.tryEnterPending()) return false;
+    breaker_ = &breaker;
+    return true;
+  }
+  void release() {
+    if (breaker_ != nullptr) breaker_->leavePending();
+    breaker_ = nullptr;
+  }
+  bool held() const { return breaker_ != nullptr; }
+
+ private:
+  CircuitBreaker* breaker_ = nullptr;
 };
 
 }  // namespace sluice

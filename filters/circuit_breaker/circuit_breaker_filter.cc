@@ -14,7 +14,7 @@ FilterStatus CircuitBreakerFilter::beforeAttempt(RequestHead&) {
       callbacks_->cancel(CancelReason::CircuitOpen, admission.retry_after);
       return FilterStatus::StopIteration;
     case CircuitAdmission::Result::Overloaded:
-      callbacks_->cancel(CancelReason::Overloaded, std::chrono::milliseconds(1000));
+      callbacks_->cancel(CancelReason::Overloaded, kOverloadedRetryAfter);
       return FilterStatus::StopIteration;
   }
   return FilterStatus::Continue;

@@ -86,6 +86,7 @@ FilterStatus ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
     case Kind::Admitted:
       ticket_ = admission.ticket;
       admitted_ = true;
+      pending_.release();
       if (queued_) {
         queued_ = false;
         metrics_.throttleWait().Observe(
@@ -95,10 +96,19 @@ FilterStatus ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
       return FilterStatus::Continue;
     case Kind::Rejected:
       queued_ = false;
+      pending_.release();
       updateGauges();
       callbacks_->cancel(CancelReason::RateLimited, admission.retry_after);
       return FilterStatus::StopIteration;
     case Kind::Queued:
+      if (!pending_.acquire(breaker_)) {
+        // max_pending requests already wait for this upstream: not one more.
+        tracker_.abandon(admission.ticket);
+        queued_ = false;
+        updateGauges();
+        callbacks_->cancel(CancelReason::Overloaded, kOverloadedRetryAfter);
+        return FilterStatus::StopIteration;
+      }
       if (!queued_) queued_at_ = callbacks_->clock().now();
       queued_ = true;
       ticket_ = admission.ticket;
@@ -150,6 +160,7 @@ void ThrottleFilter::onDestroy() {
   if (queued_) tracker_.abandon(ticket_);  // a client that left is never sent
   if (admitted_) tracker_.onAttemptDone(ticket_, headers_seen_);
   queued_ = admitted_ = false;
+  pending_.release();
   updateGauges();
 }
 

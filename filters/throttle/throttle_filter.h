@@ -7,8 +7,10 @@
 // Exchange (the quota reset) and on a cross-thread wake-up (another
 // response refilled the quota); a client that leaves while queued is
 // dropped, never sent. A wait that cannot fit the budget, or a full queue,
-// answers 429 `rate_limited` with Retry-After. Every response's quota
-// headers are fed back to the tracker. The quota key (`rate_limit.key`) is
+// answers 429 `rate_limited` with Retry-After. A queued request holds one of
+// the upstream's `circuit_breaker.max_pending` slots while it waits; with
+// none left it is not queued but answered 503 `overloaded`. Every response's
+// quota headers are fed back to the tracker. The quota key (`rate_limit.key`) is
 // read from the request as sent upstream, after the upstream's `headers:`
 // were applied: agents with different dummy keys share the one real quota.
 
@@ -17,6 +19,7 @@
 #include <string>
 
 #include "config/config.h"
+#include "filters/circuit_breaker/circuit_breaker.h"
 #include "filters/throttle/quota_tracker.h"
 #include "proxy/filter.h"
 #include "proxy/metrics.h"
@@ -29,8 +32,8 @@ uint64_t estimateTokenNeed(std::string_view request_body);
 class ThrottleFilter final : public StreamFilter {
  public:
   ThrottleFilter(const config::RateLimitConfig& config, QuotaTracker& tracker,
-                 UpstreamMetrics& metrics)
-      : config_(config), tracker_(tracker), metrics_(metrics) {}
+                 CircuitBreaker& breaker, UpstreamMetrics& metrics)
+      : config_(config), tracker_(tracker), breaker_(breaker), metrics_(metrics) {}
 
   std::string_view name() const override { return "throttle"; }
   FilterStatus decodeComplete(std::string_view body) override;
@@ -47,7 +50,9 @@ class ThrottleFilter final : public StreamFilter {
 
   const config::RateLimitConfig& config_;
   QuotaTracker& tracker_;
+  CircuitBreaker& breaker_;  // its max_pending bounds the queue across routes and keys
   UpstreamMetrics& metrics_;
+  PendingSlot pending_;  // held while queued_
   std::string key_;
   uint64_t token_need_ = 0;
   uint64_t ticket_ = 0;

@@ -2,15 +2,22 @@
 // started before it finishes on the old one; an invalid file is rejected with
 // its FILE:LINE:COL error on stderr and the running config stays in force;
 // both are counted in sluice_config_reloads_total{result}. Circuit breakers
-// and quotas of unchanged upstreams survive a reload.
+// and quotas of unchanged upstreams survive a reload. A reload retires the
+// replaced config's upstream pools: they close once idle, so repeated
+// reloads under load leak no fd and no upstream connection. `listen`,
+// `admin` and `workers` need a restart: a reload changing them is refused.
 
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <thread>
+
 #include "config/loader.h"
 #include "tests/support/http_client.h"
+#include "tests/support/process_fds.h"
 #include "tests/support/processes.h"
 #include "tests/support/sluice_process.h"
 #include "tests/support/wait.h"
@@ -160,6 +167,157 @@ TEST_F(ReloadTest, InvalidConfigIsRejectedWithFileLineColumnAndTheOldOneStays) {
   EXPECT_EQ(routeNames(sluice.adminGet("/config")), std::vector<std::string>{"models"});
   EXPECT_EQ(sluice.stop(), 0);
 }
+
+// --- keys only a restart can apply ---------------------------------------------------------
+
+nlohmann::json configJson(const SluiceProcess& sluice) {
+  return nlohmann::json::parse(sluice.adminGet("/config"), nullptr, false);
+}
+
+TEST_F(ReloadTest, ChangingListenAdminOrWorkersIsRejectedNamingTheKeyAndConfigShowsWhatIsInForce) {
+  SluiceProcess sluice(yaml(kBefore));
+  ASSERT_TRUE(sluice.running());
+  const nlohmann::json running = configJson(sluice);
+  ASSERT_FALSE(running.is_discarded());
+  const std::string listen_now = "listen: 127.0.0.1:" + std::to_string(sluice.port());
+  struct Case {
+    std::string from, to, message;
+  };
+  const Case cases[] = {
+      {"workers: 2", "workers: 3", "workers: changing 2 to 3 needs a restart"},
+      {"workers: 2", "workers: auto", "workers: changing 2 to auto needs a restart"},
+      {"admin: 127.0.0.1:0", "admin: 127.0.0.1:" + std::to_string(sluice.adminPort() + 1),
+       "admin: changing 127.0.0.1:0 to 127.0.0.1:" + std::to_string(sluice.adminPort() + 1) +
+           " needs a restart"},
+      {"listen: 127.0.0.1:0", listen_now,
+       "listen: changing 127.0.0.1:0 to 127.0.0.1:" + std::to_string(sluice.port()) +
+           " needs a restart"},
+  };
+  double rejected = 0;
+  for (const Case& c : cases) {
+    std::string changed = yaml(kAfter);  // new routes too: none of it may apply
+    changed.replace(changed.find(c.from), c.from.size(), c.to);
+    sluice.writeConfig(changed);
+    sluice.signal(SIGHUP);
+    ++rejected;
+    ASSERT_TRUE(waitUntil([&] {
+      return sluice.metric("sluice_config_reloads_total", {{"result", "rejected"}}) == rejected;
+    })) << c.to;
+    EXPECT_NE(sluice.stderrText().find("reload rejected, keeping the running config: " + c.message),
+              std::string::npos)
+        << c.to << "\n" << sluice.stderrText();
+    // /config shows what is in force: the running file, not the refused one.
+    EXPECT_EQ(configJson(sluice), running) << c.to;
+    EXPECT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                          {{"content-type", "application/json"}}, kChat)
+                  .status,
+              200)
+        << c.to;
+  }
+  EXPECT_EQ(sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}), 0);
+  EXPECT_EQ(sluice.stderrText().find("config reloaded"), std::string::npos);
+
+  // The same keys unchanged (the routes changed): applied.
+  sluice.writeConfig(yaml(kAfter));
+  sluice.signal(SIGHUP);
+  ASSERT_TRUE(waitUntil(
+      [&] { return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == 1; }));
+  EXPECT_EQ(routeNames(sluice.adminGet("/config")), std::vector<std::string>{"models"});
+  EXPECT_EQ(sluice.stop(), 0);
+}
+
+// --- upstream pools across reloads ----------------------------------------------------------
+
+constexpr char kPools[] = R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 2
+upstreams:
+  - name: mock
+    url: ${MOCK_URL}
+    http2: ${HTTP2}
+routes:
+  - name: chat
+    match: {path_prefix: /}
+    upstream: mock
+)";
+
+class ReloadPoolsTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  MockLlm mock_;
+};
+
+// Issue 13 item 1: every SIGHUP used to leak the replaced config's pools and
+// their keep-alive connections (10 reloads under 6 clients: 23 → 55 fds).
+TEST_P(ReloadPoolsTest, RepeatedReloadsUnderLoadLeaveNoFdAndNoUpstreamConnection) {
+  constexpr int kClients = 6;
+  constexpr int kReloads = 10;
+  SluiceProcess sluice(substitute(kPools, {{"MOCK_URL", mock_.url()}, {"HTTP2", GetParam()}}));
+  ASSERT_TRUE(sluice.running());
+  const pid_t pid = sluice.pid();
+  const FdCount before = countFds(pid, mock_.port());
+  ASSERT_GT(before.total, 0u);
+  ASSERT_EQ(before.upstream, 0u);
+
+  // Streams of a few tokens, back to back on keep-alive connections; each
+  // reload lands while some are in flight on the old config's pools.
+  std::atomic<bool> stop{false};
+  std::atomic<int> completed{0}, failed{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&] {
+      while (!stop.load()) {
+        const TestResponse r = httpRequest(
+            sluice.port(), "POST", "/v1/chat/completions",
+            {{"content-type", "application/json"}, {"x-mock-tokens", "4"},
+             {"x-mock-token-interval-ms", "5"}},
+            kChat);
+        if (r.status == 200 && r.complete && r.body.find("[DONE]") != std::string::npos) {
+          ++completed;
+        } else {
+          ++failed;
+        }
+      }
+    });
+  }
+  for (int i = 1; i <= kReloads; ++i) {
+    const int progress = completed.load() + 2 * kClients;
+    EXPECT_TRUE(waitUntil([&] { return completed.load() >= progress; })) << "load stalled";
+    sluice.signal(SIGHUP);
+    ASSERT_TRUE(waitUntil(
+        [&] { return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == i; }));
+  }
+  const int progress = completed.load() + 2 * kClients;
+  EXPECT_TRUE(waitUntil([&] { return completed.load() >= progress; }));
+  stop = true;
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(failed.load(), 0) << "requests in flight across a reload must finish";
+
+  // One more reload with no load: the last config's pools hold only idle
+  // connections, which close at once; every earlier pool is gone already.
+  sluice.signal(SIGHUP);
+  ASSERT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == kReloads + 1;
+  }));
+  FdCount after;
+  EXPECT_TRUE(waitUntil([&] {
+    after = countFds(pid, mock_.port());
+    return after.upstream == 0 && after.total == before.total;
+  })) << "fds " << before.total << " before, " << after.total << " after (" << after.upstream
+      << " to the upstream)";
+
+  // And the process still serves, on fresh connections.
+  EXPECT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                        {{"content-type", "application/json"}}, kChat)
+                .status,
+            200);
+  EXPECT_EQ(sluice.stop(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Http1AndHttp2Upstreams, ReloadPoolsTest, ::testing::Values("off", "on"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param) == "on" ? "Http2" : "Http1";
+                         });
 
 // --- state carried across a reload ------------------------------------------------------
 

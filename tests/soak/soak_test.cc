@@ -16,8 +16,13 @@
 //   - sluice_cancellations_total by reason equals the client's own tally of
 //     what it aborted (client_disconnect) and what it made stall past its
 //     budget (budget_exhausted), and nothing else was cancelled;
+//   - sluice was reloaded (SIGHUP, the same file) again and again under the
+//     load, every reload counted `ok`: each one retires the pools of the
+//     config it replaced while streams still run on them;
 //   - open file descriptors are back to the baseline, the upstream
-//     keep-alive connections aside (counted, bounded by the pool's idle cap);
+//     keep-alive connections aside (counted, bounded by the pool's idle cap),
+//     and one more reload with no load closes those too: fds and upstream
+//     connections exactly at the baseline (no retired pool leaks);
 //   - RSS is within baseline + 64 MiB (a leak detector, not a perf bound;
 //     in sanitizer builds LeakSanitizer checks sluice's exit instead).
 
@@ -26,14 +31,13 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <dirent.h>
 #include <fstream>
 #include <mutex>
 #include <random>
-#include <set>
 #include <sstream>
 #include <thread>
 
@@ -42,6 +46,7 @@
 #include "proxy/upstream_pool.h"
 #include "tests/support/h2_client.h"
 #include "tests/support/http_client.h"
+#include "tests/support/process_fds.h"
 #include "tests/support/processes.h"
 #include "tests/support/sluice_process.h"
 #include "tests/support/wait.h"
@@ -382,52 +387,6 @@ void http2Client(int index, uint16_t port, uint32_t seed, Clock::time_point unti
 
 // --- the process under observation --------------------------------------------------
 
-/** Socket inodes of TCP connections whose remote port is `port` (sluice → mock). */
-std::set<std::string> socketsTo(pid_t pid, uint16_t port) {
-  std::set<std::string> inodes;
-  for (const char* table : {"tcp", "tcp6"}) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/net/" + table);
-    std::string line;
-    std::getline(in, line);  // header
-    while (std::getline(in, line)) {
-      std::istringstream fields(line);
-      std::string sl, local, remote, st, queues, tr, retr, uid, timeout, inode;
-      fields >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
-      const auto colon = remote.rfind(':');
-      if (colon == std::string::npos) continue;
-      if (std::stoul(remote.substr(colon + 1), nullptr, 16) == port) inodes.insert(inode);
-    }
-  }
-  return inodes;
-}
-
-struct FdCount {
-  size_t total = 0;
-  size_t upstream = 0;  // sockets connected to the mock (the pool's keep-alive connections)
-  size_t others() const { return total - upstream; }
-};
-
-FdCount countFds(pid_t pid, uint16_t mock_port) {
-  FdCount count;
-  const std::set<std::string> upstream = socketsTo(pid, mock_port);
-  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return count;
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    ++count.total;
-    char target[256];
-    const ssize_t n = ::readlink((dir + "/" + e->d_name).c_str(), target, sizeof(target) - 1);
-    if (n <= 0) continue;
-    const std::string link(target, static_cast<size_t>(n));
-    if (link.rfind("socket:[", 0) == 0 && upstream.count(link.substr(8, link.size() - 9)) != 0) {
-      ++count.upstream;
-    }
-  }
-  ::closedir(d);
-  return count;
-}
-
 size_t rssBytes(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
@@ -478,7 +437,28 @@ TEST(SoakTest, FaultSoakLeavesNoLeakAndAccountsForEveryRequest) {
       threads.emplace_back(http1Client, i, sluice.port(), seed, until, std::ref(tally));
     }
   }
+  // Reloads under the load, paced by the clients' progress (not by time):
+  // one each time they have sent another `reload_every` requests, one at a
+  // time (signals do not queue: each is counted before the next is sent).
+  const uint64_t reload_every = static_cast<uint64_t>(std::max(500, clients * 2));
+  int reloads = 0;
+  std::thread reloader([&] {
+    uint64_t next_at = reload_every;
+    while (Clock::now() < until) {
+      if (!waitUntil([&] { return tally.sent.load() >= next_at || Clock::now() >= until; },
+                     std::chrono::seconds(seconds + 60), std::chrono::milliseconds(5)) ||
+          Clock::now() >= until) {
+        break;
+      }
+      sluice.signal(SIGHUP);
+      ++reloads;
+      waitUntil([&] { return sluice.metric("sluice_config_reloads_total") >= reloads; },
+                std::chrono::seconds(30), std::chrono::milliseconds(20));
+      next_at = tally.sent.load() + reload_every;
+    }
+  });
   for (auto& t : threads) t.join();
+  reloader.join();
 
   ASSERT_EQ(::kill(pid, 0), 0) << "sluice died under the soak";
   ASSERT_TRUE(waitUntil([&] { return exchangeStates(sluice.adminGet("/exchanges")).empty(); },
@@ -492,7 +472,7 @@ TEST(SoakTest, FaultSoakLeavesNoLeakAndAccountsForEveryRequest) {
   std::cout << "soak: " << clients << " clients, " << seconds << " s, seed " << seed << ": "
             << tally.sent << " requests (HTTP/1.1 scenarios: " << mix.str() << "), "
             << tally.client_disconnect << " client aborts, " << tally.budget_exhausted
-            << " budget cuts\n";
+            << " budget cuts, " << reloads << " reloads\n";
 
   EXPECT_TRUE(tally.unexpected.empty()) << [&] {
     std::string all;
@@ -508,6 +488,9 @@ TEST(SoakTest, FaultSoakLeavesNoLeakAndAccountsForEveryRequest) {
   EXPECT_EQ(metricSum(metrics, "sluice_requests_total", {{"route", "none"}, {"code", "404"}}),
             static_cast<double>(tally.unrouted));
   EXPECT_EQ(metricSum(metrics, "sluice_active_requests"), 0);
+  EXPECT_GT(reloads, 0) << "the soak did not reload";
+  EXPECT_EQ(metricSum(metrics, "sluice_config_reloads_total", {{"result", "ok"}}), reloads);
+  EXPECT_EQ(metricSum(metrics, "sluice_config_reloads_total", {{"result", "rejected"}}), 0);
 
   // Cancellations: exactly what the clients caused, nothing else.
   EXPECT_EQ(metricSum(metrics, "sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}),
@@ -530,6 +513,22 @@ TEST(SoakTest, FaultSoakLeavesNoLeakAndAccountsForEveryRequest) {
       << "fds before " << fds_before.total << " (" << fds_before.upstream << " upstream), after "
       << fds_after.total << " (" << fds_after.upstream << " upstream)";
   EXPECT_LE(fds_after.upstream, 2 * UpstreamPool::kMaxIdle);
+
+  // One more reload, with no load: the pools of the config it replaces hold
+  // only idle connections, which close at once. Nothing of any earlier
+  // config may be left: fds and upstream connections exactly at the baseline.
+  sluice.signal(SIGHUP);
+  EXPECT_TRUE(waitUntil(
+      [&] { return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == reloads + 1; }));
+  FdCount fds_final;
+  EXPECT_TRUE(waitUntil(
+      [&] {
+        fds_final = countFds(pid, mock.port());
+        return fds_final.upstream == 0 && fds_final.total == fds_before.total;
+      },
+      std::chrono::seconds(30)))
+      << "after a reload with no load: fds " << fds_final.total << " (" << fds_final.upstream
+      << " upstream), baseline " << fds_before.total << " (" << fds_before.upstream << " upstream)";
 
   const size_t rss_after = rssBytes(pid);
   std::cout << "soak: fds " << fds_before.total << " -> " << fds_after.total << " ("

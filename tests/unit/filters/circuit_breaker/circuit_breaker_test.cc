@@ -369,6 +369,34 @@ TEST_F(CircuitBreakerTest, MaxPendingBoundsWaitingRequests) {
   EXPECT_EQ(breaker_->pendingRequests(), 0u);
 }
 
+// The throttle queue and the wait for an upstream connection hold their
+// max_pending slot through a PendingSlot: one slot per holder, freed on
+// release() or when the holder goes away (issue 13 item 10).
+TEST_F(CircuitBreakerTest, PendingSlotHoldsOneSlotUntilReleasedOrDestroyed) {
+  auto c = baseConfig();
+  c.max_pending = 2;
+  make(c);
+  PendingSlot queued;
+  EXPECT_TRUE(queued.acquire(*breaker_));
+  EXPECT_TRUE(queued.acquire(*breaker_));  // already held: still one slot
+  EXPECT_TRUE(queued.held());
+  EXPECT_EQ(breaker_->pendingRequests(), 1u);
+  {
+    PendingSlot connecting;
+    EXPECT_TRUE(connecting.acquire(*breaker_));
+    PendingSlot one_too_many;
+    EXPECT_FALSE(one_too_many.acquire(*breaker_));  // overloaded
+    EXPECT_FALSE(one_too_many.held());
+    EXPECT_EQ(breaker_->pendingRequests(), 2u);
+    EXPECT_EQ(breaker_->overloadedCount(), 1u);
+  }  // `connecting` goes away: its slot is free again
+  EXPECT_EQ(breaker_->pendingRequests(), 1u);
+  queued.release();
+  queued.release();  // idempotent
+  EXPECT_FALSE(queued.held());
+  EXPECT_EQ(breaker_->pendingRequests(), 0u);
+}
+
 TEST_F(CircuitBreakerTest, UpdateConfigKeepsStateAndClampsCooldown) {
   make(baseConfig());
   trip();
