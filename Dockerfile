@@ -1,6 +1,7 @@
 # sluice and mock-llm in one small image (used by docker-compose.yml).
 #   docker build -t sluice .
-#   docker run --rm -p 8080:8080 -p 9901:9901 -v $PWD/my.yaml:/etc/sluice/sluice.yaml sluice
+#   docker run --rm -p 8080:8080 -p 127.0.0.1:9901:9901 sluice     # config/examples/container.yaml
+#   docker run --rm -p 8080:8080 -p 127.0.0.1:9901:9901 -v $PWD/my.yaml:/etc/sluice/sluice.yaml:ro sluice
 # Build stage: the same Debian packages as scripts/setup (minus the test-only ones).
 FROM debian:bookworm AS build
 RUN apt-get update \
@@ -26,7 +27,13 @@ RUN apt-get update \
  && useradd --system --no-create-home --shell /usr/sbin/nologin sluice
 COPY --from=build /build/sluice /build/tools/mock-llm /usr/local/bin/
 COPY config/examples/ /etc/sluice/examples/
+# The default config needs no mock and no API key: it starts and answers /healthz.
+COPY config/examples/container.yaml /etc/sluice/sluice.yaml
 USER sluice
 # 8080: proxy listener, 9901: admin (/metrics, /ready, /healthz), 9000: mock-llm
 EXPOSE 8080 9901 9000
+# No curl in the image: sluice probes itself (exit 0 on 2xx). /ready turns 503
+# while draining. A config with another admin port needs --health-cmd.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+  CMD ["sluice", "--probe", "http://127.0.0.1:9901/ready"]
 CMD ["sluice", "--config", "/etc/sluice/sluice.yaml"]

@@ -148,7 +148,8 @@ enum class IdempotencyMode { Auto, Always, Never };
 /** `routes[].retry`. */
 struct RetryConfig {
   uint32_t attempts = 3;  // total, the first included; 1 = no retries
-  OutcomeSet on{{429, 500, 502, 503, 504}, false, false, true, true, true};
+  // 529 is Anthropic's "overloaded" (a contract addition: DESIGN §2's example omits it).
+  OutcomeSet on{{429, 500, 502, 503, 504, 529}, false, false, true, true, true};
   BackoffConfig backoff;
   bool respect_retry_after = true;
   IdempotencyMode idempotent = IdempotencyMode::Always;
@@ -204,6 +205,10 @@ struct Config {
   int version = 1;
   std::vector<ListenerConfig> listeners;
   SocketAddress admin{"127.0.0.1", 9901};
+  // `admin.allowed_hosts`: host names (lower-case, no port) the admin port
+  // accepts in `Host` besides localhost, IP literals and the admin address's
+  // own host (proxy/admin_access.h). A contract addition.
+  std::vector<std::string> admin_allowed_hosts;
   uint32_t workers = 0;  // 0 = auto (one per core)
   Duration drain_timeout = std::chrono::seconds(30);
   std::vector<UpstreamConfig> upstreams;
@@ -212,6 +217,10 @@ struct Config {
   LimitsConfig limits;
 
   std::string source_path;  // the file it came from, for messages and reloads
+  // Advice found while loading ("FILE:LINE:COL: key.path: message"): valid,
+  // but probably not what was meant. Logged by --check-config, at start and
+  // on every reload.
+  std::vector<std::string> warnings;
 };
 
 using ConfigPtr = std::shared_ptr<const Config>;

@@ -1,5 +1,6 @@
 #include "config/loader.h"
 
+#include <sys/stat.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
@@ -207,8 +208,13 @@ bool splitHostPort(std::string_view text, std::string& host, std::optional<std::
   return true;
 }
 
+// A `${NAME}` expansion: the variable and the value it had.
+using Expansion = std::pair<std::string, std::string>;
+
 // Expands ${VAR} and $$ in `in`. A '$' followed by anything else is kept as is.
-bool expandEnv(std::string_view in, const EnvLookup& env, std::string& out, std::string& why) {
+// Every variable expanded is appended to `used` (when given).
+bool expandEnv(std::string_view in, const EnvLookup& env, std::string& out, std::string& why,
+               std::vector<Expansion>* used = nullptr) {
   out.clear();
   for (size_t i = 0; i < in.size();) {
     if (in[i] != '$' || i + 1 == in.size()) {
@@ -244,6 +250,7 @@ bool expandEnv(std::string_view in, const EnvLookup& env, std::string& out, std:
       return false;
     }
     out += *value;
+    if (used != nullptr) used->emplace_back(name, *value);
     i = close + 1;
   }
   return true;
@@ -262,6 +269,84 @@ size_t editDistance(std::string_view a, std::string_view b) {
     }
   }
   return row[b.size()];
+}
+
+// The length of the longest run of characters `a` and `b` have in common.
+size_t longestCommonRun(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1, 0);
+  size_t best = 0;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = 0;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = a[i - 1] == b[j - 1] ? diagonal + 1 : 0;
+      best = std::max(best, row[j]);
+      diagonal = above;
+    }
+  }
+  return best;
+}
+
+void replaceAll(std::string& text, std::string_view from, std::string_view to) {
+  if (from.empty()) return;
+  for (size_t pos = text.find(from); pos != std::string::npos;
+       pos = text.find(from, pos + to.size())) {
+    text.replace(pos, from.size(), to);
+  }
+}
+
+// "scheme://user:secret@host" -> "scheme://<redacted>@host", wherever a URL
+// with credentials appears in `text`.
+std::string redactUserinfo(std::string text) {
+  constexpr std::string_view kRedacted = "<redacted>";
+  for (size_t scheme = text.find("://"); scheme != std::string::npos;
+       scheme = text.find("://", scheme + 3)) {
+    const size_t start = scheme + 3;
+    const size_t end = std::min(text.find_first_of("/\"?# \t\r\n", start), text.size());
+    const size_t at = end > start ? text.rfind('@', end - 1) : std::string::npos;
+    if (at == std::string::npos || at < start) continue;
+    text.replace(start, at - start, kRedacted);
+  }
+  return text;
+}
+
+// Error messages show values as written in the file. A value that came from
+// ${VAR} may be a secret (an API key, a URL with credentials), so it is never
+// echoed: `message` is about a scalar written as `raw` that expanded to
+// `expanded`; `expansions` are every ${VAR} expanded in the file so far.
+std::string redactExpansions(std::string message, const std::string* raw,
+                             const std::string* expanded,
+                             const std::vector<Expansion>& expansions) {
+  // The whole value, quoted as the messages do, is shown as written.
+  if (raw != nullptr && expanded != nullptr && *raw != *expanded && !expanded->empty()) {
+    replaceAll(message, inQuotes(*expanded), inQuotes(*raw));
+  }
+  // A quoted piece (part of a value, e.g. the host of a URL) that shares a
+  // run of characters with an expanded value came from it: redacted. Values
+  // under 3 characters are no secret; 6 shared characters are enough to tell.
+  for (size_t open = message.find('"'); open != std::string::npos;) {
+    const size_t close = message.find('"', open + 1);
+    if (close == std::string::npos) break;
+    const std::string_view quoted(message.data() + open + 1, close - open - 1);
+    const bool as_written = raw != nullptr && quoted == *raw;
+    const bool tainted =
+        !as_written && std::any_of(expansions.begin(), expansions.end(), [&](const Expansion& e) {
+          const std::string& value = e.second;
+          return value.size() >= 3 &&
+                 longestCommonRun(quoted, value) >= std::min<size_t>(6, value.size());
+        });
+    if (tainted) {
+      message.replace(open + 1, close - open - 1, "<redacted>");
+      open = message.find('"', open + std::string_view("\"<redacted>\"").size());
+    } else {
+      open = message.find('"', close + 1);
+    }
+  }
+  // Anywhere else (unquoted), a whole value is named by its variable.
+  for (const auto& [name, value] : expansions) {
+    if (value.size() >= 4) replaceAll(message, value, "${" + name + "}");
+  }
+  return redactUserinfo(std::move(message));
 }
 
 std::string childPath(const std::string& parent, std::string_view key) {
@@ -320,16 +405,28 @@ class Decoder {
 
   [[noreturn]] void fail(const YAML::Mark& mark, const std::string& path,
                          const std::string& message) const {
+    throw DecodeFailure{
+        errorAt(mark, path, redactExpansions(message, nullptr, nullptr, expansions_))};
+  }
+  // An error about `field`'s value: the value is shown as written (${VAR}, not its value).
+  [[noreturn]] void fail(const Field& field, const std::string& message) const {
+    std::string expanded, why;
+    std::vector<Expansion> unused;
+    const bool scalar = field.node.IsScalar();
+    const bool expands =
+        scalar && expandEnv(field.node.Scalar(), env_, expanded, why, &unused) && !unused.empty();
+    throw DecodeFailure{errorAt(field.mark, field.path,
+                                redactExpansions(message, expands ? &field.node.Scalar() : nullptr,
+                                                 expands ? &expanded : nullptr, expansions_))};
+  }
+  ConfigError errorAt(const YAML::Mark& mark, const std::string& path, std::string message) const {
     ConfigError error;
     error.file = file_;
     error.line = mark.is_null() ? 1 : mark.line + 1;
     error.column = mark.is_null() ? 1 : mark.column + 1;
     error.key_path = path;
-    error.message = message;
-    throw DecodeFailure{std::move(error)};
-  }
-  [[noreturn]] void fail(const Field& field, const std::string& message) const {
-    fail(field.mark, field.path, message);
+    error.message = std::move(message);
+    return error;
   }
 
   static Field child(const YAML::Node& value, std::string path, const YAML::Mark& fallback) {
@@ -400,8 +497,22 @@ class Decoder {
   std::string scalar(const Field& f, std::string_view what) {
     if (!f.node.IsScalar()) fail(f, "expected " + std::string(what) + ", got " + describe(f.node));
     std::string out, why;
-    if (!expandEnv(f.node.Scalar(), env_, out, why)) fail(f, why);
+    if (!expandEnv(f.node.Scalar(), env_, out, why, &expansions_)) fail(f, why);
     return out;
+  }
+
+  // A route, upstream or pricing name: it becomes a metric label value.
+  std::string labelName(const Field& f) {
+    std::string s = nonEmptyString(f);
+    if (std::any_of(s.begin(), s.end(), [](char c) { return c >= 0 && (c < 0x20 || c == 0x7f); })) {
+      fail(f, "must not contain control characters (NUL, tab, newline, ...)");
+    }
+    if (s == "none" || s == "other") {
+      fail(f, inQuotes(s) +
+                  " is reserved: sluice's metrics use it as a label value (\"none\": no route "
+                  "or upstream; \"other\": usage no pricing entry matches); choose another name");
+    }
+    return s;
   }
 
   std::string nonEmptyString(const Field& f) {
@@ -512,11 +623,13 @@ class Decoder {
   RateLimitConfig rateLimit(const Field& f);
   CircuitBreakerConfig circuitBreaker(const Field& f);
   RouteConfig route(const Field& f);
-  RouteMatch routeMatch(const Field& f);
+  RouteMatch routeMatch(const Field& f, std::optional<Field>& prefix_field);
   BudgetConfig budget(const Field& f);
   RetryConfig retry(const Field& f);
   PriceConfig price(const Field& f);
   LimitsConfig limits(const Field& f);
+  std::vector<std::string> hostNames(const Field& f);
+  void warnIfPathDoubles(const Config& c, size_t route_index);
 
   // Fails at whichever of two related fields was written when `first` > `second`.
   void requireOrdered(Duration first, Duration second, const std::optional<Field>& first_field,
@@ -531,10 +644,14 @@ class Decoder {
 
   const std::string& file_;
   const EnvLookup& env_;
+  std::vector<Expansion> expansions_;  // every ${VAR} expanded so far, for redacting errors
   std::vector<std::pair<SocketAddress, Field>> listener_fields_;
   std::map<std::string, int> upstream_lines_;  // name -> 1-based line of its definition
   std::map<std::string, int> route_lines_;
   std::vector<Field> route_upstream_fields_;  // routes[i].upstream, resolved at the end
+  std::vector<std::optional<Field>>
+      route_prefix_fields_;  // routes[i].match.path_prefix, if written
+  std::vector<std::string> warnings_;
 };
 
 Config Decoder::decode(const YAML::Node& root) {
@@ -554,8 +671,22 @@ Config Decoder::decode(const YAML::Node& root) {
                 {"listen", [&](const Field& f) { c.listeners = listeners(f); }},
                 {"admin",
                  [&](const Field& f) {
-                   c.admin = address(f);
-                   admin_field.emplace(f);
+                   if (!f.node.IsMap()) {
+                     c.admin = address(f);
+                     admin_field.emplace(f);
+                     return;
+                   }
+                   decodeMap(f,
+                             {
+                                 {"address",
+                                  [&](const Field& a) {
+                                    c.admin = address(a);
+                                    admin_field.emplace(a);
+                                  }},
+                                 {"allowed_hosts",
+                                  [&](const Field& a) { c.admin_allowed_hosts = hostNames(a); }},
+                             },
+                             {"address"});
                  }},
                 {"workers",
                  [&](const Field& f) {
@@ -607,8 +738,50 @@ Config Decoder::decode(const YAML::Node& root) {
                (defined.empty() ? " (no upstreams are defined)" : " (defined: " + defined + ")"));
     }
     r.upstream_index = static_cast<size_t>(it - c.upstreams.begin());
+    warnIfPathDoubles(c, i);
   }
+  c.warnings = std::move(warnings_);
   return c;
+}
+
+// The upstream url's path is prepended to every request path, so a route
+// matching /v1/... in front of `url: http://host/v1` sends /v1/v1/...: valid,
+// but almost never what was meant.
+void Decoder::warnIfPathDoubles(const Config& c, size_t route_index) {
+  const RouteConfig& r = c.routes[route_index];
+  const UpstreamConfig& u = c.upstreams[r.upstream_index];
+  const auto firstSegment = [](std::string_view path) {
+    const size_t end = path.find('/', 1);
+    return path.substr(0, end == std::string_view::npos ? path.size() : end);
+  };
+  const std::string_view segment = firstSegment(u.url.path_prefix);
+  const std::optional<Field>& prefix_field = route_prefix_fields_[route_index];
+  if (segment.size() < 2 || !prefix_field || firstSegment(r.match.path_prefix) != segment) return;
+  const std::string& example = r.match.path_prefix;
+  warnings_.push_back(errorAt(prefix_field->mark, prefix_field->path,
+                              "upstream " + inQuotes(u.name) + "'s url path " +
+                                  inQuotes(u.url.path_prefix) +
+                                  " is prepended to every request path, so a request for " +
+                                  example + " goes upstream as " + u.url.path_prefix + example +
+                                  " (drop the path from the url, or leave it out of the route)")
+                          .toString());
+}
+
+std::vector<std::string> Decoder::hostNames(const Field& f) {
+  std::vector<std::string> out;
+  for (const Field& item : items(f)) {
+    std::string host = toLower(scalar(item, "a host name"));
+    const bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
+    if (bracketed) host = host.substr(1, host.size() - 2);
+    if (!(bracketed ? isIpv6Literal(host) : isHostname(host))) {
+      fail(item, "expected a host name or IP address without a port (got " + inQuotes(host) + ")");
+    }
+    if (std::find(out.begin(), out.end(), host) != out.end()) {
+      fail(item, "duplicate host " + inQuotes(host));
+    }
+    out.push_back(std::move(host));
+  }
+  return out;
 }
 
 std::vector<ListenerConfig> Decoder::listeners(const Field& f) {
@@ -671,7 +844,7 @@ UpstreamConfig Decoder::upstream(const Field& f) {
       {
           {"name",
            [&](const Field& v) {
-             u.name = nonEmptyString(v);
+             u.name = labelName(v);
              name_field.emplace(v);
            }},
           {"url",
@@ -829,16 +1002,16 @@ OutcomeSet Decoder::outcomes(const Field& f) {
 
 RouteConfig Decoder::route(const Field& f) {
   RouteConfig r;
-  std::optional<Field> name_field, upstream_field;
+  std::optional<Field> name_field, upstream_field, prefix_field;
   decodeMap(
       f,
       {
           {"name",
            [&](const Field& v) {
-             r.name = nonEmptyString(v);
+             r.name = labelName(v);
              name_field.emplace(v);
            }},
-          {"match", [&](const Field& v) { r.match = routeMatch(v); }},
+          {"match", [&](const Field& v) { r.match = routeMatch(v, prefix_field); }},
           {"upstream",
            [&](const Field& v) {
              r.upstream = nonEmptyString(v);
@@ -863,15 +1036,17 @@ RouteConfig Decoder::route(const Field& f) {
                           std::to_string(it->second) + ")");
   }
   route_upstream_fields_.push_back(*upstream_field);
+  route_prefix_fields_.push_back(prefix_field);
   return r;
 }
 
-RouteMatch Decoder::routeMatch(const Field& f) {
+RouteMatch Decoder::routeMatch(const Field& f, std::optional<Field>& prefix_field) {
   RouteMatch m;
   decodeMap(f,
             {
                 {"path_prefix",
                  [&](const Field& v) {
+                   prefix_field.emplace(v);
                    m.path_prefix = scalar(v, "a path");
                    if (m.path_prefix.empty() || m.path_prefix[0] != '/') {
                      fail(v, "must start with \"/\" (got " + inQuotes(m.path_prefix) + ")");
@@ -998,7 +1173,7 @@ PriceConfig Decoder::price(const Field& f) {
   const double kNoMax = std::numeric_limits<double>::max();
   decodeMap(f,
             {
-                {"model", [&](const Field& v) { p.model_glob = nonEmptyString(v); }},
+                {"model", [&](const Field& v) { p.model_glob = labelName(v); }},
                 {"input", [&](const Field& v) { p.input_usd_per_mtok = number(v, 0, kNoMax); }},
                 {"output", [&](const Field& v) { p.output_usd_per_mtok = number(v, 0, kNoMax); }},
             },
@@ -1013,6 +1188,12 @@ ConfigError errorAt(const std::string& file, const YAML::Mark& mark, std::string
   e.column = mark.is_null() ? 0 : mark.column + 1;
   e.message = std::move(message);
   return e;
+}
+
+ConfigError tooLarge(const std::string& source_name) {
+  return errorAt(source_name, YAML::Mark::null_mark(),
+                 "config file is larger than " + formatSize(kMaxConfigBytes) +
+                     " (the limit; is this the right file?)");
 }
 
 LoadResult failed(ConfigError error) {
@@ -1200,6 +1381,7 @@ class StuckDocumentFinder final : public YAML::EventHandler {
 
 LoadResult loadConfigString(const std::string& yaml_text, const std::string& source_name,
                             const EnvLookup& env) {
+  if (yaml_text.size() > kMaxConfigBytes) return failed(tooLarge(source_name));
   try {
     if (const auto stuck = StuckDocumentFinder::find(yaml_text)) {
       return failed(errorAt(source_name, *stuck,
@@ -1229,18 +1411,25 @@ LoadResult loadConfigString(const std::string& yaml_text, const std::string& sou
 }
 
 LoadResult loadConfigFile(const std::string& path, const EnvLookup& env) {
+  const auto fileError = [&](const std::string& message) {
+    return failed(errorAt(path, YAML::Mark::null_mark(), message));
+  };
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return fileError("is a directory, not a config file");
+  }
   std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    return failed(errorAt(path, YAML::Mark::null_mark(),
-                          std::string("cannot read config file: ") + std::strerror(err)));
+  if (!in) return fileError(std::string("cannot read config file: ") + std::strerror(errno));
+  // Read at most one byte past the cap: a huge file (or an endless pipe) is
+  // rejected without being read, let alone parsed.
+  std::string text;
+  char chunk[64 * 1024];
+  while (text.size() <= kMaxConfigBytes && in.read(chunk, sizeof(chunk)).gcount() > 0) {
+    text.append(chunk, static_cast<size_t>(in.gcount()));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) {
-    return failed(errorAt(path, YAML::Mark::null_mark(), "cannot read config file"));
-  }
-  return loadConfigString(text.str(), path, env);
+  if (in.bad()) return fileError("cannot read config file");
+  if (text.size() > kMaxConfigBytes) return failed(tooLarge(path));
+  return loadConfigString(text, path, env);
 }
 
 }  // namespace sluice::config

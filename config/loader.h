@@ -22,11 +22,22 @@
 //   true/false only (not yes/on). Unknown keys suggest a close match.
 // - `${...}`: names are [A-Za-z_][A-Za-z0-9_]*; a `$` not followed by `$` or
 //   `{` is literal; a set-but-empty variable is fine. Keys are not expanded.
+// - Errors never show an expanded value (it may be an API key): a value that
+//   came from `${VAR}` is quoted as written (`"${OPENAI_URL}"`), a quoted part
+//   of it is `"<redacted>"`, and any URL's credentials (`user:pass@`) are
+//   `<redacted>` even when written literally.
+// - Names (`upstreams[].name`, `routes[].name`, `pricing[].model`) become
+//   metric label values: no control characters (NUL included), and not
+//   `none` or `other`, which sluice's own labels use.
+// - `admin`: an address, or `{address, allowed_hosts: [names]}`.
+// - Warnings (Config::warnings), not errors: a route whose path_prefix starts
+//   with the same segment as its upstream url's path (`/v1` + `/v1/...` sends
+//   `/v1/v1/...`, since the url path is prepended to every request path).
 // - Durations: h/m/s/ms, may be combined largest-first ("1m30s"), at most
 //   10 years, whole milliseconds. Zero is allowed where it means "off" or
 //   "no wait" (drain_timeout, first_byte_timeout, idle_timeout, finish_grace,
-//   backoff, the `limits` timeouts) and rejected for connect_timeout, failure_rate.window, cooldown,
-//   max_cooldown and the budget's default/max.
+//   backoff, the `limits` timeouts) and rejected for connect_timeout, failure_rate.window,
+//   cooldown, max_cooldown and the budget's default/max.
 // - Counts: consecutive_failures, min_requests, half_open_probes,
 //   max_requests and attempts are >= 1; max_pending, max_queue, reserve and
 //   budget_percent (<= 100) may be 0.
@@ -45,7 +56,8 @@
 //   max_body 1B..1GiB; max_headers 1..10000, max_connections_per_worker
 //   1..1000000, http2_max_concurrent_streams 1..100000; the timeouts
 //   (header_read_timeout, body_read_timeout, idle_timeout) take 0 = off.
-// - Multiple YAML documents in one file are an error.
+// - Multiple YAML documents in one file are an error; so is a file above
+//   kMaxConfigBytes or a directory.
 
 #include <cstdint>
 #include <functional>
@@ -86,7 +98,17 @@ struct LoadResult {
   bool ok() const { return config != nullptr; }
 };
 
-/** Reads, parses and validates the file at `path`; `Config::source_path` = `path`. */
+/**
+ * The largest config accepted (4 MiB): real configs are a few KiB, and
+ * yaml-cpp needs ~60× a file's size in memory and seconds per MiB to parse it.
+ */
+constexpr uint64_t kMaxConfigBytes = 4ull << 20;
+
+/**
+ * Reads, parses and validates the file at `path`; `Config::source_path` = `path`.
+ * A directory, an unreadable file or one above kMaxConfigBytes is an error
+ * without a position.
+ */
 LoadResult loadConfigFile(const std::string& path, const EnvLookup& env = processEnvironment());
 
 /**

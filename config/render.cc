@@ -168,7 +168,8 @@ nlohmann::json toRedactedJson(const Config& config) {
   return {
       {"version", config.version},
       {"listen", listen},
-      {"admin", config.admin.toString()},
+      {"admin",
+       {{"address", config.admin.toString()}, {"allowed_hosts", config.admin_allowed_hosts}}},
       {"workers", config.workers == 0 ? json("auto") : json(config.workers)},
       {"drain_timeout", formatDuration(config.drain_timeout)},
       {"upstreams", upstreams},

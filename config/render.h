@@ -20,7 +20,8 @@ namespace sluice::config {
  * ("2s", "250ms"), sizes as strings ("8MiB"). Every upstream `headers` value
  * is replaced by "<redacted>" because those values hold API keys; header
  * names are kept. `listen` is always rendered as a list of
- * `{address, tls}` and `rate_limit` as null when throttling is off.
+ * `{address, tls}`, `admin` as `{address, allowed_hosts}` and `rate_limit`
+ * as null when throttling is off.
  */
 nlohmann::json toRedactedJson(const Config& config);
 

@@ -2,10 +2,13 @@
 //
 //   sluice --config FILE          run
 //   sluice --check-config FILE    validate FILE and exit (0 ok, 2 invalid)
+//   sluice --probe URL            GET URL once: exit 0 on 2xx (container health checks)
+//   sluice --version | --help     print to stdout and exit 0
 //
 // Exit codes: 0 clean shutdown, 1 runtime failure (cannot bind, ...),
 // 2 invalid config or usage.
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -14,13 +17,19 @@
 #include <thread>
 
 #include "config/loader.h"
+#include "proxy/build_info.h"
+#include "proxy/probe.h"
 #include "proxy/server.h"
 
 namespace {
 
-void usage() {
-  std::cerr << "usage: sluice --config FILE\n"
-               "       sluice --check-config FILE\n";
+void usage(std::ostream& out) {
+  out << "usage: sluice --config FILE        run (SIGTERM/SIGINT drain, SIGHUP reloads FILE)\n"
+         "       sluice --check-config FILE  validate FILE: exit 0, or 2 with FILE:LINE:COL: "
+         "message\n"
+         "       sluice --probe URL          GET an http:// URL once (5 s): exit 0 on 2xx, else 1\n"
+         "       sluice --version            print the version\n"
+         "       sluice --help               print this help\n";
 }
 
 }  // namespace
@@ -35,16 +44,22 @@ int main(int argc, char** argv) {
     } else if (arg == "--check-config" && i + 1 < argc) {
       config_path = argv[++i];
       check_only = true;
-    } else if (arg == "--help" || arg == "-h") {
-      usage();
+    } else if (arg == "--probe" && i + 2 == argc) {
+      return sluice::probeUrl(argv[i + 1], std::chrono::seconds(5), std::cout, std::cerr);
+    } else if (arg == "--version" && argc == 2) {
+      std::cout << "sluice " << sluice::buildVersion() << " (commit " << sluice::buildCommit()
+                << ")\n";
+      return 0;
+    } else if ((arg == "--help" || arg == "-h") && argc == 2) {
+      usage(std::cout);
       return 0;
     } else {
-      usage();
+      usage(std::cerr);
       return 2;
     }
   }
   if (config_path.empty()) {
-    usage();
+    usage(std::cerr);
     return 2;
   }
 
@@ -54,6 +69,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (check_only) {
+    for (const auto& warning : loaded.config->warnings) {
+      std::cerr << "sluice: warning: " << warning << "\n";
+    }
     std::cout << config_path << ": ok\n";
     return 0;
   }

@@ -31,6 +31,7 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
                          ? previous->body_memory_
                          : std::make_shared<BodyMemory>(&metrics.requestBodyBuffered());
   const config::Config& cfg = *rt->config_;
+  rt->warnings_ = cfg.warnings;  // the loader's advice, logged with the runtime's own
 
   rt->listener_tls_.reserve(cfg.listeners.size());
   for (const auto& listener : cfg.listeners) {

@@ -89,7 +89,10 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
    * from Runtime to Runtime by reloads (bodies in flight keep counting).
    */
   BodyMemory& bodyMemory() const { return *body_memory_; }
-  /** Risky settings worth a line in the log at start and reload (`tls.verify: false`). */
+  /**
+   * Risky settings worth a line in the log at start and reload: the loader's
+   * warnings (config::Config::warnings), then `tls.verify: false`.
+   */
   const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:

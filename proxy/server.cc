@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "config/loader.h"
+#include "proxy/cpu_limit.h"
 #include "proxy/listen_socket.h"
 
 namespace sluice {
@@ -99,8 +100,7 @@ bool Server::start(std::string* error) {
   returnLargeBlocksToTheOs();
   logWarnings(*runtime_);
   const config::Config& cfg = runtime_->config();
-  const size_t nworkers =
-      cfg.workers > 0 ? cfg.workers : std::max(1u, std::thread::hardware_concurrency());
+  const size_t nworkers = resolveWorkerCount(cfg.workers);  // auto: CPUs, cgroup quota included
 
   // TLS listeners need no special socket: the Runtime holds their contexts
   // and each Worker picks the current one at accept time.

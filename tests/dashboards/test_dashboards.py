@@ -303,7 +303,7 @@ def loopback_sluice_config(mock_port):
     with open(COMPOSE_SLUICE) as f:
         text = f.read()
     subs = [(r"(?m)^listen: 0\.0\.0\.0:8080$", "listen: 127.0.0.1:0"),
-            (r"(?m)^admin: 0\.0\.0\.0:9901$", "admin: 127.0.0.1:0"),
+            (r"(?m)^  address: 0\.0\.0\.0:9901\b", "  address: 127.0.0.1:0"),
             (r"http://mock-llm:9000", f"http://127.0.0.1:{mock_port}")]
     for rx, new in subs:
         text, n = re.subn(rx, new, text)

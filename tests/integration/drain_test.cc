@@ -125,7 +125,8 @@ TEST_F(DrainTest, SigtermDrainsHttp1AndExitsZero) {
 TEST_F(DrainTest, PostDrainDrainsHttp1AndExitsZero) {
   SluiceProcess sluice(config());
   drainHttp1(sluice, [&] {
-    EXPECT_EQ(httpRequest(sluice.adminPort(), "POST", "/drain").status, 202);
+    EXPECT_EQ(httpRequest(sluice.adminPort(), "POST", "/drain", {{"x-sluice-admin", "1"}}).status,
+              202);
   });
 }
 

@@ -367,9 +367,9 @@ TEST_F(ReloadTest, OpenCircuitSurvivesAReloadOfAnUnchangedUpstream) {
   EXPECT_EQ(sluice.metric("sluice_circuit_state", {{"upstream", "mock"}}), 1);
 
   // Another name is another upstream: its breaker starts closed.
-  ASSERT_TRUE(sluice.server().reload(config("other", "after"), &error)) << error;
+  ASSERT_TRUE(sluice.server().reload(config("renamed", "after"), &error)) << error;
   EXPECT_EQ(httpRequest(sluice.port(), "GET", "/v1/models").status, 200);
-  EXPECT_EQ(sluice.metric("sluice_circuit_state", {{"upstream", "other"}}), 0);
+  EXPECT_EQ(sluice.metric("sluice_circuit_state", {{"upstream", "renamed"}}), 0);
   EXPECT_EQ(sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}), 2);
 }
 

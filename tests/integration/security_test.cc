@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdlib.h>
 
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
@@ -127,6 +128,111 @@ routes:
   EXPECT_TRUE(waitUntil([&] { return occurrences(sluice.stderrText(), warning) == 2; }))
       << sluice.stderrText();
   EXPECT_EQ(sluice.stop(), 0);
+}
+
+// A sluice with one unreachable upstream and no routes: only its admin port matters.
+std::string adminOnlyConfig(const std::string& admin) {
+  return "listen: 127.0.0.1:0\nadmin: " + admin +
+         "\nworkers: 1\nupstreams:\n  - {name: mock, url: \"http://127.0.0.1:1\"}\n";
+}
+
+// Issue 13 item 8: a web page must not be able to drive the admin port.
+// A "simple" cross-site POST (text/plain, foreign Origin) used to get 202 and
+// stop the process; a DNS-rebinding page (Host: its own name) could read /config.
+TEST(SecurityTest, AdminPortRefusesCrossSiteRequestsAndDnsRebinding) {
+  SluiceProcess sluice(adminOnlyConfig("127.0.0.1:0"));
+  ASSERT_TRUE(sluice.running());
+  const uint16_t admin = sluice.adminPort();
+  const std::string self = "127.0.0.1:" + std::to_string(admin);
+  using Headers = std::vector<std::pair<std::string, std::string>>;
+
+  // What <form method=post enctype=text/plain action=http://127.0.0.1:9901/drain> sends.
+  const TestResponse form =
+      httpRequest(admin, "POST", "/drain",
+                  {{"origin", "http://attacker.example"}, {"content-type", "text/plain"}}, "x=1");
+  EXPECT_EQ(form.status, 403) << form.body;
+  // The same without Origin (fetch from an opaque origin, an old browser): still a simple request.
+  EXPECT_EQ(httpRequest(admin, "POST", "/drain", {{"content-type", "text/plain"}}, "x").status,
+            403);
+  // The marker header does not excuse a foreign Origin.
+  EXPECT_EQ(httpRequest(admin, "POST", "/drain",
+                        {{"x-sluice-admin", "1"}, {"origin", "http://attacker.example"}})
+                .status,
+            403);
+  // DNS rebinding: the page's own name in Host.
+  const TestResponse rebound =
+      httpRequest(admin, "GET", "/config", {{"host", "attacker.example:" + std::to_string(admin)}});
+  EXPECT_EQ(rebound.status, 403);
+  EXPECT_EQ(rebound.body.find("upstreams"), std::string::npos) << rebound.body;
+  EXPECT_NE(rebound.body.find("attacker.example"), std::string::npos) << rebound.body;
+  EXPECT_EQ(httpRequest(admin, "GET", "/metrics", {{"host", "localhost.attacker.example"}}).status,
+            403);
+  ASSERT_EQ(sluice.adminStatus("/ready"), 200) << "nothing above may start a drain";
+
+  // Tools: localhost, IP literals, with or without a port.
+  for (const std::string& host : std::vector<std::string>{
+           self, "localhost", "localhost:" + std::to_string(admin), "[::1]:9901", "127.0.0.1"}) {
+    EXPECT_EQ(httpRequest(admin, "GET", "/healthz", Headers{{"host", host}}).status, 200) << host;
+  }
+  // Methods: GET /drain is 405 with Allow: POST; POST to a GET endpoint likewise.
+  const TestResponse get_drain = httpRequest(admin, "GET", "/drain");
+  EXPECT_EQ(get_drain.status, 405);
+  EXPECT_EQ(get_drain.headers.get("allow").value_or(""), "POST");
+  const TestResponse post_metrics =
+      httpRequest(admin, "POST", "/metrics", {{"x-sluice-admin", "1"}});
+  EXPECT_EQ(post_metrics.status, 405);
+  EXPECT_EQ(post_metrics.headers.get("allow").value_or(""), "GET, HEAD");
+  EXPECT_EQ(httpRequest(admin, "GET", "/nope").status, 404);
+  ASSERT_EQ(sluice.adminStatus("/ready"), 200);
+
+  // A tool's POST: the marker header (or a JSON body) drains.
+  EXPECT_EQ(httpRequest(admin, "POST", "/drain", {{"x-sluice-admin", "1"}}).status, 202);
+  EXPECT_EQ(sluice.waitForExit(), 0);
+}
+
+// On 0.0.0.0 (a container) the same rules hold: IP literals (a pod IP, a
+// published port via localhost) and the names in admin.allowed_hosts (a
+// compose service name) are accepted, any other name is not.
+TEST(SecurityTest, AdminOnAllInterfacesAcceptsIpLiteralsAndAllowedHostsOnly) {
+  SluiceProcess sluice(adminOnlyConfig(R"({address: "0.0.0.0:0", allowed_hosts: [sluice]})"));
+  ASSERT_TRUE(sluice.running());
+  const uint16_t admin = sluice.adminPort();
+  const std::string port = ":" + std::to_string(admin);
+  for (const std::string& host :
+       std::vector<std::string>{"sluice" + port, "SLUICE", "172.18.0.5" + port, "[fd00::5]" + port,
+                                "localhost" + port}) {
+    EXPECT_EQ(httpRequest(admin, "GET", "/metrics", {{"host", host}}).status, 200) << host;
+  }
+  for (const std::string& host : std::vector<std::string>{
+           "attacker.example" + port, "sluice.attacker.example", "grafana" + port}) {
+    EXPECT_EQ(httpRequest(admin, "GET", "/metrics", {{"host", host}}).status, 403) << host;
+  }
+  EXPECT_EQ(sluice.stop(), 0);
+}
+
+// Issue 13 item 7: a rejected reload logs the file's error, never the
+// ${VAR}-expanded value (here a URL with an API key as its password).
+TEST(SecurityTest, RejectedReloadDoesNotLogExpandedSecrets) {
+  constexpr char kSecret[] = "sk-reload-secret-789xyz";
+  ASSERT_EQ(setenv("SLUICE_TEST_RELOAD_SECRET", kSecret, 1), 0);
+  const std::string good = adminOnlyConfig("127.0.0.1:0");
+  SluiceProcess sluice(good);
+  ASSERT_TRUE(sluice.running());
+  std::string bad = good;
+  bad.replace(bad.find("http://127.0.0.1:1"), 18, "http://user:${SLUICE_TEST_RELOAD_SECRET}@h");
+  sluice.writeConfig(bad);
+  sluice.signal(SIGHUP);
+  ASSERT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_config_reloads_total", {{"result", "rejected"}}) == 1;
+  }));
+  ASSERT_TRUE(
+      waitUntil([&] { return sluice.stderrText().find("reload rejected") != std::string::npos; }));
+  const std::string err = sluice.stderrText();
+  EXPECT_NE(err.find("must not contain credentials"), std::string::npos) << err;
+  EXPECT_NE(err.find("http://<redacted>@h"), std::string::npos) << err;
+  EXPECT_EQ(err.find(kSecret), std::string::npos) << err;
+  EXPECT_EQ(sluice.stop(), 0);
+  unsetenv("SLUICE_TEST_RELOAD_SECRET");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "tests/support/http_client.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
@@ -9,13 +10,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <arpa/inet.h>
-
+#include <algorithm>
 #include <regex>
 
 namespace sluice::test {
 
-TestConnection::TestConnection(uint16_t port, int receive_buffer) {
+TestConnection::TestConnection(uint16_t port, int receive_buffer) : port_(port) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (receive_buffer > 0) {
     setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
@@ -58,7 +58,11 @@ void TestConnection::send(const std::string& bytes) {
 void TestConnection::sendRequest(const std::string& method, const std::string& path,
                                  const std::vector<std::pair<std::string, std::string>>& headers,
                                  const std::string& body) {
-  std::string out = method + " " + path + " HTTP/1.1\r\nhost: test\r\n";
+  std::string out = method + " " + path + " HTTP/1.1\r\n";
+  const bool has_host = std::any_of(headers.begin(), headers.end(), [](const auto& h) {
+    return equalsIgnoreCase(h.first, "host");
+  });
+  if (!has_host) out += "host: 127.0.0.1:" + std::to_string(port_) + "\r\n";
   bool has_length = false;
   for (const auto& [k, v] : headers) {
     out += k + ": " + v + "\r\n";

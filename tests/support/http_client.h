@@ -38,7 +38,10 @@ class TestConnection {
   bool connected() const { return fd_ >= 0; }
   /** Writes raw bytes. */
   void send(const std::string& bytes);
-  /** Writes a request with an optional body (Content-Length framing). */
+  /**
+   * Writes a request with an optional body (Content-Length framing). Sends
+   * `host: 127.0.0.1:PORT` first unless `headers` carry a host.
+   */
   void sendRequest(const std::string& method, const std::string& path,
                    const std::vector<std::pair<std::string, std::string>>& headers = {},
                    const std::string& body = "");
@@ -90,6 +93,7 @@ class TestConnection {
   static int onMessageComplete(http_parser*);
 
   int fd_ = -1;
+  uint16_t port_ = 0;
   http_parser parser_{};
   http_parser_settings settings_{};
   TestResponse current_;

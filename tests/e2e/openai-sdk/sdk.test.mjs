@@ -45,7 +45,7 @@ routes:
   - name: chat
     match: {path_prefix: /v1/chat/completions, methods: [POST]}
     upstream: mock
-  - name: other
+  - name: rest
     match: {path_prefix: /}
     upstream: mock
 `);

@@ -128,7 +128,7 @@ TEST(ConfigLoaderTest, FillsEveryDefaultFromTheContract) {
   EXPECT_EQ(r.budget.max, seconds(600));
   EXPECT_TRUE(r.budget.propagate);
   EXPECT_EQ(r.retry.attempts, 3u);
-  EXPECT_EQ(r.retry.on.statuses, (std::vector<int>{429, 500, 502, 503, 504}));
+  EXPECT_EQ(r.retry.on.statuses, (std::vector<int>{429, 500, 502, 503, 504, 529}));
   EXPECT_TRUE(r.retry.on.connect_error && r.retry.on.reset && r.retry.on.timeout);
   EXPECT_EQ(r.retry.backoff.base, milliseconds(250));
   EXPECT_EQ(r.retry.backoff.max, seconds(8));
@@ -177,7 +177,7 @@ routes:
   EXPECT_EQ(r.retry.attempts, 5u);
   EXPECT_EQ(r.retry.backoff.base, milliseconds(250));
   EXPECT_EQ(r.retry.backoff.max, seconds(2));
-  EXPECT_EQ(r.retry.on.statuses, (std::vector<int>{429, 500, 502, 503, 504}));
+  EXPECT_EQ(r.retry.on.statuses, (std::vector<int>{429, 500, 502, 503, 504, 529}));
 }
 
 // The full schema of DESIGN.md §2, every key set to a non-default value.
@@ -817,14 +817,46 @@ routes:
      "test.yaml:2:35: limits.max_buffered_body_bytes: must be at least 64KiB"},
     {"LimitsMaxHeadersNotAnInteger", "listen: 127.0.0.1:8080\nlimits: {max_headers: many}\n",
      R"(test.yaml:2:23: limits.max_headers: expected an integer, got "many")"},
-    {"LimitsConnectionsZero",
-     "listen: 127.0.0.1:8080\nlimits: {max_connections_per_worker: 0}\n",
+    {"LimitsConnectionsZero", "listen: 127.0.0.1:8080\nlimits: {max_connections_per_worker: 0}\n",
      "test.yaml:2:38: limits.max_connections_per_worker: must be at least 1"},
     {"LimitsStreamsTooMany",
      "listen: 127.0.0.1:8080\nlimits: {http2_max_concurrent_streams: 1000000}\n",
      "test.yaml:2:40: limits.http2_max_concurrent_streams: must be at most 100000"},
     {"LimitsTimeoutBareNumber", "listen: 127.0.0.1:8080\nlimits: {idle_timeout: 60}\n",
      R"(test.yaml:2:24: limits.idle_timeout: invalid duration "60": missing unit; a bare number is ambiguous (use ms, s, m or h, e.g. "30s" or "250ms"))"},
+    // --- names become metric label values (issue 13 item 11, issue 14 item 8)
+    {"NulInUpstreamName",
+     "listen: 127.0.0.1:8080\nupstreams:\n  - name: \"open\\0ai\"\n    url: http://x\n",
+     "test.yaml:3:11: upstreams[0].name: must not contain control characters (NUL, tab, "
+     "newline, ...)"},
+    {"TabInRouteName", R"(listen: 127.0.0.1:8080
+upstreams: [{name: a, url: "http://x"}]
+routes: [{name: "r\t1", match: {path_prefix: /}, upstream: a}]
+)",
+     "test.yaml:3:17: routes[0].name: must not contain control characters (NUL, tab, newline, "
+     "...)"},
+    {"ReservedUpstreamName",
+     "listen: 127.0.0.1:8080\nupstreams:\n  - name: none\n    url: http://x\n",
+     R"(test.yaml:3:11: upstreams[0].name: "none" is reserved: sluice's metrics use it as a label value ("none": no route or upstream; "other": usage no pricing entry matches); choose another name)"},
+    {"ReservedRouteName", R"(listen: 127.0.0.1:8080
+upstreams: [{name: a, url: "http://x"}]
+routes: [{name: other, match: {path_prefix: /}, upstream: a}]
+)",
+     R"(test.yaml:3:17: routes[0].name: "other" is reserved: sluice's metrics use it as a label value ("none": no route or upstream; "other": usage no pricing entry matches); choose another name)"},
+    {"ReservedPricingModel",
+     "listen: 127.0.0.1:8080\npricing: [{model: other, input: 1, output: 2}]\n",
+     R"(test.yaml:2:19: pricing[0].model: "other" is reserved: sluice's metrics use it as a label value ("none": no route or upstream; "other": usage no pricing entry matches); choose another name)"},
+    // --- admin as a mapping
+    {"AdminMappingNeedsAddress", "listen: 127.0.0.1:8080\nadmin: {allowed_hosts: [sluice]}\n",
+     "test.yaml:2:8: admin.address: required key is missing"},
+    {"AdminAllowedHostWithPort",
+     "listen: 127.0.0.1:8080\nadmin: {address: 0.0.0.0:9901, allowed_hosts: [sluice:9901]}\n",
+     R"(test.yaml:2:48: admin.allowed_hosts[0]: expected a host name or IP address without a port (got "sluice:9901"))"},
+    {"AdminAllowedHostDuplicate",
+     "listen: 127.0.0.1:8080\nadmin: {address: 0.0.0.0:9901, allowed_hosts: [a, A]}\n",
+     R"(test.yaml:2:51: admin.allowed_hosts[1]: duplicate host "a")"},
+    {"AdminUnknownKey", "listen: 127.0.0.1:8080\nadmin: {address: 0.0.0.0:9901, hosts: [a]}\n",
+     R"(test.yaml:2:32: admin.hosts: unknown key (expected one of: address, allowed_hosts))"},
 };
 
 class ConfigLoaderErrorTest : public ::testing::TestWithParam<ErrorCase> {};
@@ -1093,7 +1125,8 @@ TEST(ConfigRenderTest, RendersEveryKeyWithDurationsAsStrings) {
   EXPECT_EQ(j["listen"][0]["address"], "0.0.0.0:8443");
   EXPECT_EQ(j["listen"][0]["tls"]["cert"], "/etc/sluice/cert.pem");
   EXPECT_TRUE(j["listen"][1]["tls"].is_null());
-  EXPECT_EQ(j["admin"], "[::1]:9902");
+  EXPECT_EQ(j["admin"], (nlohmann::json{{"address", "[::1]:9902"},
+                                        {"allowed_hosts", nlohmann::json::array()}}));
   EXPECT_EQ(j["workers"], 6);
   EXPECT_EQ(j["drain_timeout"], "45s");
   EXPECT_EQ(j["source_path"], "test.yaml");
@@ -1268,6 +1301,132 @@ TEST(ConfigLoaderTest, LocalMockExampleFrontsTheMockOnTheDocumentedPorts) {
   for (const RouteConfig& route : c.routes) prefixes.push_back(route.match.path_prefix);
   EXPECT_EQ(prefixes, (std::vector<std::string>{"/v1/chat/completions", "/v1/responses",
                                                 "/v1/messages", "/"}));
+}
+
+// ---------------------------------------------------------------------------
+// Secrets never reach an error message (issue 13 item 7)
+
+TEST(ConfigLoaderTest, ErrorsShowValuesAsWrittenNeverExpanded) {
+  const EnvLookup env = fakeEnv({{"UPSTREAM_URL", "http://user:sk-live-abcdef123456@api.example"},
+                                 {"SECRET", "sk-live-abcdef123456"},
+                                 {"TIMEOUT", "sk-live-abcdef123456"},
+                                 {"HOST", "bad host sk-live-abcdef123456"}});
+  struct Case {
+    const char* yaml;
+    const char* expected;
+  };
+  const Case cases[] = {
+      // The whole value from a variable: quoted as written.
+      {"listen: 127.0.0.1:1\nupstreams: [{name: a, url: \"${UPSTREAM_URL}\"}]\n",
+       R"(test.yaml:2:28: upstreams[0].url: invalid URL "${UPSTREAM_URL}": must not contain credentials; set them in headers)"},
+      // A variable inside the value: the value as written.
+      {"listen: 127.0.0.1:1\nupstreams: [{name: a, url: \"http://user:${SECRET}@h\"}]\n",
+       R"(test.yaml:2:28: upstreams[0].url: invalid URL "http://<redacted>@h": must not contain credentials; set them in headers)"},
+      {"listen: 127.0.0.1:1\ndrain_timeout: ${TIMEOUT}\n",
+       R"(test.yaml:2:16: drain_timeout: invalid duration "${TIMEOUT}": expected a number and a unit (use ms, s, m or h, e.g. "30s" or "250ms"))"},
+      // A part of an expanded value quoted by the parser: redacted.
+      {"listen: \"${HOST}:80\"\n",
+       R"(test.yaml:1:9: listen: invalid address "${HOST}:80": invalid host "<redacted>")"},
+  };
+  for (const Case& c : cases) {
+    const LoadResult r = loadConfigString(c.yaml, "test.yaml", env);
+    ASSERT_TRUE(r.error.has_value()) << c.yaml;
+    EXPECT_EQ(r.error->toString(), c.expected);
+    EXPECT_EQ(r.error->toString().find("abcdef"), std::string::npos) << r.error->toString();
+  }
+  // Credentials written literally are not echoed either.
+  const LoadResult literal =
+      load("listen: 127.0.0.1:1\nupstreams: [{name: a, url: \"https://bob:hunter2@h\"}]\n");
+  ASSERT_TRUE(literal.error.has_value());
+  EXPECT_EQ(
+      literal.error->message,
+      R"(invalid URL "https://<redacted>@h": must not contain credentials; set them in headers)");
+}
+
+TEST(ConfigLoaderTest, ErrorsAboutOtherFieldsDoNotEchoExpandedNames) {
+  // A route naming an upstream through a variable: the unknown name is shown as written.
+  const LoadResult r = loadConfigString(
+      "listen: 127.0.0.1:1\nupstreams: [{name: a, url: \"http://x\"}]\n"
+      "routes: [{name: r, match: {path_prefix: /}, upstream: \"${SECRET}\"}]\n",
+      "test.yaml", fakeEnv({{"SECRET", "sk-live-abcdef123456"}}));
+  ASSERT_TRUE(r.error.has_value());
+  EXPECT_EQ(r.error->message, R"(unknown upstream "${SECRET}" (defined: a))");
+}
+
+// ---------------------------------------------------------------------------
+// Warnings, defaults added by issue 14
+
+TEST(ConfigLoaderTest, WarnsWhenTheUrlPathAndTheRoutePrefixRepeatASegment) {
+  const ConfigPtr c = loadOk(R"(listen: 127.0.0.1:8080
+upstreams:
+  - {name: openai, url: "https://api.openai.com/v1"}
+  - {name: azure, url: "https://x.openai.azure.com/openai/v1/"}
+routes:
+  - {name: doubled, match: {path_prefix: /v1/chat/completions}, upstream: openai}
+  - {name: fine, match: {path_prefix: /chat/completions}, upstream: openai}
+  - {name: other-segment, match: {path_prefix: /v1/responses}, upstream: azure}
+  - {name: everything, upstream: openai, match: {methods: [GET]}}
+  - {name: exact, match: {path_prefix: /v1}, upstream: openai}
+)");
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(c->warnings.size(), 2u);
+  EXPECT_EQ(
+      c->warnings[0],
+      R"(test.yaml:6:42: routes[0].match.path_prefix: upstream "openai"'s url path "/v1" is prepended to every request path, so a request for /v1/chat/completions goes upstream as /v1/v1/chat/completions (drop the path from the url, or leave it out of the route))");
+  EXPECT_NE(c->warnings[1].find("test.yaml:10:40: routes[4].match.path_prefix:"), std::string::npos)
+      << c->warnings[1];
+  EXPECT_TRUE(loadOk(kMinimal)->warnings.empty());
+}
+
+TEST(ConfigLoaderTest, RetriesAnthropicsOverloaded529ByDefault) {
+  const ConfigPtr c = loadOk(kMinimal);
+  EXPECT_TRUE(c->routes[0].retry.on.matchesStatus(529));
+  EXPECT_EQ(outcomeSetToJson(c->routes[0].retry.on),
+            nlohmann::json::parse(
+                R"([429, 500, 502, 503, 504, 529, "connect_error", "reset", "timeout"])"));
+}
+
+TEST(ConfigLoaderTest, AdminTakesAnAddressOrAMappingWithAllowedHosts) {
+  const ConfigPtr plain = loadOk("listen: 127.0.0.1:8080\nadmin: 127.0.0.1:9902\n");
+  EXPECT_EQ(plain->admin.toString(), "127.0.0.1:9902");
+  EXPECT_TRUE(plain->admin_allowed_hosts.empty());
+  const ConfigPtr mapped = loadOk(
+      "listen: 127.0.0.1:8080\nadmin: {address: \"0.0.0.0:9901\", allowed_hosts: [Sluice, "
+      "sluice.monitoring.svc, \"[fd00::1]\", 10.0.0.1]}\n");
+  EXPECT_EQ(mapped->admin.toString(), "0.0.0.0:9901");
+  EXPECT_EQ(mapped->admin_allowed_hosts,
+            (std::vector<std::string>{"sluice", "sluice.monitoring.svc", "fd00::1", "10.0.0.1"}));
+  EXPECT_EQ(toRedactedJson(*mapped)["admin"]["allowed_hosts"][0], "sluice");
+  // The admin address still may not be a listener's.
+  EXPECT_EQ(load("listen: 127.0.0.1:8080\nadmin: {address: 127.0.0.1:8080}\n").error->toString(),
+            "test.yaml:2:18: admin.address: same address as listen[0]");
+}
+
+// ---------------------------------------------------------------------------
+// Files that are not config files (issue 13 item 11)
+
+TEST(ConfigLoaderTest, RejectsADirectoryAndAFileAboveTheSizeCap) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path();
+  const LoadResult directory = loadConfigFile(dir.string(), kEnv);
+  ASSERT_TRUE(directory.error.has_value());
+  EXPECT_EQ(directory.error->toString(), dir.string() + ": is a directory, not a config file");
+
+  // Just over the cap: a valid prefix followed by a long comment. Rejected
+  // before parsing (this would parse fine, and slowly, without the cap).
+  const std::string path = (dir / "sluice_loader_test_huge.yaml").string();
+  std::string text = std::string(kMinimal) + "#";
+  text.resize(kMaxConfigBytes + 1, 'x');
+  std::ofstream(path, std::ios::binary) << text;
+  const LoadResult huge = loadConfigFile(path, kEnv);
+  ASSERT_TRUE(huge.error.has_value());
+  EXPECT_EQ(huge.error->toString(),
+            path + ": config file is larger than 4MiB (the limit; is this the right file?)");
+  EXPECT_FALSE(loadConfigString(text, "big.yaml", kEnv).ok());
+  // At the cap exactly, it loads.
+  text.resize(kMaxConfigBytes);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+  EXPECT_TRUE(loadConfigFile(path, kEnv).ok());
+  std::filesystem::remove(path);
 }
 
 }  // namespace
