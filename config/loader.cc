@@ -1148,6 +1148,10 @@ LimitsConfig Decoder::limits(const Field& f) {
                    {"max_headers", [&](const Field& v) { l.max_headers = u32Max(v, 1, 10'000); }},
                    {"max_body",
                     [&](const Field& v) { l.max_body = boundedSize(v, 1, 1ull << 30); }},
+                   {"max_buffered_body_bytes",
+                    [&](const Field& v) {
+                      l.max_buffered_body_bytes = boundedSize(v, 64 * 1024, 1ull << 40);
+                    }},
                    {"max_connections_per_worker",
                     [&](const Field& v) {
                       l.max_connections_per_worker = u32Max(v, 1, 1'000'000);

@@ -142,6 +142,7 @@ nlohmann::json limitsToJson(const LimitsConfig& l) {
       {"max_header_bytes", formatSize(l.max_header_bytes)},
       {"max_headers", l.max_headers},
       {"max_body", formatSize(l.max_body)},
+      {"max_buffered_body_bytes", formatSize(l.max_buffered_body_bytes)},
       {"max_connections_per_worker", l.max_connections_per_worker},
       {"http2_max_concurrent_streams", l.http2_max_concurrent_streams},
       {"header_read_timeout", formatDuration(l.header_read_timeout)},

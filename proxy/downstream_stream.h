@@ -50,6 +50,14 @@ class DownstreamStream {
    * valid while the stream tells its Exchange that the client left.
    */
   virtual size_t bufferedBytes() const = 0;
+  /**
+   * Stops reading this request's body for now (HTTP/1.1: the socket; HTTP/2:
+   * no WINDOW_UPDATE for the stream): its upstream cannot take more of a
+   * streamed body yet. body_read_timeout does not run while paused.
+   */
+  virtual void pauseRequestBody() = 0;
+  /** Reads the request body again (never re-enters the Exchange synchronously). */
+  virtual void resumeRequestBody() = 0;
   /** The Exchange is done with this stream and will not call it again. */
   virtual void onExchangeDone() = 0;
   /** The client's address and transport, for X-Forwarded-*. */

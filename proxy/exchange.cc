@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "proxy/access_log.h"
+#include "filters/retry/retry_decision.h"
 #include "proxy/filter_chain.h"
 #include "proxy/header_rewrite.h"
 #include "proxy/upstream_pool.h"
@@ -18,6 +19,16 @@ double seconds(std::chrono::steady_clock::duration d) {
 }
 
 constexpr int kClientClosedRequest = 499;  // nginx's code for "the client went away"
+
+/** The request's Content-Length (the codecs validated it), if it has one. */
+std::optional<uint64_t> declaredContentLength(const RequestHead& request) {
+  const auto value = request.headers.get("content-length");
+  if (!value) return std::nullopt;
+  uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(value->data(), value->data() + value->size(), n);
+  if (ec != std::errc() || end != value->data() + value->size()) return std::nullopt;
+  return n;
+}
 
 // Whether a client that sees its response cut for `reason` is still there to
 // read a final error event. client_disconnect: it left; client_stalled: it
@@ -55,6 +66,7 @@ Exchange::Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const Ro
       route_(route != nullptr ? route : &runtime_->noRoute()),
       downstream_(downstream),
       start_(start),
+      body_(&runtime_->bodyMemory(), runtime_->config().limits.max_buffered_body_bytes),
       wake_(host.dispatcher().base(), [this] { onWake(); }) {
   route_->metrics->active().Increment();
   if (route_->config != nullptr) {
@@ -97,8 +109,35 @@ void Exchange::decodeHeaders(RequestHead&& head) {
     rejectBodyTooLarge();
     return;
   }
+  if (!planBody()) return;
   phase_ = Phase::DecodeHeaders;
   runChain(0);
+}
+
+bool Exchange::planBody() {
+  stream_above_ = streamAbove();
+  const auto declared = declaredContentLength(request_);
+  if (!declared) return true;  // chunked: decided as the bytes come
+  body_.declareLength(*declared);
+  if (*declared > stream_above_) {
+    body_.startStreaming();  // the attempt starts with the head (runChain)
+    return true;
+  }
+  // Buffered whole: its room is taken now, so a body the process cannot
+  // hold is refused before any of it is read.
+  if (*declared > 0 && !body_.reserveWhole(*declared)) {
+    refuseBody();
+    return false;
+  }
+  return true;
+}
+
+uint64_t Exchange::streamAbove() const {
+  const config::RetryConfig& retry = route_->config->retry;
+  if (isRetrySafe(retry.idempotent, request_.method, request_.headers.has("idempotency-key"))) {
+    return retry.max_body;
+  }
+  return std::min(retry.max_body, kAlwaysBufferedBytes);
 }
 
 void Exchange::decodeData(const char* data, size_t len) {
@@ -107,20 +146,28 @@ void Exchange::decodeData(const char* data, size_t len) {
     rejectBodyTooLarge();
     return;
   }
-  body_.append(data, len);
+  if (!body_.append(data, len)) {
+    refuseBody();
+    return;
+  }
   bytes_in_ += len;
+  if (!body_.streaming()) {
+    if (body_.size() <= stream_above_) return;
+    // Too big to replay: stop buffering and start the attempt now.
+    body_.startStreaming();
+    if (phase_ == Phase::DecodeComplete && !held_) runChain(0);
+    if (finished_) return;
+  }
+  if (stream_ != nullptr) stream_->onRequestBodyData();
+  applyBodyBackpressure();
 }
 
 bool Exchange::declaredBodyTooLarge() const {
   // The codecs validated the value (digits only, one value); a body that says
   // up front it will not fit is refused before a byte of it is read (and
   // before an HTTP/1.1 client is told `100 Continue`).
-  const auto declared = request_.headers.get("content-length");
-  if (!declared) return false;
-  uint64_t length = 0;
-  const auto [end, ec] = std::from_chars(declared->data(), declared->data() + declared->size(), length);
-  return ec == std::errc() && end == declared->data() + declared->size() &&
-         length > runtime_->config().limits.max_body;
+  const auto declared = declaredContentLength(request_);
+  return declared && *declared > runtime_->config().limits.max_body;
 }
 
 void Exchange::rejectBodyTooLarge() {
@@ -134,8 +181,46 @@ void Exchange::rejectBodyTooLarge() {
 
 void Exchange::decodeComplete() {
   request_complete_ = true;
-  if (finished_ || held_) return;
+  body_.markComplete();
+  if (client_paused_) {
+    // The codec read the end with the bytes that paused it: let it read
+    // again, so a client that leaves is seen at once.
+    client_paused_ = false;
+    if (downstream_ != nullptr) downstream_->resumeRequestBody();
+  }
+  if (finished_) return;
+  if (stream_ != nullptr) {
+    // A streamed body's end: the upstream has it all, so its time to answer starts now.
+    stream_->onRequestBodyData();
+    if (finished_ || stream_ == nullptr) return;
+    last_upstream_byte_ = clock().now();
+    armFirstByteTimer();
+    if (first_byte_timer_ == 0 && attempt_connected_) armIdleTimer();
+    return;
+  }
+  if (held_) return;
   if (phase_ == Phase::DecodeComplete) runChain(0);
+}
+
+void Exchange::applyBodyBackpressure() {
+  if (!body_.streaming() || request_complete_ || downstream_ == nullptr || finished_) return;
+  if (!client_paused_ && body_.held() > kBodyHighWatermark) {
+    client_paused_ = true;
+    downstream_->pauseRequestBody();
+  } else if (client_paused_ && body_.held() < kBodyLowWatermark) {
+    client_paused_ = false;
+    downstream_->resumeRequestBody();
+  }
+}
+
+void Exchange::refuseBody() {
+  const uint64_t cap = runtime_->config().limits.max_buffered_body_bytes;
+  cancelWith(CancelReason::Overloaded,
+             makeProblem(problems::kOverloaded,
+                         "request bodies held by sluice would exceed "
+                         "limits.max_buffered_body_bytes (" +
+                             std::to_string(cap) + " bytes)",
+                         CancelReason::Overloaded));
 }
 
 void Exchange::runChain(size_t from) {
@@ -144,7 +229,7 @@ void Exchange::runChain(size_t from) {
     FilterStatus status = FilterStatus::Continue;
     switch (phase_) {
       case Phase::DecodeHeaders: status = filter.decodeHeaders(request_); break;
-      case Phase::DecodeComplete: status = filter.decodeComplete(body_); break;
+      case Phase::DecodeComplete: status = filter.decodeComplete(body_.prefix()); break;
       case Phase::BeforeAttempt: status = filter.beforeAttempt(upstream_request_); break;
       case Phase::Done: return;
     }
@@ -159,7 +244,8 @@ void Exchange::runChain(size_t from) {
   switch (phase_) {
     case Phase::DecodeHeaders:
       phase_ = Phase::DecodeComplete;
-      if (request_complete_) runChain(0);
+      // A streamed body does not wait for its end: the attempt carries it.
+      if (request_complete_ || body_.streaming()) runChain(0);
       return;
     case Phase::DecodeComplete:
       startAttempt();
@@ -185,11 +271,12 @@ void Exchange::startAttempt() {
   retry_scheduled_ = false;
   held_head_.reset();
   held_body_.clear();
+  assert(body_.replayable() && "a retry needs the whole body");
   attempt_forwarded_bytes_ = 0;
   upstream_request_ = request_;
   rewriteRequestForUpstream(upstream_request_, *route_->upstream->config,
                             downstream_ != nullptr ? downstream_->clientInfo() : ClientInfo{});
-  upstream_request_.headers.remove("expect");  // the body is already here
+  upstream_request_.headers.remove("expect");  // sluice answered it (or reads the body anyway)
   phase_ = Phase::BeforeAttempt;
   runChain(0);
 }
@@ -197,7 +284,6 @@ void Exchange::startAttempt() {
 void Exchange::sendAttempt() {
   phase_ = Phase::Done;
   if (!transition(ExchangeState::Running)) return;
-  const config::RouteConfig& rc = *route_->config;
   const config::UpstreamConfig& uc = *route_->upstream->config;
   const MonotonicTime now = clock().now();
 
@@ -213,12 +299,7 @@ void Exchange::sendAttempt() {
                             "no connection to upstream " + route_->upstream->config->name +
                                 " within connect_timeout"));
   });
-  if (rc.first_byte_timeout.count() > 0) {
-    first_byte_timer_ = armTimer(now + rc.first_byte_timeout, [this] {
-      first_byte_timer_ = 0;
-      onAttemptTimeout(true);
-    });
-  }
+  armFirstByteTimer();
 
   attempt_unprocessed_ = false;
   UpstreamPool& pool = host_.pool(*runtime_, route_->upstream_index);
@@ -294,8 +375,23 @@ void Exchange::onAttemptTimeout(bool first_byte) {
   cancel(CancelReason::UpstreamTimeout);
 }
 
+void Exchange::armFirstByteTimer() {
+  // A streamed upload is not the upstream's time to answer: it runs once
+  // the upstream has the whole request.
+  const auto timeout = route_->config->first_byte_timeout;
+  if (timeout.count() <= 0 || !request_complete_ || upstream_headers_) return;
+  disarmTimer(first_byte_timer_);
+  first_byte_timer_ = armTimer(clock().now() + timeout, [this] {
+    first_byte_timer_ = 0;
+    onAttemptTimeout(true);
+  });
+}
+
 void Exchange::armIdleTimer() {
-  if (route_->config == nullptr || upstream_paused_ || stream_ == nullptr) return;
+  // Nor is a stalled upload a stalled upstream (body_read_timeout is the client's).
+  if (route_->config == nullptr || upstream_paused_ || stream_ == nullptr || !request_complete_) {
+    return;
+  }
   const auto idle = route_->config->idle_timeout;
   if (idle.count() <= 0) return;
   disarmTimer(idle_timer_);
@@ -319,6 +415,11 @@ void Exchange::onUpstreamConnected() {
   disarmTimer(connect_timer_);
   connect_timer_ = 0;
   if (first_byte_timer_ == 0) armIdleTimer();  // waiting for the first byte counts as idle
+}
+
+void Exchange::onUpstreamBodySent(uint64_t offset) {
+  body_.discardBefore(offset);  // a streamed body frees what the upstream took
+  applyBodyBackpressure();
 }
 
 void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
@@ -401,6 +502,11 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
   if (discarding_ || downstream_ == nullptr) return;
   noteForwarded(data, len);
   downstream_->encodeData(data, len, false);
+  pauseUpstreamIfClientSlow();
+}
+
+void Exchange::pauseUpstreamIfClientSlow() {
+  if (discarding_ || downstream_ == nullptr) return;
   if (!upstream_paused_ && stream_ != nullptr && downstream_->aboveHighWatermark()) {
     // The client is slower than the upstream: stop reading the upstream until
     // the client drains (onDownstreamWritable). Memory per stream stays bounded.
@@ -463,7 +569,9 @@ void Exchange::onDownstreamDisconnect(CancelReason reason) {
   const bool finish_mode =
       route_->config != nullptr &&
       route_->config->on_client_disconnect == config::ClientDisconnectMode::Finish;
-  if (finish_mode && stream_ != nullptr && state_ == ExchangeState::Running) {
+  // A streamed request cut short cannot complete upstream: cancel it instead.
+  if (finish_mode && stream_ != nullptr && state_ == ExchangeState::Running &&
+      request_complete_) {
     // Let the side-effecting call complete, within finish_grace; its output is leaked.
     discarding_ = true;
     if (!cancel_reason_) cancel_reason_ = reason;
@@ -495,6 +603,11 @@ void Exchange::onDownstreamWritable() {
 // --- endings --------------------------------------------------------------------------
 
 void Exchange::cancel(CancelReason reason, std::optional<std::chrono::milliseconds> retry_after) {
+  cancelWith(reason, std::nullopt, retry_after);
+}
+
+void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_with,
+                          std::optional<std::chrono::milliseconds> retry_after) {
   if (finished_ || isTerminal(state_) || state_ == ExchangeState::Cancelling) return;
   if (!cancel_reason_) cancel_reason_ = reason;  // first cause wins
   const MonotonicTime decided = clock().now();
@@ -504,7 +617,7 @@ void Exchange::cancel(CancelReason reason, std::optional<std::chrono::millisecon
   Problem problem;
   std::string final_event;
   if (downstream_ != nullptr) {
-    problem = problemFor(*cancel_reason_, retry_after);
+    problem = answer_with ? std::move(*answer_with) : problemFor(*cancel_reason_, retry_after);
     // Decided before the attempt ends: the spend meter must know whether what
     // is buffered for the client will still be delivered.
     if (response_started_ && clientStillListening(*cancel_reason_)) {
@@ -655,6 +768,9 @@ void Exchange::finish(int status_code) {
   logAccess(status_code, now);
   if (DownstreamStream* d = downstream_) {
     downstream_ = nullptr;
+    // Answered before the upload ended: the codec reads (and drops) the rest.
+    if (client_paused_) d->resumeRequestBody();
+    client_paused_ = false;
     d->onExchangeDone();
   }
   host_.retire(*this);

@@ -26,6 +26,7 @@
 #include "proxy/event_util.h"
 #include "proxy/exchange_state.h"
 #include "proxy/filter.h"
+#include "proxy/request_body.h"
 #include "proxy/problem.h"
 #include "proxy/request_id.h"
 #include "proxy/runtime.h"
@@ -87,15 +88,21 @@ class Exchange final : public DeferredDeletable,
   ~Exchange() override;
 
   // --- from the downstream codec ----------------------------------------------
-  /** The request head. Runs decodeHeaders; may answer at once (404, 400). */
+  /**
+   * The request head. Runs decodeHeaders; may answer at once (404, 400, 503
+   * when its declared body would pass `limits.max_buffered_body_bytes`).
+   */
   void decodeHeaders(RequestHead&& head);
   /**
-   * A slice of the request body. Bodies are buffered up to `limits.max_body`
-   * (413 above); up to the route's `retry.max_body` they may be replayed by
-   * retries, larger ones are sent once.
+   * A slice of the request body; 413 above `limits.max_body`, 503
+   * `overloaded` when the process holds too much body already. A body a
+   * retry may replay is buffered whole before the first attempt; one that
+   * cannot be replayed (above streamAbove()) is streamed: the attempt starts
+   * once that is known and each byte is freed when the upstream took it,
+   * the client paused while more than kBodyHighWatermark waits.
    */
   void decodeData(const char* data, size_t len);
-  /** The request is complete: the first attempt may start. */
+  /** The request is complete: the first attempt may start (a streamed one is under way). */
   void decodeComplete();
   /**
    * The client went away (EOF, reset, RST_STREAM: `client_disconnect`), or
@@ -104,6 +111,17 @@ class Exchange final : public DeferredDeletable,
   void onDownstreamDisconnect(CancelReason reason = CancelReason::ClientDisconnect);
   /** The client drained its buffer below the low watermark: resume the upstream. */
   void onDownstreamWritable();
+
+  /** A streamed body held above this pauses the client's upload... */
+  static constexpr uint64_t kBodyHighWatermark = 256 * 1024;
+  /** ... until the upstream took it down to this. */
+  static constexpr uint64_t kBodyLowWatermark = 64 * 1024;
+  /**
+   * Bodies up to this size are buffered whole even when no retry could
+   * replay them: the filters read them (spend meter, throttle estimate) and
+   * an attempt the upstream never processed can still be replayed.
+   */
+  static constexpr uint64_t kAlwaysBufferedBytes = 1024 * 1024;
 
   // --- FilterCallbacks ------------------------------------------------------------
   void continueDecoding() override;
@@ -122,6 +140,7 @@ class Exchange final : public DeferredDeletable,
   void retryAttempt(std::chrono::milliseconds delay, const std::string& cause) override;
   ResponseHead* heldResponse() override { return held_head_ ? &*held_head_ : nullptr; }
   std::string_view heldBody() const override { return held_body_; }
+  bool requestBodyReplayable() const override { return body_.replayable(); }
   std::function<void()> crossThreadWaker(std::function<void()> fn) override;
 
   // --- introspection ----------------------------------------------------------
@@ -141,6 +160,7 @@ class Exchange final : public DeferredDeletable,
 
   // UpstreamCallbacks
   void onUpstreamConnected() override;
+  void onUpstreamBodySent(uint64_t offset) override;
   void onUpstreamHeaders(ResponseHead&& head, bool end_stream) override;
   void onUpstreamData(const char* data, size_t len) override;
   void onUpstreamComplete() override;
@@ -148,6 +168,24 @@ class Exchange final : public DeferredDeletable,
 
   bool transition(ExchangeState to);
   void runChain(size_t from);
+  /**
+   * Reads the request's declared length: a body that will be streamed is
+   * marked so, one that will be buffered whole reserves its room now. False
+   * (answered 503) when the cap refuses it.
+   */
+  bool planBody();
+  /** A body above this many bytes cannot be replayed by a retry: it is streamed. */
+  uint64_t streamAbove() const;
+  /** Pauses or resumes the client's upload around the body watermarks. */
+  void applyBodyBackpressure();
+  /** 503 `overloaded`: the body does not fit under `limits.max_buffered_body_bytes`. */
+  void refuseBody();
+  /**
+   * cancel(), answering `answer_with` (if nothing was sent yet) instead of
+   * the first cause's own problem.
+   */
+  void cancelWith(CancelReason reason, std::optional<Problem> answer_with,
+                  std::optional<std::chrono::milliseconds> retry_after = std::nullopt);
   void startAttempt();
   void sendAttempt();
   void endAttempt(AttemptResult result, bool reuse);
@@ -163,6 +201,7 @@ class Exchange final : public DeferredDeletable,
   void finish(int status_code);
   Problem problemFor(CancelReason reason,
                      std::optional<std::chrono::milliseconds> retry_after) const;
+  void armFirstByteTimer();
   /**
    * The one SSE error event that precedes a cut of the response under way
    * (DESIGN.md §8), or "" when none can be written: not an event stream of a
@@ -186,6 +225,8 @@ class Exchange final : public DeferredDeletable,
   /** One access log line for the finished request, when the log is on. */
   void logAccess(int status_code, MonotonicTime now) const;
   void releaseHeldResponse(bool end_stream);
+  /** The client is slower than the upstream: stop reading the upstream. */
+  void pauseUpstreamIfClientSlow();
 
   void rearmWake();
   void onWake();
@@ -208,7 +249,9 @@ class Exchange final : public DeferredDeletable,
 
   RequestHead request_;
   RequestIdentity identity_;
-  std::string body_;
+  RequestBody body_;  // counted against the process-wide cap (runtime_->bodyMemory())
+  uint64_t stream_above_ = 0;    // planBody(): streamAbove()
+  bool client_paused_ = false;  // the client's upload is paused (streamed body backpressure)
   bool request_complete_ = false;
   std::vector<StreamFilterPtr> filters_;
 

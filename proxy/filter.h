@@ -107,6 +107,12 @@ class FilterCallbacks {
   /** The held response's body so far (at most kMaxHeldBody bytes). */
   virtual std::string_view heldBody() const = 0;
   /**
+   * True while another attempt could send the request body again: always
+   * for a buffered body; for a streamed one (README "Decisions") only until
+   * its first bytes went upstream.
+   */
+  virtual bool requestBodyReplayable() const = 0;
+  /**
    * Wraps `fn` into a callback any thread may call: it runs `fn` on this
    * Exchange's worker thread, and not at all if the Exchange has ended by
    * then. Shared state (quota trackers) wakes waiters with it.
@@ -148,7 +154,11 @@ class StreamFilter {
 
   /** Once per request: the client's request headers. */
   virtual FilterStatus decodeHeaders(RequestHead&) { return FilterStatus::Continue; }
-  /** Once per request: the whole body is in (buffered for replay). */
+  /**
+   * Once per request, before the first attempt: the whole body when it is
+   * buffered; for a streamed body (too big to replay, README "Decisions")
+   * only what is held when its attempt starts — possibly nothing.
+   */
   virtual FilterStatus decodeComplete(std::string_view /*body*/) { return FilterStatus::Continue; }
   /**
    * Per attempt, before it goes upstream, with the request as the upstream

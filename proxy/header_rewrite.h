@@ -28,7 +28,10 @@ struct ClientInfo {
 void rewriteRequestForUpstream(RequestHead& head, const config::UpstreamConfig& upstream,
                                const ClientInfo& client);
 
-/** Strips hop-by-hop fields from an upstream response before it goes downstream. */
+/**
+ * Strips hop-by-hop fields from an upstream response before it goes
+ * downstream, and Content-Length from a 204 or 304 (which have no body).
+ */
 void rewriteResponseForDownstream(ResponseHead& head);
 
 /** `x-sluice-*` in any mix of `-` and `_` (`x_sluice_attempts`); `name` is lower-case. */

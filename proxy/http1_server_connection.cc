@@ -96,6 +96,7 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
 
   event_base* base = host.dispatcher().base();
   resume_event_.reset(event_new(base, -1, 0, &Http1ServerConnection::onResumeCb, this));
+  body_resume_event_.reset(event_new(base, -1, 0, &Http1ServerConnection::onBodyResumeCb, this));
   bufferevent_setcb(bev_.get(), &Http1ServerConnection::onReadCb,
                     &Http1ServerConnection::onWriteCb, &Http1ServerConnection::onEventCb, this);
   // The write callback fires when the client has drained us to the low watermark.
@@ -141,6 +142,7 @@ void Http1ServerConnection::parseInput() {
   }
   while (!closed_ && !closing_ && evbuffer_get_length(input) > 0) {
     if (HTTP_PARSER_ERRNO(&parser_) == HPE_PAUSED) break;  // a request is being served
+    if (body_paused_) break;  // the upload waits for its upstream (resumeRequestBody)
     evbuffer_iovec vec;
     if (evbuffer_peek(input, -1, nullptr, &vec, 1) < 1) break;
     const char* data = static_cast<const char*>(vec.iov_base);
@@ -638,6 +640,29 @@ size_t Http1ServerConnection::bufferedBytes() const {
   return body;
 }
 
+void Http1ServerConnection::pauseRequestBody() {
+  if (closed_ || body_paused_) return;
+  body_paused_ = true;
+  // The kernel's buffers hold the rest, and TCP flow control stops the client.
+  bufferevent_disable(bev_.get(), EV_READ);
+  if (read_phase_ == ReadPhase::Body) armReadTimer(MonotonicTime::max());  // not the client's fault
+}
+
+void Http1ServerConnection::resumeRequestBody() {
+  if (!body_paused_) return;
+  body_paused_ = false;
+  if (closed_ || closing_) return;
+  if (read_phase_ == ReadPhase::Body) enterReadPhase(ReadPhase::Body);  // the gap starts now
+  bufferevent_enable(bev_.get(), EV_READ);
+  // Bytes already in the input raise no read event: parse them next turn,
+  // never from inside the Exchange that resumed us.
+  event_active(body_resume_event_.get(), 0, 0);
+}
+
+void Http1ServerConnection::onBodyResumeCb(evutil_socket_t, short, void* arg) {
+  static_cast<Http1ServerConnection*>(arg)->parseInput();
+}
+
 void Http1ServerConnection::noteOutput(OutputPiece piece) {
   output_pieces_.push_back(piece);
   output_pieces_wire_ += piece.wire;
@@ -653,6 +678,7 @@ void Http1ServerConnection::noteOutput(OutputPiece piece) {
 void Http1ServerConnection::onExchangeDone() {
   exchange_ = nullptr;
   if (closed_) return;
+  resumeRequestBody();  // no Exchange, no pause: the rest of the body is read and dropped
   if (closing_) {
     // encodeData or resetStreamAfter chose to close once the output drains; it
     // may have drained already.
@@ -824,6 +850,7 @@ void Http1ServerConnection::closeWith(CancelReason reason) {
     bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);
   }
   event_del(resume_event_.get());
+  event_del(body_resume_event_.get());
   read_timer_.disarm();
   send_watch_.stop();
   host_.connectionClosed(*this);

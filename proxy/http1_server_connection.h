@@ -19,8 +19,9 @@
 //                   header_read_timeout from that byte until the head is in
 //                   (408) — a total for the head, not per byte (slow loris);
 //   request body:   body_read_timeout without a body byte (408 through the
-//                   Exchange, which has sent nothing upstream yet: bodies are
-//                   buffered before the first attempt);
+//                   Exchange); not while the Exchange paused the body
+//                   (pauseRequestBody: a streamed upload waits for its
+//                   upstream, and reading stops until it catches up);
 //   response:       none here — the Exchange's budget and timers own it.
 // One write deadline: send_timeout (SendStallWatch) closes a connection whose
 // output has been pending without a byte accepted for that long, whatever the
@@ -92,6 +93,8 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   bool canWriteWithoutWaiting(size_t len) const override;
   bool aboveHighWatermark() const override;
   size_t bufferedBytes() const override;
+  void pauseRequestBody() override;
+  void resumeRequestBody() override;
   void onExchangeDone() override;
   const ClientInfo& clientInfo() const override { return client_info_; }
 
@@ -108,6 +111,7 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   static void onWriteCb(bufferevent*, void* arg);
   static void onEventCb(bufferevent*, short events, void* arg);
   static void onResumeCb(evutil_socket_t, short, void* arg);
+  static void onBodyResumeCb(evutil_socket_t, short, void* arg);
   void onRead();
   void onWrite();
   void onEvent(short events);
@@ -164,6 +168,7 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   Http1Limits limits_;
   BufferEventPtr bev_;
   EventPtr resume_event_;
+  EventPtr body_resume_event_;  // parses the rest of a paused body, next loop turn
   std::string peer_address_;
   ClientInfo client_info_;
 
@@ -236,6 +241,7 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   SendStallWatch send_watch_;
 
   Exchange* exchange_ = nullptr;
+  bool body_paused_ = false;        // the Exchange paused the body (streamed upload backpressure)
   bool request_complete_ = false;   // the current request's last byte was parsed
   bool response_complete_ = false;  // the current response's last byte was written
   bool response_started_ = false;   // the current response's head was written

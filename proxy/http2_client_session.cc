@@ -27,21 +27,18 @@ nghttp2_nv makeNv(std::string_view name, std::string_view value) {
                     value.size(), NGHTTP2_NV_FLAG_NONE};
 }
 
-bool mayHaveBody(std::string_view method, std::string_view body) {
-  return !(body.empty() && (method == "GET" || method == "HEAD" || method == "DELETE" ||
-                            method == "OPTIONS"));
-}
-
 }  // namespace
 
 // --- Http2ClientStream --------------------------------------------------------------
 
-void Http2ClientStream::sendRequest(const RequestHead& head, std::string_view body,
+void Http2ClientStream::sendRequest(const RequestHead& head, RequestBody& body,
                                     UpstreamCallbacks* callbacks) {
   callbacks_ = callbacks;
-  body_ = body;
+  body_ = &body;
   session_.submit(*this, head);
 }
+
+void Http2ClientStream::onRequestBodyData() { session_.resumeBody(*this); }
 
 void Http2ClientStream::pauseReading() { paused_ = true; }
 
@@ -159,15 +156,15 @@ void Http2ClientSession::submit(Http2ClientStream& stream, const RequestHead& he
     nva.push_back(makeNv(n, value));
   }
   std::string length;
-  const bool with_body = mayHaveBody(head.method, stream.body_);
-  if (with_body) {
-    length = std::to_string(stream.body_.size());
+  if (const auto n = upstreamContentLength(head.method, *stream.body_)) {
+    length = std::to_string(*n);
     nva.push_back(makeNv("content-length", length));
   }
+  const bool no_body = stream.body_->complete() && stream.body_->size() == 0;
   nghttp2_data_provider provider{};
   provider.read_callback = &Http2ClientSession::readBody;
   const int32_t id = nghttp2_submit_request(session_.get(), nullptr, nva.data(), nva.size(),
-                                            stream.body_.empty() ? nullptr : &provider, &stream);
+                                            no_body ? nullptr : &provider, &stream);
   if (id < 0) {
     stream.ended_ = true;
     if (stream.callbacks_ != nullptr) {
@@ -186,24 +183,52 @@ void Http2ClientSession::submit(Http2ClientStream& stream, const RequestHead& he
 
 ssize_t Http2ClientSession::readBody(nghttp2_session* session, int32_t stream_id, uint8_t* buf,
                                      size_t length, uint32_t* data_flags, nghttp2_data_source*,
-                                     void*) {
+                                     void* user) {
+  auto* self = static_cast<Http2ClientSession*>(user);
   auto* stream =
       static_cast<Http2ClientStream*>(nghttp2_session_get_stream_user_data(session, stream_id));
   // The holder let go: its body may be gone. Resetting the stream is all that is left.
-  if (stream == nullptr || stream->let_go_) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-  const size_t n = std::min(length, stream->body_.size() - stream->body_sent_);
-  std::memcpy(buf, stream->body_.data() + stream->body_sent_, n);
+  if (stream == nullptr || stream->let_go_ || stream->body_ == nullptr) {
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  }
+  // No body byte before the connection is up: a connect error must leave a
+  // streamed body untouched, so the attempt can still be retried.
+  if (!self->connected_) {
+    stream->body_deferred_ = true;
+    return NGHTTP2_ERR_DEFERRED;
+  }
+  const RequestBody& body = *stream->body_;
+  const std::string_view piece = body.peek(stream->body_sent_);
+  const size_t n = std::min(length, piece.size());
+  if (n > 0) std::memcpy(buf, piece.data(), n);
   stream->body_sent_ += n;
-  if (stream->body_sent_ == stream->body_.size()) *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+  if (body.complete() && stream->body_sent_ == body.size()) {
+    *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+  } else if (n == 0) {
+    stream->body_deferred_ = true;  // a streamed body: onRequestBodyData wakes us
+    return NGHTTP2_ERR_DEFERRED;
+  }
+  if (n > 0 && stream->callbacks_ != nullptr) stream->callbacks_->onUpstreamBodySent(stream->body_sent_);
   return static_cast<ssize_t>(n);
+}
+
+void Http2ClientSession::resumeBody(Http2ClientStream& stream) {
+  if (!stream.body_deferred_ || !connected_ || closed_ || stream.let_go_ || stream.id_ <= 0 ||
+      !session_) {
+    return;
+  }
+  stream.body_deferred_ = false;
+  nghttp2_session_resume_data(session_.get(), stream.id_);
+  flush();
 }
 
 void Http2ClientSession::letGo(Http2ClientStream& stream, bool reset) {
   if (stream.let_go_) return;
   stream.let_go_ = true;
   stream.callbacks_ = nullptr;
-  const bool request_sent = stream.body_sent_ == stream.body_.size();
-  stream.body_ = {};
+  const bool request_sent = stream.body_ == nullptr || (stream.body_->complete() &&
+                                                        stream.body_sent_ == stream.body_->size());
+  stream.body_ = nullptr;
   if (!stream.held_.empty()) {
     // Never handed over: give the connection window back.
     if (session_) nghttp2_session_consume_connection(session_.get(), stream.held_.size());
@@ -350,6 +375,7 @@ void Http2ClientSession::onConnected() {
   for (Http2ClientStream* s : waiting) {
     if (streams_.count(s) == 0 || s->ended_ || s->id_ < 0) continue;
     if (s->callbacks_ != nullptr) s->callbacks_->onUpstreamConnected();
+    if (streams_.count(s) != 0) resumeBody(*s);  // bodies wait for the connection
   }
   if (streams_.empty()) armPing();
 }

@@ -42,8 +42,9 @@ class Http2ClientStream final : public DeferredDeletable, public UpstreamStream 
   explicit Http2ClientStream(Http2ClientSession& session) : session_(session) {}
 
   // UpstreamStream
-  void sendRequest(const RequestHead& head, std::string_view body,
+  void sendRequest(const RequestHead& head, RequestBody& body,
                    UpstreamCallbacks* callbacks) override;
+  void onRequestBodyData() override;
   void pauseReading() override;
   void resumeReading() override;
   void detach() override { callbacks_ = nullptr; }
@@ -58,8 +59,9 @@ class Http2ClientStream final : public DeferredDeletable, public UpstreamStream 
   Http2ClientSession& session_;
   UpstreamCallbacks* callbacks_ = nullptr;
   int32_t id_ = -1;
-  std::string_view body_;  // the Exchange's body, valid until release/reset
-  size_t body_sent_ = 0;
+  RequestBody* body_ = nullptr;  // the Exchange's body, valid until release/reset
+  uint64_t body_sent_ = 0;        // body bytes handed to nghttp2
+  bool body_deferred_ = false;    // the data provider waits for body bytes (or the connection)
   ResponseHead head_;
   bool head_reported_ = false;
   bool paused_ = false;
@@ -113,6 +115,8 @@ class Http2ClientSession final : public DeferredDeletable {
   void init();
   void submit(Http2ClientStream& stream, const RequestHead& head);
   void letGo(Http2ClientStream& stream, bool reset);
+  /** More of `stream`'s request body can be sent: wake its data provider. */
+  void resumeBody(Http2ClientStream& stream);
   void deliverHeld(Http2ClientStream& stream);
   void forget(Http2ClientStream& stream);
   void flush();

@@ -49,6 +49,8 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   bool canWriteWithoutWaiting(size_t len) const override;
   bool aboveHighWatermark() const override { return pending() > conn_.limits_.high_watermark; }
   size_t bufferedBytes() const override { return pending(); }
+  void pauseRequestBody() override;
+  void resumeRequestBody() override;
   void onExchangeDone() override;
   const ClientInfo& clientInfo() const override { return conn_.client_info_; }
 
@@ -63,6 +65,8 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   void disconnect(CancelReason reason = CancelReason::ClientDisconnect);
   /** The request body is being read: body_read_timeout runs from now, sliding per DATA. */
   void startBodyTimer();
+  /** Sends the WINDOW_UPDATE held back for request body bytes taken while paused. */
+  void giveBackWindow();
   void onBodyTimer();
 
   Http2ServerConnection& conn_;
@@ -77,6 +81,8 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   bool head_request_ = false;
   bool request_complete_ = false;  // END_STREAM received
   Exchange* exchange_ = nullptr;
+  bool body_paused_ = false;  // the Exchange paused the upload: the stream window is held
+  size_t unconsumed_ = 0;     // body bytes taken while paused, not yet acknowledged
 
   // response
   EvBufferPtr pending_;         // body bytes the client's window has not admitted yet
@@ -176,8 +182,31 @@ void Http2ServerConnection::Stream::reset(uint32_t error_code) {
   conn_.scheduleSend();
 }
 
+void Http2ServerConnection::Stream::pauseRequestBody() {
+  if (body_paused_) return;
+  body_paused_ = true;
+  body_timer_.disarm();  // waiting for the upstream is not the client's fault
+}
+
+void Http2ServerConnection::Stream::resumeRequestBody() {
+  if (!body_paused_) return;
+  body_paused_ = false;
+  giveBackWindow();
+  if (!request_complete_ && exchange_ != nullptr) startBodyTimer();
+}
+
+void Http2ServerConnection::Stream::giveBackWindow() {
+  const size_t n = unconsumed_;
+  unconsumed_ = 0;
+  if (n == 0 || closed_ || conn_.closed_) return;
+  nghttp2_session_consume_stream(conn_.session_.get(), id_, n);
+  conn_.scheduleSend();  // the WINDOW_UPDATE goes next turn, never from the Exchange's call
+}
+
 void Http2ServerConnection::Stream::onExchangeDone() {
   exchange_ = nullptr;
+  body_paused_ = false;
+  giveBackWindow();
   // An Exchange that ends without finishing its response leaves it truncated:
   // the client must not mistake it for complete. (A resetStreamAfter resets
   // it itself, once its last bytes are out.)
@@ -251,6 +280,9 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
   nghttp2_option* raw_option = nullptr;
   nghttp2_option_new(&raw_option);
   std::unique_ptr<nghttp2_option, OptionDeleter> option(raw_option);
+  // Request body windows are acknowledged by hand (onDataChunkRecv): a
+  // streamed upload whose upstream is slow holds its stream's window.
+  nghttp2_option_set_no_auto_window_update(option.get(), 1);
 
   nghttp2_session* session = nullptr;
   nghttp2_session_server_new2(&session, callbacks.get(), this, option.get());
@@ -438,15 +470,24 @@ int Http2ServerConnection::onFrameRecv(nghttp2_session*, const nghttp2_frame* fr
   return 0;
 }
 
-int Http2ServerConnection::onDataChunkRecv(nghttp2_session*, uint8_t, int32_t stream_id,
+int Http2ServerConnection::onDataChunkRecv(nghttp2_session* session, uint8_t, int32_t stream_id,
                                            const uint8_t* data, size_t len, void* user_data) {
   auto* self = static_cast<Http2ServerConnection*>(user_data);
+  // The connection's window is never held: one paused upload must not stall
+  // the connection's other streams.
+  nghttp2_session_consume_connection(session, len);
   Stream* stream = self->findStream(stream_id);
-  // Bytes of a request already answered (404, 413, 431) are read and dropped;
-  // nghttp2 still returns them to the flow-control window.
+  // Bytes of a request already answered (404, 413, 431) are read and dropped.
   if (stream != nullptr && stream->exchange_ != nullptr) {
     stream->last_body_byte_ = self->host_.dispatcher().clock().now();
     stream->exchange_->decodeData(reinterpret_cast<const char*>(data), len);
+  }
+  // The stream's window comes back once the Exchange took the bytes, or
+  // when it resumes a paused upload: the client's window is the backpressure.
+  if (stream != nullptr && stream->body_paused_) {
+    stream->unconsumed_ += len;
+  } else {
+    nghttp2_session_consume_stream(session, stream_id, len);
   }
   return 0;
 }

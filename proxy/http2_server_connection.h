@@ -14,6 +14,11 @@
 //   resetStreamAfter(bytes)     → the same RST_STREAM, once the DATA frame with
 //                                 the final bytes (an SSE error event) was sent
 //
+// Request bodies are acknowledged by hand (no automatic WINDOW_UPDATE): the
+// connection window at once, a stream's window once its Exchange took the
+// bytes — so an Exchange streaming an upload to a slow upstream pauses the
+// stream (pauseRequestBody) and the client's window stops it.
+//
 // Backpressure is HTTP/2 flow control. Response bytes the client's window
 // does not admit yet wait in the stream's own buffer; above the high
 // watermark the Exchange pauses its upstream, and it resumes once the

@@ -137,10 +137,17 @@ Metrics::Metrics()
                              .Name("sluice_access_log_dropped_total")
                              .Help("Access log lines dropped: the writer fell behind or a write "
                                    "failed.")
-                             .Register(*registry_)) {
+                             .Register(*registry_)),
+      request_body_buffered(
+          BuildGauge()
+              .Name("sluice_request_body_buffered_bytes")
+              .Help("Request body bytes held by sluice (all workers), against "
+                    "limits.max_buffered_body_bytes.")
+              .Register(*registry_)) {
   access_log_dropped_ = &access_log_dropped.Add({});
   build_info.Add({{"version", std::string(buildVersion())}, {"commit", std::string(buildCommit())}})
       .Set(1);
+  request_body_buffered_bytes_ = &request_body_buffered.Add({});
   for (size_t i = 0; i < kRejectionCount; ++i) {
     rejections_[i] = &downstream_rejections.Add(
         {{"reason", std::string(toString(static_cast<Rejection>(i)))}});

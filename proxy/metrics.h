@@ -201,6 +201,13 @@ class Metrics {
   /** sluice_downstream_rejections_total{reason}: every label built once, up front. */
   prometheus::Counter& rejections(Rejection r) { return *rejections_[static_cast<size_t>(r)]; }
 
+  /**
+   * sluice_request_body_buffered_bytes (a contract addition, README
+   * "Limits"): request body bytes held now, against the process-wide cap.
+   */
+  prometheus::Family<prometheus::Gauge>& request_body_buffered;
+  prometheus::Gauge& requestBodyBuffered() { return *request_body_buffered_bytes_; }
+
   static const prometheus::Histogram::BucketBoundaries& durationBuckets();
   static const prometheus::Histogram::BucketBoundaries& propagationBuckets();
 
@@ -208,6 +215,7 @@ class Metrics {
   std::array<prometheus::Counter*, kRejectionCount> rejections_{};
   prometheus::Counter* access_log_dropped_ = nullptr;
   ProcessCollector process_;
+  prometheus::Gauge* request_body_buffered_bytes_ = nullptr;
 };
 
 }  // namespace sluice

@@ -29,6 +29,9 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
   auto rt = std::make_shared<Runtime>();
   rt->config_ = std::move(config);
   rt->metrics_ = &metrics;
+  rt->body_memory_ = previous != nullptr
+                         ? previous->body_memory_
+                         : std::make_shared<BodyMemory>(&metrics.requestBodyBuffered());
   const config::Config& cfg = *rt->config_;
   rt->warnings_ = cfg.warnings;  // the loader's advice, logged with the runtime's own
 

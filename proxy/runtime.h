@@ -18,6 +18,7 @@
 #include "filters/throttle/quota_tracker.h"
 #include "proxy/clock.h"
 #include "proxy/metrics.h"
+#include "proxy/request_body.h"
 #include "proxy/tls.h"
 #include "proxy/tls_server.h"
 
@@ -84,6 +85,12 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /** The `pricing` table, for the spend meter. */
   const PriceTable& prices() const { return prices_; }
   /**
+   * Request body bytes held by the whole process, against
+   * `limits.max_buffered_body_bytes`: one counter for every worker, handed on
+   * from Runtime to Runtime by reloads (bodies in flight keep counting).
+   */
+  BodyMemory& bodyMemory() const { return *body_memory_; }
+  /**
    * Risky settings worth a line in the log at start and reload: the loader's
    * warnings (config::Config::warnings), then `tls.verify: false`.
    */
@@ -97,6 +104,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   std::vector<SslCtxPtr> listener_tls_;
   RouteRuntime no_route_;
   PriceTable prices_;
+  std::shared_ptr<BodyMemory> body_memory_;
   std::vector<std::string> warnings_;
 };
 

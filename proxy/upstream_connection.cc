@@ -10,6 +10,8 @@
 
 #include <arpa/inet.h>
 
+#include <cstdio>
+
 #include "proxy/tls.h"
 #include "proxy/upstream_pool.h"
 
@@ -130,14 +132,16 @@ UpstreamConnection::UpstreamConnection(Dispatcher& dispatcher,
     closed_ = true;
     return;
   }
-  bufferevent_setcb(bev_.get(), &UpstreamConnection::onReadCb, nullptr,
+  bufferevent_setcb(bev_.get(), &UpstreamConnection::onReadCb, &UpstreamConnection::onWriteCb,
                     &UpstreamConnection::onEventCb, this);
+  // The write callback fires once the socket drained to the low watermark: more body.
+  bufferevent_setwatermark(bev_.get(), EV_WRITE, kOutputLowWatermark, 0);
   bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
 }
 
 UpstreamConnection::~UpstreamConnection() = default;
 
-void UpstreamConnection::sendRequest(const RequestHead& head, std::string_view body,
+void UpstreamConnection::sendRequest(const RequestHead& head, RequestBody& body,
                                      UpstreamCallbacks* callbacks) {
   callbacks_ = callbacks;
   idle_ = false;
@@ -145,6 +149,10 @@ void UpstreamConnection::sendRequest(const RequestHead& head, std::string_view b
   message_done_ = false;
   awaiting_response_ = true;
   head_request_ = head.method == "HEAD";
+  body_ = &body;
+  body_sent_ = 0;
+  chunked_request_ = false;
+  request_written_ = false;
   ++request_count_;
   if (closed_ || !bev_) {
     fail(UpstreamError::ConnectError, "cannot connect to " + upstream_.url.authority());
@@ -165,22 +173,54 @@ void UpstreamConnection::sendRequest(const RequestHead& head, std::string_view b
     out += value;
     out += "\r\n";
   }
-  const bool may_have_body = !(body.empty() && (head.method == "GET" || head.method == "HEAD" ||
-                                                head.method == "DELETE" || head.method == "OPTIONS"));
-  if (may_have_body) {
+  if (const auto length = upstreamContentLength(head.method, body)) {
     out += "content-length: ";
-    out += std::to_string(body.size());
+    out += std::to_string(*length);
     out += "\r\n";
+  } else if (!body.complete()) {
+    chunked_request_ = true;  // a streamed body of unknown length
+    out += "transfer-encoding: chunked\r\n";
   }
   out += "\r\n";
-  evbuffer* output = bufferevent_get_output(bev_.get());
-  evbuffer_add(output, out.data(), out.size());
-  if (!body.empty()) evbuffer_add(output, body.data(), body.size());
+  evbuffer_add(bufferevent_get_output(bev_.get()), out.data(), out.size());
   if (connected_ && callbacks_ != nullptr) {
     // A pooled connection is already up: report it so the attempt's
     // connect timer stops the same way as for a fresh connection.
     callbacks_->onUpstreamConnected();
   }
+  writeBody();
+}
+
+void UpstreamConnection::writeBody() {
+  // Not before the connection is up: a connect error must leave a streamed
+  // body untouched, so the attempt can still be retried.
+  if (body_ == nullptr || request_written_ || !connected_ || closed_ || !bev_) return;
+  evbuffer* output = bufferevent_get_output(bev_.get());
+  const uint64_t before = body_sent_;
+  while (evbuffer_get_length(output) < kOutputHighWatermark) {
+    std::string_view piece = body_->peek(body_sent_);
+    if (piece.empty()) break;
+    piece = piece.substr(0, kOutputHighWatermark - evbuffer_get_length(output));
+    if (chunked_request_) {
+      char size_line[32];
+      const int n = std::snprintf(size_line, sizeof(size_line), "%zx\r\n", piece.size());
+      evbuffer_add(output, size_line, static_cast<size_t>(n));
+      evbuffer_add(output, piece.data(), piece.size());
+      evbuffer_add(output, "\r\n", 2);
+    } else {
+      evbuffer_add(output, piece.data(), piece.size());
+    }
+    body_sent_ += piece.size();
+  }
+  if (body_->complete() && body_sent_ == body_->size()) {
+    if (chunked_request_) evbuffer_add(output, "0\r\n\r\n", 5);
+    request_written_ = true;
+  }
+  if (body_sent_ != before && callbacks_ != nullptr) callbacks_->onUpstreamBodySent(body_sent_);
+}
+
+bool UpstreamConnection::requestFlushed() const {
+  return request_written_ && bev_ && evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0;
 }
 
 void UpstreamConnection::pauseReading() {
@@ -195,6 +235,7 @@ void UpstreamConnection::close() {
   if (closed_) return;
   closed_ = true;
   callbacks_ = nullptr;
+  body_ = nullptr;
   if (bev_) {
     const evutil_socket_t fd = bufferevent_getfd(bev_.get());
     // shutdown() sends the FIN now, whatever libevent's deferred machinery
@@ -207,6 +248,7 @@ void UpstreamConnection::close() {
 void UpstreamConnection::markIdle() {
   idle_ = true;
   callbacks_ = nullptr;
+  body_ = nullptr;
   if (bev_) bufferevent_enable(bev_.get(), EV_READ);
 }
 
@@ -217,6 +259,7 @@ void UpstreamConnection::reset() { pool_.destroy(this); }
 BufferEventPtr UpstreamConnection::takeBufferEvent() {
   closed_ = true;
   callbacks_ = nullptr;
+  body_ = nullptr;
   if (bev_) bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);
   return std::move(bev_);
 }
@@ -240,6 +283,10 @@ void UpstreamConnection::fail(UpstreamError error, const std::string& detail) {
 
 void UpstreamConnection::onReadCb(bufferevent*, void* arg) {
   static_cast<UpstreamConnection*>(arg)->onRead();
+}
+
+void UpstreamConnection::onWriteCb(bufferevent*, void* arg) {
+  static_cast<UpstreamConnection*>(arg)->writeBody();
 }
 
 void UpstreamConnection::onEventCb(bufferevent*, short events, void* arg) {
@@ -305,6 +352,7 @@ void UpstreamConnection::onEvent(short events) {
       return;
     }
     if (callbacks_ != nullptr) callbacks_->onUpstreamConnected();
+    writeBody();
     return;
   }
   if (!(events & (BEV_EVENT_EOF | BEV_EVENT_ERROR))) return;
@@ -365,7 +413,15 @@ int UpstreamConnection::onHeadersComplete(http_parser* p) {
     self->in_value_ = false;
   }
   self->head_.status = static_cast<int>(p->status_code);
-  if (p->status_code >= 100 && p->status_code < 200 && p->status_code != 101) {
+  if (p->status_code == 101) {
+    // sluice never forwards an upgrade offer (Upgrade is hop-by-hop), so a
+    // 101 answers a question nobody asked: the bytes after it are not HTTP.
+    self->fail(UpstreamError::Protocol,
+               "upstream answered 101 Switching Protocols to a request that did not ask to "
+               "upgrade");
+    return -1;
+  }
+  if (p->status_code >= 100 && p->status_code < 200) {
     self->interim_ = true;  // 100 Continue & co: swallowed
     self->head_ = ResponseHead{};
     return 0;
@@ -392,7 +448,9 @@ int UpstreamConnection::onMessageComplete(http_parser* p) {
     self->interim_ = false;
     return 0;
   }
-  self->reusable_ = http_should_keep_alive(p) != 0;
+  // An upstream that answered before it had the whole request (it did not
+  // read a big body, say) must not get the next request behind the rest.
+  self->reusable_ = http_should_keep_alive(p) != 0 && self->requestFlushed();
   self->awaiting_response_ = false;
   self->message_done_ = true;
   http_parser_pause(p, 1);

@@ -53,15 +53,21 @@ class UpstreamConnection : public DeferredDeletable, public UpstreamStream {
                      SSL_CTX* ssl_ctx, UpstreamPool& pool, uint64_t id, bool negotiating = false);
   ~UpstreamConnection() override;
 
-  /** Writes the request framed with Content-Length (UpstreamStream). */
-  void sendRequest(const RequestHead& head, std::string_view body,
+  /** Writes the head, then the body as it comes (UpstreamStream). */
+  void sendRequest(const RequestHead& head, RequestBody& body,
                    UpstreamCallbacks* callbacks) override;
+  void onRequestBodyData() override { writeBody(); }
 
   /** Stops / resumes reading the response (backpressure from a slow client). */
   void pauseReading() override;
   void resumeReading() override;
 
-  /** True when the last response completed cleanly and the upstream allows keep-alive. */
+  /**
+   * True when the last response completed cleanly, the upstream allows
+   * keep-alive, and the whole request had left for the socket before the
+   * response ended: a connection still owing (or never sending) part of a
+   * body is never reused, or the next request would queue behind it.
+   */
   bool reusable() const { return reusable_ && !closed_; }
   bool connected() const { return connected_; }
   bool closed() const { return closed_; }
@@ -85,8 +91,13 @@ class UpstreamConnection : public DeferredDeletable, public UpstreamStream {
  private:
   static void onReadCb(bufferevent*, void* arg);
   static void onEventCb(bufferevent*, short events, void* arg);
+  static void onWriteCb(bufferevent*, void* arg);
   void onRead();
   void onEvent(short events);
+  /** Moves request body bytes into the socket's output while it is below kOutputHighWatermark. */
+  void writeBody();
+  /** Every request byte, body end included, has left our output buffer. */
+  bool requestFlushed() const;
   void parse(const char* data, size_t len);
   void fail(UpstreamError error, const std::string& detail);
 
@@ -97,6 +108,10 @@ class UpstreamConnection : public DeferredDeletable, public UpstreamStream {
   static int onHeadersComplete(http_parser*);
   static int onBody(http_parser*, const char*, size_t);
   static int onMessageComplete(http_parser*);
+
+  /** Request bytes queued on the socket before the body waits for it to drain. */
+  static constexpr size_t kOutputHighWatermark = 64 * 1024;
+  static constexpr size_t kOutputLowWatermark = 16 * 1024;
 
   Dispatcher& dispatcher_;
   const config::UpstreamConfig& upstream_;
@@ -115,6 +130,12 @@ class UpstreamConnection : public DeferredDeletable, public UpstreamStream {
   bool interim_ = false;       // parsing a 1xx response
   bool awaiting_response_ = false;
   bool message_done_ = false;
+
+  // The request body being written: the holder's, valid until release/reset.
+  RequestBody* body_ = nullptr;
+  uint64_t body_sent_ = 0;       // body bytes moved into the output buffer
+  bool chunked_request_ = false;  // streamed without a declared length
+  bool request_written_ = false;  // the last body byte (and chunked end) is in the output
 
   bool negotiating_ = false;
   bool connected_ = false;

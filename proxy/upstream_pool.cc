@@ -13,12 +13,17 @@ class PendingStream final : public DeferredDeletable, public UpstreamStream {
  public:
   explicit PendingStream(UpstreamPool& pool) : pool_(pool) {}
 
-  void sendRequest(const RequestHead& head, std::string_view body,
+  void sendRequest(const RequestHead& head, RequestBody& body,
                    UpstreamCallbacks* callbacks) override {
     head_ = &head;
-    body_ = body;
+    body_ = &body;
     callbacks_ = callbacks;
     if (bound_ != nullptr) bound_->sendRequest(head, body, callbacks);
+  }
+  void onRequestBodyData() override {
+    // Until bound the body just grows in the holder's RequestBody; the real
+    // stream reads it from the start once it exists.
+    if (bound_ != nullptr) bound_->onRequestBodyData();
   }
   void pauseReading() override {
     paused_ = true;
@@ -46,7 +51,7 @@ class PendingStream final : public DeferredDeletable, public UpstreamStream {
   void bind(UpstreamStream* stream) {
     bound_ = stream;
     if (paused_) stream->pauseReading();
-    if (callbacks_ != nullptr) stream->sendRequest(*head_, body_, callbacks_);
+    if (callbacks_ != nullptr) stream->sendRequest(*head_, *body_, callbacks_);
   }
   /** The negotiating connection failed. */
   void fail(const std::string& detail) {
@@ -57,7 +62,7 @@ class PendingStream final : public DeferredDeletable, public UpstreamStream {
   UpstreamPool& pool_;
   UpstreamStream* bound_ = nullptr;
   const RequestHead* head_ = nullptr;
-  std::string_view body_;
+  RequestBody* body_ = nullptr;
   UpstreamCallbacks* callbacks_ = nullptr;
   bool paused_ = false;
 };

@@ -7,10 +7,12 @@
 // after a clean response, destroy() to tear the attempt down (HTTP/1.1: close
 // the connection; HTTP/2: RST_STREAM(CANCEL) on that stream only).
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "proxy/http_message.h"
+#include "proxy/request_body.h"
 
 namespace sluice {
 
@@ -39,6 +41,11 @@ class UpstreamCallbacks {
   virtual ~UpstreamCallbacks() = default;
   /** The transport is up; the request is being written. */
   virtual void onUpstreamConnected() = 0;
+  /**
+   * The transport has taken the request body up to `offset` (copied into its
+   * own bounded buffers): a streamed body may free what lies below it.
+   */
+  virtual void onUpstreamBodySent(uint64_t offset) = 0;
   /** The final response head (1xx interim responses are swallowed). */
   virtual void onUpstreamHeaders(ResponseHead&& head, bool end_stream) = 0;
   /** A slice of the response body (de-chunked, de-framed). */
@@ -57,9 +64,18 @@ class UpstreamStream {
    * Sends `head` (already rewritten for the upstream) and `body`, and routes
    * the response to `callbacks`. `head` and `body` must stay valid until the
    * stream is released or destroyed. May report back synchronously.
+   *
+   * The body is read from offset 0 as it grows: a complete body is framed
+   * with its length; an incomplete (streamed) one with its declared length,
+   * else chunked (HTTP/1.1) or DATA frames until END_STREAM (HTTP/2).
+   * Body bytes are taken only once the transport is up and only while its
+   * output is below a watermark, so a connect error leaves the body whole
+   * (replayable) and a slow upstream pushes back (onUpstreamBodySent stops).
    */
-  virtual void sendRequest(const RequestHead& head, std::string_view body,
+  virtual void sendRequest(const RequestHead& head, RequestBody& body,
                            UpstreamCallbacks* callbacks) = 0;
+  /** The body given to sendRequest grew or completed: send what fits. */
+  virtual void onRequestBodyData() = 0;
 
   /** Stops / resumes delivering the response (backpressure from a slow client). */
   virtual void pauseReading() = 0;

@@ -27,13 +27,9 @@ FilterStatus RetryFilter::decodeHeaders(RequestHead& request) {
   return FilterStatus::Continue;
 }
 
-FilterStatus RetryFilter::decodeComplete(std::string_view body) {
-  body_replayable_ = body.size() <= config_.max_body;
-  return FilterStatus::Continue;
-}
-
 bool RetryFilter::mayRetryStatus(const ResponseHead& response) const {
-  if (response.status < 400 || !body_replayable_) return false;
+  // A body above retry.max_body is streamed and gone once sent (the Exchange knows).
+  if (response.status < 400 || !callbacks_->requestBodyReplayable()) return false;
   if (callbacks_->attemptNumber() >= config_.attempts) return false;
   if (!isRetrySafe(config_.idempotent, method_, has_idempotency_key_)) return false;
   if (outcomeIn(config_.on, AttemptOutcome::fromStatus(response.status))) return true;
@@ -64,7 +60,7 @@ void RetryFilter::onAttemptEnd(const AttemptEnd& end) {
   input.method = method_;
   input.has_idempotency_key = has_idempotency_key_;
   input.unprocessed = end.unprocessed;
-  input.body_replayable = body_replayable_;
+  input.body_replayable = callbacks_->requestBodyReplayable();
   input.remaining_budget = remainingBudget();
   input.retry_budget = &budget_;
   input.clock = &callbacks_->clock();

@@ -26,7 +26,6 @@ class RetryFilter final : public StreamFilter {
 
   std::string_view name() const override { return "retry"; }
   FilterStatus decodeHeaders(RequestHead& request) override;
-  FilterStatus decodeComplete(std::string_view body) override;
   FilterStatus encodeHeaders(ResponseHead& response, bool end_stream) override;
   void onAttemptEnd(const AttemptEnd& end) override;
   void encodeLocalReply(Problem& problem) override;
@@ -43,7 +42,6 @@ class RetryFilter final : public StreamFilter {
   RetryBudget& budget_;
   std::string method_;
   bool has_idempotency_key_ = false;
-  bool body_replayable_ = true;  // false above retry.max_body: proxied once, never retried
   bool counted_active_ = false;
   bool slot_held_ = false;  // a retry budget slot taken for the attempt in flight
   bool wait_exceeded_budget_ = false;  // the last decision: the retry's wait did not fit

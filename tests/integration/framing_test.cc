@@ -4,9 +4,11 @@
 // (problem+json) and the connection is closed, nothing reaches the upstream,
 // and a well-formed request on a new connection still goes through.
 // Upstream: a response with broken framing is a 502 when nothing was sent to
-// the client yet (a truncated response otherwise), and that upstream
-// connection is never reused. The "upstream" here is a scripted raw TCP
-// server, since no real server would send these bytes on purpose.
+// the client yet (a truncated response otherwise), and that upstream connection is
+// never reused; nor is one that answered before it had the whole request.
+// A 204/304 loses its Content-Length, an unsolicited 101 is a 502. The
+// "upstream" here is a scripted raw TCP server, since no real server would
+// send these bytes on purpose.
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -23,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/http_client.h"
+#include "tests/support/loopback.h"
 #include "tests/support/processes.h"
 
 namespace sluice::test {
@@ -30,7 +33,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
-std::string config(const std::string& url) {
+std::string config(const std::string& url, const std::string& retry = "{attempts: 1}",
+                   const std::string& route_extra = "") {
   return substitute(R"(
 listen: 127.0.0.1:0
 admin: 127.0.0.1:0
@@ -43,9 +47,10 @@ routes:
   - name: all
     match: {path_prefix: /}
     upstream: up
-    retry: {attempts: 1}
+    retry: ${RETRY}
+${ROUTE_EXTRA}
 )",
-                    {{"URL", url}});
+                    {{"URL", url}, {"RETRY", retry}, {"ROUTE_EXTRA", route_extra}});
 }
 
 struct RequestCase {
@@ -232,15 +237,9 @@ TEST_F(DownstreamRequestTest, ExpectContinueAboveMaxBodyIs413WithoutContinue) {
 class RawUpstream {
  public:
   explicit RawUpstream(std::string response) : response_(std::move(response)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    ::listen(fd_, 16);
-    socklen_t len = sizeof(addr);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    const LoopbackListener listener = listenOnLoopback(16);
+    fd_ = listener.fd;
+    port_ = listener.port;
     thread_ = std::thread([this] { serve(); });
   }
   ~RawUpstream() {
@@ -340,10 +339,62 @@ INSTANTIATE_TEST_SUITE_P(
         ResponseCase{"BadChunkSize",
                      "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n",
                      Expect::Truncated},
+        // More than sluice holds back (64 KiB) went to the client first: cut.
+        ResponseCase{"BadChunkAfterMoreThanSluiceHoldsBack",
+                     "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n10001\r\n" +
+                         std::string(0x10001, 'x') + "\r\nzz\r\n",
+                     Expect::Truncated},
+        // Nobody asked to upgrade (sluice never forwards Upgrade): not HTTP any more.
+        ResponseCase{"UnsolicitedSwitchingProtocols",
+                     "HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\n"
+                     "upgrade: websocket\r\n\r\n",
+                     Expect::BadGateway},
         ResponseCase{"ExtraBytesAfterTheBody",
                      "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\n\r\n",
                      Expect::Complete}),
     [](const ::testing::TestParamInfo<ResponseCase>& info) { return std::string(info.param.name); });
+
+class NoContentTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(NoContentTest, LosesItsContentLengthAndNeverHasABody) {
+  const int status = GetParam();
+  // The upstream's wrong Content-Length and the bytes after the head (which
+  // are not a body: RFC 9112 §6.3) must not reach the client.
+  RawUpstream upstream("HTTP/1.1 " + std::to_string(status) +
+                       " Whatever\r\ncontent-length: 5\r\nx-kept: yes\r\n\r\nhello");
+  SluiceUnderTest sluice(config(upstream.url()));
+  TestConnection conn(sluice.port());
+  conn.sendRequest("GET", "/x");
+  const TestResponse r = conn.readResponse();
+  EXPECT_EQ(r.status, status);
+  EXPECT_TRUE(r.complete);
+  EXPECT_FALSE(r.headers.has("content-length")) << conn.raw();
+  EXPECT_EQ(r.headers.get("x-kept").value_or(""), "yes");
+  EXPECT_EQ(conn.raw().find("hello"), std::string::npos) << conn.raw();
+}
+
+INSTANTIATE_TEST_SUITE_P(NoContent, NoContentTest, ::testing::Values(204, 304));
+
+/**
+ * An upstream that answers as soon as it has a request's head and never
+ * reads the rest: a big body stays unsent in sluice's output buffer.
+ */
+TEST(UpstreamReuseTest, AConnectionThatAnsweredBeforeTheWholeBodyWasSentIsNotReused) {
+  RawUpstream upstream("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+  // Buffered whole (replayable up to 32 MiB): all 16 MiB are ready to send
+  // when the early answer comes. budget: a reused connection would never
+  // carry the next request, which would time out.
+  SluiceUnderTest sluice(
+      config(upstream.url(), "{attempts: 1, max_body: 32MiB}", "    budget: {default: 5s}"));
+  const TestResponse first =
+      httpRequest(sluice.port(), "POST", "/upload", {}, std::string(16 * 1024 * 1024, 'x'));
+  EXPECT_EQ(first.status, 200);
+  EXPECT_EQ(first.body, "ok");
+  const TestResponse second = httpRequest(sluice.port(), "GET", "/next");
+  EXPECT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(second.body, "ok");
+  EXPECT_EQ(upstream.accepted(), 2) << "the first connection still owed 16 MiB: never pooled";
+}
 
 }  // namespace
 }  // namespace sluice::test

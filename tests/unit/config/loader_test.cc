@@ -77,6 +77,7 @@ TEST(ConfigLoaderTest, FillsEveryDefaultFromTheContract) {
   EXPECT_EQ(c->limits.max_header_bytes, 64u * 1024);
   EXPECT_EQ(c->limits.max_headers, 100u);
   EXPECT_EQ(c->limits.max_body, 64ull * 1024 * 1024);
+  EXPECT_EQ(c->limits.max_buffered_body_bytes, 256ull * 1024 * 1024);
   EXPECT_EQ(c->limits.max_connections_per_worker, 10000u);
   EXPECT_EQ(c->limits.http2_max_concurrent_streams, 128u);
   EXPECT_EQ(c->limits.header_read_timeout, seconds(10));
@@ -241,6 +242,7 @@ limits:
   max_header_bytes: 8KiB
   max_headers: 20
   max_body: 1MB
+  max_buffered_body_bytes: 2GiB
   max_connections_per_worker: 3
   http2_max_concurrent_streams: 10
   header_read_timeout: 200ms
@@ -269,6 +271,7 @@ TEST(ConfigLoaderTest, DecodesEveryKeyOfTheSchema) {
   EXPECT_EQ(c->limits.max_header_bytes, 8u * 1024);
   EXPECT_EQ(c->limits.max_headers, 20u);
   EXPECT_EQ(c->limits.max_body, 1'000'000u);
+  EXPECT_EQ(c->limits.max_buffered_body_bytes, 2ull << 30);
   EXPECT_EQ(c->limits.max_connections_per_worker, 3u);
   EXPECT_EQ(c->limits.http2_max_concurrent_streams, 10u);
   EXPECT_EQ(c->limits.header_read_timeout, milliseconds(200));
@@ -822,6 +825,9 @@ routes:
      "test.yaml:3:21: limits.max_header_bytes: must be at least 1KiB"},
     {"LimitsMaxBodyZero", "listen: 127.0.0.1:8080\nlimits: {max_body: 0}\n",
      "test.yaml:2:20: limits.max_body: must be at least 1B"},
+    {"LimitsBufferedBodyBytesTooSmall",
+     "listen: 127.0.0.1:8080\nlimits: {max_buffered_body_bytes: 4KiB}\n",
+     "test.yaml:2:35: limits.max_buffered_body_bytes: must be at least 64KiB"},
     {"LimitsMaxHeadersNotAnInteger", "listen: 127.0.0.1:8080\nlimits: {max_headers: many}\n",
      R"(test.yaml:2:23: limits.max_headers: expected an integer, got "many")"},
     {"LimitsConnectionsZero", "listen: 127.0.0.1:8080\nlimits: {max_connections_per_worker: 0}\n",
@@ -1140,6 +1146,7 @@ TEST(ConfigRenderTest, RendersEveryKeyWithDurationsAsStrings) {
   EXPECT_EQ(j["limits"], (nlohmann::json{{"max_header_bytes", "8KiB"},
                                          {"max_headers", 20},
                                          {"max_body", "1000000B"},
+                                         {"max_buffered_body_bytes", "2GiB"},
                                          {"max_connections_per_worker", 3},
                                          {"http2_max_concurrent_streams", 10},
                                          {"header_read_timeout", "200ms"},

@@ -115,6 +115,7 @@ const std::vector<FamilySpec>& designFamilies() {
       {"process_open_fds", "gauge", {}},
       {"process_max_fds", "gauge", {}},
       {"process_start_time_seconds", "gauge", {}},
+      {"sluice_request_body_buffered_bytes", "gauge", {}},
   };
   return kFamilies;
 }

@@ -102,6 +102,7 @@ class FakeFilterCallbacks : public FilterCallbacks {
   }
   ResponseHead* heldResponse() override { return nullptr; }
   std::string_view heldBody() const override { return {}; }
+  bool requestBodyReplayable() const override { return true; }
   std::function<void()> crossThreadWaker(std::function<void()> fn) override { return fn; }
   std::optional<CancelReason> cancelReason() const override { return std::nullopt; }
   uint64_t deliveredBodyBytes() const override { return 0; }
