@@ -51,6 +51,7 @@ nlohmann::json entryToJson(const LedgerEntry& e) {
       {"mock_reset", e.mock_reset},
       {"mock_rst_error_code", e.mock_rst_error_code},
       {"refused", e.refused},
+      {"scheduled_fault", e.scheduled_fault},
   };
 }
 

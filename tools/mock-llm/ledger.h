@@ -60,6 +60,7 @@ struct LedgerEntry {
   bool mock_reset = false;  // the mock reset it on purpose (x-mock-reset-after-tokens, ...)
   uint32_t mock_rst_error_code = 0;  // h2: the code of the mock's RST_STREAM; 0 for HTTP/1.1
   bool refused = false;  // h2: refused unprocessed (REFUSED_STREAM, or above a GOAWAY's last id)
+  std::string scheduled_fault;  // the --schedule fault that shaped the answer ("" = none)
 };
 
 using LedgerEntryPtr = std::shared_ptr<LedgerEntry>;

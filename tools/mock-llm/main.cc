@@ -6,8 +6,12 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tools/mock-llm/server.h"
 
@@ -16,9 +20,13 @@ namespace {
 void usage(std::FILE* out) {
   std::fprintf(
       out,
-      "usage: mock-llm --listen HOST:PORT [--threads N] [--tls-cert FILE --tls-key FILE]\n"
+      "usage: mock-llm --listen HOST:PORT [--schedule FILE] [--listen HOST:PORT [--schedule FILE]]...\n"
+      "                [--threads N] [--tls-cert FILE --tls-key FILE]\n"
       "                [--ledger-limit N] [--http2 on|off] [--h2-max-concurrent-streams N]\n"
-      "  --listen HOST:PORT   address to bind (port 0 = any free port)\n"
+      "  --listen HOST:PORT   address to bind (port 0 = any free port); repeat it for several\n"
+      "                       independent providers (own ledger, counters and schedule each)\n"
+      "  --schedule FILE      time-based faults for the --listen before it (outages, 429\n"
+      "                       bursts, slow periods; see tools/mock-llm/README.md)\n"
       "  --threads N          event-loop threads (default 1)\n"
       "  --tls-cert FILE      PEM certificate chain; with --tls-key serves HTTPS\n"
       "  --tls-key FILE       PEM private key\n"
@@ -26,7 +34,7 @@ void usage(std::FILE* out) {
       "  --http2 on|off       HTTP/2: h2c prior knowledge, ALPN h2 with TLS (default on)\n"
       "  --h2-max-concurrent-streams N\n"
       "                       advertised SETTINGS_MAX_CONCURRENT_STREAMS (default 256)\n"
-      "Prints 'mock-llm listening on HOST:PORT' once bound. See tools/mock-llm/README.md.\n");
+      "Prints 'mock-llm listening on HOST:PORT' per listener, in order, once bound. See tools/mock-llm/README.md.\n");
 }
 
 bool parseCount(const char* text, long min, long max, long* out) {
@@ -37,11 +45,20 @@ bool parseCount(const char* text, long min, long max, long* out) {
   return true;
 }
 
+bool readFile(const char* path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream text;
+  text << in.rdbuf();
+  *out = text.str();
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  mockllm::ServerOptions options;
-  bool have_listen = false;
+  mockllm::ServerOptions options;  // every flag but --listen/--schedule: all listeners
+  std::vector<mockllm::ServerOptions> listeners;  // address and schedule of each
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -57,11 +74,26 @@ int main(int argc, char** argv) {
     const char* value = argv[++i];
     long n = 0;
     if (arg == "--listen") {
-      if (!mockllm::parseListenAddress(value, &options.host, &options.port)) {
+      mockllm::ServerOptions& listener = listeners.emplace_back();
+      if (!mockllm::parseListenAddress(value, &listener.host, &listener.port)) {
         std::fprintf(stderr, "mock-llm: bad --listen '%s' (want HOST:PORT)\n", value);
         return 2;
       }
-      have_listen = true;
+    } else if (arg == "--schedule") {
+      std::string text, why;
+      if (listeners.empty()) {
+        std::fprintf(stderr, "mock-llm: --schedule applies to the --listen before it\n");
+        return 2;
+      }
+      if (!readFile(value, &text)) {
+        std::fprintf(stderr, "mock-llm: cannot read --schedule '%s'\n", value);
+        return 2;
+      }
+      listeners.back().schedule = mockllm::FaultSchedule::parse(text, &why);
+      if (!listeners.back().schedule) {
+        std::fprintf(stderr, "mock-llm: %s: %s\n", value, why.c_str());
+        return 2;
+      }
     } else if (arg == "--threads") {
       if (!parseCount(value, 1, 1024, &n)) {
         std::fprintf(stderr, "mock-llm: bad --threads '%s'\n", value);
@@ -97,7 +129,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!have_listen) {
+  if (listeners.empty()) {
     usage(stderr);
     return 2;
   }
@@ -110,17 +142,26 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  mockllm::Server server(options);
-  std::string error;
-  if (!server.start(&error)) {
-    std::fprintf(stderr, "mock-llm: %s\n", error.c_str());
-    return 1;
+  std::vector<std::unique_ptr<mockllm::Server>> servers;
+  for (auto& listener : listeners) {
+    mockllm::ServerOptions each = options;
+    each.host = listener.host;
+    each.port = listener.port;
+    each.schedule = std::move(listener.schedule);
+    auto& server = servers.emplace_back(std::make_unique<mockllm::Server>(std::move(each)));
+    std::string error;
+    if (!server->start(&error)) {
+      std::fprintf(stderr, "mock-llm: %s\n", error.c_str());
+      return 1;
+    }
   }
-  std::printf("mock-llm listening on %s\n", server.address().c_str());
+  for (const auto& server : servers) {
+    std::printf("mock-llm listening on %s\n", server->address().c_str());
+  }
   std::fflush(stdout);
 
   int sig = 0;
   sigwait(&signals, &sig);
-  server.stop();
+  for (auto& server : servers) server->stop();
   return 0;
 }

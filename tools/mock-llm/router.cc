@@ -1,5 +1,6 @@
 #include "tools/mock-llm/router.h"
 
+#include <algorithm>
 #include <charconv>
 #include <nlohmann/json.hpp>
 
@@ -13,7 +14,17 @@ constexpr int64_t kDefaultTokens = 10;
 constexpr int64_t kMaxTokens = 100'000'000;
 constexpr int64_t kMaxMillis = 24LL * 3600 * 1000;
 
-enum class Endpoint { kChat, kResponses, kMessages, kModels, kEcho, kHealth, kLedger, kUnknown };
+enum class Endpoint {
+  kChat,
+  kResponses,
+  kMessages,
+  kModels,
+  kEcho,
+  kHealth,
+  kLedger,
+  kSchedule,
+  kUnknown
+};
 
 Endpoint endpointFor(std::string_view path) {
   if (path == "/v1/chat/completions") return Endpoint::kChat;
@@ -23,6 +34,7 @@ Endpoint endpointFor(std::string_view path) {
   if (path.substr(0, 5) == "/echo") return Endpoint::kEcho;
   if (path == "/_health") return Endpoint::kHealth;
   if (path == "/_ledger") return Endpoint::kLedger;
+  if (path == "/_schedule") return Endpoint::kSchedule;
   return Endpoint::kUnknown;
 }
 
@@ -119,12 +131,73 @@ ResponsePlan simplePlan(int status, std::string_view content_type, std::string b
   return plan;
 }
 
+int64_t steadyMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// GET /_schedule: the fault in force; POST /_schedule: the schedule starts over now.
+ResponsePlan schedulePlan(const Request& req, SharedState& state) {
+  if (req.method == "POST") state.schedule_epoch_us.store(steadyMicros());
+  if (req.method != "GET" && req.method != "POST") {
+    const ErrorBody err = makeErrorBody(ErrorFlavor::kOpenAi, 405,
+                                        "mock-llm: /_schedule supports GET and POST", false,
+                                        std::nullopt);
+    return simplePlan(405, err.content_type, err.body, req.keep_alive,
+                      {{"allow", "GET, POST"}});
+  }
+  const ScheduledFault* fault = state.scheduledFault();
+  const Json body{
+      {"scheduled", state.schedule.has_value()},
+      {"elapsed_ms", (steadyMicros() - state.schedule_epoch_us.load()) / 1000},
+      {"active", fault != nullptr ? Json(fault->describe()) : Json(nullptr)}};
+  return simplePlan(200, "application/json", dump(body), req.keep_alive);
+}
+
+// `req` as the scheduled `fault` reshapes it: the fault becomes x-mock-* headers
+// (replacing the client's own), so one code path plays every fault.
+Request withScheduledFault(const Request& req, const ScheduledFault& fault) {
+  Request shaped = req;
+  HeaderList& h = shaped.headers;
+  const auto drop = [&h](std::string_view name) {
+    h.erase(std::remove_if(h.begin(), h.end(), [&](const auto& kv) { return kv.first == name; }),
+            h.end());
+  };
+  for (const char* name : {"x-mock-status", "x-mock-fail-times", "x-mock-stall-before-headers-ms",
+                           "x-mock-reset-after-tokens"}) {
+    drop(name);
+  }
+  switch (fault.kind) {
+    case ScheduledFault::Kind::kStatus:
+      h.emplace_back("x-mock-status", std::to_string(fault.status));
+      if (fault.retry_after_s) {
+        drop("x-mock-retry-after");
+        h.emplace_back("x-mock-retry-after", std::to_string(*fault.retry_after_s));
+      }
+      break;
+    case ScheduledFault::Kind::kSlow:
+      h.emplace_back("x-mock-stall-before-headers-ms", std::to_string(fault.delay.count()));
+      break;
+    case ScheduledFault::Kind::kReset:
+      h.emplace_back("x-mock-reset-after-tokens", "0");
+      break;
+    case ScheduledFault::Kind::kHang:
+      h.emplace_back("x-mock-stall-before-headers-ms", "-1");
+      break;
+  }
+  return shaped;
+}
+
+ResponsePlan planUnscheduled(const Request& req, SharedState& state);
+
 ResponsePlan controlPlan(const Request& req, Endpoint e, SharedState& state) {
   const bool ka = req.keep_alive;
   const auto ok = [&](std::string body) {
     return simplePlan(200, "application/json", std::move(body), ka);
   };
   if (e == Endpoint::kHealth) return ok("{\"status\":\"ok\"}");
+  if (e == Endpoint::kSchedule) return schedulePlan(req, state);
   if (req.method == "GET") {
     const auto id = queryParam(req.target, "id");
     return ok(state.ledger.toJson(id ? std::optional<std::string_view>(*id) : std::nullopt)
@@ -157,7 +230,22 @@ std::string_view Request::path() const {
 
 bool isControlPath(std::string_view path) {
   const Endpoint e = endpointFor(path);
-  return e == Endpoint::kHealth || e == Endpoint::kLedger;
+  return e == Endpoint::kHealth || e == Endpoint::kLedger || e == Endpoint::kSchedule;
+}
+
+const ScheduledFault* SharedState::scheduledFault() const {
+  if (!schedule) return nullptr;
+  const int64_t elapsed_us = steadyMicros() - schedule_epoch_us.load();
+  return schedule->activeAt(std::chrono::milliseconds(elapsed_us / 1000));
+}
+
+ResponsePlan planResponse(const Request& req, SharedState& state) {
+  const ScheduledFault* fault = isControlPath(req.path()) ? nullptr : state.scheduledFault();
+  if (fault == nullptr) return planUnscheduled(req, state);
+  if (req.entry) {
+    state.ledger.update(req.entry, [&](LedgerEntry& e) { e.scheduled_fault = fault->describe(); });
+  }
+  return planUnscheduled(withScheduledFault(req, *fault), state);
 }
 
 void inspectBody(Request& req) {
@@ -203,10 +291,13 @@ LedgerEntryPtr makeLedgerEntry(const Request& req, uint64_t connection_id, Share
   return e;
 }
 
-ResponsePlan planResponse(const Request& req, SharedState& state) {
+namespace {
+
+ResponsePlan planUnscheduled(const Request& req, SharedState& state) {
   const std::string_view path = req.path();
   const Endpoint endpoint = endpointFor(path);
-  if (endpoint == Endpoint::kHealth || endpoint == Endpoint::kLedger) {
+  if (endpoint == Endpoint::kHealth || endpoint == Endpoint::kLedger ||
+      endpoint == Endpoint::kSchedule) {
     return controlPlan(req, endpoint, state);
   }
   const bool keep_alive = req.keep_alive && !req.malformed;
@@ -396,6 +487,8 @@ ResponsePlan planResponse(const Request& req, SharedState& state) {
   }
   return plan;
 }
+
+}  // namespace
 
 std::string http1Head(const ResponsePlan& plan) {
   std::string out = "HTTP/1.1 " + std::to_string(plan.status) + " ";

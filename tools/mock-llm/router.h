@@ -15,6 +15,7 @@
 #include "tools/mock-llm/fault_counters.h"
 #include "tools/mock-llm/header_list.h"
 #include "tools/mock-llm/ledger.h"
+#include "tools/mock-llm/schedule.h"
 #include "tools/mock-llm/wire_format.h"
 
 namespace mockllm {
@@ -23,7 +24,13 @@ namespace mockllm {
 struct SharedState {
   explicit SharedState(size_t ledger_limit) : ledger(ledger_limit) {}
 
+  /** The scheduled fault in force now, or null (no schedule, or between windows). */
+  const ScheduledFault* scheduledFault() const;
+
   Ledger ledger;
+  std::optional<FaultSchedule> schedule;  // --schedule; set before start(), then read-only
+  // The schedule's epoch (steady_clock, microseconds): start(), or the last POST /_schedule.
+  std::atomic<int64_t> schedule_epoch_us{0};
   FailCounter fail_counter;
   QuotaBook quotas;
   std::atomic<uint64_t> next_connection_id{1};
@@ -98,7 +105,10 @@ struct ResponsePlan {
   Refusal refusal = Refusal::kNone;  // HTTP/2 only; when set, nothing else applies
 };
 
-/** True for the mock's own endpoints (`/_health`, `/_ledger`), which the ledger does not record. */
+/**
+ * True for the mock's own endpoints (`/_health`, `/_ledger`, `/_schedule`),
+ * which the ledger does not record.
+ */
 bool isControlPath(std::string_view path);
 
 /** Parses the body (once) into `req.info`. */

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <mutex>
@@ -112,6 +113,7 @@ bool parseListenAddress(std::string_view text, std::string* host, uint16_t* port
 
 Server::Server(ServerOptions options)
     : options_(std::move(options)), state_(std::make_unique<SharedState>(options_.ledger_limit)) {
+  state_->schedule = options_.schedule;
   // Loops are woken from other threads (stop()), which needs libevent's locking.
   static std::once_flag once;
   std::call_once(once, [] { evthread_use_pthreads(); });
@@ -202,6 +204,9 @@ bool Server::start(std::string* error) {
     return false;
   }
   port_ = port;
+  state_->schedule_epoch_us.store(std::chrono::duration_cast<std::chrono::microseconds>(
+                                      std::chrono::steady_clock::now().time_since_epoch())
+                                      .count());
   for (auto& w : workers_) threads_.emplace_back([worker = w.get()] { worker->run(); });
   running_ = true;
   return true;

@@ -17,12 +17,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
 #include "tools/mock-llm/ledger.h"
+#include "tools/mock-llm/schedule.h"
 
 namespace mockllm {
 
@@ -39,6 +41,7 @@ struct ServerOptions {
   size_t ledger_limit = 100000;    // oldest ledger entries beyond this are dropped; 0 = no limit
   bool http2 = true;               // h2c prior knowledge and ALPN h2; false: HTTP/1.1 only
   uint32_t http2_max_concurrent_streams = 256;  // advertised SETTINGS_MAX_CONCURRENT_STREAMS
+  std::optional<FaultSchedule> schedule;  // server-side faults by time (schedule.h); epoch: start()
 };
 
 /** Splits `HOST:PORT` or `[V6]:PORT`; false if malformed. */

@@ -1165,6 +1165,140 @@ TEST(MockLlmFormat, ListenAddress) {
   EXPECT_FALSE(parseListenAddress("127.0.0.1:99999", &host, &port));
 }
 
+// --- --schedule: server-side faults by time ---------------------------------------
+
+FaultSchedule mustParse(std::string_view text) {
+  std::string error;
+  auto schedule = FaultSchedule::parse(text, &error);
+  EXPECT_TRUE(schedule) << error;
+  return schedule ? *schedule : FaultSchedule{};
+}
+
+TEST(MockLlmSchedule, WindowsApplyFromTheirStartUntilTheirEnd) {
+  const FaultSchedule s = mustParse(
+      "# outage, then a 429 burst, then slow\n"
+      "0s 2s status 503\n"
+      "2s   4s  status 429 retry-after=1   # burst\n"
+      "\n"
+      "4500ms 6s slow 300ms\n"
+      "6s 7s reset\n"
+      "7s 8s hang\n");
+  ASSERT_EQ(s.windows().size(), 5u);
+  ASSERT_NE(s.activeAt(milliseconds(0)), nullptr);
+  EXPECT_EQ(s.activeAt(milliseconds(0))->describe(), "status 503");
+  EXPECT_EQ(s.activeAt(milliseconds(1999))->describe(), "status 503");
+  EXPECT_EQ(s.activeAt(milliseconds(2000))->describe(), "status 429 retry-after=1");
+  EXPECT_EQ(s.activeAt(milliseconds(4200)), nullptr);  // a gap: healthy
+  EXPECT_EQ(s.activeAt(milliseconds(4500))->describe(), "slow 300ms");
+  EXPECT_EQ(s.activeAt(milliseconds(6000))->kind, ScheduledFault::Kind::kReset);
+  EXPECT_EQ(s.activeAt(milliseconds(7999))->kind, ScheduledFault::Kind::kHang);
+  EXPECT_EQ(s.activeAt(milliseconds(8000)), nullptr);  // runs once
+  EXPECT_EQ(s.activeAt(milliseconds(100000)), nullptr);
+}
+
+TEST(MockLlmSchedule, RepeatLoopsThePeriod) {
+  const FaultSchedule s = mustParse("1s 2s status 502\nrepeat 3s\n");
+  EXPECT_EQ(s.period(), milliseconds(3000));
+  EXPECT_EQ(s.activeAt(milliseconds(500)), nullptr);
+  EXPECT_NE(s.activeAt(milliseconds(1500)), nullptr);
+  EXPECT_EQ(s.activeAt(milliseconds(2500)), nullptr);
+  ASSERT_NE(s.activeAt(milliseconds(4500)), nullptr);  // second period
+  EXPECT_EQ(s.activeAt(milliseconds(4500))->status, 502);
+}
+
+TEST(MockLlmSchedule, ErrorsNameTheLine) {
+  const auto error_of = [](std::string_view text) {
+    std::string error;
+    EXPECT_FALSE(FaultSchedule::parse(text, &error)) << text;
+    return error;
+  };
+  EXPECT_EQ(error_of("0s 1s status 503\n2s 1s status 503\n"),
+            "line 2: the window ends before it starts");
+  EXPECT_EQ(error_of("0s 1s status 99\n"), "line 1: 'status' needs a status code 200-599");
+  EXPECT_EQ(error_of("0s 1s explode\n"),
+            "line 1: unknown fault 'explode' (want status, slow, reset or hang)");
+  EXPECT_EQ(error_of("0 1s reset\n"), "line 1: bad duration (want e.g. 250ms, 2s, 1.5s, 3m, 1h)");
+  EXPECT_EQ(error_of("0s 1s slow\n"), "line 1: 'slow' needs one duration, e.g. slow 300ms");
+  EXPECT_EQ(error_of("0s 1s status 429 after=2\n"),
+            "line 1: unknown option 'after=2' (want retry-after=SECONDS)");
+  EXPECT_EQ(error_of("0s 5s reset\nrepeat 2s\n"), "a window ends after the 'repeat' period");
+  EXPECT_EQ(parseScheduleDuration("1.5s"), milliseconds(1500));
+  EXPECT_EQ(parseScheduleDuration("2m"), milliseconds(120000));
+  EXPECT_FALSE(parseScheduleDuration("-1s"));
+}
+
+TEST_F(MockLlmTest, ScheduledOutageFailsEveryRequestWhateverItsHeaders) {
+  ServerOptions options;
+  options.schedule = mustParse("0s 1h status 503\n");
+  startServer(std::move(options));
+  // The client asks for success explicitly: the outage wins.
+  auto r = post("/v1/chat/completions", kChatBody,
+                {{"x-mock-status", "200"}, {"x-mock-request-id", "out1"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  const LedgerEntry e = waitFinished("out1");
+  EXPECT_EQ(e.status, 503);
+  EXPECT_EQ(e.scheduled_fault, "status 503");
+  // The client's own headers are recorded as sent, not as the schedule shaped them.
+  for (const auto& [name, value] : e.request_headers) EXPECT_NE(value, "503") << name;
+
+  Client c(port());
+  auto state = c.roundTrip(request("GET", "/_schedule", {}, ""));
+  ASSERT_TRUE(state);
+  EXPECT_EQ(state->status, 200);
+  EXPECT_EQ(state->jsonBody()["active"], "status 503");
+  EXPECT_EQ(state->jsonBody()["scheduled"], true);
+}
+
+TEST_F(MockLlmTest, ScheduledBurstSends429WithRetryAfterAndHealthyGapsAnswer) {
+  ServerOptions options;
+  // The window starts an hour in: until then the provider is healthy.
+  options.schedule = mustParse("1h 2h status 429 retry-after=7\n");
+  startServer(std::move(options));
+  auto ok = post("/v1/chat/completions", kChatBody, {{"x-mock-request-id", "gap"}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(waitFinished("gap").scheduled_fault, "");
+}
+
+TEST_F(MockLlmTest, ScheduledBurstCarriesRetryAfter) {
+  ServerOptions options;
+  options.schedule = mustParse("0s 1h status 429 retry-after=7\n");
+  startServer(std::move(options));
+  auto r = post("/v1/chat/completions", kChatBody);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  EXPECT_EQ(r->header("retry-after"), "7");
+}
+
+TEST_F(MockLlmTest, ScheduledResetBreaksTheAnswerBeforeAnyByte) {
+  ServerOptions options;
+  options.schedule = mustParse("0s 1h reset\n");
+  startServer(std::move(options));
+  auto r = post("/v1/chat/completions", kChatBody, {{"x-mock-request-id", "rst"}});
+  EXPECT_FALSE(r);  // no response: the connection was reset
+  EXPECT_TRUE(waitEntry("rst", [](const LedgerEntry& e) { return e.mock_reset; }).mock_reset);
+}
+
+TEST(MockLlmSchedule, TwoServersFailIndependently) {
+  ServerOptions down;
+  down.schedule = mustParse("0s 1h status 503\n");
+  Server primary(std::move(down));
+  Server fallback(ServerOptions{});
+  std::string error;
+  ASSERT_TRUE(primary.start(&error)) << error;
+  ASSERT_TRUE(fallback.start(&error)) << error;
+  Client a(primary.port());
+  Client b(fallback.port());
+  auto ra = a.roundTrip(request("POST", "/v1/chat/completions", {}, kChatBody));
+  auto rb = b.roundTrip(request("POST", "/v1/chat/completions", {}, kChatBody));
+  ASSERT_TRUE(ra && rb);
+  EXPECT_EQ(ra->status, 503);
+  EXPECT_EQ(rb->status, 200);
+  EXPECT_EQ(primary.ledger().snapshot().size(), 1u);
+  EXPECT_EQ(fallback.ledger().snapshot().size(), 1u);
+}
+
 TEST(MockLlmFormat, TokensAreDeterministic) {
   EXPECT_EQ(tokenText(0), "tok0 ");
   EXPECT_EQ(fullText(3), "tok0 tok1 tok2 ");
