@@ -6,6 +6,9 @@ round by round so machine drift hits all peers equally:
 
   A  throughput: 1 KiB JSON POST, non-streaming, HTTP/1.1 keep-alive, 64
      connections (wrk): req/s and proxy CPU-us per request
+  A′ (--only P) the proxy as the bottleneck: the same POST (wrk, 32
+     connections) against a static nginx upstream (`return 200` with a usage
+     body and rate-limit headers), every sluice filter on
   B  latency at a fixed rate (h2load --rps, per-request log) at 50% of the
      slowest peer's A: added p50 / p99 / p99.9 versus direct
   C  1,000 and 10,000 concurrent SSE streams (one chunk per 50 ms): peak RSS
@@ -14,6 +17,8 @@ round by round so machine drift hits all peers equally:
      mock, CLOCK_MONOTONIC), tokens emitted after the abort; leaky clients
      (stop reading, keep the connection) with a budget header
   E  HTTP/2 multiplexed streams (h2load) through sluice and nghttpx
+  S  SSE at full speed: 5 streams x 20,000 chunks, no interval (h2load):
+     proxy CPU per streamed chunk (sluice meters spend; nginx proxy_buffering off)
 
 Proxies run on CPU 0, the mock and the load generators (wrk, h2load, this
 script) on CPU 1. Python standard library only.
@@ -204,6 +209,8 @@ class Session:
                 raise RuntimeError(f"missing binary {b} (build first or set SLUICE_BUILD_DIR)")
         self.mock_port = None
         self.mock = None
+        self.static_port = None
+        self.static = None
         self.peers = {}  # name -> {"port", "proc"}
 
     def start_mock(self):
@@ -224,6 +231,20 @@ class Session:
             time.sleep(0.02)
         raise RuntimeError(f"mock-llm did not start:\n{proc.tail()}")
 
+    def start_static_upstream(self):
+        """A′'s upstream: nginx returning a fixed completion (templates/static-upstream.conf)."""
+        port = free_port()
+        cfg = render("static-upstream.conf", self.params("static", port),
+                     os.path.join(self.tmp, "static-upstream.conf"))
+        proc = Proc("static-upstream", ["nginx", "-c", cfg, "-e",
+                                        os.path.join(self.tmp, "static-upstream-error.log")],
+                    LOAD_CPU, self.tmp)
+        self.procs.append(proc)
+        wait_port(port, proc)
+        self.static_port = port
+        self.static = proc
+        return port
+
     def params(self, name, port):
         return {
             "tmp": self.tmp, "listen_host": "127.0.0.1", "listen_port": port,
@@ -236,10 +257,13 @@ class Session:
             "haproxy_maxconn": (fd_limit() - 100) // 2,
         }
 
-    def start_peer(self, name, instance=""):
-        """Starts one proxy peer on a fresh port; returns its port."""
+    def start_peer(self, name, instance="", upstream_port=None):
+        """Starts one proxy peer on a fresh port (to the mock, or to
+        `upstream_port`); returns its tag."""
         port = free_port()
         p = self.params(name, port)
+        if upstream_port:
+            p["upstream_port"] = upstream_port
         tag = name + instance
         if name == "sluice":
             cfg = render("sluice.yaml", p, os.path.join(self.tmp, f"{tag}.yaml"))
@@ -329,8 +353,10 @@ def proc_cpu(session, peer):
     return cpu_seconds(pid) if pid else None
 
 
-def scenario_a(session, peer, duration, tmp):
-    """wrk, 64 connections, 1 KiB JSON POST, keep-alive."""
+def scenario_a(session, peer, duration, tmp, connections=64, upstream=None):
+    """wrk, 64 connections, 1 KiB JSON POST, keep-alive. `upstream` (a Proc)
+    is the upstream whose CPU is reported (default: the mock)."""
+    upstream = upstream or session.mock
     lua = os.path.join(tmp, "post.lua")
     if not os.path.exists(lua):
         body = json_body(False).decode()
@@ -340,10 +366,10 @@ def scenario_a(session, peer, duration, tmp):
             for k, v in COMMON_HEADERS.items():
                 f.write('wrk.headers["%s"] = "%s"\n' % (k, v))
     url = f"http://127.0.0.1:{session.port(peer)}/v1/chat/completions"
-    cpu0, mock0, t0 = proc_cpu(session, peer), cpu_seconds(session.mock.pid), time.monotonic()
-    out = run_cmd(["wrk", "-t1", "-c64", f"-d{duration}s", "-s", lua, url], duration + 30)
+    cpu0, mock0, t0 = proc_cpu(session, peer), cpu_seconds(upstream.pid), time.monotonic()
+    out = run_cmd(["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "-s", lua, url], duration + 30)
     elapsed = time.monotonic() - t0
-    cpu1, mock1 = proc_cpu(session, peer), cpu_seconds(session.mock.pid)
+    cpu1, mock1 = proc_cpu(session, peer), cpu_seconds(upstream.pid)
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     total = int(re.search(r"(\d+) requests in", out).group(1))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -401,6 +427,39 @@ def scenario_b(session, peer, rate, duration, tmp):
     os.unlink(log_file)
     res.update({"p50_us": pct(lat, 50), "p99_us": pct(lat, 99), "p999_us": pct(lat, 99.9),
                 "samples": len(lat)})
+    return res
+
+
+def scenario_s(session, peer, streams, tokens, tmp):
+    """SSE at full speed: `streams` concurrent answers of `tokens` content
+    chunks each (no interval), HTTP/1.1, read to the end by h2load. The
+    proxy's CPU per streamed chunk is the figure (spend metering is on in
+    sluice's config; nginx runs with proxy_buffering off)."""
+    body = os.path.join(tmp, "body-stream.json")
+    if not os.path.exists(body):
+        with open(body, "wb") as f:
+            f.write(json_body(True))
+    argv = ["h2load", "--h1", "-n", str(streams), "-c", str(streams), "-m", "1", "-d", body]
+    for k, v in dict(COMMON_HEADERS, **{"x-mock-tokens": str(tokens)}).items():
+        argv += ["-H", f"{k}: {v}"]
+    argv.append(f"http://127.0.0.1:{session.port(peer)}/v1/chat/completions")
+    cpu0, mock0, t0 = proc_cpu(session, peer), cpu_seconds(session.mock.pid), time.monotonic()
+    out = run_cmd(argv, 600)
+    elapsed = time.monotonic() - t0
+    cpu1, mock1 = proc_cpu(session, peer), cpu_seconds(session.mock.pid)
+    m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded", out)
+    codes = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
+    traffic = re.search(r"traffic: [^(]*\((\d+)\) total", out)
+    chunks = int(m.group(4)) * tokens
+    res = {"chunks": chunks, "elapsed_s": elapsed,
+           "chunks_per_s": chunks / elapsed if elapsed > 0 else None,
+           "bytes": int(traffic.group(1)) if traffic else None,
+           "errors": streams - int(m.group(4)) + sum(int(x) for x in codes.groups()[1:]),
+           "mock_cpu_s": mock1 - mock0}
+    if cpu0 is not None:
+        res["proxy_cpu_s"] = cpu1 - cpu0
+        res["proxy_cpu_util"] = (cpu1 - cpu0) / elapsed
+        res["proxy_cpu_us_per_chunk"] = (cpu1 - cpu0) * 1e6 / max(1, chunks)
     return res
 
 
@@ -782,6 +841,17 @@ def write_report(results, out_dir, smoke):
                      f"{spread(r.get('proxy_cpu_util'), 0, 100)}% | {spread(r['mock_cpu_util'], 0, 100)}% |"
                      f" {fmt(med(r, 'errors'))} |")
     lines.append("")
+    ap = results.get("A_prime")
+    if ap:
+        lines += ["## A′. The proxy as the bottleneck (wrk, 32 connections, 1 KiB JSON POST, static "
+                  "nginx upstream `return 200` with usage; every sluice filter on)", "",
+                  "| peer | req/s | proxy CPU µs / request | proxy CPU use | upstream CPU use | errors |",
+                  "|---|---|---|---|---|---|"]
+        for peer, r in ap.items():
+            lines.append(f"| {peer} | {spread(r['rps'])} | {spread(r.get('proxy_cpu_us_per_req'), 1)} | "
+                         f"{spread(r.get('proxy_cpu_util'), 0, 100)}% | "
+                         f"{spread(r['mock_cpu_util'], 0, 100)}% | {fmt(med(r, 'errors'))} |")
+        lines.append("")
     b = results["B"]
     lines += [f"## B. Latency at a fixed rate ({b['rate']} req/s, h2load --h1, 16 connections)", "",
               "| peer | p50 µs | p99 µs | p99.9 µs | added p50 | added p99 | added p99.9 |",
@@ -822,6 +892,16 @@ def write_report(results, out_dir, smoke):
     for peer, r in e.items():
         lines.append(f"| {peer} | {spread(r['rps'])} | {spread(r.get('proxy_cpu_us_per_req'), 1)} | "
                      f"{spread(r.get('proxy_cpu_util'), 0, 100)}% | {fmt(med(r, 'errors'))} |")
+    sp = results.get("S_params")
+    if results.get("S"):
+        lines += ["", f"## S. SSE at full speed ({sp['streams']} streams × {sp['tokens_per_stream']:,} "
+                  "chunks, no interval, HTTP/1.1, spend metering on in sluice)", "",
+                  "| peer | chunks/s | proxy CPU µs / chunk | proxy CPU s | proxy CPU use | errors |",
+                  "|---|---|---|---|---|---|"]
+        for peer, r in results["S"].items():
+            lines.append(f"| {peer} | {spread(r.get('chunks_per_s'))} | "
+                         f"{spread(r.get('proxy_cpu_us_per_chunk'), 2)} | {spread(r.get('proxy_cpu_s'), 2)} | "
+                         f"{spread(r.get('proxy_cpu_util'), 0, 100)}% | {fmt(med(r, 'errors'))} |")
     lines += ["", "## Notes", ""] + [f"- {n}" for n in results["notes"]] + [""]
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write("\n".join(lines))
@@ -850,7 +930,7 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="seconds-long version of every scenario")
     ap.add_argument("--out", help="results directory (default bench/results, smoke: a temp dir)")
     ap.add_argument("--rounds", type=int)
-    ap.add_argument("--only", default="ABCDE", help="scenarios to run, e.g. AB")
+    ap.add_argument("--only", default="APBCDES", help="scenarios to run, e.g. AB (P = A′)")
     ap.add_argument("--conditions", default=os.environ.get("BENCH_CONDITIONS", ""),
                     help="free text recorded with the results (e.g. machine load)")
     args = ap.parse_args()
@@ -863,6 +943,7 @@ def main():
     d_streams, d_conc = (40, 20) if smoke else (1000, 50)
     d_rounds = 1 if smoke else 2
     leaky_n, leaky_budget, leaky_hold = (2, 300, 0.8) if smoke else (10, 1000, 3.0)
+    s_streams, s_tokens = (5, 2000) if smoke else (5, 20000)
 
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (200000, 200000))
@@ -920,6 +1001,27 @@ def main():
                 session.check_alive()
         results["A"] = {p: collect(a_runs[p], ["rps", "proxy_cpu_us_per_req", "proxy_cpu_util",
                                                "mock_cpu_util", "errors"]) for p in peers if a_runs[p]}
+        # A′: the proxy as the bottleneck (a static nginx upstream on the load core)
+        ap_runs = {p: [] for p in proxies}
+        if "P" in args.only:
+            session.start_static_upstream()
+            tags = {p: session.start_peer(p, "-static", upstream_port=session.static_port)
+                    for p in proxies}
+            for r in range(rounds):
+                for p in order(proxies, r):
+                    res = scenario_a(session, tags[p], dur, work, connections=32,
+                                     upstream=session.static)
+                    res["errors"] = res["non_2xx"] + (1 if res["socket_errors"] else 0)
+                    ap_runs[p].append(res)
+                    log(f"A' round {r + 1} {p}: {res['rps']:.0f} req/s "
+                        f"cpu/req {res.get('proxy_cpu_us_per_req', 0):.1f}us "
+                        f"proxy cpu {res.get('proxy_cpu_util', 0) * 100:.0f}%")
+                session.check_alive()
+            for tag in tags.values():
+                session.stop_peer(tag)
+        results["A_prime"] = {p: collect(ap_runs[p], ["rps", "proxy_cpu_us_per_req", "proxy_cpu_util",
+                                                      "mock_cpu_util", "errors"])
+                              for p in proxies if ap_runs[p]}
         # B at 50% of the slowest peer's maximum
         slowest = min((med(results["A"], p, "rps") for p in proxies if p in results["A"]), default=2000)
         rate = int(slowest * 0.5)
@@ -1004,6 +1106,19 @@ def main():
                 log(f"D leaky {p}: cut {x['cut']}/{x['clients']} after {x['cut_after_ms_median']} ms, "
                     f"tokens {x['tokens_emitted_median']}")
             session.clear_ledger()
+        # S: SSE at full speed, proxy CPU per streamed chunk
+        s_runs = {p: [] for p in peers}
+        if "S" in args.only:
+            for r in range(rounds):
+                for p in order(peers, r):
+                    x = scenario_s(session, p, s_streams, s_tokens, work)
+                    s_runs[p].append(x)
+                    log(f"S round {r + 1} {p}: {x['chunks_per_s']:.0f} chunks/s cpu/chunk "
+                        f"{x.get('proxy_cpu_us_per_chunk', 0):.2f}us errors {x['errors']}")
+                session.check_alive()
+        results["S"] = {p: collect(s_runs[p], ["chunks_per_s", "proxy_cpu_us_per_chunk", "proxy_cpu_s",
+                                               "proxy_cpu_util", "errors"]) for p in peers if s_runs[p]}
+        results["S_params"] = {"streams": s_streams, "tokens_per_stream": s_tokens}
         # E
         e_peers = ["direct", "sluice", "nghttpx"]
         e_runs = {p: [] for p in e_peers}
@@ -1045,6 +1160,16 @@ def evaluate(res):
     t["A"] = {"target": "sluice ≥ 0.9× the faster of nginx / HAProxy",
               "result": f"req/s ratio {fmt(r1, '', 2)}×; CPU-per-request ratio (peer / sluice) {fmt(r2, '', 2)}×",
               "verdict": verdict(None if r1 is None else (r1 >= 0.9 and (r2 or 0) >= 0.9))}
+    ap = res.get("A_prime", {})
+    if ap.get("sluice"):
+        s_rps = med(ap, "sluice", "rps")
+        peers_rps = {p: med(ap, p, "rps") for p in ("nginx", "haproxy") if med(ap, p, "rps")}
+        best = max(peers_rps.values(), default=None)
+        parts = ", ".join(f"vs {p} {fmt(ratio(s_rps, v), '', 2)}×" for p, v in peers_rps.items())
+        r = ratio(s_rps, best)
+        t["A′"] = {"target": "sluice req/s ≥ 1.0× the faster of nginx / HAProxy, proxy-bound (static upstream)",
+                   "result": f"sluice {fmt(s_rps)} req/s; {parts}",
+                   "verdict": verdict(None if r is None else r >= 1.0)}
     b = res.get("B", {}).get("peers", {})
     s99 = med(b, "sluice", "added_p99_us")
     best99 = min((med(b, p, "added_p99_us") for p in ("nginx", "haproxy") if med(b, p, "added_p99_us") is not None),
@@ -1072,6 +1197,15 @@ def evaluate(res):
                   "result": f"p99 {fmt(p99)} µs; max tokens after abort {fmt(tmax)}; leaky cut "
                             f"{lk.get('cut')}/{lk.get('clients')} after {fmt(lk.get('cut_after_ms_median'))} ms",
                   "verdict": verdict(ok)}
+    sse = res.get("S", {})
+    if sse.get("sluice"):
+        s_cpu = med(sse, "sluice", "proxy_cpu_us_per_chunk")
+        n_cpu = med(sse, "nginx", "proxy_cpu_us_per_chunk")
+        r = ratio(n_cpu, s_cpu)
+        t["S"] = {"target": "sluice CPU per streamed chunk ≤ nginx's (proxy_buffering off), spend metering on",
+                  "result": f"sluice {fmt(s_cpu, '', 2)} µs, nginx {fmt(n_cpu, '', 2)} µs per chunk; "
+                            f"ratio (nginx / sluice) {fmt(r, '', 2)}×",
+                  "verdict": verdict(None if r is None else r >= 1.0)}
     e = res.get("E", {})
     if e:
         r1 = ratio(med(e, "sluice", "rps"), med(e, "nghttpx", "rps"))
@@ -1084,7 +1218,7 @@ def evaluate(res):
 
 def bottleneck_notes(res):
     notes = []
-    for scen in ("A", "E"):
+    for scen in ("A", "A_prime", "E"):
         for p, r in res.get(scen, {}).items():
             if p == "direct":
                 continue

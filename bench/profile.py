@@ -2,6 +2,7 @@
 """Instruction counts per request of sluice under valgrind's callgrind.
 
     python3 bench/profile.py [--build-dir build] [--requests 2000] [--h2] [--stream] [--access-log]
+    python3 bench/profile.py --stream --tokens 1000 --requests 50   # per streamed chunk
     python3 bench/profile.py --memory 1000     # massif: heap bytes per open SSE stream
 
 Starts mock-llm and sluice (the bench's sluice.yaml: every filter on) with
@@ -12,9 +13,21 @@ Instruction counts do not depend on machine load, unlike wall-clock
 figures, so they compare builds on a busy machine. bench/results/PROFILE.md
 records the figures.
 
+--stream --tokens N streams N content chunks per answer at full speed (no
+interval); instructions per chunk are the whole cost divided by the chunks,
+so with long answers (N = 1000) the per-request part is amortised away: the
+SSE per-chunk figure in PROFILE.md.
+
 --access-log turns sluice's access log on (a file in the temp dir): the
 difference to a run without it is the log's cost per request (README
 "Performance"). Instructions of every thread count, the writer's included.
+
+--quota makes every answer carry a request quota (x-mock-quota, never
+exhausted), so the throttle does its full per-request work; with
+--shared-state it also goes to a redis-server started here (one EVALSHA to
+take a slot, one to report the answer's quota, README "Running several
+replicas"): the difference of the two runs is shared state's cost per
+request in sluice. Redis's own CPU is not counted (another process).
 
 --memory N runs sluice under valgrind's massif instead, holds N concurrent
 SSE streams open through it (a chunk every 500 ms, so valgrind keeps up),
@@ -36,10 +49,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 
 
-def start_under_valgrind(session, tool, tool_args, access_log=False):
+def start_redis(session):
+    """redis-server on a free loopback port (no persistence); returns its port."""
+    port = bench.free_port()
+    proc = bench.Proc("redis", ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                                "--save", "", "--appendonly", "no"], bench.LOAD_CPU, session.tmp)
+    session.procs.append(proc)
+    bench.wait_port(port, proc)
+    return port
+
+
+def start_under_valgrind(session, tool, tool_args, access_log=False, redis_port=0):
     """mock-llm, then sluice (the bench's sluice.yaml, optionally with its
-    access log on) under a valgrind tool; returns the process and sluice's
-    port once it listens."""
+    access log on, or shared state in the redis at `redis_port`) under a
+    valgrind tool; returns the process and sluice's port once it listens."""
     session.start_mock()
     port = bench.free_port()
     cfg = bench.render("sluice.yaml", session.params("sluice", port),
@@ -47,6 +70,10 @@ def start_under_valgrind(session, tool, tool_args, access_log=False):
     if access_log:
         with open(cfg, "a") as f:
             f.write(f"\naccess_log: {{path: {os.path.join(session.tmp, 'access.log')}, format: json}}\n")
+    if redis_port:
+        # A long timeout: valgrind slows sluice ~50x, a 50 ms call would time out.
+        with open(cfg, "a") as f:
+            f.write(f"\nshared_state: {{redis: \"redis://127.0.0.1:{redis_port}/0\", timeout: 2s}}\n")
     proc = bench.Proc(f"sluice-{tool}", ["valgrind", f"--tool={tool}"] + tool_args +
                       [session.sluice_bin, "--config", cfg], bench.PROXY_CPU, session.tmp)
     session.procs.append(proc)
@@ -60,8 +87,13 @@ def main():
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--h2", action="store_true", help="clients speak h2c (4 x 32 streams)")
     ap.add_argument("--stream", action="store_true", help="streamed (SSE) answers, 10 tokens")
+    ap.add_argument("--tokens", type=int, default=10, help="content chunks per streamed answer")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--access-log", action="store_true", help="with the JSON access log on (to a file)")
+    ap.add_argument("--quota", action="store_true",
+                    help="answers carry a request quota: the throttle's full work per request")
+    ap.add_argument("--shared-state", action="store_true",
+                    help="shared_state on, through a redis-server started here (implies --quota)")
     ap.add_argument("--memory", type=int, default=0, metavar="N",
                     help="massif: heap per stream with N concurrent SSE streams")
     args = ap.parse_args()
@@ -72,8 +104,12 @@ def main():
     out_dir = tempfile.mkdtemp(prefix="sluice-callgrind-")
     try:
         cg_out = os.path.join(out_dir, "callgrind.out")
+        if args.shared_state:
+            args.quota = True
+        redis_port = start_redis(session) if args.shared_state else 0
         proc, port = start_under_valgrind(session, "callgrind",
-                                          [f"--callgrind-out-file={cg_out}"], args.access_log)
+                                          [f"--callgrind-out-file={cg_out}"], args.access_log,
+                                          redis_port)
         body = os.path.join(session.tmp, "body.json")
         with open(body, "wb") as f:
             f.write(bench.json_body(args.stream, 1024))
@@ -82,7 +118,9 @@ def main():
             argv = ["h2load", "-n", str(n), "-d", body]
             headers = dict(bench.COMMON_HEADERS)
             if args.stream:
-                headers["x-mock-tokens"] = "10"
+                headers["x-mock-tokens"] = str(args.tokens)
+            if args.quota:
+                headers["x-mock-quota"] = "100000000/60000"
             for k, v in headers.items():
                 argv += ["-H", f"{k}: {v}"]
             argv += (["-c", "4", "-m", "32"] if args.h2 else ["--h1", "-c", "8", "-m", "1"])
@@ -91,7 +129,7 @@ def main():
             m = re.search(r"(\d+) succeeded", out)
             return int(m.group(1)) if m else 0
 
-        load(200)  # warm-up: pools, metric series, allocator
+        load(200 if not args.stream or args.tokens <= 10 else 20)  # warm-up: pools, metric series, allocator
         subprocess.run(["callgrind_control", "-z", str(proc.pid)], capture_output=True, check=True)
         ok = load(args.requests)
         subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True)
@@ -101,13 +139,18 @@ def main():
         ann = subprocess.run(["callgrind_annotate", "--inclusive=no", dump],
                              capture_output=True, text=True).stdout
         total = int(re.search(r"([\d,]+) \(100.0%\)\s+PROGRAM TOTALS", ann).group(1).replace(",", ""))
-        mode = ("h2c" if args.h2 else "http/1.1") + (", SSE 10 tokens" if args.stream else ", JSON")
+        mode = ("h2c" if args.h2 else "http/1.1") + (f", SSE {args.tokens} tokens" if args.stream else ", JSON")
         if args.access_log:
             log = os.path.join(session.tmp, "access.log")
             lines = sum(1 for _ in open(log)) if os.path.exists(log) else 0
             mode += f", access log on ({lines} lines)"
+        if args.quota:
+            mode += ", quota headers" + (", shared state on (redis)" if args.shared_state else "")
         print(f"requests ok: {ok}/{args.requests} ({mode})")
         print(f"instructions per request: {total / max(1, ok):,.0f}")
+        if args.stream:
+            print(f"instructions per content chunk (whole cost / {args.tokens} chunks per answer): "
+                  f"{total / max(1, ok * args.tokens):,.0f}")
         lines = [ln for ln in ann.splitlines() if re.match(r"\s*[\d,]+ \(\s*[\d.]+%\)", ln)]
         print("\nself cost, top functions:")
         for ln in lines[1:args.top + 1]:

@@ -213,6 +213,33 @@ struct AccessLogConfig {
   bool operator==(const AccessLogConfig&) const = default;
 };
 
+/** A parsed `shared_state.redis` URL: redis://[[user]:password@]host[:port][/db]. */
+struct RedisUrl {
+  std::string host;
+  uint16_t port = 6379;
+  std::string username;  // empty = AUTH with the password only (Redis < 6 style)
+  std::string password;  // empty = no AUTH; never rendered or logged
+  int db = 0;
+
+  /** host:port, without credentials: safe for logs. */
+  std::string address() const;
+};
+
+/**
+ * `shared_state` (DESIGN §6): quota and circuit state shared by every replica
+ * through Redis. Absent = local state only (the default).
+ */
+struct SharedStateConfig {
+  RedisUrl redis;
+  std::string raw_redis;  // as written, for reload comparison (it may hold a password)
+  std::string prefix = "sluice:";
+  Duration timeout = std::chrono::milliseconds(50);  // per Redis call
+
+  bool operator==(const SharedStateConfig& o) const {
+    return raw_redis == o.raw_redis && prefix == o.prefix && timeout == o.timeout;
+  }
+};
+
 /** The whole file. */
 struct Config {
   int version = 1;
@@ -229,6 +256,7 @@ struct Config {
   std::vector<PriceConfig> pricing;
   LimitsConfig limits;
   AccessLogConfig access_log;
+  std::optional<SharedStateConfig> shared_state;
 
   std::string source_path;  // the file it came from, for messages and reloads
   // Advice found while loading ("FILE:LINE:COL: key.path: message"): valid,

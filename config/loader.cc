@@ -629,6 +629,7 @@ class Decoder {
   PriceConfig price(const Field& f);
   LimitsConfig limits(const Field& f);
   AccessLogConfig accessLog(const Field& f);
+  SharedStateConfig sharedState(const Field& f);
   std::vector<std::string> hostNames(const Field& f);
   void warnIfPathDoubles(const Config& c, size_t route_index);
 
@@ -713,6 +714,7 @@ Config Decoder::decode(const YAML::Node& root) {
                  }},
                 {"limits", [&](const Field& f) { c.limits = limits(f); }},
                 {"access_log", [&](const Field& f) { c.access_log = accessLog(f); }},
+                {"shared_state", [&](const Field& f) { c.shared_state = sharedState(f); }},
             },
             {"listen"});
 
@@ -1194,6 +1196,29 @@ AccessLogConfig Decoder::accessLog(const Field& f) {
   return a;
 }
 
+SharedStateConfig Decoder::sharedState(const Field& f) {
+  SharedStateConfig shared;
+  decodeMap(f,
+            {
+                {"redis",
+                 [&](const Field& v) {
+                   shared.raw_redis = scalar(v, "a redis:// URL");
+                   std::string why;
+                   const std::optional<RedisUrl> url = parseRedisUrl(shared.raw_redis, &why);
+                   if (!url) fail(v, why);
+                   shared.redis = *url;
+                 }},
+                {"prefix",
+                 [&](const Field& v) {
+                   shared.prefix = scalar(v, "a string");
+                   if (shared.prefix.size() > 64) fail(v, "must be at most 64 characters");
+                 }},
+                {"timeout", [&](const Field& v) { shared.timeout = duration(v, false); }},
+            },
+            {"redis"});
+  return shared;
+}
+
 PriceConfig Decoder::price(const Field& f) {
   PriceConfig p;
   const double kNoMax = std::numeric_limits<double>::max();
@@ -1357,6 +1382,63 @@ std::optional<UpstreamUrl> parseUpstreamUrl(std::string_view text, std::string* 
   std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
   while (!path.empty() && path.back() == '/') path.remove_suffix(1);
   url.path_prefix = std::string(path);
+  return url;
+}
+
+std::optional<RedisUrl> parseRedisUrl(std::string_view text, std::string* error) {
+  // The text may hold a password: messages quote only the parts without it.
+  const std::string prefix = "invalid Redis URL: ";
+  RedisUrl url;
+  const std::string lower = toLower(text);
+  std::string_view rest = text;
+  if (lower.rfind("rediss://", 0) == 0) {
+    return fail(error, prefix +
+                           "rediss:// (TLS) is not supported: the packaged hiredis 0.14 has no "
+                           "TLS; reach Redis over a private network or a TLS tunnel (stunnel)");
+  }
+  if (lower.rfind("redis://", 0) != 0) return fail(error, prefix + "must start with redis://");
+  rest.remove_prefix(8);
+  if (std::any_of(rest.begin(), rest.end(), [](char c) { return c <= 0x20 || c == 0x7f; })) {
+    return fail(error, prefix + "must not contain spaces or control characters");
+  }
+  if (rest.find_first_of("?#") != std::string_view::npos) {
+    return fail(error, prefix + "must not have a query or fragment");
+  }
+  const size_t at = rest.rfind('@');
+  if (at != std::string_view::npos) {
+    const std::string_view userinfo = rest.substr(0, at);
+    const size_t colon = userinfo.find(':');
+    if (colon == std::string_view::npos) {
+      url.password = std::string(userinfo);  // redis://secret@host: the password alone
+    } else {
+      url.username = std::string(userinfo.substr(0, colon));
+      url.password = std::string(userinfo.substr(colon + 1));
+    }
+    rest.remove_prefix(at + 1);
+  }
+  const size_t slash = rest.find('/');
+  const std::string_view authority = rest.substr(0, slash);
+  if (authority.empty()) return fail(error, prefix + "missing host");
+  std::string host, why;
+  std::optional<std::string_view> port_text;
+  if (!splitHostPort(authority, host, port_text, why)) return fail(error, prefix + why);
+  url.host = toLower(host);
+  if (port_text) {
+    const std::optional<uint16_t> port = parsePort(*port_text, /*allow_zero=*/false, why);
+    if (!port) return fail(error, prefix + why);
+    url.port = *port;
+  }
+  if (slash != std::string_view::npos) {
+    std::string_view db = rest.substr(slash + 1);
+    if (!db.empty()) {
+      const std::optional<int64_t> n = parseInt64(db);
+      if (!n || *n < 0 || *n > 15) {
+        return fail(error, prefix + "the database must be a number 0..15 (got " +
+                               inQuotes(db) + ")");
+      }
+      url.db = static_cast<int>(*n);
+    }
+  }
   return url;
 }
 

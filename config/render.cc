@@ -159,6 +159,17 @@ nlohmann::json accessLogToJson(const AccessLogConfig& a) {
   return {{"path", path}, {"format", "json"}};
 }
 
+nlohmann::json sharedStateToJson(const std::optional<SharedStateConfig>& shared) {
+  if (!shared) return nullptr;
+  // The URL without its credentials: they are a secret.
+  std::string redis = "redis://";
+  if (!shared->redis.password.empty()) redis += "<redacted>@";
+  redis += shared->redis.address() + "/" + std::to_string(shared->redis.db);
+  return {{"redis", redis},
+          {"prefix", shared->prefix},
+          {"timeout", formatDuration(shared->timeout)}};
+}
+
 nlohmann::json toRedactedJson(const Config& config) {
   json listen = json::array();
   for (const ListenerConfig& l : config.listeners) listen.push_back(listenerToJson(l));
@@ -184,6 +195,7 @@ nlohmann::json toRedactedJson(const Config& config) {
       {"pricing", pricing},
       {"limits", limitsToJson(config.limits)},
       {"access_log", accessLogToJson(config.access_log)},
+      {"shared_state", sharedStateToJson(config.shared_state)},
       {"source_path", config.source_path},
   };
 }

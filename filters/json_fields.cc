@@ -59,7 +59,313 @@ size_t endOfValue(std::string_view s, size_t i) {
   return j == i ? npos : j;
 }
 
+// Validates one JSON value at a time (see isVerifiedJson); any doubt is false.
+class Verifier {
+ public:
+  explicit Verifier(std::string_view s) : s_(s) {}
+
+  bool document(int max_depth) {
+    i_ = skipWhitespace(s_, 0);
+    if (!value(max_depth)) return false;
+    return skipWhitespace(s_, i_) == s_.size();
+  }
+
+  // chatChoicesWithOutput(): verifies the array and reads it in one pass.
+  std::optional<uint64_t> chatChoices(int max_depth) {
+    i_ = skipWhitespace(s_, 0);
+    if (i_ >= s_.size() || s_[i_] != '[' || max_depth <= 0) return std::nullopt;
+    uint64_t with_output = 0;
+    i_ = skipWhitespace(s_, i_ + 1);
+    if (i_ < s_.size() && s_[i_] == ']') {
+      ++i_;
+    } else {
+      for (;;) {
+        if (i_ < s_.size() && s_[i_] == '{') {
+          const std::optional<bool> output = chatObject(max_depth - 1, /*choice=*/true);
+          if (!output) return std::nullopt;
+          if (*output) ++with_output;
+        } else if (!value(max_depth - 1)) {
+          return std::nullopt;  // not an object: no delta, but still verified
+        }
+        if (!next(']')) return std::nullopt;
+        if (done_) break;
+      }
+    }
+    if (skipWhitespace(s_, i_) != s_.size()) return std::nullopt;
+    return with_output;
+  }
+
+ private:
+  // A choice (`choice`) or a delta object at s_[i_], verified; whether it
+  // carries output. Duplicate keys: the last wins, as in nlohmann's DOM. A key
+  // written with an escape declines (only the library decodes it).
+  std::optional<bool> chatObject(int depth, bool choice) {
+    if (depth <= 0) return std::nullopt;
+    bool delta_output = false;
+    // content, refusal, reasoning_content, reasoning, tool_calls, function_call
+    bool output[6] = {};
+    i_ = skipWhitespace(s_, i_ + 1);
+    if (i_ < s_.size() && s_[i_] == '}') {
+      ++i_;
+      return false;
+    }
+    for (;;) {
+      if (i_ >= s_.size() || s_[i_] != '"') return std::nullopt;
+      const size_t key_begin = i_;
+      if (!string()) return std::nullopt;
+      const std::string_view key = s_.substr(key_begin + 1, i_ - key_begin - 2);
+      if (key.find('\\') != npos) return std::nullopt;
+      i_ = skipWhitespace(s_, i_);
+      if (i_ >= s_.size() || s_[i_] != ':') return std::nullopt;
+      i_ = skipWhitespace(s_, i_ + 1);
+      const size_t value_begin = i_;
+      if (choice && key == "delta" && i_ < s_.size() && s_[i_] == '{') {
+        const std::optional<bool> output_here = chatObject(depth - 1, false);
+        if (!output_here) return std::nullopt;
+        delta_output = *output_here;
+      } else {
+        if (!value(depth - 1)) return std::nullopt;
+        if (choice) {
+          if (key == "delta") delta_output = false;  // not an object
+        } else {
+          const std::string_view v = s_.substr(value_begin, i_ - value_begin);
+          // A string token longer than its quotes decodes to a non-empty string.
+          const bool text = v.front() == '"' && v.size() > 2;
+          if (key == "content") output[0] = text;
+          if (key == "refusal") output[1] = text;
+          if (key == "reasoning_content") output[2] = text;
+          if (key == "reasoning") output[3] = text;
+          if (key == "tool_calls") {
+            output[4] = v.front() == '[' && skipWhitespace(v, 1) != v.size() - 1;
+          }
+          if (key == "function_call") output[5] = v.front() == '{';
+        }
+      }
+      if (!next('}')) return std::nullopt;
+      if (done_) break;
+    }
+    if (choice) return delta_output;
+    for (const bool o : output) {
+      if (o) return true;
+    }
+    return false;
+  }
+
+  bool value(int depth) {
+    if (i_ >= s_.size()) return false;
+    switch (s_[i_]) {
+      case '"':
+        return string();
+      case '{':
+        return object(depth);
+      case '[':
+        return array(depth);
+      case 't':
+        return literal("true");
+      case 'f':
+        return literal("false");
+      case 'n':
+        return literal("null");
+      default:
+        return integer();
+    }
+  }
+
+  bool object(int depth) {
+    if (depth <= 0) return false;
+    i_ = skipWhitespace(s_, i_ + 1);
+    if (i_ < s_.size() && s_[i_] == '}') {
+      ++i_;
+      return true;
+    }
+    for (;;) {
+      if (i_ >= s_.size() || s_[i_] != '"' || !string()) return false;
+      i_ = skipWhitespace(s_, i_);
+      if (i_ >= s_.size() || s_[i_] != ':') return false;
+      i_ = skipWhitespace(s_, i_ + 1);
+      if (!value(depth - 1)) return false;
+      if (!next('}')) return false;
+      if (done_) return true;
+    }
+  }
+
+  bool array(int depth) {
+    if (depth <= 0) return false;
+    i_ = skipWhitespace(s_, i_ + 1);
+    if (i_ < s_.size() && s_[i_] == ']') {
+      ++i_;
+      return true;
+    }
+    for (;;) {
+      if (!value(depth - 1)) return false;
+      if (!next(']')) return false;
+      if (done_) return true;
+    }
+  }
+
+  // After a member or element: a ',' (more follow) or `close` (done_).
+  bool next(char close) {
+    i_ = skipWhitespace(s_, i_);
+    done_ = false;
+    if (i_ >= s_.size()) return false;
+    if (s_[i_] == ',') {
+      i_ = skipWhitespace(s_, i_ + 1);
+      return true;
+    }
+    if (s_[i_] != close) return false;
+    ++i_;
+    done_ = true;
+    return true;
+  }
+
+  bool literal(std::string_view word) {
+    if (s_.substr(i_, word.size()) != word) return false;
+    i_ += word.size();
+    return true;
+  }
+
+  // -?(0|[1-9][0-9]*), at most 18 digits; a fraction or exponent declines.
+  bool integer() {
+    size_t j = i_;
+    if (j < s_.size() && s_[j] == '-') ++j;
+    const size_t digits = j;
+    if (j < s_.size() && s_[j] == '0') {
+      ++j;
+    } else {
+      while (j < s_.size() && s_[j] >= '0' && s_[j] <= '9') ++j;
+    }
+    if (j == digits || j - digits > 18) return false;
+    if (j < s_.size() && (s_[j] == '.' || s_[j] == 'e' || s_[j] == 'E' ||
+                          (s_[j] >= '0' && s_[j] <= '9'))) {
+      return false;
+    }
+    i_ = j;
+    return true;
+  }
+
+  int hex4(size_t at) const {
+    if (at + 4 > s_.size()) return -1;
+    int v = 0;
+    for (size_t k = at; k < at + 4; ++k) {
+      const char c = s_[k];
+      int d;
+      if (c >= '0' && c <= '9') {
+        d = c - '0';
+      } else if (c >= 'a' && c <= 'f') {
+        d = c - 'a' + 10;
+      } else if (c >= 'A' && c <= 'F') {
+        d = c - 'A' + 10;
+      } else {
+        return -1;
+      }
+      v = v * 16 + d;
+    }
+    return v;
+  }
+
+  bool escape() {  // s_[i_] is the backslash
+    if (i_ + 1 >= s_.size()) return false;
+    switch (s_[i_ + 1]) {
+      case '"':
+      case '\\':
+      case '/':
+      case 'b':
+      case 'f':
+      case 'n':
+      case 'r':
+      case 't':
+        i_ += 2;
+        return true;
+      case 'u':
+        break;
+      default:
+        return false;
+    }
+    const int unit = hex4(i_ + 2);
+    if (unit < 0 || (unit >= 0xDC00 && unit <= 0xDFFF)) return false;  // a lone low surrogate
+    i_ += 6;
+    if (unit < 0xD800 || unit > 0xDBFF) return true;
+    // A high surrogate must be followed by an escaped low one.
+    if (i_ + 1 >= s_.size() || s_[i_] != '\\' || s_[i_ + 1] != 'u') return false;
+    const int low = hex4(i_ + 2);
+    if (low < 0xDC00 || low > 0xDFFF) return false;
+    i_ += 6;
+    return true;
+  }
+
+  bool continuation(size_t at, unsigned char lo = 0x80, unsigned char hi = 0xBF) const {
+    if (at >= s_.size()) return false;
+    const auto c = static_cast<unsigned char>(s_[at]);
+    return c >= lo && c <= hi;
+  }
+
+  bool utf8() {  // s_[i_] >= 0x80: one well-formed sequence (RFC 3629)
+    const auto c = static_cast<unsigned char>(s_[i_]);
+    size_t len;
+    bool ok;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+      ok = continuation(i_ + 1);
+    } else if (c == 0xE0) {
+      len = 3;
+      ok = continuation(i_ + 1, 0xA0, 0xBF) && continuation(i_ + 2);
+    } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
+      len = 3;
+      ok = continuation(i_ + 1) && continuation(i_ + 2);
+    } else if (c == 0xED) {
+      len = 3;
+      ok = continuation(i_ + 1, 0x80, 0x9F) && continuation(i_ + 2);
+    } else if (c == 0xF0) {
+      len = 4;
+      ok = continuation(i_ + 1, 0x90, 0xBF) && continuation(i_ + 2) && continuation(i_ + 3);
+    } else if (c >= 0xF1 && c <= 0xF3) {
+      len = 4;
+      ok = continuation(i_ + 1) && continuation(i_ + 2) && continuation(i_ + 3);
+    } else if (c == 0xF4) {
+      len = 4;
+      ok = continuation(i_ + 1, 0x80, 0x8F) && continuation(i_ + 2) && continuation(i_ + 3);
+    } else {
+      return false;
+    }
+    i_ += len;
+    return ok;
+  }
+
+  bool string() {  // s_[i_] is the opening quote
+    ++i_;
+    while (i_ < s_.size()) {
+      const auto c = static_cast<unsigned char>(s_[i_]);
+      if (c == '"') {
+        ++i_;
+        return true;
+      }
+      if (c == '\\') {
+        if (!escape()) return false;
+      } else if (c < 0x20) {
+        return false;
+      } else if (c < 0x80) {
+        ++i_;
+      } else if (!utf8()) {
+        return false;
+      }
+    }
+    return false;
+  }
+
+  std::string_view s_;
+  size_t i_ = 0;
+  bool done_ = false;
+};
+
 }  // namespace
+
+bool isVerifiedJson(std::string_view text, int max_depth) {
+  return Verifier(text).document(max_depth);
+}
+
+std::optional<uint64_t> chatChoicesWithOutput(std::string_view choices_text) {
+  return Verifier(choices_text).chatChoices(32);
+}
 
 bool scanTopLevelMembers(std::string_view s,
                          const std::function<bool(std::string_view, std::string_view)>& on_member) {

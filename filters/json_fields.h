@@ -61,4 +61,32 @@ std::optional<uint64_t> plainUnsigned(std::string_view value_text);
  */
 bool isPlainObject(std::string_view value_text, int depth);
 
+/**
+ * True when `text` is one JSON value (surrounding whitespace allowed) that
+ * nlohmann::json parses without error, checked here without a library:
+ * structure, string escapes (surrogate pairs included), UTF-8 as the library
+ * demands it (RFC 3629: no overlongs, surrogates or code points past
+ * U+10FFFF), control characters, literals. It declines — returns false, and
+ * the caller parses with nlohmann — what it does not decide itself: numbers
+ * with a fraction or exponent or more than 18 digits (the library rejects
+ * out-of-range floats), nesting deeper than `max_depth`. True therefore
+ * means valid; false means "ask the library". The check behind
+ * chatChoicesWithOutput() (~5-10 instructions per byte against nlohmann's
+ * ~100 plus an allocation per node).
+ */
+bool isVerifiedJson(std::string_view text, int max_depth = 32);
+
+/**
+ * How many choices of an OpenAI chat chunk's `choices` array carry output in
+ * their `delta` — a non-empty `content`, `refusal`, `reasoning_content` or
+ * `reasoning` string, a non-empty `tool_calls` array, or a `function_call`
+ * object — exactly as nlohmann's DOM of the same text reads it (duplicate
+ * keys: the last wins; invalid JSON: the caller's fallback decides). One
+ * pass that verifies as isVerifiedJson() does and reads the members as it
+ * goes (the per-chunk cost of a stream: PROFILE.md). nullopt when the text
+ * is not verified or a choice or delta key is written with an escape: then
+ * decode it with nlohmann.
+ */
+std::optional<uint64_t> chatChoicesWithOutput(std::string_view choices_text);
+
 }  // namespace sluice

@@ -6,7 +6,9 @@
 // members, each value text parsing to the library's value. Whatever the
 // input, every reported key and value lies inside the input and the scan
 // stops when asked to. The plain readers (plainString, plainUnsigned,
-// isPlainObject) must agree with the library whenever they accept.
+// isPlainObject) must agree with the library whenever they accept, and
+// isVerifiedJson never accepts what the library rejects; chatChoicesWithOutput
+// agrees with a DOM count.
 // Seeds: fuzz/corpus/json_fields/ (real request and response bodies).
 
 #include <cstddef>
@@ -14,6 +16,7 @@
 #include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <string_view>
 
 #include "filters/json_fields.h"
@@ -52,6 +55,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (const auto u = sluice::plainUnsigned(text)) {
     if (j.is_discarded() || !j.is_number_integer() || j != nlohmann::json(*u)) std::abort();
+  }
+  // isVerifiedJson vouches only for what the library parses without error,
+  // and chatChoicesWithOutput counts exactly what the library's DOM shows.
+  if (sluice::isVerifiedJson(text) && j.is_discarded()) std::abort();
+  if (const auto counted = sluice::chatChoicesWithOutput(text)) {
+    if (j.is_discarded() || !j.is_array()) std::abort();
+    uint64_t want = 0;
+    for (const auto& choice : j) {
+      if (!choice.is_object()) continue;
+      const auto delta = choice.find("delta");
+      if (delta == choice.end() || !delta->is_object()) continue;
+      bool output = false;
+      for (const char* key : {"content", "refusal", "reasoning_content", "reasoning"}) {
+        const auto v = delta->find(key);
+        if (v != delta->end() && v->is_string() && !v->get_ref<const std::string&>().empty())
+          output = true;
+      }
+      const auto calls = delta->find("tool_calls");
+      if (calls != delta->end() && calls->is_array() && !calls->empty()) output = true;
+      const auto fn = delta->find("function_call");
+      if (fn != delta->end() && fn->is_object()) output = true;
+      if (output) ++want;
+    }
+    if (*counted != want) std::abort();
   }
   if (sluice::isPlainObject(text, 3)) {
     if (j.is_discarded() || !j.is_object() || !scanned) std::abort();

@@ -4,12 +4,17 @@
 
 namespace sluice {
 
-Dispatcher::Dispatcher(const Clock& clock) : clock_(clock) {
+Dispatcher::Dispatcher(const Clock& clock, Scheduler* scheduler) : clock_(clock) {
   // Cross-thread post()/exit() need libevent's locking and wake-up support,
   // which must be on before the first event_base is made. Idempotent.
   static const int threads_enabled = evthread_use_pthreads();
   (void)threads_enabled;
   base_.reset(event_base_new());
+  if (scheduler == nullptr) {
+    own_scheduler_ = std::make_unique<LibeventScheduler>(base_.get());
+    scheduler = own_scheduler_.get();
+  }
+  scheduler_ = scheduler;
   dns_ = evdns_base_new(base_.get(), EVDNS_BASE_INITIALIZE_NAMESERVERS |
                                          EVDNS_BASE_DISABLE_WHEN_INACTIVE);
   if (dns_ == nullptr) {
@@ -68,5 +73,7 @@ void Dispatcher::onPosted(evutil_socket_t, short, void* arg) {
 void Dispatcher::run() { event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY); }
 
 void Dispatcher::exit() { event_base_loopexit(base_.get(), nullptr); }
+
+void Dispatcher::runNonBlocking() { event_base_loop(base_.get(), EVLOOP_NONBLOCK); }
 
 }  // namespace sluice

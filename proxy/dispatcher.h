@@ -1,9 +1,10 @@
 #pragma once
 
 // One worker thread's event loop and the services every object on that
-// thread shares: the event_base, async DNS, deferred deletion and a
-// thread-safe inbox for work posted from other threads (admin queries,
-// drain, reload). Objects that live on a worker never touch another
+// thread shares: the event_base, the clock and the timers that follow it
+// (a Scheduler: libevent's, or a simulated one in tests), async DNS,
+// deferred deletion and a thread-safe inbox for work posted from other
+// threads (admin queries, drain, reload). Objects that live on a worker never touch another
 // worker's Dispatcher directly; they post().
 
 #include <event2/dns.h>
@@ -15,6 +16,7 @@
 
 #include "proxy/clock.h"
 #include "proxy/event_util.h"
+#include "proxy/scheduler.h"
 
 namespace sluice {
 
@@ -27,7 +29,11 @@ using DeferredDeletablePtr = std::unique_ptr<DeferredDeletable>;
 
 class Dispatcher {
  public:
-  explicit Dispatcher(const Clock& clock);
+  /**
+   * Timers come from `scheduler` when given (tests: simulated time on the
+   * same clock), else from libevent on this dispatcher's event_base.
+   */
+  explicit Dispatcher(const Clock& clock, Scheduler* scheduler = nullptr);
   ~Dispatcher();
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
@@ -35,6 +41,11 @@ class Dispatcher {
   event_base* base() const { return base_.get(); }
   evdns_base* dns() const { return dns_; }
   const Clock& clock() const { return clock_; }
+
+  /** A one-shot timer whose callback runs on this dispatcher's thread. */
+  ScheduledTimerPtr createTimer(std::function<void()> cb) {
+    return scheduler_->createTimer(std::move(cb));
+  }
 
   /**
    * Deletes `obj` on the next loop iteration (Envoy's deferred deletion): an
@@ -49,6 +60,8 @@ class Dispatcher {
   void run();
   /** Makes run() return. Safe from any thread. */
   void exit();
+  /** Runs what is ready now (posted work, deferred deletions, due events) without blocking. */
+  void runNonBlocking();
 
  private:
   static void onDeferred(evutil_socket_t, short, void* arg);
@@ -57,6 +70,8 @@ class Dispatcher {
 
   const Clock& clock_;
   EventBasePtr base_;
+  std::unique_ptr<Scheduler> own_scheduler_;  // libevent's, unless one was given
+  Scheduler* scheduler_ = nullptr;
   evdns_base* dns_ = nullptr;
   EventPtr deferred_event_;
   std::vector<DeferredDeletablePtr> to_delete_;

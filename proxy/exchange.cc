@@ -4,11 +4,10 @@
 #include <cassert>
 #include <charconv>
 
-#include "proxy/access_log.h"
 #include "filters/retry/retry_decision.h"
+#include "proxy/access_log.h"
 #include "proxy/filter_chain.h"
 #include "proxy/header_rewrite.h"
-#include "proxy/upstream_pool.h"
 
 namespace sluice {
 
@@ -67,7 +66,7 @@ Exchange::Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const Ro
       downstream_(downstream),
       start_(start),
       body_(&runtime_->bodyMemory(), runtime_->config().limits.max_buffered_body_bytes),
-      wake_(host.dispatcher().base(), [this] { onWake(); }) {
+      wake_(host.dispatcher().createTimer([this] { onWake(); })) {
   route_->metrics->active().Increment();
   if (route_->config != nullptr) {
     filters_ = buildFilterChain(*route_);
@@ -77,9 +76,9 @@ Exchange::Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const Ro
 
 Exchange::~Exchange() {
   // finish() normally ran; this is the safety net for a worker shutting down.
-  if (stream_ != nullptr) {
-    stream_->detach();
-    stream_->reset();
+  if (attempt_.stream != nullptr) {
+    attempt_.stream->detach();
+    attempt_.stream->reset();
   }
 }
 
@@ -158,7 +157,7 @@ void Exchange::decodeData(const char* data, size_t len) {
     if (phase_ == Phase::DecodeComplete && !held_) runChain(0);
     if (finished_) return;
   }
-  if (stream_ != nullptr) stream_->onRequestBodyData();
+  if (attempt_.stream != nullptr) attempt_.stream->onRequestBodyData();
   applyBodyBackpressure();
 }
 
@@ -189,13 +188,14 @@ void Exchange::decodeComplete() {
     if (downstream_ != nullptr) downstream_->resumeRequestBody();
   }
   if (finished_) return;
-  if (stream_ != nullptr) {
+  if (attempt_.stream != nullptr) {
     // A streamed body's end: the upstream has it all, so its time to answer starts now.
-    stream_->onRequestBodyData();
-    if (finished_ || stream_ == nullptr) return;
-    last_upstream_byte_ = clock().now();
+    attempt_.stream->onRequestBodyData();
+    if (finished_ || attempt_.stream == nullptr) return;
+    attempt_.last_upstream_byte = clock().now();
     armFirstByteTimer();
-    if (first_byte_timer_ == 0 && attempt_connected_) armIdleTimer();
+    // Connected (its connect timer is gone) and no first-byte timer: idle time counts.
+    if (attempt_.first_byte_timer == 0 && attempt_.connect_timer == 0) armIdleTimer();
     return;
   }
   if (held_) return;
@@ -230,7 +230,9 @@ void Exchange::runChain(size_t from) {
     switch (phase_) {
       case Phase::DecodeHeaders: status = filter.decodeHeaders(request_); break;
       case Phase::DecodeComplete: status = filter.decodeComplete(body_.prefix()); break;
-      case Phase::BeforeAttempt: status = filter.beforeAttempt(upstream_request_); break;
+      case Phase::BeforeAttempt:
+        status = filter.beforeAttempt(attempt_.request);
+        break;
       case Phase::Done: return;
     }
     if (finished_ || state_ == ExchangeState::Cancelling) return;
@@ -248,7 +250,7 @@ void Exchange::runChain(size_t from) {
       if (request_complete_ || body_.streaming()) runChain(0);
       return;
     case Phase::DecodeComplete:
-      startAttempt();
+      startAttempt(AttemptTarget::sameUpstream());
       return;
     case Phase::BeforeAttempt:
       sendAttempt();
@@ -266,17 +268,18 @@ void Exchange::continueDecoding() {
 
 // --- attempts ---------------------------------------------------------------------
 
-void Exchange::startAttempt() {
-  ++attempts_;
-  retry_scheduled_ = false;
-  held_head_.reset();
-  held_body_.clear();
+void Exchange::startAttempt(const AttemptTarget& target) {
+  assert(attempt_.stream == nullptr && "one attempt at a time");
   assert(body_.replayable() && "a retry needs the whole body");
-  attempt_forwarded_bytes_ = 0;
-  upstream_request_ = request_;
-  rewriteRequestForUpstream(upstream_request_, *route_->upstream->config,
+  ++attempts_;
+  attempt_ = Attempt{};
+  attempt_.target = target;
+  // Every target kind goes to the route's upstream for now: endpoints and
+  // fallback upstreams (DESIGN §5) choose here, from `target`.
+  attempt_.request = request_;
+  rewriteRequestForUpstream(attempt_.request, *route_->upstream->config,
                             downstream_ != nullptr ? downstream_->clientInfo() : ClientInfo{});
-  upstream_request_.headers.remove("expect");  // sluice answered it (or reads the body anyway)
+  attempt_.request.headers.remove("expect");  // sluice answered it (or reads the body anyway)
   phase_ = Phase::BeforeAttempt;
   runChain(0);
 }
@@ -287,47 +290,43 @@ void Exchange::sendAttempt() {
   const config::UpstreamConfig& uc = *route_->upstream->config;
   const MonotonicTime now = clock().now();
 
-  attempt_connected_ = false;
-  upstream_headers_ = false;
-  upstream_paused_ = false;
-  response_status_ = 0;
-  last_upstream_byte_ = now;
-  connect_timer_ = armTimer(now + uc.connect_timeout, [this] {
-    connect_timer_ = 0;
-    failAttempt(AttemptResult::ConnectError,
-                makeProblem(problems::kUpstreamConnectTimeout,
-                            "no connection to upstream " + route_->upstream->config->name +
-                                " within connect_timeout"));
+  attempt_.last_upstream_byte = now;
+  attempt_.connect_timer = armTimer(now + uc.connect_timeout, [this] {
+    attempt_.connect_timer = 0;
+    failAttempt(AttemptOutcome::connectError(),
+                makeProblem(problems::kUpstreamConnectTimeout, "no connection to upstream " +
+                                                                   route_->upstream->config->name +
+                                                                   " within connect_timeout"));
   });
   armFirstByteTimer();
 
-  attempt_unprocessed_ = false;
-  UpstreamPool& pool = host_.pool(*runtime_, route_->upstream_index);
+  UpstreamStreamSource& pool = host_.pool(*runtime_, route_->upstream_index);
   // Waiting for a connection (none idle, or still connecting) takes one of the
   // upstream's max_pending slots until the stream is connected.
   if (!pool.hasReadyStream() && !connect_wait_.acquire(*route_->upstream->breaker)) {
     cancel(CancelReason::Overloaded, kOverloadedRetryAfter);
     return;
   }
-  stream_ = pool.acquire();
-  stream_->sendRequest(upstream_request_, body_, this);  // may report back synchronously
+  attempt_.stream = pool.acquire();
+  attempt_.stream->sendRequest(attempt_.request, body_, this);  // may report back synchronously
 }
 
-void Exchange::endAttempt(AttemptResult result, bool reuse) {
+AttemptVerdict Exchange::endAttempt(AttemptOutcome outcome, bool reuse, AttemptVerdict proposed) {
   connect_wait_.release();
-  disarmTimer(connect_timer_);
-  disarmTimer(first_byte_timer_);
-  disarmTimer(idle_timer_);
-  connect_timer_ = first_byte_timer_ = idle_timer_ = 0;
-  route_->upstream->metrics->attempts(result).Increment();
-  attempt_cut_ = result == AttemptResult::ConnectError || result == AttemptResult::Reset ||
-                 result == AttemptResult::Timeout || result == AttemptResult::Cancelled;
-  AttemptEnd outcome{result, response_status_, response_started_};
-  outcome.unprocessed = attempt_unprocessed_ || result == AttemptResult::ConnectError;
-  for (auto& filter : filters_) filter->onAttemptEnd(outcome);
-  if (stream_ != nullptr) {
-    UpstreamStream* stream = stream_;
-    stream_ = nullptr;
+  disarmTimer(attempt_.connect_timer);
+  disarmTimer(attempt_.first_byte_timer);
+  disarmTimer(attempt_.idle_timer);
+  attempt_.connect_timer = attempt_.first_byte_timer = attempt_.idle_timer = 0;
+  route_->upstream->metrics->attempts(attemptResultFor(outcome)).Increment();
+  attempt_.cut = !outcome.isStatus();
+  const AttemptEnd end = describeAttempt(outcome);
+  AttemptVerdict verdict = proposed;
+  for (auto& filter : filters_) verdict = filter->decideAttempt(end, std::move(verdict));
+  if (verdict.isRetry() && !mayRetry(outcome)) verdict = std::move(proposed);
+  for (auto& filter : filters_) filter->onAttemptDone(end, verdict);
+  if (attempt_.stream != nullptr) {
+    UpstreamStream* stream = attempt_.stream;
+    attempt_.stream = nullptr;
     stream->detach();
     if (reuse) {
       stream->release();
@@ -335,20 +334,58 @@ void Exchange::endAttempt(AttemptResult result, bool reuse) {
       stream->reset();  // closes the connection / resets the stream now: generation stops
     }
   }
-  upstream_paused_ = false;
+  attempt_.upstream_paused = false;
+  return verdict;
 }
 
-void Exchange::failAttempt(AttemptResult result, const Problem& problem) {
+AttemptEnd Exchange::describeAttempt(const AttemptOutcome& outcome) const {
+  AttemptEnd end;
+  end.outcome = outcome;
+  end.attempt = attempts_;
+  end.status = attempt_.status;
+  end.held_response = attempt_.held_head ? &*attempt_.held_head : nullptr;
+  end.held_body = attempt_.held_body;
+  end.response_started = response_started_;
+  end.unprocessed = attempt_.unprocessed || outcome.kind == OutcomeKind::ConnectError;
+  end.delivered_body_bytes = deliveredBodyBytes();
+  end.cancel_reason = cancel_reason_;
+  end.finish_draining = discarding_;
+  return end;
+}
+
+bool Exchange::mayRetry(const AttemptOutcome& outcome) const {
+  // Not an attempt sluice tore down itself, not while cancelling, and never
+  // once something of the response went to the client.
+  return outcome.kind != OutcomeKind::Cancelled && !finished_ && state_ == ExchangeState::Running &&
+         !response_started_;
+}
+
+void Exchange::scheduleRetry(const AttemptVerdict::Retry& retry) {
+  attempt_.held_head.reset();  // the answer this retry replaces is never sent
+  attempt_.held_body.clear();
+  route_->metrics->retries(retry.cause).Increment();
+  retry_causes_.push_back(retry.cause);
+  transition(ExchangeState::BackingOff);
+  // The sleep is a timer of this Exchange: a cancel (client gone, budget)
+  // clears it and no further attempt is made.
+  armTimer(clock().now() + retry.delay, [this, target = retry.target] { startAttempt(target); });
+}
+
+void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
   if (finished_) return;
   // A response under way is never retried: it will be cut, after one final
   // error event if the client can take it (decided before the spend meter reads).
   const std::string final_event = response_started_ ? finalEventFor(problem) : std::string();
-  endAttempt(result, false);  // the retry filter may schedule another attempt
-  if (finished_ || retry_scheduled_) return;
+  const AttemptVerdict verdict = endAttempt(outcome, false, AttemptVerdict::fail(problem));
+  if (finished_) return;
+  if (const auto* retry = verdict.asRetry()) {
+    scheduleRetry(*retry);
+    return;
+  }
   if (response_started_) {
     cutResponse(final_event);
     transition(ExchangeState::Failed);
-    finish(response_status_);
+    finish(attempt_.status);
     return;
   }
   if (discarding_) {
@@ -356,51 +393,60 @@ void Exchange::failAttempt(AttemptResult result, const Problem& problem) {
     finish(kClientClosedRequest);
     return;
   }
-  answer(problem, ExchangeState::Failed);
+  const auto* fail = verdict.asFail();
+  answer(fail != nullptr ? fail->problem : problem, ExchangeState::Failed);
 }
 
-void Exchange::onAttemptTimeout(bool first_byte) {
+void Exchange::onAttemptTimeout() {
   if (finished_) return;
-  (void)first_byte;
-  if (response_started_ || discarding_ || held_head_) {
+  if (response_started_ || discarding_ || attempt_.held_head) {
     cancel(CancelReason::UpstreamTimeout);
     return;
   }
   // Nothing reached the client: the attempt failed with `timeout`, which the
   // retry filter may retry. Otherwise the exchange stops with upstream_timeout.
   const MonotonicTime decided = clock().now();
-  endAttempt(AttemptResult::Timeout, /*reuse=*/false);
+  const AttemptVerdict verdict =
+      endAttempt(AttemptOutcome::timeout(), /*reuse=*/false,
+                 AttemptVerdict::fail(problemFor(CancelReason::UpstreamTimeout, std::nullopt)));
   route_->upstream->metrics->cancelPropagation().Observe(seconds(clock().now() - decided));
-  if (finished_ || retry_scheduled_) return;
-  cancel(CancelReason::UpstreamTimeout);
+  if (finished_) return;
+  if (const auto* retry = verdict.asRetry()) {
+    scheduleRetry(*retry);
+    return;
+  }
+  const auto* fail = verdict.asFail();
+  cancelWith(CancelReason::UpstreamTimeout,
+             fail != nullptr ? std::optional<Problem>(fail->problem) : std::nullopt);
 }
 
 void Exchange::armFirstByteTimer() {
   // A streamed upload is not the upstream's time to answer: it runs once
   // the upstream has the whole request.
   const auto timeout = route_->config->first_byte_timeout;
-  if (timeout.count() <= 0 || !request_complete_ || upstream_headers_) return;
-  disarmTimer(first_byte_timer_);
-  first_byte_timer_ = armTimer(clock().now() + timeout, [this] {
-    first_byte_timer_ = 0;
-    onAttemptTimeout(true);
+  if (timeout.count() <= 0 || !request_complete_ || attempt_.status != 0) return;
+  disarmTimer(attempt_.first_byte_timer);
+  attempt_.first_byte_timer = armTimer(clock().now() + timeout, [this] {
+    attempt_.first_byte_timer = 0;
+    onAttemptTimeout();
   });
 }
 
 void Exchange::armIdleTimer() {
   // Nor is a stalled upload a stalled upstream (body_read_timeout is the client's).
-  if (route_->config == nullptr || upstream_paused_ || stream_ == nullptr || !request_complete_) {
+  if (route_->config == nullptr || attempt_.upstream_paused || attempt_.stream == nullptr ||
+      !request_complete_) {
     return;
   }
   const auto idle = route_->config->idle_timeout;
   if (idle.count() <= 0) return;
-  disarmTimer(idle_timer_);
-  idle_timer_ = armTimer(last_upstream_byte_ + idle, [this, idle] {
-    idle_timer_ = 0;
-    if (upstream_paused_ || stream_ == nullptr) return;
-    const MonotonicTime due = last_upstream_byte_ + idle;
+  disarmTimer(attempt_.idle_timer);
+  attempt_.idle_timer = armTimer(attempt_.last_upstream_byte + idle, [this, idle] {
+    attempt_.idle_timer = 0;
+    if (attempt_.upstream_paused || attempt_.stream == nullptr) return;
+    const MonotonicTime due = attempt_.last_upstream_byte + idle;
     if (clock().now() >= due) {
-      onAttemptTimeout(false);
+      onAttemptTimeout();
     } else {
       armIdleTimer();  // bytes arrived since: sleep until the new due time
     }
@@ -410,11 +456,10 @@ void Exchange::armIdleTimer() {
 // --- UpstreamCallbacks --------------------------------------------------------------
 
 void Exchange::onUpstreamConnected() {
-  attempt_connected_ = true;
   connect_wait_.release();
-  disarmTimer(connect_timer_);
-  connect_timer_ = 0;
-  if (first_byte_timer_ == 0) armIdleTimer();  // waiting for the first byte counts as idle
+  disarmTimer(attempt_.connect_timer);
+  attempt_.connect_timer = 0;
+  if (attempt_.first_byte_timer == 0) armIdleTimer();  // waiting for the first byte counts as idle
 }
 
 void Exchange::onUpstreamBodySent(uint64_t offset) {
@@ -424,11 +469,10 @@ void Exchange::onUpstreamBodySent(uint64_t offset) {
 
 void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
   if (finished_) return;
-  disarmTimer(first_byte_timer_);
-  first_byte_timer_ = 0;
-  upstream_headers_ = true;
-  response_status_ = head.status;
-  last_upstream_byte_ = clock().now();
+  disarmTimer(attempt_.first_byte_timer);
+  attempt_.first_byte_timer = 0;
+  attempt_.status = head.status;
+  attempt_.last_upstream_byte = clock().now();
   rewriteResponseForDownstream(head);
   // Every filter sees every response head (the spend meter must know a held
   // 503 is not billable); StopIteration from any of them holds the response.
@@ -439,7 +483,7 @@ void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
   }
   if (hold) {
     // Held back until the attempt ends: maybe retried, maybe released.
-    held_head_ = std::move(head);
+    attempt_.held_head = std::move(head);
     armIdleTimer();
     return;
   }
@@ -452,9 +496,9 @@ void Exchange::sendResponseHead(ResponseHead& head) {
   if (!discarding_ && downstream_ != nullptr) {
     response_started_ = true;
     beginResponse(head, /*from_upstream=*/true);
-    sse_dialect_ =
+    attempt_.sse_dialect =
         sseDialectFor(request_.pathOnly(), head.headers.get("content-type").value_or(""));
-    forwarded_tail_ = 0;
+    attempt_.forwarded_tail = 0;
     downstream_->encodeHeaders(head, false);
   }
 }
@@ -476,10 +520,10 @@ void Exchange::beginResponse(ResponseHead& head, bool from_upstream) {
 }
 
 void Exchange::releaseHeldResponse(bool end_stream) {
-  ResponseHead head = std::move(*held_head_);
-  held_head_.reset();
+  ResponseHead head = std::move(*attempt_.held_head);
+  attempt_.held_head.reset();
   std::string body;
-  body.swap(held_body_);
+  body.swap(attempt_.held_body);
   sendResponseHead(head);
   if (!discarding_ && downstream_ != nullptr) {
     noteForwarded(body.data(), body.size());
@@ -489,12 +533,12 @@ void Exchange::releaseHeldResponse(bool end_stream) {
 
 void Exchange::onUpstreamData(const char* data, size_t len) {
   if (finished_) return;
-  last_upstream_byte_ = clock().now();
+  attempt_.last_upstream_byte = clock().now();
   response_bytes_ += len;
   for (auto& filter : filters_) filter->encodeData(data, len, false);
-  if (held_head_) {
-    if (held_body_.size() + len <= kMaxHeldBody) {
-      held_body_.append(data, len);
+  if (attempt_.held_head) {
+    if (attempt_.held_body.size() + len <= kMaxHeldBody) {
+      attempt_.held_body.append(data, len);
       return;
     }
     releaseHeldResponse(false);  // too big to be an error worth retrying: stream it
@@ -507,25 +551,41 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
 
 void Exchange::pauseUpstreamIfClientSlow() {
   if (discarding_ || downstream_ == nullptr) return;
-  if (!upstream_paused_ && stream_ != nullptr && downstream_->aboveHighWatermark()) {
+  if (!attempt_.upstream_paused && attempt_.stream != nullptr &&
+      downstream_->aboveHighWatermark()) {
     // The client is slower than the upstream: stop reading the upstream until
     // the client drains (onDownstreamWritable). Memory per stream stays bounded.
-    upstream_paused_ = true;
-    stream_->pauseReading();
-    disarmTimer(idle_timer_);
-    idle_timer_ = 0;
+    attempt_.upstream_paused = true;
+    attempt_.stream->pauseReading();
+    disarmTimer(attempt_.idle_timer);
+    attempt_.idle_timer = 0;
   }
 }
 
 void Exchange::onUpstreamComplete() {
   if (finished_) return;
   for (auto& filter : filters_) filter->encodeData(nullptr, 0, true);
-  endAttempt(attemptResultForStatus(response_status_), /*reuse=*/true);  // may schedule a retry
-  if (finished_ || retry_scheduled_) return;
-  if (held_head_) {
+  const AttemptVerdict verdict = endAttempt(AttemptOutcome::fromStatus(attempt_.status),
+                                            /*reuse=*/true, AttemptVerdict::deliver());
+  if (finished_) return;
+  if (const auto* retry = verdict.asRetry()) {
+    scheduleRetry(*retry);
+    return;
+  }
+  if (attempt_.held_head) {
+    if (const auto* fail = verdict.asFail()) {
+      // A filter refused the held answer: the client gets its problem instead.
+      attempt_.held_head.reset();
+      attempt_.held_body.clear();
+      answer(fail->problem, ExchangeState::Failed);
+      return;
+    }
+    if (verdict.asDeliver()->discourage_client_retry) {
+      attempt_.held_head->headers.set("x-should-retry", "false");
+    }
     releaseHeldResponse(true);
     transition(ExchangeState::Completed);
-    finish(discarding_ || downstream_ == nullptr ? kClientClosedRequest : response_status_);
+    finish(discarding_ || downstream_ == nullptr ? kClientClosedRequest : attempt_.status);
     return;
   }
   if (discarding_ || downstream_ == nullptr) {
@@ -535,14 +595,15 @@ void Exchange::onUpstreamComplete() {
   }
   downstream_->encodeData(nullptr, 0, true);
   transition(ExchangeState::Completed);
-  finish(response_status_);
+  finish(attempt_.status);
 }
 
 void Exchange::onUpstreamError(UpstreamError error, const std::string& detail) {
   if (finished_) return;
-  attempt_unprocessed_ = unprocessed(error);
-  const AttemptResult result =
-      error == UpstreamError::ConnectError ? AttemptResult::ConnectError : AttemptResult::Reset;
+  attempt_.unprocessed = unprocessed(error);
+  const AttemptOutcome outcome = error == UpstreamError::ConnectError
+                                     ? AttemptOutcome::connectError()
+                                     : AttemptOutcome::reset();
   const ProblemKind* kind = &problems::kUpstreamReset;
   switch (error) {
     case UpstreamError::ConnectError:
@@ -557,7 +618,7 @@ void Exchange::onUpstreamError(UpstreamError error, const std::string& detail) {
     case UpstreamError::Reset:
       break;
   }
-  failAttempt(result, makeProblem(*kind, detail));
+  failAttempt(outcome, makeProblem(*kind, detail));
 }
 
 // --- downstream events ----------------------------------------------------------------
@@ -570,33 +631,30 @@ void Exchange::onDownstreamDisconnect(CancelReason reason) {
       route_->config != nullptr &&
       route_->config->on_client_disconnect == config::ClientDisconnectMode::Finish;
   // A streamed request cut short cannot complete upstream: cancel it instead.
-  if (finish_mode && stream_ != nullptr && state_ == ExchangeState::Running &&
+  if (finish_mode && attempt_.stream != nullptr && state_ == ExchangeState::Running &&
       request_complete_) {
     // Let the side-effecting call complete, within finish_grace; its output is leaked.
     discarding_ = true;
     if (!cancel_reason_) cancel_reason_ = reason;
     route_->metrics->cancellations(*cancel_reason_).Increment();
     cancel_counted_ = true;
-    if (upstream_paused_) {
-      upstream_paused_ = false;
-      stream_->resumeReading();
-      last_upstream_byte_ = clock().now();
+    if (attempt_.upstream_paused) {
+      attempt_.upstream_paused = false;
+      attempt_.stream->resumeReading();
+      attempt_.last_upstream_byte = clock().now();
       armIdleTimer();
     }
-    grace_timer_ = armTimer(clock().now() + route_->config->finish_grace, [this, reason] {
-      grace_timer_ = 0;
-      cancel(reason);
-    });
+    armTimer(clock().now() + route_->config->finish_grace, [this, reason] { cancel(reason); });
     return;
   }
   cancel(reason);
 }
 
 void Exchange::onDownstreamWritable() {
-  if (finished_ || !upstream_paused_ || stream_ == nullptr) return;
-  upstream_paused_ = false;
-  stream_->resumeReading();
-  last_upstream_byte_ = clock().now();
+  if (finished_ || !attempt_.upstream_paused || attempt_.stream == nullptr) return;
+  attempt_.upstream_paused = false;
+  attempt_.stream->resumeReading();
+  attempt_.last_upstream_byte = clock().now();
   armIdleTimer();
 }
 
@@ -611,23 +669,22 @@ void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_wit
   if (finished_ || isTerminal(state_) || state_ == ExchangeState::Cancelling) return;
   if (!cancel_reason_) cancel_reason_ = reason;  // first cause wins
   const MonotonicTime decided = clock().now();
-  const bool had_attempt = stream_ != nullptr;
+  const bool had_attempt = attempt_.stream != nullptr;
   transition(ExchangeState::Cancelling);
   clearTimers();  // wakes nothing: every sleep of this request ends here
-  Problem problem;
+  Problem problem =
+      answer_with ? std::move(*answer_with) : problemFor(*cancel_reason_, retry_after);
   std::string final_event;
-  if (downstream_ != nullptr) {
-    problem = answer_with ? std::move(*answer_with) : problemFor(*cancel_reason_, retry_after);
-    // Decided before the attempt ends: the spend meter must know whether what
-    // is buffered for the client will still be delivered.
-    if (response_started_ && clientStillListening(*cancel_reason_)) {
-      final_event = finalEventFor(problem);
-    }
+  // Decided before the attempt ends: the spend meter must know whether what
+  // is buffered for the client will still be delivered.
+  if (downstream_ != nullptr && response_started_ && clientStillListening(*cancel_reason_)) {
+    final_event = finalEventFor(problem);
   }
   if (had_attempt) {
-    endAttempt(*cancel_reason_ == CancelReason::UpstreamTimeout ? AttemptResult::Timeout
-                                                                : AttemptResult::Cancelled,
-               /*reuse=*/false);
+    // Torn down: the verdict can only be this cancel's answer (no retry).
+    endAttempt(*cancel_reason_ == CancelReason::UpstreamTimeout ? AttemptOutcome::timeout()
+                                                                : AttemptOutcome::cancelled(),
+               /*reuse=*/false, AttemptVerdict::fail(problem));
     route_->upstream->metrics->cancelPropagation().Observe(seconds(clock().now() - decided));
   }
   if (!cancel_counted_) {
@@ -641,7 +698,7 @@ void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_wit
       code = problem.status;
     } else {
       cutResponse(final_event);
-      code = response_status_;
+      code = attempt_.status;
     }
   }
   transition(ExchangeState::Cancelled);
@@ -650,13 +707,19 @@ void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_wit
 
 void Exchange::sendLocalReply(const Problem& problem) {
   if (finished_) return;
-  if (stream_ != nullptr) endAttempt(AttemptResult::Cancelled, false);
+  if (attempt_.stream != nullptr) {
+    endAttempt(AttemptOutcome::cancelled(), false, AttemptVerdict::fail(problem));
+  }
   answer(problem, ExchangeState::Completed);
 }
 
 void Exchange::answer(Problem problem, ExchangeState terminal) {
   if (finished_) return;
   sendProblem(problem);
+  // An attempt still in flight (a streamed body refused midway) is torn down.
+  if (attempt_.stream != nullptr) {
+    endAttempt(AttemptOutcome::cancelled(), false, AttemptVerdict::fail(problem));
+  }
   transition(terminal);
   finish(problem.status);
 }
@@ -674,13 +737,13 @@ void Exchange::sendProblem(Problem& problem) {
 }
 
 std::string Exchange::finalEventFor(const Problem& problem) {
-  if (downstream_ == nullptr || discarding_ || sse_dialect_ == SseDialect::None ||
-      !atEventBoundary(forwarded_tail_)) {
+  if (downstream_ == nullptr || discarding_ || attempt_.sse_dialect == SseDialect::None ||
+      !atEventBoundary(attempt_.forwarded_tail)) {
     return "";  // an event appended inside another would garble both
   }
-  std::string event = sseErrorEvent(sse_dialect_, problem);
+  std::string event = sseErrorEvent(attempt_.sse_dialect, problem);
   if (!downstream_->canWriteWithoutWaiting(event.size())) return "";
-  cut_flushes_ = true;
+  attempt_.cut_flushes = true;
   return event;
 }
 
@@ -694,11 +757,11 @@ void Exchange::cutResponse(const std::string& final_event) {
 }
 
 void Exchange::noteForwarded(const char* data, size_t len) {
-  attempt_forwarded_bytes_ += len;
+  attempt_.forwarded_bytes += len;
   bytes_out_ += len;
-  if (sse_dialect_ == SseDialect::None) return;
+  if (attempt_.sse_dialect == SseDialect::None) return;
   for (size_t i = len > 4 ? len - 4 : 0; i < len; ++i) {
-    forwarded_tail_ = forwarded_tail_ << 8 | static_cast<uint8_t>(data[i]);
+    attempt_.forwarded_tail = attempt_.forwarded_tail << 8 | static_cast<uint8_t>(data[i]);
   }
 }
 
@@ -758,7 +821,11 @@ void Exchange::finish(int status_code) {
   phase_ = Phase::Done;
   clearTimers();
   connect_wait_.release();
-  if (stream_ != nullptr) endAttempt(AttemptResult::Cancelled, false);
+  if (attempt_.stream != nullptr) {  // a safety net: every ending above ended its attempt
+    endAttempt(AttemptOutcome::cancelled(), false,
+               AttemptVerdict::fail(problemFor(
+                   cancel_reason_.value_or(CancelReason::ClientDisconnect), std::nullopt)));
+  }
   for (auto& filter : filters_) filter->onDestroy();
   RouteMetrics& m = *route_->metrics;
   const MonotonicTime now = clock().now();
@@ -776,22 +843,6 @@ void Exchange::finish(int status_code) {
   host_.retire(*this);
 }
 
-void Exchange::retryAttempt(std::chrono::milliseconds delay, const std::string& cause) {
-  if (finished_ || state_ != ExchangeState::Running || response_started_) return;
-  retry_scheduled_ = true;
-  held_head_.reset();
-  held_body_.clear();
-  route_->metrics->retries(cause).Increment();
-  retry_causes_.push_back(cause);
-  transition(ExchangeState::BackingOff);
-  // The sleep is a timer of this Exchange: a cancel (client gone, budget)
-  // clears it and no further attempt is made.
-  backoff_timer_ = armTimer(clock().now() + delay, [this] {
-    backoff_timer_ = 0;
-    startAttempt();
-  });
-}
-
 uint64_t Exchange::deliveredBodyBytes() const {
   // While the client is attached everything handed over counts (what is still
   // buffered will be written) unless the attempt was cut: then the response is
@@ -800,9 +851,9 @@ uint64_t Exchange::deliveredBodyBytes() const {
   // sluice did not reach it.
   uint64_t stuck = undelivered_at_disconnect_;
   if (downstream_ != nullptr) {
-    stuck = attempt_cut_ && !cut_flushes_ ? downstream_->bufferedBytes() : 0;
+    stuck = attempt_.cut && !attempt_.cut_flushes ? downstream_->bufferedBytes() : 0;
   }
-  return attempt_forwarded_bytes_ > stuck ? attempt_forwarded_bytes_ - stuck : 0;
+  return attempt_.forwarded_bytes > stuck ? attempt_.forwarded_bytes - stuck : 0;
 }
 
 std::function<void()> Exchange::crossThreadWaker(std::function<void()> fn) {
@@ -886,17 +937,17 @@ void Exchange::setDeadline(MonotonicTime deadline) {
 
 void Exchange::clearTimers() {
   timers_.clear();
-  wake_.disarm();
+  wake_->disarm();
 }
 
 void Exchange::rearmWake() {
   if (timers_.empty()) {
-    wake_.disarm();
+    wake_->disarm();
     return;
   }
   MonotonicTime earliest = MonotonicTime::max();
   for (const auto& t : timers_) earliest = std::min(earliest, t.at);
-  wake_.arm(earliest - clock().now());
+  wake_->arm(earliest - clock().now());
 }
 
 void Exchange::onWake() {
@@ -930,7 +981,7 @@ ExchangeSnapshot Exchange::snapshot() const {
   s.age_seconds = seconds(now - start_);
   s.budget_left_seconds = deadline_ == MonotonicTime::max() ? -1 : seconds(deadline_ - now);
   s.client_attached = downstream_ != nullptr;
-  s.upstream_paused = upstream_paused_;
+  s.upstream_paused = attempt_.upstream_paused;
   s.downstream_buffered_bytes = downstream_ != nullptr ? downstream_->bufferedBytes() : 0;
   s.response_bytes = response_bytes_;
   return s;

@@ -11,6 +11,14 @@
 //
 // Lifecycle: an explicit state machine (exchange_state.h). Every state change
 // goes through transition(), which refuses illegal edges.
+//
+// The attempt loop: startAttempt(target) runs the per-attempt chain and sends
+// the attempt; whatever ends it (response end, transport error, timer,
+// cancel) goes through endAttempt(), which describes the ending in one
+// AttemptEnd, asks the chain for an AttemptVerdict (Deliver | Retry | Fail,
+// proposed by the Exchange, decided by the filters: proxy/attempt.h), reports
+// it to every filter and returns it; the caller acts on it. A Retry backs off
+// on a timer of this Exchange, then startAttempt(verdict's target).
 
 #include <cstdint>
 #include <functional>
@@ -20,14 +28,15 @@
 #include <string_view>
 #include <vector>
 
+#include "proxy/attempt.h"
 #include "proxy/cancel_reason.h"
 #include "proxy/dispatcher.h"
 #include "proxy/downstream_stream.h"
 #include "proxy/event_util.h"
 #include "proxy/exchange_state.h"
 #include "proxy/filter.h"
-#include "proxy/request_body.h"
 #include "proxy/problem.h"
+#include "proxy/request_body.h"
 #include "proxy/request_id.h"
 #include "proxy/runtime.h"
 #include "proxy/upstream_stream.h"
@@ -37,7 +46,6 @@ namespace sluice {
 class AccessLogBuffer;
 class Exchange;
 class IdGenerator;
-class UpstreamPool;
 
 /** What the Exchange needs from the worker that hosts it. */
 class ExchangeHost {
@@ -45,7 +53,7 @@ class ExchangeHost {
   virtual ~ExchangeHost() = default;
   virtual Dispatcher& dispatcher() = 0;
   /** This worker's pool for `runtime`'s upstream number `index`. */
-  virtual UpstreamPool& pool(const Runtime& runtime, size_t index) = 0;
+  virtual UpstreamStreamSource& pool(const Runtime& runtime, size_t index) = 0;
   /** The Exchange has finished: the host deletes it (deferred). */
   virtual void retire(Exchange& exchange) = 0;
   /** True while exchange `id` exists on this host and has not finished. */
@@ -137,9 +145,6 @@ class Exchange final : public DeferredDeletable,
   const RequestHead& request() const override { return request_; }
   const RouteRuntime& route() const override { return *route_; }
   uint32_t attemptNumber() const override { return attempts_; }
-  void retryAttempt(std::chrono::milliseconds delay, const std::string& cause) override;
-  ResponseHead* heldResponse() override { return held_head_ ? &*held_head_ : nullptr; }
-  std::string_view heldBody() const override { return held_body_; }
   bool requestBodyReplayable() const override { return body_.replayable(); }
   std::function<void()> crossThreadWaker(std::function<void()> fn) override;
 
@@ -147,9 +152,6 @@ class Exchange final : public DeferredDeletable,
   uint64_t id() const { return id_; }
   ExchangeState state() const { return state_; }
   std::optional<CancelReason> cancelReason() const override { return cancel_reason_; }
-  uint64_t deliveredBodyBytes() const override;
-  bool retrying() const override { return retry_scheduled_; }
-  bool finishDraining() const override { return discarding_; }
   void recordUsage(const AttemptUsage& usage) override;
   ExchangeSnapshot snapshot() const;
   /** The request's x-request-id (kept from the client or generated). */
@@ -186,11 +188,33 @@ class Exchange final : public DeferredDeletable,
    */
   void cancelWith(CancelReason reason, std::optional<Problem> answer_with,
                   std::optional<std::chrono::milliseconds> retry_after = std::nullopt);
-  void startAttempt();
+  /**
+   * Starts the next attempt toward `target`: resets the per-attempt state,
+   * rewrites the request for the upstream and runs the per-attempt chain
+   * (beforeAttempt), which sends it. The one place an attempt's destination
+   * is chosen: only the route's upstream exists today (every target kind
+   * goes there); endpoints and fallback upstreams (DESIGN §5) plug in here.
+   */
+  void startAttempt(const AttemptTarget& target);
   void sendAttempt();
-  void endAttempt(AttemptResult result, bool reuse);
-  void onAttemptTimeout(bool first_byte);
-  void failAttempt(AttemptResult result, const Problem& problem);
+  /**
+   * Ends the attempt in flight: its timers, its max_pending slot and its
+   * stream (released for reuse when `reuse`, else reset). Describes the
+   * ending (describeAttempt), folds `proposed` through the filters'
+   * decideAttempt, reports the verdict to every filter (onAttemptDone) and
+   * returns it for the caller to act on. A Retry the Exchange cannot act on
+   * (sluice tore the attempt down, the exchange is cancelling, a response is
+   * under way) becomes `proposed` again.
+   */
+  AttemptVerdict endAttempt(AttemptOutcome outcome, bool reuse, AttemptVerdict proposed);
+  /** The AttemptEnd of the attempt in flight, ended with `outcome`. */
+  AttemptEnd describeAttempt(const AttemptOutcome& outcome) const;
+  /** True while a Retry verdict can be acted on. */
+  bool mayRetry(const AttemptOutcome& outcome) const;
+  /** Acts on a Retry: drops the held answer, counts the retry, backs off, then startAttempt. */
+  void scheduleRetry(const AttemptVerdict::Retry& retry);
+  void onAttemptTimeout();
+  void failAttempt(AttemptOutcome outcome, const Problem& problem);
   void answer(Problem problem, ExchangeState terminal);
   /** Passes `problem` through the filters (encodeLocalReply) and sends it if nothing was sent. */
   void sendProblem(Problem& problem);
@@ -225,6 +249,12 @@ class Exchange final : public DeferredDeletable,
   /** One access log line for the finished request, when the log is on. */
   void logAccess(int status_code, MonotonicTime now) const;
   void releaseHeldResponse(bool end_stream);
+  /**
+   * Response body bytes of the attempt that reached the client: what was
+   * handed to the client connection, minus what was still buffered in sluice
+   * when the client left (or what a cut drops).
+   */
+  uint64_t deliveredBodyBytes() const;
   /** The client is slower than the upstream: stop reading the upstream. */
   void pauseUpstreamIfClientSlow();
 
@@ -255,35 +285,36 @@ class Exchange final : public DeferredDeletable,
   bool request_complete_ = false;
   std::vector<StreamFilterPtr> filters_;
 
-  // The in-flight attempt.
-  uint32_t attempts_ = 0;
-  UpstreamStream* stream_ = nullptr;  // from this worker's pool for the route's upstream
-  bool attempt_unprocessed_ = false;  // the upstream said it did not process the attempt
-  RequestHead upstream_request_;
-  bool attempt_connected_ = false;
-  PendingSlot connect_wait_;  // a max_pending slot while the attempt waits for a connection
-  bool upstream_headers_ = false;
-  bool upstream_paused_ = false;
-  int response_status_ = 0;
+  // The attempt in flight (or the last one, until the next starts). Plain
+  // values, reset in one place: startAttempt(). Its live resources — the
+  // stream, the timers — are torn down by endAttempt().
+  struct Attempt {
+    AttemptTarget target;                   // where startAttempt() sent it
+    UpstreamStream* stream = nullptr;       // from this worker's pool for the route's upstream
+    RequestHead request;                    // the request as the upstream sees it
+    bool unprocessed = false;               // the upstream said it did not process the attempt
+    bool upstream_paused = false;           // a slow client holds the upstream (backpressure)
+    int status = 0;                         // the response head's status; 0 until it arrived
+    std::optional<ResponseHead> held_head;  // a response a filter is holding back
+    std::string held_body;
+    uint64_t forwarded_bytes = 0;  // body bytes handed to the client
+    bool cut = false;              // ended without its response's end (cancel, reset, stall)
+    bool cut_flushes = false;      // the cut delivers what is buffered, then a final event
+    SseDialect sse_dialect = SseDialect::None;  // of the response under way (text/event-stream)
+    uint32_t forwarded_tail = 0;  // its last four body bytes: is it at an SSE event boundary?
+    MonotonicTime last_upstream_byte{};
+    TimerId connect_timer = 0;
+    TimerId first_byte_timer = 0;
+    TimerId idle_timer = 0;
+  };
+  uint32_t attempts_ = 0;  // attempts started; the current one's number
+  Attempt attempt_;
+  PendingSlot connect_wait_;       // a max_pending slot while the attempt waits for a connection
   bool response_started_ = false;  // something went to the client
   bool discarding_ = false;        // finish mode: client gone, drain and discard
-  bool retry_scheduled_ = false;   // the retry filter asked for another attempt
-  std::optional<ResponseHead> held_head_;  // a response a filter is holding back
-  std::string held_body_;
   uint64_t response_bytes_ = 0;
-  uint64_t attempt_forwarded_bytes_ = 0;  // this attempt's body bytes handed to the client
   uint64_t undelivered_at_disconnect_ = 0;  // still buffered in sluice when the client left
-  bool attempt_cut_ = false;  // the attempt ended without its response's end (cancel, reset, stall)
-  SseDialect sse_dialect_ = SseDialect::None;  // of the response under way (text/event-stream)
-  uint32_t forwarded_tail_ = 0;  // its last four body bytes: is it at an SSE event boundary?
-  bool cut_flushes_ = false;     // the cut delivers what is buffered, then a final event
-  MonotonicTime last_upstream_byte_{};
-  TimerId connect_timer_ = 0;
-  TimerId first_byte_timer_ = 0;
-  TimerId idle_timer_ = 0;
   TimerId deadline_timer_ = 0;
-  TimerId grace_timer_ = 0;
-  TimerId backoff_timer_ = 0;
 
   // For the access log (DESIGN §7).
   std::optional<MonotonicTime> first_byte_at_;  // first response byte to the client
@@ -301,7 +332,7 @@ class Exchange final : public DeferredDeletable,
   };
   std::vector<PendingTimer> timers_;
   TimerId next_timer_id_ = 1;
-  Timer wake_;
+  ScheduledTimerPtr wake_;  // from the Dispatcher's scheduler: simulated time in tests
   MonotonicTime deadline_ = MonotonicTime::max();
 };
 

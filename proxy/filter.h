@@ -9,9 +9,15 @@
 //
 // Order of calls for one request (DESIGN.md §1):
 //   decodeHeaders → decodeComplete                  once per request
-//   { beforeAttempt → encodeHeaders → encodeData* → onAttemptEnd }   per attempt
+//   { beforeAttempt → encodeHeaders → encodeData*
+//     → decideAttempt (each filter, table order) → onAttemptDone }   per attempt
 //   encodeLocalReply                                when sluice answers itself
 //   onDestroy                                       once, always last
+//
+// When an attempt ends the Exchange describes it in one AttemptEnd value and
+// folds it through decideAttempt: each filter gets the verdict so far and
+// returns it or a replacement (proxy/attempt.h). The Exchange acts on the
+// result, then reports it to every filter in onAttemptDone.
 
 #include <chrono>
 #include <cstdint>
@@ -20,6 +26,7 @@
 #include <optional>
 #include <string_view>
 
+#include "proxy/attempt.h"
 #include "proxy/cancel_reason.h"
 #include "proxy/clock.h"
 #include "proxy/http_message.h"
@@ -35,16 +42,6 @@ enum class FilterStatus { Continue, StopIteration };
 
 /** Identifies a timer armed through FilterCallbacks::armTimer. 0 is never used. */
 using TimerId = uint64_t;
-
-/** How one upstream attempt ended, as filters see it in onAttemptEnd(). */
-struct AttemptEnd {
-  AttemptResult result = AttemptResult::Ok;
-  int status = 0;                 // HTTP status, 0 if none arrived
-  bool response_started = false;  // something of this response reached the client
-  // The upstream cannot have processed the request: connect error, HTTP/2
-  // REFUSED_STREAM or GOAWAY. Safe to retry whatever the method.
-  bool unprocessed = false;
-};
 
 /** One attempt's billed usage as the spend filter booked it, for the access log. */
 struct AttemptUsage {
@@ -91,22 +88,6 @@ class FilterCallbacks {
   virtual uint32_t attemptNumber() const = 0;
 
   /**
-   * Schedules another attempt after `delay` (the retry filter, from
-   * onAttemptEnd): this attempt's response is discarded, the Exchange backs
-   * off (interruptibly) and runs the per-attempt chain again. `cause` is the
-   * `sluice_retries_total` label.
-   */
-  virtual void retryAttempt(std::chrono::milliseconds delay, const std::string& cause) = 0;
-  /**
-   * The response head a filter held back by returning StopIteration from
-   * encodeHeaders (null when none is held). The Exchange buffers its body
-   * (bounded, see heldBody) and releases it to the client after
-   * onAttemptEnd unless a retry was scheduled.
-   */
-  virtual ResponseHead* heldResponse() = 0;
-  /** The held response's body so far (at most kMaxHeldBody bytes). */
-  virtual std::string_view heldBody() const = 0;
-  /**
    * True while another attempt could send the request body again: always
    * for a buffered body; for a streamed one (README "Decisions") only until
    * its first bytes went upstream.
@@ -120,18 +101,11 @@ class FilterCallbacks {
   virtual std::function<void()> crossThreadWaker(std::function<void()> fn) = 0;
 
   // --- for the spend meter --------------------------------------------------
-  /** The Exchange's cancel_reason so far (first cause), if any. */
-  virtual std::optional<CancelReason> cancelReason() const = 0;
   /**
-   * Response body bytes of the current attempt that reached the client: what
-   * was handed to the client connection, minus what was still buffered in
-   * sluice when the client left.
+   * The Exchange's cancel_reason so far (first cause), if any. (An ended
+   * attempt carries it in its AttemptEnd; this is for onDestroy.)
    */
-  virtual uint64_t deliveredBodyBytes() const = 0;
-  /** True when the retry filter scheduled another attempt (this one is abandoned). */
-  virtual bool retrying() const = 0;
-  /** True in `finish` mode after the client left: the response is drained and discarded. */
-  virtual bool finishDraining() const = 0;
+  virtual std::optional<CancelReason> cancelReason() const = 0;
   /**
    * The spend filter reports each attempt's usage once it is booked; the
    * Exchange sums the attempts into its access log record.
@@ -177,8 +151,21 @@ class StreamFilter {
   }
   /** Per attempt: a slice of the response body (observe only). */
   virtual void encodeData(const char* /*data*/, size_t /*len*/, bool /*end_stream*/) {}
-  /** Per attempt: the attempt ended, however it ended. */
-  virtual void onAttemptEnd(const AttemptEnd&) {}
+  /**
+   * Per attempt, however it ended: the filter's say on what happens next.
+   * `proposed` is the verdict so far — the Exchange's default (Deliver for a
+   * response, Fail for an error, timeout or teardown), then whatever the
+   * filters before this one returned. Return it unchanged to have no say.
+   * The retry filter turns an ending it may retry into Retry. Decide only:
+   * act on what was decided in onAttemptDone. A Retry of an attempt sluice
+   * tore down itself (cancel, local reply) is not acted on: the Exchange
+   * reports Fail instead.
+   */
+  virtual AttemptVerdict decideAttempt(const AttemptEnd& /*end*/, AttemptVerdict proposed) {
+    return proposed;
+  }
+  /** Per attempt, after the decision: how it ended and what the Exchange does next. */
+  virtual void onAttemptDone(const AttemptEnd& /*end*/, const AttemptVerdict& /*verdict*/) {}
   /**
    * sluice is about to answer with `problem` itself (a cancel, a failed
    * attempt, a filter's own reply), as Envoy passes local replies through

@@ -32,7 +32,8 @@ constexpr FilterEntry kFilterTable[] = {
      [](const RouteRuntime& r) -> StreamFilterPtr {
        if (!r.upstream->quota) return nullptr;
        return std::make_unique<ThrottleFilter>(*r.upstream->config->rate_limit, *r.upstream->quota,
-                                               *r.upstream->breaker, *r.upstream->metrics);
+                                               *r.upstream->breaker, *r.upstream->metrics,
+                                               r.upstream->global_quota.get());
      }},
     {"retry",
      [](const RouteRuntime& r) -> StreamFilterPtr {

@@ -275,6 +275,15 @@ void Http2ClientSession::deliverHeld(Http2ClientStream& stream) {
   flush();
 }
 
+void Http2ClientSession::reportHead(Http2ClientStream& stream, bool end_stream) {
+  if (!stream.head_received_ || stream.head_reported_) return;
+  stream.head_reported_ = true;
+  ResponseHead head = std::move(stream.head_);
+  stream.head_ = ResponseHead{};
+  if (stream.callbacks_ != nullptr)
+    stream.callbacks_->onUpstreamHeaders(std::move(head), end_stream);
+}
+
 void Http2ClientSession::endStream(Http2ClientStream& stream) {
   if (stream.ended_) return;
   stream.ended_ = true;
@@ -450,7 +459,8 @@ void Http2ClientSession::onPingTimer() {
 int Http2ClientSession::onBeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user) {
   auto* self = static_cast<Http2ClientSession*>(user);
   if (frame->hd.type != NGHTTP2_HEADERS) return 0;
-  if (Http2ClientStream* s = self->streamFor(frame->hd.stream_id)) s->head_ = ResponseHead{};
+  Http2ClientStream* s = self->streamFor(frame->hd.stream_id);
+  if (s != nullptr && !s->head_received_) s->head_ = ResponseHead{};  // a 1xx went before
   return 0;
 }
 
@@ -459,7 +469,7 @@ int Http2ClientSession::onHeader(nghttp2_session*, const nghttp2_frame* frame, c
                                  void* user) {
   auto* self = static_cast<Http2ClientSession*>(user);
   Http2ClientStream* s = self->streamFor(frame->hd.stream_id);
-  if (s == nullptr || s->head_reported_) return 0;  // trailers are dropped
+  if (s == nullptr || s->head_received_) return 0;  // trailers are dropped
   const std::string_view n(reinterpret_cast<const char*>(name), namelen);
   const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
   if (n == ":status") {
@@ -480,15 +490,13 @@ int Http2ClientSession::onFrameRecv(nghttp2_session*, const nghttp2_frame* frame
       Http2ClientStream* s = self->streamFor(frame->hd.stream_id);
       if (s == nullptr || s->ended_) return 0;
       const bool end = (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
-      if (!s->head_reported_) {
+      if (!s->head_received_) {
         if (s->head_.status >= 100 && s->head_.status < 200) return 0;  // interim
-        s->head_reported_ = true;
-        ResponseHead head = std::move(s->head_);
-        s->head_ = ResponseHead{};
-        if (s->callbacks_ != nullptr) s->callbacks_->onUpstreamHeaders(std::move(head), end);
-        if (s->let_go_) return 0;
+        s->head_received_ = true;
       }
       if (end) {
+        self->reportHead(*s, /*end_stream=*/true);  // no body byte came: it ends here
+        if (s->let_go_) return 0;
         if (s->paused_ && !s->held_.empty()) {
           s->end_held_ = true;
         } else {
@@ -500,6 +508,8 @@ int Http2ClientSession::onFrameRecv(nghttp2_session*, const nghttp2_frame* frame
     case NGHTTP2_DATA: {
       Http2ClientStream* s = self->streamFor(frame->hd.stream_id);
       if (s == nullptr || s->ended_ || !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) return 0;
+      self->reportHead(*s, /*end_stream=*/true);  // every DATA frame was empty
+      if (s->let_go_) return 0;
       if (s->paused_ && !s->held_.empty()) {
         s->end_held_ = true;
       } else {
@@ -526,6 +536,9 @@ int Http2ClientSession::onDataChunk(nghttp2_session* session, uint8_t, int32_t s
                                     const uint8_t* data, size_t len, void* user) {
   auto* self = static_cast<Http2ClientSession*>(user);
   Http2ClientStream* s = self->streamFor(stream_id);
+  if (s != nullptr && !s->let_go_ && !s->ended_ && len > 0) {
+    self->reportHead(*s, /*end_stream=*/false);  // the first body byte commits the head
+  }
   if (s == nullptr || s->let_go_ || s->ended_) {
     nghttp2_session_consume(session, stream_id, len);  // nobody wants it: keep the window open
     return 0;

@@ -9,6 +9,10 @@
 // refused (REFUSED_STREAM, or above the last stream id of its GOAWAY) fails
 // with UpstreamError::Refused: nothing was processed, so it is safe to retry.
 //
+// A response head is reported with its first body byte (or the stream's
+// end), not with its HEADERS frame: an upstream that resets the stream right
+// after its head fails the attempt before anything reached the client.
+//
 // Backpressure: automatic WINDOW_UPDATEs are off. A stream's DATA is
 // acknowledged (nghttp2_session_consume) only once handed to the Exchange;
 // while the Exchange is paused (slow client) what arrives is held in the
@@ -63,6 +67,7 @@ class Http2ClientStream final : public DeferredDeletable, public UpstreamStream 
   uint64_t body_sent_ = 0;        // body bytes handed to nghttp2
   bool body_deferred_ = false;    // the data provider waits for body bytes (or the connection)
   ResponseHead head_;
+  bool head_received_ = false;  // the final head is in head_ (held until reportHead)
   bool head_reported_ = false;
   bool paused_ = false;
   std::string held_;          // DATA that arrived while paused (within the stream window)
@@ -118,6 +123,12 @@ class Http2ClientSession final : public DeferredDeletable {
   /** More of `stream`'s request body can be sent: wake its data provider. */
   void resumeBody(Http2ClientStream& stream);
   void deliverHeld(Http2ClientStream& stream);
+  /**
+   * Reports `stream`'s final head, held since its HEADERS until the first
+   * body byte or the stream's end: a reset before any body byte is then an
+   * attempt failure (502 or a retry), never a committed response.
+   */
+  void reportHead(Http2ClientStream& stream, bool end_stream);
   void forget(Http2ClientStream& stream);
   void flush();
   void failAll(UpstreamError error, const std::string& detail);

@@ -4,6 +4,7 @@
 // codecs (HTTP/1.1 today, HTTP/2 later), the filter chain and the upstream
 // attempt. Bodies never live here: they stream through evbuffers.
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -11,6 +12,28 @@
 #include "proxy/http_headers.h"
 
 namespace sluice {
+
+/** Room for a chunk-size line: up to 16 hex digits and CRLF. */
+inline constexpr size_t kChunkSizeLineMax = 18;
+
+/**
+ * Writes the chunk-size line of a `len`-byte chunk (RFC 9112 §7.1: lower-case
+ * hex, CRLF) to `out` (kChunkSizeLineMax bytes) and returns its length.
+ * Without snprintf: the HTTP/1.1 encoder runs it for every streamed chunk.
+ */
+inline size_t chunkSizeLine(size_t len, char* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  char digits[16];
+  size_t n = 0;
+  do {
+    digits[n++] = kHex[len & 0xF];
+    len >>= 4;
+  } while (len != 0);
+  for (size_t i = 0; i < n; ++i) out[i] = digits[n - 1 - i];
+  out[n] = '\r';
+  out[n + 1] = '\n';
+  return n + 2;
+}
 
 /** A request line plus headers, as the client sent them (path includes the query). */
 struct RequestHead {

@@ -39,11 +39,23 @@ std::string_view toString(Rejection r) {
   return "header_timeout";
 }
 
-AttemptResult attemptResultForStatus(int status) {
-  if (status == 429) return AttemptResult::Http429;
-  if (status >= 500) return AttemptResult::Http5xx;
-  if (status >= 400) return AttemptResult::Http4xx;
-  return AttemptResult::Ok;
+AttemptResult attemptResultFor(const AttemptOutcome& outcome) {
+  switch (outcome.kind) {
+    case OutcomeKind::Status:
+      if (outcome.status == 429) return AttemptResult::Http429;
+      if (outcome.status >= 500) return AttemptResult::Http5xx;
+      if (outcome.status >= 400) return AttemptResult::Http4xx;
+      return AttemptResult::Ok;
+    case OutcomeKind::ConnectError:
+      return AttemptResult::ConnectError;
+    case OutcomeKind::Reset:
+      return AttemptResult::Reset;
+    case OutcomeKind::Timeout:
+      return AttemptResult::Timeout;
+    case OutcomeKind::Cancelled:
+      return AttemptResult::Cancelled;
+  }
+  return AttemptResult::Cancelled;
 }
 
 Metrics::Metrics()
@@ -143,7 +155,16 @@ Metrics::Metrics()
               .Name("sluice_request_body_buffered_bytes")
               .Help("Request body bytes held by sluice (all workers), against "
                     "limits.max_buffered_body_bytes.")
-              .Register(*registry_)) {
+              .Register(*registry_)),
+      shared_state_up(BuildGauge()
+                          .Name("sluice_shared_state_up")
+                          .Help("1 while the shared store (Redis) answers, 0 while sluice runs "
+                                "on local state.")
+                          .Register(*registry_)),
+      shared_state_errors(BuildCounter()
+                              .Name("sluice_shared_state_errors_total")
+                              .Help("Shared-state (Redis) calls that failed or timed out, by op.")
+                              .Register(*registry_)) {
   access_log_dropped_ = &access_log_dropped.Add({});
   build_info.Add({{"version", std::string(buildVersion())}, {"commit", std::string(buildCommit())}})
       .Set(1);
@@ -329,6 +350,22 @@ prometheus::Counter& RouteMetrics::leakedSpend(const std::string& model,
   const prometheus::Labels labels{{"model", model}, {"cancel_reason", std::string(cancel_reason)}};
   if (slot == nullptr) return lookup(metrics_.leaked_spend_usd_total, labels);
   return cached(*slot, metrics_.leaked_spend_usd_total, labels);
+}
+
+prometheus::Counter& Metrics::SharedStateSeries::errors(std::string_view op) const {
+  if (op == "quota") return *quota_errors;
+  if (op == "circuit") return *circuit_errors;
+  return *connect_errors;
+}
+
+const Metrics::SharedStateSeries& Metrics::sharedState() {
+  std::call_once(shared_state_once_, [this] {
+    shared_state_.up = &shared_state_up.Add({});
+    shared_state_.quota_errors = &shared_state_errors.Add({{"op", "quota"}});
+    shared_state_.circuit_errors = &shared_state_errors.Add({{"op", "circuit"}});
+    shared_state_.connect_errors = &shared_state_errors.Add({{"op", "connect"}});
+  });
+  return shared_state_;
 }
 
 }  // namespace sluice

@@ -21,17 +21,22 @@
 #include <mutex>
 #include <string>
 
+#include "proxy/attempt.h"
 #include "proxy/cancel_reason.h"
 #include "proxy/process_metrics.h"
 
 namespace sluice {
 
-/** `result` label of sluice_upstream_attempts_total. */
+/**
+ * `result` label of sluice_upstream_attempts_total: the label set only. How
+ * an attempt ended is an AttemptOutcome (proxy/attempt.h); attemptResultFor()
+ * is its one mapping to this label.
+ */
 enum class AttemptResult { Ok, Http429, Http5xx, Http4xx, ConnectError, Reset, Timeout, Cancelled };
 inline constexpr size_t kAttemptResultCount = 8;
 std::string_view toString(AttemptResult r);
-/** Classifies a completed attempt's HTTP status. */
-AttemptResult attemptResultForStatus(int status);
+/** The label of an attempt that ended with `outcome` (a status by its class). */
+AttemptResult attemptResultFor(const AttemptOutcome& outcome);
 
 /**
  * `reason` label of sluice_downstream_rejections_total (a contract addition,
@@ -208,6 +213,25 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& request_body_buffered;
   prometheus::Gauge& requestBodyBuffered() { return *request_body_buffered_bytes_; }
 
+  /** sluice_shared_state_up and sluice_shared_state_errors_total{op} (DESIGN §4, §6). */
+  prometheus::Family<prometheus::Gauge>& shared_state_up;
+  prometheus::Family<prometheus::Counter>& shared_state_errors;
+  /** The shared-state series, one per op (quota, circuit, connect). */
+  struct SharedStateSeries {
+    prometheus::Gauge* up = nullptr;
+    prometheus::Counter* quota_errors = nullptr;
+    prometheus::Counter* circuit_errors = nullptr;
+    prometheus::Counter* connect_errors = nullptr;
+    /** The counter of `op` ("quota", "circuit", anything else counts as "connect"). */
+    prometheus::Counter& errors(std::string_view op) const;
+  };
+  /**
+   * Creates the shared-state series (only a config with `shared_state` has
+   * them: a process on local state by design shows no "down" gauge).
+   * Idempotent; thread-safe.
+   */
+  const SharedStateSeries& sharedState();
+
   static const prometheus::Histogram::BucketBoundaries& durationBuckets();
   static const prometheus::Histogram::BucketBoundaries& propagationBuckets();
 
@@ -216,6 +240,8 @@ class Metrics {
   prometheus::Counter* access_log_dropped_ = nullptr;
   ProcessCollector process_;
   prometheus::Gauge* request_body_buffered_bytes_ = nullptr;
+  std::once_flag shared_state_once_;
+  SharedStateSeries shared_state_;
 };
 
 }  // namespace sluice

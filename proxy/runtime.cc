@@ -1,6 +1,7 @@
 #include "proxy/runtime.h"
 
 #include "proxy/log.h"
+#include "proxy/shared_state.h"
 
 namespace sluice {
 
@@ -25,7 +26,7 @@ const UpstreamRuntime* predecessor(const Runtime* previous, const config::Upstre
 
 std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics& metrics,
                                               const Clock& clock, std::string* error,
-                                              const Runtime* previous) {
+                                              const Runtime* previous, SharedState* shared) {
   auto rt = std::make_shared<Runtime>();
   rt->config_ = std::move(config);
   rt->metrics_ = &metrics;
@@ -101,6 +102,8 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
                       {"from", toString(from)},
                       {"to", toString(to)}});
           });
+      // The endpoint is the upstream's one URL until endpoints (DESIGN §5) land.
+      if (shared != nullptr) u.breaker->setGlobal(shared->circuit(u.breaker, up.name, u.endpoint));
     }
     u.metrics->circuitState().Set(static_cast<double>(static_cast<int>(u.breaker->state())));
     if (up.rate_limit) {
@@ -108,6 +111,9 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
         u.quota = before->quota;
       } else {
         u.quota = std::make_shared<QuotaTracker>(*up.rate_limit, clock);
+      }
+      if (shared != nullptr) {
+        u.global_quota = shared->quota(up.name, u.endpoint, up.rate_limit->reserve);
       }
     }
     rt->upstreams_.push_back(std::move(u));

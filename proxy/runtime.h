@@ -15,6 +15,7 @@
 #include "filters/circuit_breaker/circuit_breaker.h"
 #include "filters/retry/retry_decision.h"
 #include "filters/spend/pricing.h"
+#include "filters/throttle/global_quota.h"
 #include "filters/throttle/quota_tracker.h"
 #include "proxy/clock.h"
 #include "proxy/metrics.h"
@@ -36,10 +37,13 @@ struct UpstreamRuntime {
   // SIGHUP never closes an open circuit or forgets a spent quota.
   std::shared_ptr<CircuitBreaker> breaker;
   std::shared_ptr<QuotaTracker> quota;  // null when `rate_limit` is absent
+  // The fleet's side of `quota` (DESIGN §6); null without `shared_state`.
+  std::shared_ptr<GlobalQuota> global_quota;
 };
 
 /** Per-route state shared by all workers. */
 class Runtime;
+class SharedState;
 
 struct RouteRuntime {
   const Runtime* runtime = nullptr;             // the runtime this route belongs to
@@ -60,10 +64,12 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
    * part cannot be built (e.g. an unreadable `ca_file`, a listener's missing
    * certificate). `previous` (the running Runtime on a reload, else null)
    * lends its circuit breakers and quota trackers to unchanged upstreams.
+   * `shared` (with `shared_state`) links new breakers and quotas to the fleet.
    */
   static std::shared_ptr<const Runtime> build(config::ConfigPtr config, Metrics& metrics,
                                               const Clock& clock, std::string* error,
-                                              const Runtime* previous = nullptr);
+                                              const Runtime* previous = nullptr,
+                                              SharedState* shared = nullptr);
 
   /** First route whose path prefix and method match (DESIGN §2), else null. */
   const RouteRuntime* match(std::string_view method, std::string_view path) const;

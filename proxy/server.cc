@@ -70,6 +70,9 @@ std::string restartOnlyChange(const config::Config& running, const config::Confi
     return "admin: changing " + running.admin.toString() + " to " + next.admin.toString() +
            " needs a restart";
   }
+  if (running.shared_state != next.shared_state) {
+    return "shared_state: changing it needs a restart";
+  }
   if (running.workers != next.workers) {
     return "workers: changing " + workersText(running.workers) + " to " +
            workersText(next.workers) + " needs a restart";
@@ -88,7 +91,10 @@ void logWarnings(const Runtime& runtime) {
 Server::Server(config::ConfigPtr config, const Clock& clock)
     : clock_(clock), access_log_(metrics_.accessLogDropped()), admin_(*this) {
   std::string error;
-  runtime_ = Runtime::build(std::move(config), metrics_, clock_, &error);
+  if (config && config->shared_state) {
+    shared_ = std::make_unique<SharedState>(*config->shared_state, metrics_);
+  }
+  runtime_ = Runtime::build(std::move(config), metrics_, clock_, &error, nullptr, shared_.get());
   if (!runtime_) init_error_ = error;
 }
 
@@ -129,6 +135,11 @@ bool Server::start(std::string* error) {
     workers_.clear();
     return false;
   }
+  if (shared_) {
+    std::vector<Dispatcher*> loops;
+    for (auto& w : workers_) loops.push_back(&w->dispatcher());
+    shared_->attach(loops);  // each client is built and connects on its worker's loop
+  }
   for (auto& w : workers_) w->start();
   started_ = true;
   return true;
@@ -138,6 +149,7 @@ void Server::stop() {
   if (!started_.exchange(false)) return;
   admin_.stop();
   for (auto& w : workers_) w->stop();
+  if (shared_) shared_->detach();  // the loops stopped: nothing else touches the clients
   workers_.clear();
   access_log_.stop();  // after the workers: their last lines are written
 }
@@ -191,7 +203,8 @@ bool Server::reload(config::ConfigPtr config, std::string* error) {
     metrics_.countReload(false);
     return false;
   }
-  RuntimePtr next = Runtime::build(std::move(config), metrics_, clock_, error, current.get());
+  RuntimePtr next =
+      Runtime::build(std::move(config), metrics_, clock_, error, current.get(), shared_.get());
   if (!next) {
     std::string ignored;
     if (current) access_log_.configure(current->config().access_log, &ignored);

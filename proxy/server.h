@@ -19,6 +19,7 @@
 #include "proxy/exchange.h"
 #include "proxy/metrics.h"
 #include "proxy/runtime.h"
+#include "proxy/shared_state.h"
 #include "proxy/worker.h"
 
 namespace sluice {
@@ -85,6 +86,8 @@ class Server {
  private:
   const Clock& clock_;
   Metrics metrics_;
+  // Before runtime_: the runtimes' breakers and quotas hold references to it.
+  std::unique_ptr<SharedState> shared_;
   AccessLog access_log_;
   mutable std::mutex mu_;
   RuntimePtr runtime_;

@@ -147,6 +147,8 @@ void UpstreamConnection::sendRequest(const RequestHead& head, RequestBody& body,
   idle_ = false;
   reusable_ = false;
   message_done_ = false;
+  held_head_.reset();
+  held_body_.clear();
   awaiting_response_ = true;
   head_request_ = head.method == "HEAD";
   body_ = &body;
@@ -274,6 +276,8 @@ void UpstreamConnection::fail(UpstreamError error, const std::string& detail) {
   callbacks_ = nullptr;
   awaiting_response_ = false;
   reusable_ = false;
+  held_head_.reset();  // never reported: the attempt failed before its response started
+  held_body_.clear();
   if (cb != nullptr) {
     cb->onUpstreamError(error, detail);  // the holder destroys us through the pool
   } else {
@@ -326,6 +330,8 @@ void UpstreamConnection::onRead() {
     evbuffer_drain(input, consumed);
     if (consumed < len) break;
   }
+  reportHeldHead();  // the whole read parsed cleanly
+  if (closed_) return;
   if (message_done_) {
     message_done_ = false;
     UpstreamCallbacks* cb = callbacks_;
@@ -429,17 +435,35 @@ int UpstreamConnection::onHeadersComplete(http_parser* p) {
   const bool no_body = self->head_request_ || p->status_code == 204 || p->status_code == 304;
   const bool end_stream =
       no_body || (!(p->flags & F_CHUNKED) && p->content_length == 0);
-  ResponseHead head = std::move(self->head_);
+  // Held until the rest of this read parsed (reportHeldHead).
+  self->held_head_ = std::move(self->head_);
+  self->held_end_stream_ = end_stream;
+  self->held_body_.clear();
   self->head_ = ResponseHead{};
-  if (self->callbacks_ != nullptr) self->callbacks_->onUpstreamHeaders(std::move(head), end_stream);
-  if (self->closed_) return -1;  // abort parsing: we were torn down
-  return no_body ? 1 : 0;       // 1 = skip the body (HEAD)
+  return no_body ? 1 : 0;  // 1 = skip the body (HEAD)
 }
 
 int UpstreamConnection::onBody(http_parser* p, const char* at, size_t len) {
   auto* self = static_cast<UpstreamConnection*>(p->data);
-  if (self->callbacks_ != nullptr) self->callbacks_->onUpstreamData(at, len);
-  return self->closed_ ? -1 : 0;
+  if (self->held_head_) {
+    self->held_body_.append(at, len);
+    if (self->held_body_.size() > kMaxHeldBodyInRead) self->reportHeldHead();
+  } else if (self->callbacks_ != nullptr) {
+    self->callbacks_->onUpstreamData(at, len);
+  }
+  return self->closed_ ? -1 : 0;  // abort parsing: we were torn down
+}
+
+void UpstreamConnection::reportHeldHead() {
+  if (!held_head_) return;
+  ResponseHead head = std::move(*held_head_);
+  held_head_.reset();
+  std::string body;
+  body.swap(held_body_);
+  if (callbacks_ != nullptr) callbacks_->onUpstreamHeaders(std::move(head), held_end_stream_);
+  if (!closed_ && !body.empty() && callbacks_ != nullptr) {
+    callbacks_->onUpstreamData(body.data(), body.size());
+  }
 }
 
 int UpstreamConnection::onMessageComplete(http_parser* p) {

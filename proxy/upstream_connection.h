@@ -17,6 +17,7 @@
 #include <openssl/ssl.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -100,6 +101,13 @@ class UpstreamConnection : public DeferredDeletable, public UpstreamStream {
   bool requestFlushed() const;
   void parse(const char* data, size_t len);
   void fail(UpstreamError error, const std::string& detail);
+  /**
+   * Reports the head held back while its read was parsed, with the body
+   * bytes that came after it in that read: only once the read parsed
+   * cleanly, so an upstream that breaks in the same read as its head is an
+   * attempt failure (502 or a retry), never a committed response.
+   */
+  void reportHeldHead();
 
   // http_parser callbacks.
   static int onHeaderField(http_parser*, const char*, size_t);
@@ -112,6 +120,11 @@ class UpstreamConnection : public DeferredDeletable, public UpstreamStream {
   /** Request bytes queued on the socket before the body waits for it to drain. */
   static constexpr size_t kOutputHighWatermark = 64 * 1024;
   static constexpr size_t kOutputLowWatermark = 16 * 1024;
+  /**
+   * The most body held back with a head while its read is parsed: past it
+   * the head and that body are reported at once (a long first chunk).
+   */
+  static constexpr size_t kMaxHeldBodyInRead = 64 * 1024;
 
   Dispatcher& dispatcher_;
   const config::UpstreamConfig& upstream_;
@@ -130,6 +143,9 @@ class UpstreamConnection : public DeferredDeletable, public UpstreamStream {
   bool interim_ = false;       // parsing a 1xx response
   bool awaiting_response_ = false;
   bool message_done_ = false;
+  std::optional<ResponseHead> held_head_;  // parsed in this read, not reported yet
+  bool held_end_stream_ = false;
+  std::string held_body_;  // body after the held head in the same read
 
   // The request body being written: the holder's, valid until release/reset.
   RequestBody* body_ = nullptr;

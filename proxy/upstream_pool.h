@@ -38,7 +38,7 @@ namespace sluice {
 
 class PendingStream;
 
-class UpstreamPool {
+class UpstreamPool final : public UpstreamStreamSource {
  public:
   enum class Protocol { Http1, Http2, Negotiating };
 
@@ -46,7 +46,7 @@ class UpstreamPool {
   ~UpstreamPool();
 
   /** A stream for one attempt: an idle connection, room on a session, or a new one. */
-  UpstreamStream* acquire();
+  UpstreamStream* acquire() override;
 
   /** Returns `conn` for reuse if reusable(), else destroys it. */
   void release(UpstreamConnection* conn);
@@ -76,7 +76,7 @@ class UpstreamPool {
   /** Retired and holding no connection, session or waiting stream. */
   bool drained() const { return retired_ && conns_.empty() && sessions_.empty() && pending_.empty(); }
   /** True when acquire() would hand out a stream that is connected already (no wait). */
-  bool hasReadyStream() const;
+  bool hasReadyStream() const override;
 
   Protocol protocol() const { return protocol_; }
   size_t idleCount() const { return idle_.size(); }

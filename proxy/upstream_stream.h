@@ -56,6 +56,18 @@ class UpstreamCallbacks {
   virtual void onUpstreamError(UpstreamError error, const std::string& detail) = 0;
 };
 
+class UpstreamStream;
+
+/** Where an attempt gets its stream: a worker's UpstreamPool (a fake in unit tests). */
+class UpstreamStreamSource {
+ public:
+  virtual ~UpstreamStreamSource() = default;
+  /** True when acquire() would hand out a stream that is connected already (no wait). */
+  virtual bool hasReadyStream() const = 0;
+  /** A stream for one attempt: an idle connection, room on a session, or a new one. */
+  virtual UpstreamStream* acquire() = 0;
+};
+
 class UpstreamStream {
  public:
   virtual ~UpstreamStream() = default;

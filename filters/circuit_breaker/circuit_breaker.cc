@@ -49,6 +49,10 @@ std::string_view toString(CircuitEvent event) {
       return "probes_succeeded";
     case CircuitEvent::ProbeFailed:
       return "probe_failed";
+    case CircuitEvent::PeerOpened:
+      return "peer_opened";
+    case CircuitEvent::PeerClosed:
+      return "peer_closed";
   }
   return "unknown";
 }
@@ -64,6 +68,10 @@ std::optional<CircuitState> circuitTransition(CircuitState from, CircuitEvent ev
       {CircuitState::Open, CircuitEvent::CooldownElapsed, CircuitState::HalfOpen},
       {CircuitState::HalfOpen, CircuitEvent::ProbesSucceeded, CircuitState::Closed},
       {CircuitState::HalfOpen, CircuitEvent::ProbeFailed, CircuitState::Open},
+      {CircuitState::Closed, CircuitEvent::PeerOpened, CircuitState::Open},
+      {CircuitState::HalfOpen, CircuitEvent::PeerOpened, CircuitState::Open},
+      {CircuitState::Open, CircuitEvent::PeerClosed, CircuitState::Closed},
+      {CircuitState::HalfOpen, CircuitEvent::PeerClosed, CircuitState::Closed},
   };
   for (const Row& row : kTable) {
     if (row.from == from && row.event == event) return row.to;
@@ -99,6 +107,11 @@ CircuitAdmission CircuitBreaker::admit() {
   }
   if (state_ == CircuitState::HalfOpen) {
     if (probes_admitted_ >= std::max<uint32_t>(1, config_.half_open_probes)) {
+      a.result = CircuitAdmission::Result::Rejected;
+      a.retry_after = std::min(config_.cooldown, kHalfOpenRetryAfter);
+      return a;
+    }
+    if (!holdsProbePermitLocked(now)) {
       a.result = CircuitAdmission::Result::Rejected;
       a.retry_after = std::min(config_.cooldown, kHalfOpenRetryAfter);
       return a;
@@ -225,6 +238,52 @@ void CircuitBreaker::updateConfig(const config::CircuitBreakerConfig& config) {
   resetCountersLocked();
 }
 
+void CircuitBreaker::setGlobal(std::shared_ptr<GlobalCircuit> global) {
+  std::lock_guard lock(mutex_);
+  global_ = std::move(global);
+}
+
+void CircuitBreaker::applyPeer(CircuitState to, milliseconds open_for) {
+  const MonotonicTime now = clock_.now();
+  std::lock_guard lock(mutex_);
+  maybeEndCooldownLocked(now);
+  if (to == CircuitState::Open) {
+    current_cooldown_ = clampCooldown(open_for, config_);
+    if (state_ == CircuitState::Open) {
+      open_until_ = std::max(open_until_, now + open_for);  // already open: the later end
+      return;
+    }
+    fireLocked(CircuitEvent::PeerOpened, now);
+    open_until_ = now + open_for;
+  } else if (to == CircuitState::Closed) {
+    fireLocked(CircuitEvent::PeerClosed, now);
+  }
+}
+
+bool CircuitBreaker::holdsProbePermitLocked(MonotonicTime now) {
+  if (!global_ || permit_ == ProbePermit::Won) return true;
+  if (permit_ == ProbePermit::Asking) return false;
+  if (permit_ == ProbePermit::Lost && now < permit_retry_at_) return false;
+  permit_ = ProbePermit::Asking;
+  const std::weak_ptr<CircuitBreaker> self = weak_from_this();
+  const uint64_t generation = generation_;
+  const std::optional<bool> at_once = global_->claimProbe([self, generation](bool won) {
+    if (auto breaker = self.lock()) breaker->onProbeClaim(generation, won);
+  });
+  if (!at_once) return false;  // asked: rejected until the answer (within the timeout)
+  permit_ = *at_once ? ProbePermit::Won : ProbePermit::Lost;
+  permit_retry_at_ = now + kHalfOpenRetryAfter;
+  return *at_once;
+}
+
+void CircuitBreaker::onProbeClaim(uint64_t generation, bool won) {
+  const MonotonicTime now = clock_.now();
+  std::lock_guard lock(mutex_);
+  if (generation != generation_ || permit_ != ProbePermit::Asking) return;
+  permit_ = won ? ProbePermit::Won : ProbePermit::Lost;
+  permit_retry_at_ = now + kHalfOpenRetryAfter;
+}
+
 void CircuitBreaker::maybeEndCooldownLocked(MonotonicTime now) {
   if (state_ == CircuitState::Open && now >= open_until_) {
     fireLocked(CircuitEvent::CooldownElapsed, now);
@@ -250,12 +309,21 @@ void CircuitBreaker::fireLocked(CircuitEvent event, MonotonicTime now) {
     case CircuitEvent::CooldownElapsed:
       probes_admitted_ = 0;
       probe_successes_ = 0;
+      permit_ = ProbePermit::None;
       break;
     case CircuitEvent::ProbesSucceeded:
+    case CircuitEvent::PeerClosed:
       current_cooldown_ = clampCooldown(config_.cooldown, config_);
       break;
+    case CircuitEvent::PeerOpened:
+      break;  // applyPeer() sets the open period
   }
   resetCountersLocked();
+  // Our own transitions go to the fleet; a peer's came from it.
+  if (global_ && (event == CircuitEvent::Trip || event == CircuitEvent::ProbeFailed ||
+                  event == CircuitEvent::ProbesSucceeded)) {
+    global_->publish(state_, current_cooldown_);
+  }
   if (listener_) listener_(from, state_);
 }
 

@@ -20,6 +20,12 @@
 //
 // One mutex guards everything; each call does O(buckets) work at most, and
 // none happens per byte.
+//
+// With a GlobalCircuit (shared_state, DESIGN §6) the circuit is the fleet's:
+// this breaker publishes its trips and recoveries, applies its peers' as the
+// PeerOpened / PeerClosed events, and in half_open probes only after it won
+// the fleet's one probe permit (until then it rejects as half_open does with
+// every probe slot taken). Failures are still counted here, locally.
 
 #include <chrono>
 #include <cstdint>
@@ -29,8 +35,11 @@
 #include <string_view>
 #include <vector>
 
+#include <memory>
+
 #include "config/config.h"
 #include "filters/attempt_outcome.h"
+#include "filters/circuit_breaker/global_circuit.h"
 #include "proxy/clock.h"
 
 namespace sluice {
@@ -47,9 +56,11 @@ enum class CircuitEvent {
   CooldownElapsed,  // the open period is over
   ProbesSucceeded,  // every admitted half-open probe succeeded
   ProbeFailed,      // a half-open probe failed
+  PeerOpened,       // another replica's circuit for this endpoint opened (shared state)
+  PeerClosed,       // another replica's probes succeeded (shared state)
 };
 
-/** "trip", "cooldown_elapsed", "probes_succeeded", "probe_failed". */
+/** "trip", "cooldown_elapsed", "probes_succeeded", "probe_failed", "peer_opened", "peer_closed". */
 std::string_view toString(CircuitEvent event);
 
 /**
@@ -81,7 +92,7 @@ struct CircuitAdmission {
   bool admitted() const { return result == Result::Admitted; }
 };
 
-class CircuitBreaker {
+class CircuitBreaker : public std::enable_shared_from_this<CircuitBreaker> {
  public:
   /**
    * Called on every state change, *under the breaker's lock*, so calls arrive
@@ -142,7 +153,27 @@ class CircuitBreaker {
    */
   void updateConfig(const config::CircuitBreakerConfig& config);
 
+  /**
+   * Shares this circuit with the fleet (null = local only). Set once, before
+   * use. The breaker must be owned by a shared_ptr (the probe permit's answer
+   * arrives later and holds only a weak reference).
+   */
+  void setGlobal(std::shared_ptr<GlobalCircuit> global);
+
+  /**
+   * A peer replica's transition, from the fleet: Open (tripped or a failed
+   * probe: open for `open_for`, which also becomes this breaker's cooldown)
+   * or Closed (its probes succeeded). Applied as PeerOpened / PeerClosed;
+   * never published again.
+   */
+  void applyPeer(CircuitState to, std::chrono::milliseconds open_for);
+
  private:
+  enum class ProbePermit { None, Asking, Won, Lost };
+
+  /** Half-open with a GlobalCircuit: may this replica probe now? Asks the fleet when needed. */
+  bool holdsProbePermitLocked(MonotonicTime now);
+  void onProbeClaim(uint64_t generation, bool won);
   // One slice of the rolling failure-rate window.
   struct Bucket {
     int64_t index = -1;  // which slice of time this bucket currently holds
@@ -175,6 +206,9 @@ class CircuitBreaker {
   uint64_t overloaded_ = 0;
   std::chrono::nanoseconds bucket_width_;
   std::vector<Bucket> buckets_;
+  std::shared_ptr<GlobalCircuit> global_;
+  ProbePermit permit_ = ProbePermit::None;
+  MonotonicTime permit_retry_at_{};  // Lost: ask again from then (the winner may be gone)
 };
 
 /**

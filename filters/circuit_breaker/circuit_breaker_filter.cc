@@ -1,7 +1,5 @@
 #include "filters/circuit_breaker/circuit_breaker_filter.h"
 
-#include "filters/retry/retry_filter.h"
-
 namespace sluice {
 
 FilterStatus CircuitBreakerFilter::beforeAttempt(RequestHead&) {
@@ -28,9 +26,9 @@ FilterStatus CircuitBreakerFilter::encodeHeaders(ResponseHead& response, bool) {
   return FilterStatus::Continue;
 }
 
-void CircuitBreakerFilter::onAttemptEnd(const AttemptEnd& end) {
+void CircuitBreakerFilter::onAttemptDone(const AttemptEnd& end, const AttemptVerdict&) {
   if (!admission_) return;
-  breaker_.onResult(*admission_, toAttemptOutcome(end));
+  breaker_.onResult(*admission_, end.outcome);
   admission_.reset();
 }
 

@@ -21,7 +21,7 @@ class CircuitBreakerFilter final : public StreamFilter {
   std::string_view name() const override { return "circuit_breaker"; }
   FilterStatus beforeAttempt(RequestHead& upstream_request) override;
   FilterStatus encodeHeaders(ResponseHead& response, bool end_stream) override;
-  void onAttemptEnd(const AttemptEnd& end) override;
+  void onAttemptDone(const AttemptEnd& end, const AttemptVerdict& verdict) override;
   void onDestroy() override;
 
  private:

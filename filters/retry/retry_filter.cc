@@ -4,21 +4,6 @@
 
 namespace sluice {
 
-AttemptOutcome toAttemptOutcome(const AttemptEnd& end) {
-  switch (end.result) {
-    case AttemptResult::Ok:
-    case AttemptResult::Http429:
-    case AttemptResult::Http4xx:
-    case AttemptResult::Http5xx:
-      return AttemptOutcome::fromStatus(end.status);
-    case AttemptResult::ConnectError: return AttemptOutcome::connectError();
-    case AttemptResult::Reset: return AttemptOutcome::reset();
-    case AttemptResult::Timeout: return AttemptOutcome::timeout();
-    case AttemptResult::Cancelled: return AttemptOutcome::cancelled();
-  }
-  return AttemptOutcome::cancelled();
-}
-
 FilterStatus RetryFilter::decodeHeaders(RequestHead& request) {
   method_ = request.method;
   has_idempotency_key_ = request.headers.has("idempotency-key");
@@ -39,23 +24,22 @@ bool RetryFilter::mayRetryStatus(const ResponseHead& response) const {
 }
 
 FilterStatus RetryFilter::encodeHeaders(ResponseHead& response, bool /*end_stream*/) {
-  if (mayRetryStatus(response)) return FilterStatus::StopIteration;  // decided in onAttemptEnd
+  if (mayRetryStatus(response)) return FilterStatus::StopIteration;  // decided in decideAttempt
   // sluice already retried: a client retry would multiply the calls.
   if (callbacks_->attemptNumber() > 1) response.headers.set("x-should-retry", "false");
   return FilterStatus::Continue;
 }
 
-void RetryFilter::onAttemptEnd(const AttemptEnd& end) {
+AttemptVerdict RetryFilter::decideAttempt(const AttemptEnd& end, AttemptVerdict proposed) {
   releaseSlot();  // the retry this slot paid for has ended
-  if (end.result == AttemptResult::Cancelled) return;
+  if (end.outcome.kind == OutcomeKind::Cancelled) return proposed;
 
-  ResponseHead* held = callbacks_->heldResponse();
   RetryInput input;
   input.config = &config_;
-  input.attempt = callbacks_->attemptNumber();
-  input.outcome = toAttemptOutcome(end);
-  input.response_headers = held != nullptr ? &held->headers : nullptr;
-  input.response_body = callbacks_->heldBody();
+  input.attempt = end.attempt;
+  input.outcome = end.outcome;
+  input.response_headers = end.held_response != nullptr ? &end.held_response->headers : nullptr;
+  input.response_body = end.held_body;
   input.response_started = end.response_started;
   input.method = method_;
   input.has_idempotency_key = has_idempotency_key_;
@@ -69,14 +53,20 @@ void RetryFilter::onAttemptEnd(const AttemptEnd& end) {
 
   if (decision.retry) {
     slot_held_ = decision.budget_acquired;
-    callbacks_->retryAttempt(decision.delay, decision.cause);
-    return;
+    return AttemptVerdict::retry(decision.delay, decision.cause);
   }
-  if (held != nullptr &&
+  AttemptVerdict::Deliver* deliver = std::get_if<AttemptVerdict::Deliver>(&proposed.decision);
+  if (deliver != nullptr && end.held_response != nullptr &&
       (input.attempt > 1 || decision.reason == NoRetryReason::WaitExceedsBudget)) {
     // The answer goes to the client now; retrying it there cannot help.
-    held->headers.set("x-should-retry", "false");
+    deliver->discourage_client_retry = true;
   }
+  return proposed;
+}
+
+void RetryFilter::onAttemptDone(const AttemptEnd&, const AttemptVerdict& verdict) {
+  // A retry the Exchange did not act on (it is cancelling) needs no slot.
+  if (!verdict.isRetry()) releaseSlot();
 }
 
 void RetryFilter::encodeLocalReply(Problem& problem) {

@@ -3,12 +3,13 @@
 // The retry filter (DESIGN.md §3 "Retries"): the policy side of the Exchange's
 // attempt loop. It holds back answers it may retry (encodeHeaders returns
 // StopIteration for a retriable status, so nothing reaches the client yet),
-// decides when each attempt ends (decideRetry: `on` causes, retry-safety,
-// attempts left, Retry-After vs. the remaining budget, the retry budget, an
-// RFC 9457 `is_retriable`), and asks the Exchange for another attempt after
-// a full-jitter backoff. It also sets `x-should-retry: false` on answers a
-// client retry cannot improve — upstream answers it forwards and sluice's own
-// problems alike (encodeLocalReply) — so agent SDKs do not stack retries on ours.
+// decides when each attempt ends (decideAttempt → decideRetry: `on` causes,
+// retry-safety, attempts left, Retry-After vs. the remaining budget, the
+// retry budget, an RFC 9457 `is_retriable`), and returns a Retry verdict with
+// a full-jitter backoff to the Exchange. It also marks answers a client retry
+// cannot improve with `x-should-retry: false` — upstream answers it forwards
+// (a held one through its Deliver verdict) and sluice's own problems alike
+// (encodeLocalReply) — so agent SDKs do not stack retries on ours.
 
 #include <string>
 
@@ -27,7 +28,8 @@ class RetryFilter final : public StreamFilter {
   std::string_view name() const override { return "retry"; }
   FilterStatus decodeHeaders(RequestHead& request) override;
   FilterStatus encodeHeaders(ResponseHead& response, bool end_stream) override;
-  void onAttemptEnd(const AttemptEnd& end) override;
+  AttemptVerdict decideAttempt(const AttemptEnd& end, AttemptVerdict proposed) override;
+  void onAttemptDone(const AttemptEnd& end, const AttemptVerdict& verdict) override;
   void encodeLocalReply(Problem& problem) override;
   void onDestroy() override;
 
@@ -43,11 +45,8 @@ class RetryFilter final : public StreamFilter {
   std::string method_;
   bool has_idempotency_key_ = false;
   bool counted_active_ = false;
-  bool slot_held_ = false;  // a retry budget slot taken for the attempt in flight
+  bool slot_held_ = false;  // a retry budget slot taken for the retry attempt (in flight or next)
   bool wait_exceeded_budget_ = false;  // the last decision: the retry's wait did not fit
 };
-
-/** The attempt outcome the retry and circuit logic classify, from the Exchange's summary. */
-AttemptOutcome toAttemptOutcome(const AttemptEnd& end);
 
 }  // namespace sluice

@@ -1,8 +1,18 @@
 #include "filters/spend/spend_filter.h"
 
-#include "filters/spend/spend_split.h"
-
 namespace sluice {
+
+AttemptDisposition spendDisposition(const AttemptEnd& end, const AttemptVerdict& verdict) {
+  if (end.finish_draining) return AttemptDisposition::Finished;
+  if (verdict.isRetry() || end.outcome.kind == OutcomeKind::Timeout) {
+    return AttemptDisposition::Abandoned;
+  }
+  if (end.outcome.kind == OutcomeKind::Cancelled || end.outcome.kind == OutcomeKind::Reset ||
+      end.cancel_reason) {
+    return AttemptDisposition::Cancelled;
+  }
+  return AttemptDisposition::Completed;
+}
 
 FilterStatus SpendFilter::decodeComplete(std::string_view body) {
   request_ = std::make_unique<MeteredRequest>(
@@ -29,27 +39,26 @@ void SpendFilter::encodeData(const char* data, size_t len, bool end_stream) {
   if (end_stream) meter_->onResponseEnd();
 }
 
-void SpendFilter::onAttemptEnd(const AttemptEnd& end) { account(end); }
-
-void SpendFilter::onDestroy() {
-  if (meter_) account(AttemptEnd{AttemptResult::Cancelled, 0, false});
+void SpendFilter::onAttemptDone(const AttemptEnd& end, const AttemptVerdict& verdict) {
+  account(end, spendDisposition(end, verdict));
 }
 
-void SpendFilter::account(const AttemptEnd& end) {
+void SpendFilter::onDestroy() {
+  // An attempt begun (beforeAttempt) but never sent — refused on the way
+  // (overloaded, a cancel) — delivered nothing; whatever the disposition,
+  // its input is leaked to the Exchange's cancel_reason.
+  if (!meter_) return;
+  AttemptEnd end;
+  end.outcome = AttemptOutcome::cancelled();
+  end.cancel_reason = callbacks_->cancelReason();
+  account(end, AttemptDisposition::Cancelled);
+}
+
+void SpendFilter::account(const AttemptEnd& end, AttemptDisposition disposition) {
   if (!meter_) return;
   std::unique_ptr<UsageMeter> meter = std::move(meter_);
-  meter->onBytesDelivered(callbacks_->deliveredBodyBytes());
-
-  AttemptDisposition disposition = AttemptDisposition::Completed;
-  const auto reason = callbacks_->cancelReason();
-  if (callbacks_->finishDraining()) {
-    disposition = AttemptDisposition::Finished;
-  } else if (callbacks_->retrying() || end.result == AttemptResult::Timeout) {
-    disposition = AttemptDisposition::Abandoned;
-  } else if (end.result == AttemptResult::Cancelled || end.result == AttemptResult::Reset ||
-             reason) {
-    disposition = AttemptDisposition::Cancelled;
-  }
+  meter->onBytesDelivered(end.delivered_body_bytes);
+  const auto& reason = end.cancel_reason;
 
   const ModelPrice& price = prices_.match(meter->model());
   const SpendSplit split = splitSpend(meter->tokenCounts(), disposition, price);
@@ -76,7 +85,7 @@ void SpendFilter::account(const AttemptEnd& end) {
     // The reason the work went unused: the Exchange's cancel_reason, or for an
     // attempt abandoned by a stall, upstream_timeout.
     std::optional<CancelReason> why = reason;
-    if (!why && end.result == AttemptResult::Timeout) why = CancelReason::UpstreamTimeout;
+    if (!why && end.outcome.kind == OutcomeKind::Timeout) why = CancelReason::UpstreamTimeout;
     if (why) metrics_.leakedSpend(model, toString(*why)).Increment(split.leaked_usd);
   }
 }

@@ -11,11 +11,19 @@
 #include <memory>
 
 #include "filters/spend/pricing.h"
+#include "filters/spend/spend_split.h"
 #include "filters/spend/usage_meter.h"
 #include "proxy/filter.h"
 #include "proxy/metrics.h"
 
 namespace sluice {
+
+/**
+ * How an ended attempt counts for spend: drained in `finish` mode (Finished),
+ * dropped by sluice — a retry follows or it stalled (Abandoned) —, torn down
+ * or broken (Cancelled), else Completed.
+ */
+AttemptDisposition spendDisposition(const AttemptEnd& end, const AttemptVerdict& verdict);
 
 class SpendFilter final : public StreamFilter {
  public:
@@ -26,12 +34,12 @@ class SpendFilter final : public StreamFilter {
   FilterStatus beforeAttempt(RequestHead& upstream_request) override;
   FilterStatus encodeHeaders(ResponseHead& response, bool end_stream) override;
   void encodeData(const char* data, size_t len, bool end_stream) override;
-  void onAttemptEnd(const AttemptEnd& end) override;
+  void onAttemptDone(const AttemptEnd& end, const AttemptVerdict& verdict) override;
   void onDestroy() override;
 
  private:
   /** Books the current attempt's tokens and USD once, then forgets it. */
-  void account(const AttemptEnd& end);
+  void account(const AttemptEnd& end, AttemptDisposition disposition);
 
   const PriceTable& prices_;
   RouteMetrics& metrics_;

@@ -1,5 +1,6 @@
 #include "filters/spend/sse_parser.h"
 
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -54,8 +55,13 @@ void SseParser::process(const char* data, size_t len) {
         continue;
       }
     }
-    size_t j = i;
-    while (j < len && data[j] != '\n' && data[j] != '\r') ++j;
+    // The line's end: the first LF or CR (memchr: this scan is most of the
+    // parser's cost per streamed chunk otherwise; PROFILE.md).
+    const void* lf = std::memchr(data + i, '\n', len - i);
+    size_t j = lf != nullptr ? static_cast<size_t>(static_cast<const char*>(lf) - data) : len;
+    if (const void* cr = std::memchr(data + i, '\r', j - i); cr != nullptr) {
+      j = static_cast<size_t>(static_cast<const char*>(cr) - data);
+    }
     if (j == len) {
       appendPartialLine(data + i, len - i);
       offset_ += len - i;

@@ -501,7 +501,13 @@ void UsageMeter::onChatEvent(const SseEvent& event) {
       if (const auto model = readStringText(model_text)) noteResponseModel(*model);
     }
     if (const auto counts = readUsageText(usage_text)) report(counts->input, counts->output);
-    if (!choices_text.empty() && choices_text.front() == '[') choices = parseJson(choices_text);
+    if (!choices_text.empty() && choices_text.front() == '[') {
+      if (const auto with_output = chatChoicesWithOutput(choices_text)) {
+        if (*with_output > 0) recordDeltas(event.end_offset, *with_output);
+        return;
+      }
+      choices = parseJson(choices_text);
+    }
   } else {
     whole = parseJson(event.data);
     if (!whole.is_object()) return;

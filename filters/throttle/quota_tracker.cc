@@ -85,6 +85,10 @@ int64_t QuotaTracker::tokenNeed(const KeyState& key, int64_t need) const {
 }
 
 bool QuotaTracker::fitsLocked(const KeyState& key, int64_t need) const {
+  return !key.held_until && fitsQuotaLocked(key, need);
+}
+
+bool QuotaTracker::fitsQuotaLocked(const KeyState& key, int64_t need) const {
   if (!key.requests.known && !key.tokens.known) return key.unthrottled;
   if (key.requests.known &&
       key.requests.remaining - key.requests.charged <= reserveFor(key.requests)) {
@@ -99,7 +103,14 @@ bool QuotaTracker::fitsLocked(const KeyState& key, int64_t need) const {
 
 std::optional<MonotonicTime> QuotaTracker::waitUntilLocked(const KeyState& key, int64_t need,
                                                            MonotonicTime now) const {
-  if (fitsLocked(key, need)) return now;
+  auto wait = quotaWaitLocked(key, need, now);
+  if (wait && key.held_until) wait = std::max(*wait, *key.held_until);
+  return wait;
+}
+
+std::optional<MonotonicTime> QuotaTracker::quotaWaitLocked(const KeyState& key, int64_t need,
+                                                           MonotonicTime now) const {
+  if (fitsQuotaLocked(key, need)) return now;
   if (!key.requests.known && !key.tokens.known) return std::nullopt;  // waiting for a probe
   MonotonicTime until = now;
   const auto blockedBy = [&](const QuotaState& quota) -> bool {
@@ -143,6 +154,7 @@ std::optional<MonotonicTime> QuotaTracker::ticketWaitLocked(const KeyState& key,
 // --- state changes ------------------------------------------------------------
 
 void QuotaTracker::refreshLocked(KeyState& key, MonotonicTime now) {
+  if (key.held_until && now >= *key.held_until) key.held_until.reset();
   const auto refill = [&](QuotaState& quota, int64_t in_flight) {
     if (!quota.known || !quota.reset_at || now < *quota.reset_at) return;
     quota.window_end = quota.reset_at;
@@ -490,6 +502,44 @@ void QuotaTracker::observeLocked(const std::string& key_name, const QuotaObserva
     }
     wakeChangedLocked(key, now, wakers);
   }
+}
+
+QuotaTracker::Admission QuotaTracker::deferAdmitted(uint64_t id, MonotonicTime until) {
+  std::lock_guard lock(mutex_);
+  auto it = tickets_.find(id);
+  if (it == tickets_.end() || it->second.state != Ticket::State::Admitted) {
+    return rejected(milliseconds(0));
+  }
+  Ticket& ticket = it->second;
+  auto key_it = keys_.find(ticket.key);
+  if (key_it == keys_.end()) {
+    tickets_.erase(it);
+    return rejected(milliseconds(0));
+  }
+  KeyState& key = key_it->second;
+  // Undo its grant (as abandon() does), then back to the head of the FIFO.
+  key.in_flight -= 1;
+  key.unanswered = std::max<int64_t>(key.unanswered - 1, 0);
+  key.unanswered_tokens = std::max<int64_t>(key.unanswered_tokens - ticket.token_need, 0);
+  key.requests.charged = std::max<int64_t>(key.requests.charged - 1, 0);
+  key.tokens.charged = std::max<int64_t>(key.tokens.charged - ticket.token_need, 0);
+  key.held_until = key.held_until ? std::max(*key.held_until, until) : until;
+  ticket.state = Ticket::State::Queued;
+  key.queue.push_front(id);
+  ++queued_;
+  return queuedLocked(ticket, id, *key.held_until);
+}
+
+bool QuotaTracker::unthrottled(const std::string& key) const {
+  std::lock_guard lock(mutex_);
+  const auto it = keys_.find(key);
+  return it != keys_.end() && it->second.unthrottled;
+}
+
+int64_t QuotaTracker::unanswered(const std::string& key) const {
+  std::lock_guard lock(mutex_);
+  const auto it = keys_.find(key);
+  return it == keys_.end() ? 0 : it->second.unanswered;
 }
 
 size_t QuotaTracker::queueDepth() const {

@@ -169,6 +169,20 @@ class QuotaTracker {
    */
   void observe(uint64_t ticket, const QuotaObservation& observation);
 
+  /**
+   * The fleet (GlobalQuota, DESIGN §6) refused an Admitted ticket: it becomes
+   * Queued again at the head of its key's FIFO, its slot is returned, and the
+   * key admits nothing before `until` (the global reset). Returns its
+   * Queued answer (wake_at = `until`); unknown tickets get Rejected.
+   */
+  Admission deferAdmitted(uint64_t ticket, MonotonicTime until);
+
+  /** True when `key`'s responses carry no quota at all (the fleet need not be asked). */
+  bool unthrottled(const std::string& key) const;
+
+  /** `key`'s admitted requests still awaiting their response headers. */
+  int64_t unanswered(const std::string& key) const;
+
   /** Requests queued, all keys (the sluice_throttle_queue_depth gauge). */
   size_t queueDepth() const;
 
@@ -202,6 +216,7 @@ class QuotaTracker {
     size_t in_flight = 0;           // Admitted tickets not yet done
     std::deque<uint64_t> queue;     // Queued tickets, FIFO
     MonotonicTime last_active{};
+    std::optional<MonotonicTime> held_until;  // the fleet's quota is spent until then
   };
 
   struct Ticket {
@@ -220,6 +235,9 @@ class QuotaTracker {
   int64_t reserveFor(const QuotaState& quota) const;
   int64_t tokenNeed(const KeyState& key, int64_t need) const;
   bool fitsLocked(const KeyState& key, int64_t need) const;
+  bool fitsQuotaLocked(const KeyState& key, int64_t need) const;
+  std::optional<MonotonicTime> quotaWaitLocked(const KeyState& key, int64_t need,
+                                               MonotonicTime now) const;
   std::optional<MonotonicTime> waitUntilLocked(const KeyState& key, int64_t need,
                                                MonotonicTime now) const;
   bool canProbeLocked(const KeyState& key, int64_t need, MonotonicTime now) const;

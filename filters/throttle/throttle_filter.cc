@@ -12,6 +12,11 @@ namespace sluice {
 
 namespace {
 
+// The fleet's quota is spent and nobody knows its reset yet (a refill was
+// assumed, no report since): ask again this soon. Only each replica's queue
+// head asks, so a key costs a few Redis calls per second while it waits.
+constexpr std::chrono::milliseconds kGlobalQuotaPoll{250};
+
 constexpr std::array<std::string_view, 3> kOutputCapFields = {"max_tokens", "max_completion_tokens",
                                                               "max_output_tokens"};
 
@@ -93,7 +98,8 @@ FilterStatus ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
             std::chrono::duration<double>(callbacks_->clock().now() - queued_at_).count());
       }
       updateGauges();
-      return FilterStatus::Continue;
+      admitted_at_ = callbacks_->clock().now();
+      return confirmGlobally();
     case Kind::Rejected:
       queued_ = false;
       pending_.release();
@@ -129,6 +135,54 @@ FilterStatus ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
   return FilterStatus::StopIteration;
 }
 
+FilterStatus ThrottleFilter::confirmGlobally() {
+  if (global_ == nullptr || tracker_.unthrottled(key_)) return FilterStatus::Continue;
+  // The answer comes on this worker's loop; the waker drops it if the
+  // Exchange is gone by then.
+  auto answer = std::make_shared<GlobalQuota::Answer>();
+  auto resume = callbacks_->crossThreadWaker([this, answer] { onGlobalAnswer(*answer); });
+  const bool asked = global_->reserve(key_, [answer, resume](const GlobalQuota::Answer& a) {
+    *answer = a;
+    resume();
+  });
+  if (!asked) return FilterStatus::Continue;  // Redis down: the local decision stands
+  confirming_ = true;
+  return FilterStatus::StopIteration;
+}
+
+void ThrottleFilter::onGlobalAnswer(const GlobalQuota::Answer& answer) {
+  if (!confirming_) return;
+  confirming_ = false;
+  if (answer.kind != GlobalQuota::Answer::Kind::Wait) {
+    callbacks_->continueDecoding();
+    return;
+  }
+  // The fleet's quota is spent: back to the head of the local FIFO until its reset.
+  const MonotonicTime now = callbacks_->clock().now();
+  const auto wait = std::max(answer.wait.value_or(kGlobalQuotaPoll), std::chrono::milliseconds(1));
+  admitted_ = false;
+  if (now + wait >= callbacks_->deadline()) {
+    tracker_.abandon(ticket_);
+    callbacks_->cancel(CancelReason::RateLimited, wait);
+    return;
+  }
+  if (apply(tracker_.deferAdmitted(ticket_, now + wait)) == FilterStatus::Continue) {
+    callbacks_->continueDecoding();
+  }
+}
+
+void ThrottleFilter::reportGlobally(const QuotaObservation& observation) {
+  if (global_ == nullptr || !observation.requests) return;
+  const MonotonicTime now = callbacks_->clock().now();
+  std::optional<std::chrono::milliseconds> reset_in;
+  if (observation.requests->reset_at) {
+    reset_in = std::chrono::ceil<std::chrono::milliseconds>(*observation.requests->reset_at - now);
+  }
+  const auto sent_ago = admitted_ ? std::chrono::floor<std::chrono::milliseconds>(now - admitted_at_)
+                                  : std::chrono::milliseconds(0);
+  global_->report(key_, *observation.requests, reset_in, sent_ago, tracker_.unanswered(key_));
+}
+
 void ThrottleFilter::poll() {
   if (!queued_) return;
   if (apply(tracker_.poll(ticket_)) == FilterStatus::Continue) callbacks_->continueDecoding();
@@ -143,12 +197,13 @@ FilterStatus ThrottleFilter::encodeHeaders(ResponseHead& response, bool) {
   } else {
     tracker_.observe(key_, observation);
   }
+  reportGlobally(observation);
   headers_seen_ = true;
   updateGauges();
   return FilterStatus::Continue;
 }
 
-void ThrottleFilter::onAttemptEnd(const AttemptEnd&) {
+void ThrottleFilter::onAttemptDone(const AttemptEnd&, const AttemptVerdict&) {
   if (!admitted_) return;
   tracker_.onAttemptDone(ticket_, headers_seen_);
   admitted_ = false;
@@ -158,8 +213,12 @@ void ThrottleFilter::onDestroy() {
   callbacks_->disarmTimer(wake_timer_);
   wake_timer_ = 0;
   if (queued_) tracker_.abandon(ticket_);  // a client that left is never sent
-  if (admitted_) tracker_.onAttemptDone(ticket_, headers_seen_);
-  queued_ = admitted_ = false;
+  if (confirming_) {
+    tracker_.abandon(ticket_);  // admitted, never sent: its slot goes back
+  } else if (admitted_) {
+    tracker_.onAttemptDone(ticket_, headers_seen_);
+  }
+  queued_ = admitted_ = confirming_ = false;
   pending_.release();
   updateGauges();
 }

@@ -13,6 +13,13 @@
 // quota headers are fed back to the tracker. The quota key (`rate_limit.key`) is
 // read from the request as sent upstream, after the upstream's `headers:`
 // were applied: agents with different dummy keys share the one real quota.
+//
+// With shared state (DESIGN §6) a request the local tracker admitted also
+// takes a slot of the fleet's quota (GlobalQuota: one Redis round trip,
+// bounded by shared_state.timeout) before it goes; when the fleet's quota is
+// spent it goes back to the head of the local FIFO until the global reset.
+// Every response's request quota is reported to the fleet too. No answer in
+// time, or Redis down: the local decision stands.
 
 #include <cstdint>
 #include <optional>
@@ -20,6 +27,7 @@
 
 #include "config/config.h"
 #include "filters/circuit_breaker/circuit_breaker.h"
+#include "filters/throttle/global_quota.h"
 #include "filters/throttle/quota_tracker.h"
 #include "proxy/filter.h"
 #include "proxy/metrics.h"
@@ -31,27 +39,33 @@ uint64_t estimateTokenNeed(std::string_view request_body);
 
 class ThrottleFilter final : public StreamFilter {
  public:
+  /** `global` = the fleet's side of this quota; null = local state only. */
   ThrottleFilter(const config::RateLimitConfig& config, QuotaTracker& tracker,
-                 CircuitBreaker& breaker, UpstreamMetrics& metrics)
-      : config_(config), tracker_(tracker), breaker_(breaker), metrics_(metrics) {}
+                 CircuitBreaker& breaker, UpstreamMetrics& metrics, GlobalQuota* global = nullptr)
+      : config_(config), tracker_(tracker), breaker_(breaker), metrics_(metrics), global_(global) {}
 
   std::string_view name() const override { return "throttle"; }
   FilterStatus decodeComplete(std::string_view body) override;
   FilterStatus beforeAttempt(RequestHead& upstream_request) override;
   FilterStatus encodeHeaders(ResponseHead& response, bool end_stream) override;
-  void onAttemptEnd(const AttemptEnd& end) override;
+  void onAttemptDone(const AttemptEnd& end, const AttemptVerdict& verdict) override;
   void onDestroy() override;
 
  private:
   /** Acts on an admission: go, keep waiting (re-armed), or answer 429. */
   FilterStatus apply(const QuotaTracker::Admission& admission);
   void poll();
+  /** Admitted locally: asks the fleet (StopIteration while asking), or Continue. */
+  FilterStatus confirmGlobally();
+  void onGlobalAnswer(const GlobalQuota::Answer& answer);
+  void reportGlobally(const QuotaObservation& observation);
   void updateGauges();
 
   const config::RateLimitConfig& config_;
   QuotaTracker& tracker_;
   CircuitBreaker& breaker_;  // its max_pending bounds the queue across routes and keys
   UpstreamMetrics& metrics_;
+  GlobalQuota* const global_;
   PendingSlot pending_;  // held while queued_
   std::string key_;
   uint64_t token_need_ = 0;
@@ -59,6 +73,8 @@ class ThrottleFilter final : public StreamFilter {
   bool queued_ = false;
   bool admitted_ = false;
   bool headers_seen_ = false;
+  bool confirming_ = false;  // admitted locally, the fleet's answer pending
+  MonotonicTime admitted_at_{};
   MonotonicTime queued_at_{};
   TimerId wake_timer_ = 0;
 };

@@ -258,15 +258,18 @@ TEST(DeployTest, ComposeStartsServicesOnlyOnceTheirDependenciesAreHealthy) {
       ++gated;
     }
   }
-  EXPECT_EQ(gated, 3u)
-      << "sluice after mock-llm, prometheus after sluice, grafana after prometheus";
+  EXPECT_EQ(gated, 9u) << "sluice and sluice-2 after mock-llm and redis, haproxy and prometheus "
+                          "after both replicas, grafana after prometheus";
 
   // The compose config listens on all interfaces and lets Prometheus (Host: sluice) scrape.
   const config::LoadResult loaded =
       config::loadConfigFile(sourceDir() + "/dashboards/compose-sluice.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.error->toString();
   EXPECT_EQ(loaded.config->admin.host, "0.0.0.0");
-  EXPECT_EQ(loaded.config->admin_allowed_hosts, std::vector<std::string>{"sluice"});
+  EXPECT_EQ(loaded.config->admin_allowed_hosts,
+            (std::vector<std::string>{"sluice", "sluice-2"}));
+  ASSERT_TRUE(loaded.config->shared_state.has_value()) << "the replicas share state";
+  EXPECT_EQ(loaded.config->shared_state->redis.host, "redis");
 
   if (!haveCommand("docker-compose")) GTEST_SKIP() << "docker-compose not installed";
   auto [code, out] = runCommand("cd " + sourceDir() + " && docker-compose config -q");

@@ -4,7 +4,8 @@
 // (problem+json) and the connection is closed, nothing reaches the upstream,
 // and a well-formed request on a new connection still goes through.
 // Upstream: a response with broken framing is a 502 when nothing was sent to
-// the client yet (a truncated response otherwise), and that upstream connection is
+// the client yet — also when the break comes in the same read as a valid
+// head — (a truncated response otherwise), and that upstream connection is
 // never reused; nor is one that answered before it had the whole request.
 // A 204/304 loses its Content-Length, an unsolicited 101 is a 502. The
 // "upstream" here is a scripted raw TCP server, since no real server would
@@ -336,9 +337,11 @@ INSTANTIATE_TEST_SUITE_P(
                      "HTTP/1.1 200 OK\r\nx-a: a" + std::string(1, '\0') +
                          "b\r\ncontent-length: 5\r\n\r\nhello",
                      Expect::BadGateway},
-        ResponseCase{"BadChunkSize",
+        // A valid head and a broken chunk in one read: nothing reached the
+        // client yet, so it is a 502, not an empty reply (issue 13, item 6).
+        ResponseCase{"BadChunkSizeInTheHeadsRead",
                      "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n",
-                     Expect::Truncated},
+                     Expect::BadGateway},
         // More than sluice holds back (64 KiB) went to the client first: cut.
         ResponseCase{"BadChunkAfterMoreThanSluiceHoldsBack",
                      "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n10001\r\n" +
@@ -352,7 +355,22 @@ INSTANTIATE_TEST_SUITE_P(
         ResponseCase{"ExtraBytesAfterTheBody",
                      "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\n\r\n",
                      Expect::Complete}),
-    [](const ::testing::TestParamInfo<ResponseCase>& info) { return std::string(info.param.name); });
+    [](const ::testing::TestParamInfo<ResponseCase>& info) {
+      return std::string(info.param.name);
+    });
+
+// ... and it is counted as the 502 the client got, not as the upstream's 200,
+// also when a valid chunk came before the broken one.
+TEST(UpstreamFramingTest, AHeadAndABrokenChunkInOneReadAreCountedAs502) {
+  RawUpstream upstream("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n");
+  SluiceUnderTest sluice(config(upstream.url()));
+  const TestResponse r = httpRequest(sluice.port(), "GET", "/x");
+  EXPECT_EQ(r.status, 502) << r.body;
+  EXPECT_TRUE(r.complete);
+  EXPECT_EQ(sluice.metric("sluice_requests_total", {{"code", "502"}}), 1);
+  EXPECT_EQ(sluice.metric("sluice_requests_total", {{"code", "200"}}), 0);
+  EXPECT_EQ(sluice.metric("sluice_upstream_attempts_total", {{"result", "reset"}}), 1);
+}
 
 class NoContentTest : public ::testing::TestWithParam<int> {};
 

@@ -82,6 +82,7 @@
 
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
+#include "tests/support/redis_process.h"
 #include "tests/support/wait.h"
 
 namespace sluice::test {
@@ -132,10 +133,13 @@ const Price& priceFor(const std::string& model) {
 // Three cancel-mode routes, one per API, and a `finish` route reached by the
 // same paths without "/v1" (its upstream URL adds it back). The breaker never
 // opens and the retry budget never refuses, so every planned retry happens.
-std::string config(const std::string& mock_url) {
-  const std::string breaker =
+// With `redis_url`, the same config with shared state on (DESIGN §6) and a
+// throttle in every chain (its quota key unthrottled: the mock sends no quota).
+std::string config(const std::string& mock_url, const std::string& redis_url = "") {
+  std::string breaker =
       "    circuit_breaker: {consecutive_failures: 100000,\n"
       "                      failure_rate: {threshold: 1.0, window: 10s, min_requests: 100000}}\n";
+  if (!redis_url.empty()) breaker += "    rate_limit: {key: none, reserve: 0}\n";
   const std::string retry =
       "    retry: {attempts: 3, on: [429, 500, 502, 503], backoff: {base: 1ms, max: 4ms},\n"
       "            budget_percent: 100}\n";
@@ -146,7 +150,11 @@ std::string config(const std::string& mock_url) {
   };
   // drain_timeout 0: the slow-reader test drains to cut a stream at a moment of its choosing.
   std::string yaml =
-      "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nworkers: 2\ndrain_timeout: 0s\nupstreams:\n";
+      "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nworkers: 2\ndrain_timeout: 0s\n";
+  if (!redis_url.empty()) {
+    yaml += "shared_state: {redis: \"" + redis_url + "\", prefix: \"gt:\", timeout: 500ms}\n";
+  }
+  yaml += "upstreams:\n";
   yaml += "  - name: mock\n    url: " + mock_url + "\n" + breaker;
   yaml += "  - name: mock_v1\n    url: " + mock_url + "/v1\n" + breaker;
   yaml += "routes:\n";
@@ -838,14 +846,27 @@ void expectPricedConsistently(const Scrape& s, const Price& price) {
 
 // ---- the test -------------------------------------------------------------------------------
 
-TEST(GroundTruthTest, MixedWorkloadSpendMatchesTheMockAndTheClients) {
+void runMixedWorkload(bool shared_state);
+
+TEST(GroundTruthTest, MixedWorkloadSpendMatchesTheMockAndTheClients) { runMixedWorkload(false); }
+
+// The same with shared state on (issue 17): Redis on the request path changes no count.
+TEST(GroundTruthTest, MixedWorkloadSpendMatchesWithSharedStateOn) { runMixedWorkload(true); }
+
+void runMixedWorkload(bool shared_state) {
   ignoreSigpipe();
   const uint64_t workload_seed = seed();
   SCOPED_TRACE("ground truth seed " + std::to_string(workload_seed) +
                " (GROUND_TRUTH_SEED=" + std::to_string(workload_seed) + " replays it)");
   MockLlm mock;
   ASSERT_NE(mock.port(), 0);
-  SluiceUnderTest sluice(config(mock.url()));
+  std::unique_ptr<RedisProcess> redis;
+  if (shared_state) redis = std::make_unique<RedisProcess>();
+  SluiceUnderTest sluice(config(mock.url(), redis ? redis->url() : ""));
+  if (shared_state) {
+    ASSERT_TRUE(waitUntil([&] { return sluice.metric("sluice_shared_state_up", {}) == 1; }))
+        << "sluice never reached Redis";
+  }
 
   Rng rng(workload_seed);
   std::vector<Plan> plans;

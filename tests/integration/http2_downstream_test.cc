@@ -25,6 +25,7 @@
 #include "tests/support/h2_client.h"
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
+#include "tests/support/wait.h"
 
 namespace sluice::test {
 namespace {
@@ -98,12 +99,7 @@ class TestCerts {
 /** Polls `pred` until it holds or `timeout` passes (a fact, never a fixed sleep). */
 bool eventually(const std::function<bool()>& pred,
                 std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  return true;
+  return waitUntil(pred, timeout);
 }
 
 /** Ledger entries by id. */

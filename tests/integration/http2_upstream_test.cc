@@ -266,5 +266,39 @@ TEST(Http2UpstreamTest, OpensAnotherSessionWhenThePeersStreamLimitIsReached) {
   }
 }
 
+// Issue 13, item 6: the upstream resets its stream right after the HEADERS
+// (mock-llm writes them, waits until they left, then sends RST_STREAM: one
+// read in sluice or two, as it comes). No body byte reached the client, so it
+// gets a 502 problem, counted as 502, never an empty reply counted as 200.
+TEST(Http2UpstreamTest, AResetRightAfterTheHeadIsA502NotAnEmptyReply) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url(), "on", "", "    retry: {attempts: 1}"));
+  constexpr int kRequests = 5;
+  for (int i = 0; i < kRequests; ++i) {
+    const TestResponse r = chat(sluice.port(), {{"x-mock-reset-after-tokens", "0"}}, kStream);
+    EXPECT_EQ(r.status, 502) << r.body;
+    EXPECT_TRUE(r.complete);
+    EXPECT_NE(r.body.find("upstream-reset"), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(sluice.metric("sluice_requests_total", {{"code", "502"}}), kRequests);
+  EXPECT_EQ(sluice.metric("sluice_requests_total", {{"code", "200"}}), 0);
+  EXPECT_EQ(sluice.metric("sluice_upstream_attempts_total", {{"result", "reset"}}), kRequests);
+}
+
+// ... and where the route allows, it is retried like any reset before the
+// response started.
+TEST(Http2UpstreamTest, AResetRightAfterTheHeadIsRetriedWhenTheRouteAllows) {
+  MockLlm mock;
+  SluiceUnderTest sluice(
+      config(mock.url(), "on", "",
+             "    retry: {attempts: 2, on: [reset], backoff: {base: 1ms, max: 2ms}}"));
+  const TestResponse r = chat(sluice.port(), {{"x-mock-reset-after-tokens", "0"}}, kStream);
+  EXPECT_EQ(r.status, 502) << r.body;
+  EXPECT_EQ(r.headers.get("x-sluice-attempts").value_or(""), "2");
+  EXPECT_EQ(sluice.metric("sluice_retries_total", {{"cause", "reset"}}), 1);
+  EXPECT_EQ(sluice.metric("sluice_upstream_attempts_total", {{"result", "reset"}}), 2);
+  EXPECT_EQ(sluice.metric("sluice_requests_total", {{"code", "502"}}), 1);
+}
+
 }  // namespace
 }  // namespace sluice::test

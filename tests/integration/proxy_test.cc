@@ -14,6 +14,7 @@
 
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
+#include "tests/support/wait.h"
 
 namespace sluice::test {
 namespace {
@@ -329,18 +330,14 @@ TEST_F(ProxyTest, ClientGoneWhileSendingBodyNeverReachesUpstream) {
     TestConnection conn(sluice_->port());
     conn.send("POST /v1/chat/completions HTTP/1.1\r\nhost: t\r\ncontent-length: 1000\r\n\r\n{\"model\":");
     // Wait until sluice has the exchange (it is queued, reading the body).
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (sluice_->server().exchanges().empty() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::yield();
-    }
+    waitUntil([&] { return !sluice_->server().exchanges().empty(); });
     ASSERT_EQ(sluice_->server().exchanges().size(), 1u);
     EXPECT_EQ(sluice_->server().exchanges()[0].state, "queued");
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (sluice_->metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}) < 1 &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(2));
-  }
+  waitUntil([&] {
+    return sluice_->metric("sluice_cancellations_total",
+                           {{"cancel_reason", "client_disconnect"}}) >= 1;
+  });
   EXPECT_EQ(sluice_->metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}), 1);
   EXPECT_EQ(mock_->ledger().size(), 0u);
 }
@@ -352,16 +349,12 @@ TEST_F(ProxyTest, SlowReaderPausesUpstreamWithBoundedBuffer) {
   conn.readUntil([](const TestResponse& r) { return r.status != 0; });
   // The client now stops reading. sluice must stop reading the upstream.
   ExchangeSnapshot snap;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  for (;;) {
+  ASSERT_TRUE(waitUntil([&] {
     auto all = sluice_->server().exchanges();
-    if (all.size() == 1 && all[0].upstream_paused) {
-      snap = all[0];
-      break;
-    }
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "upstream never paused";
-    std::this_thread::sleep_for(milliseconds(5));
-  }
+    if (all.size() != 1 || !all[0].upstream_paused) return false;
+    snap = all[0];
+    return true;
+  })) << "upstream never paused";
   EXPECT_TRUE(snap.upstream_paused);
   // High watermark (64 KiB) plus at most one upstream read on top.
   EXPECT_LE(snap.downstream_buffered_bytes, 64u * 1024 + 64u * 1024);
@@ -472,10 +465,7 @@ TEST_F(ProxyTest, StopCancelsInFlightExchangesWithDraining) {
     conn->sendRequest("POST", "/v1/chat/completions",
                       {{"x-mock-stall-before-headers-ms", "10000"}}, chatBody(false));
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (mock_->ledger().size() < 2 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(5));
-  }
+  waitUntil([&] { return mock_->ledger().size() >= 2; });
   sluice_->server().stop();
   // stop() is the hard stop: the 503 may or may not be flushed before the close.
   auto r = a.readResponse(milliseconds(2000));
@@ -503,11 +493,9 @@ TEST(ProxyFinishModeTest, FinishModeLetsTheAttemptComplete) {
   EXPECT_TRUE(e["completed"].get<bool>());
   EXPECT_FALSE(e["peer_closed"].get<bool>());
   EXPECT_EQ(e["tokens_emitted"], 30);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (sluice.metric("sluice_requests_total", {{"route", "chat"}, {"code", "499"}}) < 1 &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(2));
-  }
+  waitUntil([&] {
+    return sluice.metric("sluice_requests_total", {{"route", "chat"}, {"code", "499"}}) >= 1;
+  });
   EXPECT_EQ(sluice.metric("sluice_requests_total", {{"route", "chat"}, {"code", "499"}}), 1);
   EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}), 1);
 }

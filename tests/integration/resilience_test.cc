@@ -6,13 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
+#include "tests/support/wait.h"
 
 namespace sluice::test {
 namespace {
@@ -177,21 +177,21 @@ TEST(RetryTest, ClientLeavingDuringBackoffStopsFurtherAttempts) {
                       {"x-mock-status", "503"}, {"x-mock-retry-after", "2"}},
                      kChat);
     // Wait until sluice is sleeping before the second attempt.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    for (;;) {
+    ASSERT_TRUE(waitUntil([&] {
       auto all = sluice.server().exchanges();
-      if (all.size() == 1 && all[0].state == "backing_off") break;
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "never backed off";
-      std::this_thread::sleep_for(milliseconds(5));
-    }
+      return all.size() == 1 && all[0].state == "backing_off";
+    })) << "never backed off";
   }  // the client closes here
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (sluice.metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}) < 1 &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(5));
-  }
+  EXPECT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}) >=
+           1;
+  }));
   EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}), 1);
-  std::this_thread::sleep_for(milliseconds(2500));  // past the 2 s Retry-After
+  // The backoff sleep is a timer of the Exchange: once the Exchange is gone,
+  // nothing can start the second attempt (waiting out the Retry-After adds
+  // nothing; the unit test ExchangeTest.ClientLeavesWhileBackingOff runs the
+  // clock past it on simulated time).
+  EXPECT_TRUE(waitUntil([&] { return sluice.server().exchanges().empty(); }));
   EXPECT_EQ(attemptsFor(mock, "bo").size(), 1u) << "an attempt was made for a client that left";
 }
 
@@ -251,9 +251,16 @@ TEST(CircuitBreakerIntegrationTest, OpensAfterConsecutiveFailuresThenProbesOnce)
   EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "circuit_open"}}), 5);
 
   // After the cooldown exactly one probe goes through; it succeeds (the fail
-  // key is exhausted) and closes the circuit.
-  std::this_thread::sleep_for(milliseconds(1100));
-  auto probe = httpRequest(sluice.port(), "POST", "/v1/chat/completions", failing, kChat);
+  // key is exhausted) and closes the circuit. Until then sluice answers
+  // circuit_open itself (nothing reaches the mock), so asking until the
+  // probe is let through waits for the cooldown's end, not for a time.
+  TestResponse probe;
+  EXPECT_TRUE(waitUntil(
+      [&] {
+        probe = httpRequest(sluice.port(), "POST", "/v1/chat/completions", failing, kChat);
+        return probe.status != 503;
+      },
+      std::chrono::seconds(10), milliseconds(20)));
   EXPECT_EQ(probe.status, 200);
   EXPECT_EQ(attemptsFor(mock, "cb").size(), 4u);
   EXPECT_EQ(sluice.metric("sluice_circuit_state", {{"upstream", "mock"}}), 0);

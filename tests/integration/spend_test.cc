@@ -13,6 +13,7 @@
 
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
+#include "tests/support/wait.h"
 
 namespace sluice::test {
 namespace {
@@ -48,12 +49,7 @@ double tokens(SluiceUnderTest& s, const char* kind, const char* disposition) {
                                           {"disposition", disposition}});
 }
 
-void waitForMetric(const std::function<bool()>& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!pred() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-}
+void waitForMetric(const std::function<bool()>& pred) { waitUntil(pred, std::chrono::seconds(5)); }
 
 TEST(SpendTest, CompletedStreamIsAllDeliveredAtTheProvidersCount) {
   MockLlm mock;

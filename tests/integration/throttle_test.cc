@@ -7,14 +7,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
+#include "tests/support/wait.h"
 
 namespace sluice::test {
 namespace {
@@ -139,18 +139,22 @@ TEST(ThrottleTest, QueuedRequestWhoseClientLeavesIsNeverSent) {
                      {{"x-mock-quota", "3/3000"}, {"x-mock-quota-key", "leave"},
                       {"x-mock-request-id", "left"}},
                      kChat);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (sluice.metric("sluice_throttle_queue_depth", {{"upstream", "mock"}}) < 1) {
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "never queued";
-      std::this_thread::sleep_for(milliseconds(5));
-    }
+    ASSERT_TRUE(waitUntil([&] {
+      return sluice.metric("sluice_throttle_queue_depth", {{"upstream", "mock"}}) >= 1;
+    })) << "never queued";
   }  // the client leaves while queued
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (sluice.metric("sluice_throttle_queue_depth", {{"upstream", "mock"}}) > 0 &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  std::this_thread::sleep_for(milliseconds(3200));  // past the reset
+  EXPECT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_throttle_queue_depth", {{"upstream", "mock"}}) == 0;
+  }));
+  // Past the reset: a request on the same quota queues behind it and is
+  // served once the quota refills, which is when an abandoned ticket would
+  // have gone.
+  auto after = httpRequest(
+      sluice.port(), "POST", "/v1/chat/completions",
+      {{"x-mock-quota", "3/3000"}, {"x-mock-quota-key", "leave"}, {"x-mock-request-id", "after"}},
+      kChat);
+  EXPECT_EQ(after.status, 200);
+  EXPECT_EQ(mock.ledger("after").size(), 1u);
   EXPECT_EQ(mock.ledger("left").size(), 0u);
   EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}), 1);
 }

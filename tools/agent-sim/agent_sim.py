@@ -342,7 +342,9 @@ class Run:
     def __init__(self, args, prices):
         self.args = args
         self.prices = prices
-        self.host, self.port, self.base_path = split_url(args.target)
+        # Several targets (comma-separated, e.g. sluice replicas): agent i calls target i mod n.
+        self.targets = [split_url(t) for t in args.target.split(",") if t]
+        self.host, self.port, self.base_path = self.targets[0]
         self.label = args.label
         self.records = {}
         self.leaked_sockets = []   # (writer, call id): given up on, never closed, never read again
@@ -358,8 +360,9 @@ class Run:
         """One attempt. Returns (status, response headers, error body) for an error
         answer, or None when the call ended (ok, truncated, gave up)."""
         plan = rec.plan
+        host, port, base_path = self.targets[agent.index % len(self.targets)]
         try:
-            reader, writer = await timed(asyncio.open_connection(self.host, self.port), deadline)
+            reader, writer = await timed(asyncio.open_connection(host, port), deadline)
         except GiveUp:
             rec.outcome = "timed_out"
             return None
@@ -368,8 +371,8 @@ class Run:
         keep_open = False
         try:
             budget_left = max(1, int((deadline - AGENT_TIMER_SLACK - time.monotonic()) * 1000))
-            head = [f"POST {self.base_path}/v1/chat/completions HTTP/1.1",
-                    f"host: {self.host}:{self.port}",
+            head = [f"POST {base_path}/v1/chat/completions HTTP/1.1",
+                    f"host: {host}:{port}",
                     "content-type: application/json",
                     "accept: text/event-stream" if plan.stream else "accept: application/json",
                     f"authorization: {AUTHORIZATION}",
@@ -573,10 +576,14 @@ class Run:
     async def metrics(self):
         if not self.args.metrics:
             return {}
-        status, body = await http_get(self.args.metrics)
-        if status != 200:
-            raise SystemExit(f"agent-sim: GET {self.args.metrics} answered {status}")
-        return parse_metrics(body.decode())
+        # Several replicas (comma-separated URLs): their series are summed.
+        out = Counter()
+        for url in self.args.metrics.split(","):
+            status, body = await http_get(url)
+            if status != 200:
+                raise SystemExit(f"agent-sim: GET {url} answered {status}")
+            out.update(parse_metrics(body.decode()))
+        return dict(out)
 
     async def main(self):
         a = self.args
@@ -722,7 +729,7 @@ def pct_saved(s, d, less="less", more="more"):
     return f"{(d - s) / d * 100:.0f}% {less}" if s <= d else f"{(s - d) / d * 100:.0f}% {more}"
 
 
-def report(s, d, out=sys.stdout):
+def report(s, d, out=sys.stdout, columns=("via sluice", "direct")):
     W, C = 44, 13
     rows = []
 
@@ -740,7 +747,7 @@ def report(s, d, out=sys.stdout):
     def outcome(o, *keys):
         return sum(o.get(k, 0) for k in keys)
 
-    rows.append(f"  {'':<{W}}{'via sluice':>{C}}{'direct':>{C}}   saving")
+    rows.append(f"  {'':<{W}}{columns[0]:>{C}}{columns[1]:>{C}}   saving")
     rows.append("  " + "-" * (W + 2 * C + 24))
     section("requests")
     row("  agent calls (the same seeded workload)", sc["calls"], dc["calls"])
@@ -759,6 +766,8 @@ def report(s, d, out=sys.stdout):
     row("  by sluice", sx.get("retries"), None)
     section("throttled")
     row("  429s the agents saw", sc["seen_429"], dc["seen_429"])
+    row("  429s the provider answered", s.get("ledger_statuses", {}).get("429", 0),
+        d.get("ledger_statuses", {}).get("429", 0))
     row("  held by sluice until the quota reset", sx.get("throttled_queued"), None)
     row("circuit opens", sx.get("circuit_opens"), None)
     section("cancellations by reason (sluice)")
@@ -843,9 +852,11 @@ def main(argv=None):
     common(p)
     p = sub.add_parser("run", help="run the workload once and write its numbers as JSON")
     common(p)
-    p.add_argument("--target", required=True, help="base URL the agents call (sluice or the mock)")
+    p.add_argument("--target", required=True, help="base URL the agents call (sluice or the mock); "
+                   "several comma-separated: agent i calls the (i mod n)-th")
     p.add_argument("--mock", required=True, help="mock-llm's base URL, for its /_ledger")
-    p.add_argument("--metrics", default="", help="sluice's admin /metrics URL (sluice run only)")
+    p.add_argument("--metrics", default="", help="sluice's admin /metrics URL (sluice run only); several "
+                   "comma-separated (replicas): summed")
     p.add_argument("--label", required=True, help="run name; prefixes every ledger id")
     p.add_argument("--pricing", required=True, help="sluice config whose `pricing:` list prices tokens")
     p.add_argument("--out", required=True, help="where to write the run's JSON")
@@ -859,6 +870,8 @@ def main(argv=None):
     p.add_argument("direct")
     p.add_argument("--check", action="store_true",
                    help="exit 1 unless the leaked USD via sluice is below direct's")
+    p.add_argument("--columns", default="via sluice,direct",
+                   help="the two column headings (default: via sluice,direct)")
     args = ap.parse_args(argv)
 
     if args.cmd == "plan":
@@ -876,7 +889,7 @@ def main(argv=None):
         s = json.load(f)
     with open(args.direct) as f:
         d = json.load(f)
-    report(s, d)
+    report(s, d, columns=tuple(args.columns.split(",", 1)))
     if args.check:
         ls, ld = s["usd"]["leaked"], d["usd"]["leaked"]
         if not ls < ld:

@@ -388,7 +388,7 @@ const ErrorCase kErrorCases[] = {
      R"(test.yaml:2:1: listne: unknown key (did you mean "listen"?))"},
     {"UnknownKeyFarFromAnyKnownKey", "listen: 127.0.0.1:8080\nfoo: 1\n",
      "test.yaml:2:1: foo: unknown key (expected one of: version, listen, admin, workers, "
-     "drain_timeout, upstreams, routes, pricing, limits, access_log)"},
+     "drain_timeout, upstreams, routes, pricing, limits, access_log, shared_state)"},
     {"MissingListen", "admin: 127.0.0.1:9901\n", "test.yaml:1:1: listen: required key is missing"},
     {"EmptyDocument", "",
      "test.yaml:1:1: expected a mapping at the top level, got an empty document"},
@@ -813,6 +813,20 @@ routes:
      R"(test.yaml:2:36: access_log.format: must be one of json (got "text"))"},
     {"AccessLogUnknownKey", "listen: 127.0.0.1:8080\naccess_log: {path: off, fields: [ts]}\n",
      "test.yaml:2:25: access_log.fields: unknown key (expected one of: path, format)"},
+
+    // --- shared_state (DESIGN §6)
+    {"SharedStateNoRedis", "listen: 127.0.0.1:8080\nshared_state: {prefix: \"x:\"}\n",
+     "test.yaml:2:15: shared_state.redis: required key is missing"},
+    {"SharedStateTls", "listen: 127.0.0.1:8080\nshared_state: {redis: \"rediss://h:6380\"}\n",
+     "test.yaml:2:23: shared_state.redis: invalid Redis URL: rediss:// (TLS) is not supported: the "
+     "packaged hiredis 0.14 has no TLS; reach Redis over a private network or a TLS tunnel "
+     "(stunnel)"},
+    {"SharedStateBadDbHidesPassword",
+     "listen: 127.0.0.1:8080\nshared_state: {redis: \"redis://:hunter2@h/99\"}\n",
+     R"(test.yaml:2:23: shared_state.redis: invalid Redis URL: the database must be a number 0..15 (got "99"))"},
+    {"SharedStateZeroTimeout",
+     "listen: 127.0.0.1:8080\nshared_state: {redis: \"redis://h\", timeout: 0s}\n",
+     "test.yaml:2:45: shared_state.timeout: must be greater than 0s"},
 
     // --- limits (a contract addition)
     {"LimitsUnknownKey", "listen: 127.0.0.1:8080\nlimits:\n  max_header: 8KiB\n",
@@ -1268,6 +1282,7 @@ TEST(ConfigLoaderTest, EveryShippedExampleLoads) {
   // Any ${VAR} the examples use resolves to a fake value of the right shape.
   const EnvLookup env = [](const std::string& name) -> std::optional<std::string> {
     if (name.size() > 5 && name.substr(name.size() - 5) == "_PORT") return "0";
+    if (name == "REDIS_URL") return "redis://127.0.0.1:9";
     if (name.size() > 4 && name.substr(name.size() - 4) == "_URL") return "http://127.0.0.1:9";
     return "fake-" + name;
   };
@@ -1279,7 +1294,8 @@ TEST(ConfigLoaderTest, EveryShippedExampleLoads) {
     if (r.ok()) loaded.insert(entry.path().filename().string());
   }
   for (const char* name :
-       {"minimal.yaml", "openai.yaml", "anthropic.yaml", "local-mock.yaml", "demo.yaml"}) {
+       {"minimal.yaml", "openai.yaml", "anthropic.yaml", "local-mock.yaml", "demo.yaml",
+        "replicas.yaml"}) {
     EXPECT_EQ(loaded.count(name), 1u) << name;
   }
 }
@@ -1372,6 +1388,54 @@ TEST(ConfigLoaderTest, ErrorsAboutOtherFieldsDoNotEchoExpandedNames) {
 
 // ---------------------------------------------------------------------------
 // Warnings, defaults added by issue 14
+
+TEST(ConfigLoaderTest, ParsesRedisUrls) {
+  auto url = parseRedisUrl("redis://127.0.0.1");
+  ASSERT_TRUE(url.has_value());
+  EXPECT_EQ(url->host, "127.0.0.1");
+  EXPECT_EQ(url->port, 6379);
+  EXPECT_EQ(url->db, 0);
+  EXPECT_EQ(url->password, "");
+  url = parseRedisUrl("redis://:s3cret@Redis.Local:6380/3");
+  ASSERT_TRUE(url.has_value());
+  EXPECT_EQ(url->host, "redis.local");
+  EXPECT_EQ(url->port, 6380);
+  EXPECT_EQ(url->db, 3);
+  EXPECT_EQ(url->username, "");
+  EXPECT_EQ(url->password, "s3cret");
+  EXPECT_EQ(url->address(), "redis.local:6380");
+  url = parseRedisUrl("redis://app:p@ss:w@[::1]/");
+  ASSERT_TRUE(url.has_value());
+  EXPECT_EQ(url->username, "app");
+  EXPECT_EQ(url->password, "p@ss:w");
+  EXPECT_EQ(url->host, "::1");
+  for (const char* bad : {"", "http://h", "redis://", "redis://h:0", "redis://h/16",
+                          "redis://h/x", "redis://h?db=1", "rediss://h", "redis://h /1"}) {
+    std::string why;
+    EXPECT_EQ(parseRedisUrl(bad, &why), std::nullopt) << bad;
+  }
+  // A password never appears in an error.
+  std::string why;
+  EXPECT_EQ(parseRedisUrl("redis://:hunter2@h:99999", &why), std::nullopt);
+  EXPECT_EQ(why.find("hunter2"), std::string::npos) << why;
+}
+
+TEST(ConfigLoaderTest, SharedStateDefaultsAndRendersWithoutThePassword) {
+  auto r = loadConfigString(
+      "listen: 127.0.0.1:8080\nshared_state: {redis: \"redis://:hunter2@10.0.0.5/2\"}\n",
+      "test.yaml");
+  ASSERT_TRUE(r.ok()) << r.error->toString();
+  ASSERT_TRUE(r.config->shared_state.has_value());
+  EXPECT_EQ(r.config->shared_state->prefix, "sluice:");
+  EXPECT_EQ(r.config->shared_state->timeout, std::chrono::milliseconds(50));
+  EXPECT_EQ(r.config->shared_state->redis.db, 2);
+  const std::string rendered = toRedactedJson(*r.config).dump();
+  EXPECT_EQ(rendered.find("hunter2"), std::string::npos) << rendered;
+  EXPECT_NE(rendered.find("redis://<redacted>@10.0.0.5:6379/2"), std::string::npos) << rendered;
+  auto none = loadConfigString("listen: 127.0.0.1:8080\n", "test.yaml");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none.config->shared_state.has_value());
+}
 
 TEST(ConfigLoaderTest, WarnsWhenTheUrlPathAndTheRoutePrefixRepeatASegment) {
   const ConfigPtr c = loadOk(R"(listen: 127.0.0.1:8080

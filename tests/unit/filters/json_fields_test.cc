@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -116,6 +118,80 @@ TEST(JsonFieldsTest, PlainObjectsAreValidJsonOfPlainLeaves) {
         R"({"a":tru})", R"({"a":{"b":1]})", R"({"a\u0041":1})", R"({"a":1} x)", R"([1])"}) {
     EXPECT_FALSE(isPlainObject(not_plain, 3)) << not_plain;
   }
+}
+
+// ---- isVerifiedJson ------------------------------------------------------------
+
+bool libraryAccepts(std::string_view text) {
+  return !nlohmann::json::parse(text.begin(), text.end(), nullptr, false).is_discarded();
+}
+
+TEST(JsonFieldsVerifiedTest, AcceptsWhatTheLibraryAcceptsInLlmChunks) {
+  for (const std::string_view text : {
+           R"([{"index":0,"delta":{"content":"Hello"},"logprobs":null,"finish_reason":null}])",
+           R"( [ ] )",
+           R"({})",
+           R"({"a":[true,false,null,-0,12,"x"],"b":{"c":{"d":[]}}})",
+           R"("esc \" \\ \/ \b \f \n \r \t \u00e9 \uD83D\uDE00")",
+           "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \x7f\"",
+           R"({"tool_calls":[{"index":0,"function":{"arguments":"{\"loc\":\"Paris\"}"}}]})",
+       }) {
+    EXPECT_TRUE(isVerifiedJson(text)) << text;
+    EXPECT_TRUE(libraryAccepts(text)) << text;
+  }
+}
+
+TEST(JsonFieldsVerifiedTest, RejectsWhatTheLibraryRejects) {
+  for (const std::string_view text : {
+           R"([1,])", R"({"a":1,})", R"({"a" 1})", R"([1 2])", R"({"a":1}})", R"(tru)",
+           R"(nul)", R"("\x")", R"("\u12G4")", R"("\uDC00")", R"("\uD800")", R"("\uD800\u0041")",
+           R"(01)", R"(-)", R"("open)", R"([)", "\"tab\there\"", "\"\xc0\xaf\"",  // overlong
+           "\"\xed\xa0\x80\"",                                                      // surrogate
+           "\"\xf4\x90\x80\x80\"",                                                  // > U+10FFFF
+           "\"\xe2\x82\"",                                                          // truncated
+           "\"\x80\"",                                                              // stray
+           "{} x",
+       }) {
+    EXPECT_FALSE(isVerifiedJson(text)) << text;
+    EXPECT_FALSE(libraryAccepts(text)) << text;
+  }
+}
+
+TEST(JsonFieldsVerifiedTest, DeclinesFloatsLongNumbersAndDeepNesting) {
+  // Valid, but left to the library: out-of-range floats are errors there.
+  for (const std::string_view text : {"1.5", "-2E3", "1234567890123456789", "[[[[1]]]]"}) {
+    EXPECT_TRUE(libraryAccepts(text)) << text;
+  }
+  EXPECT_FALSE(libraryAccepts("1e400"));  // why floats are left to the library
+  EXPECT_FALSE(isVerifiedJson("1.5"));
+  EXPECT_FALSE(isVerifiedJson("1e400"));
+  EXPECT_FALSE(isVerifiedJson("-2E3"));
+  EXPECT_FALSE(isVerifiedJson("1234567890123456789"));
+  EXPECT_TRUE(isVerifiedJson("123456789012345678"));
+  EXPECT_TRUE(isVerifiedJson("[[[[1]]]]", 4));
+  EXPECT_FALSE(isVerifiedJson("[[[[1]]]]", 3));
+  EXPECT_FALSE(isVerifiedJson(std::string_view("[1]\0", 4)));  // NUL: the library's end of input
+}
+
+// Random texts built from JSON's pieces and stray bytes: whatever the
+// verifier accepts, the library accepts (the reverse need not hold).
+TEST(JsonFieldsVerifiedTest, NeverAcceptsWhatTheLibraryRejectsOnRandomInput) {
+  static const std::vector<std::string> kPieces = {
+      "{", "}", "[", "]", ",", ":", "\"", "\"k\"", "\"v\"", "\\", "\\n", "\\u", "\\uD83D",
+      "\\uDE00", "00e9", "true", "false", "null", "0", "-", "7", "12", " ", "\n", "\xc3", "\xa9",
+      "\xe2\x82\xac", "\xf0\x9f", "\x98\x80", "\xed\xa0\x80", "\x7f", "\x01", "a", "."};
+  std::mt19937 rng(18);
+  size_t accepted = 0;
+  for (int round = 0; round < 200000; ++round) {
+    std::string text;
+    const size_t n = 1 + rng() % 12;
+    for (size_t i = 0; i < n; ++i) text += kPieces[rng() % kPieces.size()];
+    if (isVerifiedJson(text)) {
+      ++accepted;
+      ASSERT_TRUE(libraryAccepts(text)) << text;
+    }
+  }
+  EXPECT_GT(accepted, 100u);  // the generator does reach valid texts
 }
 
 }  // namespace

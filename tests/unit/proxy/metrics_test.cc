@@ -116,6 +116,9 @@ const std::vector<FamilySpec>& designFamilies() {
       {"process_max_fds", "gauge", {}},
       {"process_start_time_seconds", "gauge", {}},
       {"sluice_request_body_buffered_bytes", "gauge", {}},
+      // DESIGN §4, §6: only a config with shared_state has these series.
+      {"sluice_shared_state_up", "gauge", {}},
+      {"sluice_shared_state_errors_total", "counter", {"op"}},
   };
   return kFamilies;
 }
@@ -158,6 +161,13 @@ void exerciseEverything(RouteMetrics& route, UpstreamMetrics& upstream) {
   upstream.throttleWait().Observe(1.5);
 }
 
+// The shared-state series (created once a config has `shared_state`).
+void exerciseSharedState(Metrics& metrics) {
+  const auto& shared = metrics.sharedState();
+  shared.up->Set(1);
+  for (const char* op : {"quota", "circuit", "connect"}) shared.errors(op).Increment();
+}
+
 class MetricsTest : public ::testing::Test {
  protected:
   Metrics metrics_;
@@ -167,6 +177,7 @@ class MetricsTest : public ::testing::Test {
 
 TEST_F(MetricsTest, EveryDesignFamilyHasItsNameAndType) {
   exerciseEverything(route_, upstream_);
+  exerciseSharedState(metrics_);
   const std::string text = metrics_.serialize();
   for (const auto& f : designFamilies()) {
     EXPECT_NE(text.find("# TYPE " + f.name + " " + f.type + "\n"), std::string::npos)
@@ -177,6 +188,7 @@ TEST_F(MetricsTest, EveryDesignFamilyHasItsNameAndType) {
 
 TEST_F(MetricsTest, NoUndocumentedFamilies) {
   exerciseEverything(route_, upstream_);
+  exerciseSharedState(metrics_);
   std::set<std::string> documented;
   for (const auto& f : designFamilies()) documented.insert(f.name);
   std::istringstream in(metrics_.serialize());
@@ -249,6 +261,7 @@ TEST_F(MetricsTest, FamilyReferencesCarryTheDesignNames) {
 
 TEST_F(MetricsTest, EverySeriesHasExactlyTheDocumentedLabelNames) {
   exerciseEverything(route_, upstream_);
+  exerciseSharedState(metrics_);
   std::map<std::string, std::set<std::string>> expected;
   std::set<std::string> histograms;
   for (const auto& f : designFamilies()) {
@@ -274,6 +287,7 @@ TEST_F(MetricsTest, EverySeriesHasExactlyTheDocumentedLabelNames) {
 
 TEST_F(MetricsTest, LabelValuesStayInTheDocumentedSets) {
   exerciseEverything(route_, upstream_);
+  exerciseSharedState(metrics_);
   // Unknown inputs are folded into the documented set rather than minted as new values.
   upstream_.circuitTransitions("bogus").Increment();
   upstream_.circuitTransitions("").Increment();
@@ -541,9 +555,16 @@ TEST(AttemptResultTest, ForStatusTable) {
       {504, AttemptResult::Http5xx}, {529, AttemptResult::Http5xx}, {599, AttemptResult::Http5xx},
   };
   for (const auto& [status, expected] : kRows) {
-    EXPECT_EQ(attemptResultForStatus(status), expected)
-        << status << " -> " << toString(attemptResultForStatus(status));
+    EXPECT_EQ(attemptResultFor(AttemptOutcome::fromStatus(status)), expected)
+        << status << " -> " << toString(attemptResultFor(AttemptOutcome::fromStatus(status)));
   }
+}
+
+TEST(AttemptResultTest, ForTransportOutcomes) {
+  EXPECT_EQ(attemptResultFor(AttemptOutcome::connectError()), AttemptResult::ConnectError);
+  EXPECT_EQ(attemptResultFor(AttemptOutcome::reset()), AttemptResult::Reset);
+  EXPECT_EQ(attemptResultFor(AttemptOutcome::timeout()), AttemptResult::Timeout);
+  EXPECT_EQ(attemptResultFor(AttemptOutcome::cancelled()), AttemptResult::Cancelled);
 }
 
 TEST(MetricsBucketsTest, BoundariesAreStrictlyIncreasing) {

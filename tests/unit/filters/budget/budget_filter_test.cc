@@ -6,14 +6,15 @@
 #include "filters/budget/budget_filter.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "config/loader.h"
 #include "proxy/runtime.h"
+#include "tests/unit/filters/fake_filter_callbacks.h"
 
 namespace sluice {
 namespace {
@@ -74,57 +75,7 @@ TEST(ParseBudgetMsTest, Invalid) {
 // ---------------------------------------------------------------------------
 // BudgetFilter on fake callbacks
 
-// Records everything the filter asks of its Exchange. Time comes from a
-// ManualClock; the request's start time is fixed when the fake is made.
-class FakeFilterCallbacks : public FilterCallbacks {
- public:
-  explicit FakeFilterCallbacks(ManualClock& clock) : clock_(clock), start_(clock.now()) {}
-
-  void continueDecoding() override { ++continue_calls; }
-  void sendLocalReply(const Problem& problem) override { local_replies.push_back(problem); }
-  void cancel(CancelReason reason, std::optional<milliseconds> retry_after) override {
-    cancels.emplace_back(reason, retry_after);
-  }
-  TimerId armTimer(MonotonicTime, std::function<void()>) override { return ++timers_armed; }
-  void disarmTimer(TimerId) override { ++timers_disarmed; }
-  const Clock& clock() const override { return clock_; }
-  MonotonicTime deadline() const override { return deadline_; }
-  void setDeadline(MonotonicTime deadline) override {
-    deadline_ = deadline;
-    ++set_deadline_calls;
-  }
-  MonotonicTime startTime() const override { return start_; }
-  const RequestHead& request() const override { return request_; }
-  const RouteRuntime& route() const override { return route_; }
-  uint32_t attemptNumber() const override { return attempt_; }
-  void retryAttempt(milliseconds delay, const std::string& cause) override {
-    retries.emplace_back(delay, cause);
-  }
-  ResponseHead* heldResponse() override { return nullptr; }
-  std::string_view heldBody() const override { return {}; }
-  bool requestBodyReplayable() const override { return true; }
-  std::function<void()> crossThreadWaker(std::function<void()> fn) override { return fn; }
-  std::optional<CancelReason> cancelReason() const override { return std::nullopt; }
-  uint64_t deliveredBodyBytes() const override { return 0; }
-  bool retrying() const override { return false; }
-  bool finishDraining() const override { return false; }
-
-  int continue_calls = 0;
-  int set_deadline_calls = 0;
-  uint64_t timers_armed = 0;
-  int timers_disarmed = 0;
-  std::vector<Problem> local_replies;
-  std::vector<std::pair<CancelReason, std::optional<milliseconds>>> cancels;
-  std::vector<std::pair<milliseconds, std::string>> retries;
-
- private:
-  ManualClock& clock_;
-  MonotonicTime start_;
-  MonotonicTime deadline_ = MonotonicTime::max();
-  RequestHead request_;
-  RouteRuntime route_;
-  uint32_t attempt_ = 1;
-};
+using test::FakeFilterCallbacks;
 
 constexpr const char* kConfigHead = R"(listen: 127.0.0.1:0
 upstreams:
@@ -164,7 +115,6 @@ class BudgetFilterTest : public ::testing::Test {
 
   void expectNoSideChannels() const {
     EXPECT_TRUE(callbacks_->cancels.empty());
-    EXPECT_TRUE(callbacks_->retries.empty());  // retrying is the retry filter's call
     EXPECT_EQ(callbacks_->continue_calls, 0);
     EXPECT_EQ(callbacks_->timers_armed, 0u);  // the Exchange enforces the deadline, not the filter
   }

@@ -74,6 +74,13 @@ TEST(CircuitTransitionTableTest, EveryStateAndEvent) {
       {S::HalfOpen, E::CooldownElapsed, std::nullopt},
       {S::HalfOpen, E::ProbesSucceeded, S::Closed},
       {S::HalfOpen, E::ProbeFailed, S::Open},
+      // A peer replica's transitions (shared state, DESIGN §6).
+      {S::Closed, E::PeerOpened, S::Open},
+      {S::Open, E::PeerOpened, std::nullopt},
+      {S::HalfOpen, E::PeerOpened, S::Open},
+      {S::Closed, E::PeerClosed, std::nullopt},
+      {S::Open, E::PeerClosed, S::Closed},
+      {S::HalfOpen, E::PeerClosed, S::Closed},
   };
   for (const auto& r : rows) {
     EXPECT_EQ(circuitTransition(r.from, r.event), r.to)
@@ -469,12 +476,111 @@ TEST_F(CircuitBreakerTest, ThreadSafetySmoke) {
     }
     bool legal = false;
     for (auto e : {CircuitEvent::Trip, CircuitEvent::CooldownElapsed, CircuitEvent::ProbesSucceeded,
-                   CircuitEvent::ProbeFailed}) {
+                   CircuitEvent::ProbeFailed, CircuitEvent::PeerOpened, CircuitEvent::PeerClosed}) {
       legal = legal || circuitTransition(seen[i].first, e) == seen[i].second;
     }
     EXPECT_TRUE(legal) << i;
   }
   EXPECT_EQ(breaker.state(), seen.back().second);
+}
+
+// --- shared with the fleet (GlobalCircuit, DESIGN §6) ---------------------------
+
+// Records what the breaker publishes; answers probe claims as the test says.
+class FakeGlobalCircuit final : public GlobalCircuit {
+ public:
+  void publish(CircuitState to, milliseconds open_for) override {
+    published.emplace_back(to, open_for);
+  }
+  std::optional<bool> claimProbe(std::function<void(bool)> done) override {
+    ++claims;
+    if (answer_at_once) return *answer_at_once;
+    pending = std::move(done);
+    return std::nullopt;
+  }
+  std::vector<std::pair<CircuitState, milliseconds>> published;
+  std::optional<bool> answer_at_once;
+  std::function<void(bool)> pending;
+  int claims = 0;
+};
+
+class SharedCircuitTest : public CircuitBreakerTest {
+ protected:
+  void SetUp() override {
+    auto c = baseConfig();
+    shared_ = std::make_shared<CircuitBreaker>(
+        c, clock_, [this](CircuitState from, CircuitState to) { transitions_.emplace_back(from, to); });
+    global_ = std::make_shared<FakeGlobalCircuit>();
+    shared_->setGlobal(global_);
+  }
+  void fail() {
+    const auto a = shared_->admit();
+    ASSERT_EQ(a.result, Result::Admitted);
+    shared_->onResult(a, kFail);
+  }
+  std::shared_ptr<CircuitBreaker> shared_;
+  std::shared_ptr<FakeGlobalCircuit> global_;
+};
+
+TEST_F(SharedCircuitTest, OwnTripsAndVerdictsArePublishedPeersAreApplied) {
+  for (int i = 0; i < 3; ++i) fail();
+  ASSERT_EQ(shared_->state(), CircuitState::Open);
+  ASSERT_EQ(global_->published.size(), 1u);
+  EXPECT_EQ(global_->published[0], std::make_pair(CircuitState::Open, milliseconds(5000)));
+
+  // A peer's recovery closes it without a probe here, and is not published again.
+  shared_->applyPeer(CircuitState::Closed, milliseconds(0));
+  EXPECT_EQ(shared_->state(), CircuitState::Closed);
+  EXPECT_EQ(global_->published.size(), 1u);
+
+  // A peer's trip opens it for the peer's open period (not this breaker's cooldown).
+  shared_->applyPeer(CircuitState::Open, milliseconds(12000));
+  EXPECT_EQ(shared_->state(), CircuitState::Open);
+  EXPECT_EQ(shared_->cooldownLeft(), milliseconds(12000));
+  EXPECT_EQ(shared_->admit().result, Result::Rejected);
+  EXPECT_EQ(global_->published.size(), 1u);
+  EXPECT_EQ(transitions_.back(), std::make_pair(CircuitState::Closed, CircuitState::Open));
+}
+
+TEST_F(SharedCircuitTest, HalfOpenProbesOnlyWithTheFleetsPermit) {
+  for (int i = 0; i < 3; ++i) fail();
+  clock_.advance(5s);
+  // The first caller asks the fleet and is turned away while the answer is pending.
+  EXPECT_EQ(shared_->admit().result, Result::Rejected);
+  EXPECT_EQ(shared_->state(), CircuitState::HalfOpen);
+  EXPECT_EQ(global_->claims, 1);
+  EXPECT_EQ(shared_->admit().result, Result::Rejected);
+  EXPECT_EQ(global_->claims, 1) << "one question at a time";
+  // A peer holds the permit: still no probe here, and no new claim for a while.
+  global_->pending(false);
+  EXPECT_EQ(shared_->admit().result, Result::Rejected);
+  EXPECT_EQ(global_->claims, 1);
+  // The peer's probe succeeded: closed here too.
+  shared_->applyPeer(CircuitState::Closed, milliseconds(0));
+  EXPECT_EQ(shared_->admit().result, Result::Admitted);
+}
+
+TEST_F(SharedCircuitTest, TheWinnerProbesAndPublishesTheVerdict) {
+  for (int i = 0; i < 3; ++i) fail();
+  clock_.advance(5s);
+  EXPECT_EQ(shared_->admit().result, Result::Rejected);
+  global_->pending(true);
+  const auto probe = shared_->admit();
+  ASSERT_EQ(probe.result, Result::Admitted);
+  EXPECT_TRUE(probe.probe);
+  shared_->onResult(probe, kFail);
+  EXPECT_EQ(shared_->state(), CircuitState::Open);
+  ASSERT_EQ(global_->published.size(), 2u);
+  EXPECT_EQ(global_->published[1], std::make_pair(CircuitState::Open, milliseconds(10000)));
+}
+
+TEST_F(SharedCircuitTest, StoreUnreachableProbesLocally) {
+  global_->answer_at_once = true;  // Redis down: the claim answers at once
+  for (int i = 0; i < 3; ++i) fail();
+  clock_.advance(5s);
+  const auto probe = shared_->admit();
+  ASSERT_EQ(probe.result, Result::Admitted);
+  EXPECT_TRUE(probe.probe);
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -173,6 +175,91 @@ TEST(UsageMeterTest, ChatMultipleChoicesCountEachAndIgnoresAfterDone) {
   UsageMeter m(ApiKind::OpenAiChat, kChatRequest);
   feed(m, 200, kSse, body);
   EXPECT_EQ(m.deltasSeen(), 3u);
+}
+
+// The chunk's `choices` are read without a DOM when the text is verified JSON
+// (PROFILE.md, SSE per chunk): the count must be exactly what nlohmann's DOM
+// gives, duplicate keys (last wins), empty values, escaped keys and invalid
+// text (no deltas) included.
+uint64_t domChoicesWithOutput(const std::string& choices) {
+  const auto doc = nlohmann::json::parse(choices, nullptr, false);
+  if (!doc.is_array()) return 0;
+  uint64_t n = 0;
+  for (const auto& choice : doc) {
+    if (!choice.is_object() || !choice.contains("delta") || !choice["delta"].is_object()) continue;
+    const auto& delta = choice["delta"];
+    bool out = false;
+    for (const char* key : {"content", "refusal", "reasoning_content", "reasoning"}) {
+      if (delta.contains(key) && delta[key].is_string() && !delta[key].get<std::string>().empty())
+        out = true;
+    }
+    if (delta.contains("tool_calls") && delta["tool_calls"].is_array() &&
+        !delta["tool_calls"].empty())
+      out = true;
+    if (delta.contains("function_call") && delta["function_call"].is_object()) out = true;
+    if (out) ++n;
+  }
+  return n;
+}
+
+uint64_t meteredChoicesWithOutput(const std::string& choices) {
+  UsageMeter m(ApiKind::OpenAiChat, kChatRequest);
+  feed(m, 200, kSse, R"(data: {"object":"chat.completion.chunk","choices":)" + choices + "}\n\n");
+  return m.deltasSeen();
+}
+
+TEST(UsageMeterTest, ChatChoicesCountedWithoutADomMatchTheDom) {
+  for (const std::string choices : {
+           R"([{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}])",
+           R"([{"delta":{"content":""}},{"delta":{"content":null}},{"delta":{}}])",
+           R"([{"delta":{"content":"a","content":""}},{"delta":{"content":"","content":"b"}}])",
+           R"([{"delta":{"content":"a"},"delta":null},{"delta":null,"delta":{"refusal":"no"}}])",
+           R"([{"delta":{"tool_calls":[]}},{"delta":{"tool_calls":[ ]}},{"delta":{"tool_calls":[{}]}}])",
+           R"([{"delta":{"function_call":{}}},{"delta":{"function_call":"x"}},{"delta":"content"}])",
+           R"([{"delta":{"reasoning":"r"}},{"delta":{"reasoning_content":"\u00e9"}},1,null,"x"])",
+           R"([{"d\u0065lta":{"content":"escaped key"}},{"delta":{"c\u006fntent":"x"}}])",
+           R"([{"delta":{"content":"\ud800"}}])",                 // invalid: no deltas
+           "[{\"delta\":{\"content\":\"\xff\"}}]",              // invalid UTF-8: no deltas
+           R"([{"delta":{"content":"x"},"logprobs":{"p":-1.5e-3}}])",  // a float: the library
+           R"([])",
+       }) {
+    EXPECT_EQ(meteredChoicesWithOutput(choices), domChoicesWithOutput(choices)) << choices;
+  }
+}
+
+TEST(UsageMeterTest, ChatChoicesCountedWithoutADomMatchTheDomOnRandomChunks) {
+  static const std::vector<std::string> kKeys = {"content", "refusal", "reasoning_content",
+                                                 "reasoning", "tool_calls", "function_call",
+                                                 "role", "c\\u006fntent"};
+  static const std::vector<std::string> kValues = {
+      R"("")", R"("x")", R"("\n")", "\"\xc3\xa9\"", "\"\xc3\"", R"("\uDE00")", "null", "true",
+      "[]", "[ ]", "[1]", "{}", R"({"a":1})", "0", "1.5", "-3", R"("assistant")"};
+  std::mt19937 rng(18);
+  for (int round = 0; round < 3000; ++round) {
+    std::string choices = "[";
+    const size_t n = rng() % 3;
+    for (size_t c = 0; c < n; ++c) {
+      if (c > 0) choices += ",";
+      choices += R"({"index":)" + std::to_string(c);
+      const size_t deltas = 1 + rng() % 2;  // sometimes a duplicate `delta`
+      for (size_t d = 0; d < deltas; ++d) {
+        if (rng() % 6 == 0) {
+          choices += R"(,"delta":null)";
+          continue;
+        }
+        choices += R"(,"delta":{)";
+        const size_t members = rng() % 4;
+        for (size_t k = 0; k < members; ++k) {
+          if (k > 0) choices += ",";
+          choices += "\"" + kKeys[rng() % kKeys.size()] + "\":" + kValues[rng() % kValues.size()];
+        }
+        choices += "}";
+      }
+      choices += R"(,"finish_reason":null})";
+    }
+    choices += "]";
+    ASSERT_EQ(meteredChoicesWithOutput(choices), domChoicesWithOutput(choices)) << choices;
+  }
 }
 
 TEST(UsageMeterTest, ResponseModelIsTheFallbackWhenTheRequestNamesNone) {

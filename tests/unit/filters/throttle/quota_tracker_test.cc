@@ -244,6 +244,41 @@ TEST(QuotaTrackerTest, FifoReleaseAtResetUpToLimit) {
   EXPECT_EQ(tracker.queueDepth(), 0u);
 }
 
+// Shared state (DESIGN §6): the fleet refused a locally admitted ticket.
+TEST(QuotaTrackerTest, DeferredTicketGoesBackToTheHeadUntilTheGlobalReset) {
+  ManualClock clock;
+  WakeLog log;
+  QuotaTracker tracker(makeConfig(0), clock);
+  tracker.observe(kKey, requestsQuota(clock, 10, 10, seconds(60)));
+  const auto first = tracker.admit(kKey, 0, kNoDeadline, log.waker(1));
+  ASSERT_EQ(first.kind, Kind::Admitted);
+  EXPECT_EQ(tracker.unanswered(kKey), 1);
+  const auto deferred = tracker.deferAdmitted(first.ticket, clock.now() + milliseconds(500));
+  ASSERT_EQ(deferred.kind, Kind::Queued);
+  EXPECT_EQ(deferred.wake_at, clock.now() + milliseconds(500));
+  EXPECT_EQ(tracker.unanswered(kKey), 0) << "its slot went back";
+  // Held: a newcomer queues behind it, even though the local quota has room.
+  const auto second = tracker.admit(kKey, 0, kNoDeadline, log.waker(2));
+  ASSERT_EQ(second.kind, Kind::Queued);
+  EXPECT_EQ(second.wake_at, clock.now() + milliseconds(500));
+  EXPECT_EQ(tracker.poll(first.ticket).kind, Kind::Queued);
+  clock.advance(milliseconds(500));
+  // The hold is over: FIFO order, the deferred one first.
+  EXPECT_EQ(tracker.poll(second.ticket).kind, Kind::Admitted);
+  EXPECT_EQ(log.take(), (std::vector<int>{1}));
+  EXPECT_EQ(tracker.poll(first.ticket).kind, Kind::Admitted);
+  EXPECT_EQ(tracker.deferAdmitted(12345, clock.now()).kind, Kind::Rejected);
+}
+
+TEST(QuotaTrackerTest, UnthrottledKeysAreKnown) {
+  ManualClock clock;
+  QuotaTracker tracker(makeConfig(0), clock);
+  EXPECT_FALSE(tracker.unthrottled(kKey));
+  const auto a = tracker.admit(kKey, 0, kNoDeadline, {});
+  tracker.observe(a.ticket, QuotaObservation{});
+  EXPECT_TRUE(tracker.unthrottled(kKey));
+}
+
 TEST(QuotaTrackerTest, StaleStateIsRefilledToLimit) {
   ManualClock clock;
   QuotaTracker tracker(makeConfig(1), clock);

@@ -1,0 +1,388 @@
+#include "proxy/shared_state.h"
+
+#include <openssl/evp.h>
+
+#include <random>
+
+#include "proxy/log.h"
+
+namespace sluice {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+// A reserve: KEYS[1] the quota's hash, ARGV[1] the reserve (rate_limit.reserve).
+// Returns {kind, wait_ms}: 0 unknown (go: the fleet's probe), 1 admitted,
+// 2 wait (wait_ms, -1 = unknown). Refills a passed reset lazily, as
+// QuotaTracker does. An unknown key admits one probe for the fleet; the
+// others wait for its report.
+constexpr std::string_view kReserveScript = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local h = redis.call('HMGET', KEYS[1], 'limit', 'avail', 'reset')
+if not h[2] then
+  if redis.call('HSETNX', KEYS[1], 'probe', 1) == 1 then
+    redis.call('PEXPIRE', KEYS[1], 2000)
+    return {0, 0}
+  end
+  return {2, 200}
+end
+local limit = tonumber(h[1])
+local avail = tonumber(h[2])
+local reset = tonumber(h[3])
+if reset >= 0 and now >= reset then
+  if limit <= 0 then
+    redis.call('DEL', KEYS[1])
+    return {0, 0}
+  end
+  avail = limit
+  redis.call('HSET', KEYS[1], 'avail', avail, 'reset', -1, 'wend', reset)
+  reset = -1
+end
+local reserve = tonumber(ARGV[1])
+if limit > 0 and reserve > limit - 1 then reserve = limit - 1 end
+if avail > reserve then
+  redis.call('HSET', KEYS[1], 'avail', avail - 1)
+  return {1, 0}
+end
+if reset < 0 then return {2, -1} end
+return {2, reset - now}
+)lua";
+
+// An observe: KEYS[1] the quota's hash; ARGV limit, remaining, reset_in_ms
+// (-1 = none), sent_ago_ms, unanswered. Newest wins, by reset time: a report
+// of a window already refilled, or of one that is over, is ignored; within one
+// window (or right after a refill) the available count only goes down; a
+// report of a later window replaces it.
+constexpr std::string_view kObserveScript = R"lua(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local limit = tonumber(ARGV[1])
+local fresh = tonumber(ARGV[2]) - tonumber(ARGV[5])
+if fresh < 0 then fresh = 0 end
+local reset_in = tonumber(ARGV[3])
+local reset, earliest = -1, -1
+if reset_in >= 0 then
+  reset = now + reset_in
+  earliest = reset - tonumber(ARGV[4])
+end
+local h = redis.call('HMGET', KEYS[1], 'limit', 'avail', 'reset', 'wend')
+local old_limit = tonumber(h[1]) or -1
+if limit <= 0 then limit = old_limit end
+local avail = tonumber(h[2])
+local cur = tonumber(h[3]) or -1
+local wend = tonumber(h[4]) or -1
+if avail then
+  if cur >= 0 and now >= cur then
+    wend = cur
+    cur = -1
+    if old_limit > 0 then avail = old_limit end
+  end
+  if earliest >= 0 and wend >= 0 and earliest <= wend then return 0 end
+  if reset >= 0 and reset <= now then return 0 end
+  if (cur >= 0 and (earliest < 0 or earliest <= cur)) or (cur < 0 and wend >= 0) then
+    if fresh < avail then avail = fresh end
+    if reset > cur then cur = reset end
+  else
+    avail = fresh
+    if reset >= 0 then cur = reset end
+  end
+else
+  avail = fresh
+  cur = reset
+end
+redis.call('HSET', KEYS[1], 'limit', limit, 'avail', avail, 'reset', cur, 'wend', wend)
+redis.call('HDEL', KEYS[1], 'probe')
+local ttl = 600000
+if cur > now then ttl = ttl + cur - now end
+redis.call('PEXPIRE', KEYS[1], ttl)
+return 1
+)lua";
+
+std::string hexDigest(const EVP_MD* md, std::string_view text, size_t hex_chars) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(text.data(), text.size(), digest, &len, md, nullptr) != 1) return "";
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len && out.size() < hex_chars; ++i) {
+    out.push_back(kHex[digest[i] >> 4]);
+    out.push_back(kHex[digest[i] & 0xf]);
+  }
+  return out;
+}
+
+std::string randomInstanceId() {
+  std::random_device rd;
+  std::uniform_int_distribution<uint64_t> dist;
+  static constexpr char kHex[] = "0123456789abcdef";
+  uint64_t v = dist(rd);
+  std::string out;
+  for (int i = 0; i < 16; ++i, v >>= 4) out.push_back(kHex[v & 0xf]);
+  return out;
+}
+
+// Which SharedState's client serves the calling worker thread.
+struct CurrentClient {
+  const SharedState* owner = nullptr;
+  RedisClient* client = nullptr;
+};
+thread_local CurrentClient t_current;
+
+int64_t integerAt(const redisReply* reply, size_t i) {
+  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements <= i) return -2;
+  const redisReply* e = reply->element[i];
+  return e->type == REDIS_REPLY_INTEGER ? e->integer : -2;
+}
+
+class RedisQuota final : public GlobalQuota {
+ public:
+  RedisQuota(SharedState& shared, std::string key_prefix, int64_t reserve)
+      : shared_(shared), key_prefix_(std::move(key_prefix)), reserve_(std::to_string(reserve)) {}
+
+  bool reserve(const std::string& key, Done done) override {
+    RedisClient* client = shared_.client();
+    if (client == nullptr) return false;
+    return client->command(
+        {"EVALSHA", shared_.reserveSha(), "1", key_prefix_ + key, reserve_},
+        [done = std::move(done)](const redisReply* reply) {
+          Answer answer;
+          const int64_t kind = integerAt(reply, 0);
+          const int64_t wait = integerAt(reply, 1);
+          if (kind == 0) {
+            answer.kind = Answer::Kind::Unknown;
+          } else if (kind == 1) {
+            answer.kind = Answer::Kind::Admit;
+          } else if (kind == 2) {
+            answer.kind = Answer::Kind::Wait;
+            if (wait >= 0) answer.wait = milliseconds(wait);
+          }
+          done(answer);
+        },
+        "quota");
+  }
+
+  void report(const std::string& key, const Quota& requests, std::optional<milliseconds> reset_in,
+              milliseconds sent_ago, int64_t unanswered) override {
+    std::vector<std::string> argv{"EVALSHA",
+                                  shared_.observeSha(),
+                                  "1",
+                                  key_prefix_ + key,
+                                  std::to_string(requests.limit),
+                                  std::to_string(requests.remaining),
+                                  std::to_string(reset_in ? std::max<int64_t>(reset_in->count(), 0) : -1),
+                                  std::to_string(std::max<int64_t>(sent_ago.count(), 0)),
+                                  std::to_string(unanswered)};
+    RedisClient* client = shared_.client();
+    if (client == nullptr || !client->command(argv, nullptr, "quota")) {
+      std::string redis_key = argv[3];  // before argv is moved away
+      shared_.keepForLater(redis_key, std::move(argv));
+    }
+  }
+
+ private:
+  SharedState& shared_;
+  const std::string key_prefix_;
+  const std::string reserve_;
+};
+
+class RedisCircuit final : public GlobalCircuit {
+ public:
+  RedisCircuit(SharedState& shared, std::string scope, std::string channel)
+      : shared_(shared),
+        scope_(std::move(scope)),
+        probe_key_(shared.config().prefix + "c:" + scope_ + ":probe"),
+        channel_(std::move(channel)) {}
+
+  void publish(CircuitState to, milliseconds open_for) override {
+    RedisClient* client = shared_.client();
+    if (client == nullptr) {
+      shared_.countError("circuit");
+      return;
+    }
+    const std::string message = scope_ + " " + shared_.instance() + " " +
+                                (to == CircuitState::Open ? "open " : "closed ") +
+                                std::to_string(open_for.count());
+    client->command({"PUBLISH", channel_, message}, nullptr, "circuit");
+    // A probe's verdict (or a trip) ends any permit: the next half-open asks again.
+    client->command({"DEL", probe_key_}, nullptr, "circuit");
+  }
+
+  std::optional<bool> claimProbe(std::function<void(bool won)> done) override {
+    RedisClient* client = shared_.client();
+    if (client == nullptr) return true;
+    // Held until the probe's verdict is published, or for 10 s if its holder vanished.
+    const bool sent = client->command(
+        {"SET", probe_key_, shared_.instance(), "NX", "PX", "10000"},
+        [done = std::move(done)](const redisReply* reply) {
+          if (reply == nullptr || reply->type == REDIS_REPLY_ERROR) {
+            done(true);  // no answer: decide locally
+          } else {
+            done(reply->type == REDIS_REPLY_STATUS);  // OK = won; nil = a peer holds it
+          }
+        },
+        "circuit");
+    if (!sent) return true;
+    return std::nullopt;
+  }
+
+ private:
+  SharedState& shared_;
+  const std::string scope_;
+  const std::string probe_key_;
+  const std::string channel_;
+};
+
+}  // namespace
+
+std::string sharedScope(std::string_view upstream, std::string_view endpoint) {
+  std::string text(upstream);
+  text.push_back('\n');
+  text.append(endpoint);
+  return hexDigest(EVP_sha256(), text, 16);
+}
+
+SharedState::SharedState(const config::SharedStateConfig& config, Metrics& metrics)
+    : config_(config),
+      series_(metrics.sharedState()),
+      instance_(randomInstanceId()),
+      channel_(config.prefix + "circuit"),
+      reserve_sha_(hexDigest(EVP_sha1(), kReserveScript, 40)),
+      observe_sha_(hexDigest(EVP_sha1(), kObserveScript, 40)) {
+  series_.up->Set(0);
+}
+
+SharedState::~SharedState() { detach(); }
+
+void SharedState::attach(const std::vector<Dispatcher*>& loops) {
+  loops_.resize(loops.size());
+  down_count_ = static_cast<int>(loops.size()) + (loops.empty() ? 0 : 1);
+  for (size_t i = 0; i < loops.size(); ++i) {
+    Loop* loop = &loops_[i];
+    loop->dispatcher = loops[i];
+    const bool with_subscriber = i == 0;
+    loops[i]->post([this, loop, with_subscriber] {
+      const std::vector<std::vector<std::string>> scripts{
+          {"SCRIPT", "LOAD", std::string(kReserveScript)},
+          {"SCRIPT", "LOAD", std::string(kObserveScript)}};
+      RedisClient::Hooks hooks;
+      hooks.on_error = [this](std::string_view op) { countError(op); };
+      hooks.on_state = [this, loop](bool up) { onClientState(loop->client.get(), up); };
+      loop->client = std::make_unique<RedisClient>(*loop->dispatcher, config_.redis,
+                                                   config_.timeout, hooks, scripts);
+      t_current = CurrentClient{this, loop->client.get()};
+      loop->client->start();
+      if (with_subscriber) {
+        RedisClient::Hooks sub_hooks;
+        sub_hooks.on_error = [this](std::string_view op) { countError(op); };
+        sub_hooks.on_state = [this](bool up) { onClientState(nullptr, up); };
+        loop->subscriber = std::make_unique<RedisClient>(
+            *loop->dispatcher, config_.redis, config_.timeout, sub_hooks,
+            std::vector<std::vector<std::string>>{}, channel_,
+            [this](std::string_view, std::string_view message) { onMessage(message); });
+        loop->subscriber->start();
+      }
+    });
+  }
+}
+
+void SharedState::detach() {
+  for (Loop& loop : loops_) {
+    loop.subscriber.reset();
+    loop.client.reset();
+  }
+  loops_.clear();
+}
+
+RedisClient* SharedState::client() const {
+  if (t_current.owner != this || t_current.client == nullptr || !t_current.client->up()) {
+    return nullptr;
+  }
+  return t_current.client;
+}
+
+void SharedState::countError(std::string_view op) const { series_.errors(op).Increment(); }
+
+void SharedState::onClientState(RedisClient* client, bool up) {
+  const int down = up ? --down_count_ : ++down_count_;
+  series_.up->Set(down == 0 ? 1 : 0);
+  if (up && down == 0) {
+    logInfo("sluice: shared state is up: " + config_.redis.address(),
+            {{"event", "shared_state_up"}, {"redis", config_.redis.address()}});
+  } else if (!up && down == 1) {
+    logWarn("sluice: shared state is down, deciding on local state: " + config_.redis.address(),
+            {{"event", "shared_state_down"}, {"redis", config_.redis.address()}});
+  }
+  if (up && client != nullptr) flushKept(*client);
+}
+
+void SharedState::keepForLater(const std::string& key, std::vector<std::string> argv) {
+  std::lock_guard lock(mu_);
+  // Bounded: past this many keys the newest reports are the ones lost.
+  constexpr size_t kMaxKept = 4096;
+  if (kept_.size() >= kMaxKept && kept_.count(key) == 0) return;
+  kept_[key] = std::move(argv);
+}
+
+void SharedState::flushKept(RedisClient& client) {
+  std::map<std::string, std::vector<std::string>> kept;
+  {
+    std::lock_guard lock(mu_);
+    kept.swap(kept_);
+  }
+  // Merged by the same script: the newest report (by reset time) wins.
+  for (auto& [key, argv] : kept) client.command(argv, nullptr, "quota");
+}
+
+std::shared_ptr<GlobalQuota> SharedState::quota(std::string_view upstream,
+                                                std::string_view endpoint, int64_t reserve) {
+  return std::make_shared<RedisQuota>(
+      *this, config_.prefix + "q:" + sharedScope(upstream, endpoint) + ":", reserve);
+}
+
+std::shared_ptr<GlobalCircuit> SharedState::circuit(const std::shared_ptr<CircuitBreaker>& breaker,
+                                                    std::string_view upstream,
+                                                    std::string_view endpoint) {
+  std::string scope = sharedScope(upstream, endpoint);
+  {
+    std::lock_guard lock(mu_);
+    auto& list = circuits_[scope];
+    std::erase_if(list, [](const std::weak_ptr<CircuitBreaker>& w) { return w.expired(); });
+    list.push_back(breaker);
+  }
+  return std::make_shared<RedisCircuit>(*this, std::move(scope), channel_);
+}
+
+void SharedState::onMessage(std::string_view message) {
+  // "<scope> <instance> open|closed <open_ms>"
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (start <= message.size() && parts.size() < 5) {
+    const size_t space = message.find(' ', start);
+    parts.push_back(message.substr(start, space == std::string_view::npos ? std::string_view::npos
+                                                                          : space - start));
+    if (space == std::string_view::npos) break;
+    start = space + 1;
+  }
+  if (parts.size() != 4 || parts[1] == instance_) return;
+  const CircuitState to = parts[2] == "open" ? CircuitState::Open : CircuitState::Closed;
+  if (parts[2] != "open" && parts[2] != "closed") return;
+  int64_t open_ms = 0;
+  for (char c : parts[3]) {
+    if (c < '0' || c > '9' || open_ms > (int64_t{1} << 40)) return;
+    open_ms = open_ms * 10 + (c - '0');
+  }
+  std::vector<std::shared_ptr<CircuitBreaker>> targets;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = circuits_.find(std::string(parts[0]));
+    if (it == circuits_.end()) return;
+    for (const auto& weak : it->second) {
+      if (auto breaker = weak.lock()) targets.push_back(std::move(breaker));
+    }
+  }
+  for (const auto& breaker : targets) breaker->applyPeer(to, milliseconds(open_ms));
+}
+
+}  // namespace sluice

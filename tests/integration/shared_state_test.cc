@@ -1,0 +1,265 @@
+// Shared state across replicas (DESIGN §6, issue 17): several real sluice
+// processes in front of one mock-llm, sharing quota and circuit state through
+// a real redis-server started by the test. Every wait is for a fact (a metric,
+// a ledger entry); Redis's failures are real (SIGKILL, a listener that never
+// answers).
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/http_client.h"
+#include "tests/support/processes.h"
+#include "tests/support/redis_process.h"
+#include "tests/support/sluice_process.h"
+#include "tests/support/wait.h"
+
+namespace sluice::test {
+namespace {
+
+using std::chrono::milliseconds;
+
+const char* kChat = R"({"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]})";
+
+struct Options {
+  std::string redis_url;  // "" = local state only
+  std::string prefix = "t:";
+  std::string timeout = "500ms";  // generous: a loaded CI machine must not fall back by accident
+  std::string breaker = "{consecutive_failures: 1000}";
+};
+
+std::string replicaConfig(const std::string& mock_url, const Options& o) {
+  std::string yaml = "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nworkers: 2\n";
+  if (!o.redis_url.empty()) {
+    yaml += "shared_state: {redis: \"" + o.redis_url + "\", prefix: \"" + o.prefix +
+            "\", timeout: " + o.timeout + "}\n";
+  }
+  yaml += "upstreams:\n  - name: mock\n    url: " + mock_url +
+          "\n    rate_limit: {key: none, reserve: 0, max_queue: 100}\n"
+          "    circuit_breaker: " + o.breaker + "\n"
+          "routes:\n  - name: chat\n    match: {path_prefix: /v1/chat/completions}\n"
+          "    upstream: mock\n    budget: {default: 60s}\n    retry: {attempts: 1}\n";
+  return yaml;
+}
+
+using Replicas = std::vector<std::unique_ptr<SluiceProcess>>;
+
+Replicas startReplicas(size_t n, const std::string& yaml) {
+  Replicas replicas;
+  for (size_t i = 0; i < n; ++i) replicas.push_back(std::make_unique<SluiceProcess>(yaml));
+  return replicas;
+}
+
+bool allUp(const Replicas& replicas, double value = 1) {
+  for (const auto& r : replicas) {
+    if (r->metric("sluice_shared_state_up") != value) return false;
+  }
+  return true;
+}
+
+struct AgentsResult {
+  int ok = 0;
+  int rate_limited = 0;
+  int other = 0;
+};
+
+/** 12 concurrent agents spread over the replicas, one request each, quota 3 per 2 s. */
+AgentsResult runAgents(const Replicas& replicas, const std::string& quota_key) {
+  std::atomic<int> ok{0}, limited{0}, other{0};
+  std::vector<std::thread> agents;
+  for (int i = 0; i < 12; ++i) {
+    const uint16_t port = replicas[static_cast<size_t>(i) % replicas.size()]->port();
+    agents.emplace_back([&, i, port] {
+      auto r = httpRequest(port, "POST", "/v1/chat/completions",
+                           {{"x-mock-quota", "3/2000"},
+                            {"x-mock-quota-key", quota_key},
+                            {"x-mock-quota-style", "openai"},
+                            {"x-mock-request-id", quota_key + "-" + std::to_string(i)}},
+                           kChat);
+      (r.status == 200 ? ok : r.status == 429 ? limited : other)++;
+    });
+  }
+  for (auto& t : agents) t.join();
+  return {ok.load(), limited.load(), other.load()};
+}
+
+int provider429s(MockLlm& mock) {
+  int n = 0;
+  for (auto& e : mock.ledger()) n += e["status"] == 429 ? 1 : 0;
+  return n;
+}
+
+TEST(SharedStateTest, ThreeReplicasShareOneQuotaAndTheProviderBarelySays429) {
+  MockLlm mock;
+  RedisProcess redis;
+  const Replicas shared = startReplicas(3, replicaConfig(mock.url(), {redis.url()}));
+  ASSERT_TRUE(waitUntil([&] { return allUp(shared); })) << shared[0]->stderrText();
+  const AgentsResult with_shared = runAgents(shared, "shared");
+  const int shared_429s = provider429s(mock);
+  EXPECT_EQ(with_shared.ok, 12) << "429s: " << with_shared.rate_limited
+                                << " other: " << with_shared.other;
+  EXPECT_LE(shared_429s, 1) << mock.ledger().dump();
+  // Nothing fell back to local state on the way.
+  for (const auto& r : shared) {
+    EXPECT_EQ(r->metric("sluice_shared_state_errors_total"), 0) << r->stderrText();
+  }
+
+  // The same run with local state: each replica believes it owns the whole quota.
+  mock.clearLedger();
+  const Replicas local = startReplicas(3, replicaConfig(mock.url(), {}));
+  const AgentsResult with_local = runAgents(local, "local");
+  const int local_429s = provider429s(mock);
+  EXPECT_GT(local_429s, shared_429s) << "local state should have met the provider's 429s";
+  std::cout << "provider 429s: 3 replicas shared state " << shared_429s << ", local state "
+            << local_429s << " (client 429s " << with_local.rate_limited << ")\n";
+}
+
+TEST(SharedStateTest, ATripOnOneReplicaOpensTheCircuitOnItsPeersAndTheFleetProbesOnce) {
+  MockLlm mock;
+  RedisProcess redis;
+  Options o{redis.url()};
+  o.breaker = "{consecutive_failures: 3, cooldown: 1s, max_cooldown: 8s}";
+  const Replicas fleet = startReplicas(3, replicaConfig(mock.url(), o));
+  ASSERT_TRUE(waitUntil([&] { return allUp(fleet); })) << fleet[0]->stderrText();
+
+  // Failures seen by A only.
+  for (int i = 0; i < 3; ++i) {
+    httpRequest(fleet[0]->port(), "POST", "/v1/chat/completions", {{"x-mock-status", "503"}},
+                kChat);
+  }
+  ASSERT_EQ(fleet[0]->metric("sluice_circuit_state", {{"upstream", "mock"}}), 1);
+  // B and C never sent a request, yet their circuits open (DESIGN §6: within one second).
+  EXPECT_TRUE(waitUntil(
+      [&] {
+        return fleet[1]->metric("sluice_circuit_state", {{"upstream", "mock"}}) == 1 &&
+               fleet[2]->metric("sluice_circuit_state", {{"upstream", "mock"}}) == 1;
+      },
+      milliseconds(1000)));
+  auto r = httpRequest(fleet[2]->port(), "POST", "/v1/chat/completions", {}, kChat);
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find("circuit_open"), std::string::npos) << r.body;
+
+  // After the cooldown every replica is half-open and asks; the fleet sends ONE
+  // probe. It fails, so the fleet opens again for twice the cooldown: the
+  // ledger shows how many probes reached the provider.
+  mock.clearLedger();
+  const auto stop_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(2500);
+  while (std::chrono::steady_clock::now() < stop_at) {
+    std::vector<std::thread> round;
+    for (const auto& replica : fleet) {
+      round.emplace_back([port = replica->port()] {
+        httpRequest(port, "POST", "/v1/chat/completions", {{"x-mock-status", "503"}}, kChat);
+      });
+    }
+    for (auto& t : round) t.join();
+    if (!mock.ledger().empty() &&
+        waitUntil(
+            [&] {
+              for (const auto& replica : fleet) {
+                if (replica->metric("sluice_circuit_state", {{"upstream", "mock"}}) != 1) {
+                  return false;
+                }
+              }
+              return true;
+            },
+            milliseconds(2000))) {
+      break;  // the probe failed and every replica re-opened
+    }
+  }
+  EXPECT_EQ(mock.ledger().size(), 1u) << "probes for the fleet: " << mock.ledger().dump();
+}
+
+TEST(SharedStateTest, RedisKilledMidRunRequestsFlowOnLocalStateThenShareAgain) {
+  MockLlm mock;
+  RedisProcess redis;
+  Options o{redis.url()};
+  o.timeout = "200ms";
+  const Replicas fleet = startReplicas(2, replicaConfig(mock.url(), o));
+  ASSERT_TRUE(waitUntil([&] { return allUp(fleet); })) << fleet[0]->stderrText();
+  auto quota_request = [&](size_t replica, const std::string& id) {
+    return httpRequest(fleet[replica]->port(), "POST", "/v1/chat/completions",
+                       {{"x-mock-quota", "1000/60000"}, {"x-mock-request-id", id}}, kChat);
+  };
+  EXPECT_EQ(quota_request(0, "before").status, 200);
+  ASSERT_TRUE(waitUntil([&] { return redis.cli("--scan --pattern 't:q:*'") != ""; }))
+      << "the quota never reached Redis";
+
+  redis.kill();
+  // Requests keep flowing on local state; each waits for Redis at most `timeout`.
+  for (int i = 0; i < 6; ++i) {
+    const auto r = quota_request(static_cast<size_t>(i % 2), "down-" + std::to_string(i));
+    EXPECT_EQ(r.status, 200) << r.body;
+  }
+  EXPECT_TRUE(waitUntil([&] { return allUp(fleet, 0); }));
+  double errors = 0;
+  for (const auto& r : fleet) errors += r->metric("sluice_shared_state_errors_total");
+  EXPECT_GT(errors, 0);
+  for (const auto& r : fleet) {
+    EXPECT_NE(r->stderrText().find("\"event\":\"shared_state_down\""), std::string::npos);
+  }
+
+  redis.restart();
+  EXPECT_TRUE(waitUntil([&] { return allUp(fleet); }, std::chrono::seconds(15)));
+  // Shared again: the restarted (empty) Redis learns the quota from the next responses,
+  // and the reports kept while it was down were merged back on reconnect.
+  EXPECT_EQ(quota_request(1, "after").status, 200);
+  EXPECT_TRUE(waitUntil([&] { return redis.cli("--scan --pattern 't:q:*'") != ""; }));
+}
+
+TEST(SharedStateTest, RedisThatAcceptsButNeverAnswersDelaysNoRequestPastTheTimeout) {
+  MockLlm mock;
+  SilentListener silent;
+  Options o{"redis://127.0.0.1:" + std::to_string(silent.port()) + "/0"};
+  o.timeout = "100ms";
+  SluiceProcess sluice(replicaConfig(mock.url(), o));
+  // The handshake itself never completes: sluice is down from the start, counts
+  // the failed connects, and serves every request on local state.
+  EXPECT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_shared_state_errors_total", {{"op", "connect"}}) >= 1;
+  }));
+  EXPECT_EQ(sluice.metric("sluice_shared_state_up"), 0);
+  for (int i = 0; i < 5; ++i) {
+    const auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                               {{"x-mock-quota", "1000/60000"}}, kChat);
+    EXPECT_EQ(r.status, 200) << r.body;
+  }
+  EXPECT_EQ(mock.ledger().size(), 5u);
+}
+
+TEST(SharedStateTest, RedisThatStopsAnsweringMidRunCostsARequestAtMostTheTimeout) {
+  MockLlm mock;
+  RedisProcess redis;
+  Options o{redis.url()};
+  o.timeout = "100ms";
+  SluiceProcess sluice(replicaConfig(mock.url(), o));
+  ASSERT_TRUE(waitUntil([&] { return sluice.metric("sluice_shared_state_up") == 1; }));
+  auto request = [&] {
+    const auto start = std::chrono::steady_clock::now();
+    const auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                               {{"x-mock-quota", "1000/60000"}}, kChat);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return std::chrono::steady_clock::now() - start;
+  };
+  request();  // the quota is known now: the next admission asks Redis
+  redis.pause();  // connections stay accepted; nothing answers
+  const auto waited = request();
+  // The reserve timed out (100 ms) and the local decision let it go. The bound is
+  // generous (a loaded machine): it only tells "the timeout" from "forever".
+  EXPECT_LT(waited, std::chrono::seconds(5));
+  EXPECT_GE(sluice.metric("sluice_shared_state_errors_total", {{"op", "quota"}}), 1);
+  EXPECT_TRUE(waitUntil([&] { return sluice.metric("sluice_shared_state_up") == 0; }));
+  for (int i = 0; i < 3; ++i) request();  // down: local state, no Redis call at all
+  redis.resume();
+  EXPECT_TRUE(waitUntil([&] { return sluice.metric("sluice_shared_state_up") == 1; },
+                        std::chrono::seconds(15)));
+}
+
+}  // namespace
+}  // namespace sluice::test

@@ -1,0 +1,420 @@
+// Filter-level tests for the per-attempt filters on fake callbacks
+// (tests/unit/filters/fake_filter_callbacks.h): the retry filter's verdicts
+// (decideAttempt), the spend filter's booking of a decided attempt
+// (onAttemptDone), the circuit breaker filter's admission and reporting, and
+// the throttle filter's queue. Each filter is driven the way the Exchange
+// drives it (proxy/filter.h), on a ManualClock.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "config/loader.h"
+#include "filters/circuit_breaker/circuit_breaker_filter.h"
+#include "filters/retry/retry_filter.h"
+#include "filters/spend/spend_filter.h"
+#include "filters/throttle/throttle_filter.h"
+#include "proxy/runtime.h"
+#include "tests/unit/filters/fake_filter_callbacks.h"
+
+namespace sluice {
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+using test::FakeFilterCallbacks;
+
+constexpr const char* kConfig = R"(listen: 127.0.0.1:0
+upstreams:
+  - name: up
+    url: "http://127.0.0.1:9"
+    circuit_breaker: {consecutive_failures: 2, cooldown: 10s, max_pending: 1}
+    rate_limit: {key: none, reserve: 0}
+routes:
+  - name: chat
+    match: {path_prefix: /v1}
+    upstream: up
+    retry: {attempts: 3, on: [429, 503, reset, timeout], backoff: {base: 1ms, max: 1ms}, idempotent: auto}
+pricing:
+  - {model: "gpt-4o*", input: 2.50, output: 10.00}
+)";
+
+class AttemptFiltersTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto r = config::loadConfigString(kConfig, "attempt_filters_test.yaml");
+    ASSERT_TRUE(r.ok()) << (r.error ? r.error->toString() : "no error");
+    std::string error;
+    runtime_ = Runtime::build(r.config, metrics_, clock_, &error);
+    ASSERT_NE(runtime_, nullptr) << error;
+    callbacks_.request_head.method = "POST";
+    callbacks_.request_head.path = "/v1/chat/completions";
+  }
+
+  const RouteRuntime& route() const { return runtime_->routes().at(0); }
+  const UpstreamRuntime& upstream() const { return runtime_->upstreams().at(0); }
+
+  template <class F>
+  F& wire(std::unique_ptr<F> filter) {
+    filter->setCallbacks(callbacks_);
+    F& f = *filter;
+    filters_.push_back(std::move(filter));
+    return f;
+  }
+
+  static AttemptEnd ended(AttemptOutcome outcome, uint32_t attempt = 1) {
+    AttemptEnd end;
+    end.outcome = outcome;
+    end.attempt = attempt;
+    end.status = outcome.isStatus() ? outcome.status : 0;
+    return end;
+  }
+
+  ManualClock clock_;
+  Metrics metrics_;
+  RuntimePtr runtime_;
+  FakeFilterCallbacks callbacks_{clock_};
+  std::vector<StreamFilterPtr> filters_;
+};
+
+// --- retry ------------------------------------------------------------------------
+
+class RetryFilterTest : public AttemptFiltersTest {
+ protected:
+  RetryFilter& retry(const std::string& method = "POST", bool idempotency_key = true) {
+    auto& f = wire(std::make_unique<RetryFilter>(route().config->retry, *route().retry_budget));
+    callbacks_.request_head.method = method;
+    if (idempotency_key) callbacks_.request_head.headers.set("idempotency-key", "k");
+    RequestHead head = callbacks_.request_head;
+    f.decodeHeaders(head);
+    return f;
+  }
+};
+
+TEST_F(RetryFilterTest, HoldsARetriableAnswerAndRetriesIt) {
+  RetryFilter& f = retry();
+  ResponseHead held;
+  held.status = 429;
+  held.headers.add("retry-after", "2");
+  EXPECT_EQ(f.encodeHeaders(held, false), FilterStatus::StopIteration);
+  AttemptEnd end = ended(AttemptOutcome::fromStatus(429));
+  end.held_response = &held;
+  const AttemptVerdict verdict = f.decideAttempt(end, AttemptVerdict::deliver());
+  ASSERT_TRUE(verdict.isRetry());
+  EXPECT_EQ(verdict.asRetry()->delay, 2000ms);  // the upstream's wait
+  EXPECT_EQ(verdict.asRetry()->cause, "429");
+  EXPECT_EQ(verdict.asRetry()->target, AttemptTarget::sameUpstream());
+  EXPECT_EQ(route().retry_budget->retriesInFlight(), 1u);  // the retry holds a slot
+  f.onAttemptDone(end, verdict);
+  EXPECT_EQ(route().retry_budget->retriesInFlight(), 1u);  // until the retry attempt ends
+  callbacks_.attempt = 2;
+  f.decideAttempt(ended(AttemptOutcome::fromStatus(200), 2), AttemptVerdict::deliver());
+  EXPECT_EQ(route().retry_budget->retriesInFlight(), 0u);
+}
+
+TEST_F(RetryFilterTest, PassesAnAnswerItCannotImprove) {
+  RetryFilter& f = retry();
+  ResponseHead ok;
+  ok.status = 200;
+  EXPECT_EQ(f.encodeHeaders(ok, false), FilterStatus::Continue);
+  EXPECT_FALSE(ok.headers.has("x-should-retry"));  // first attempt: the SDK may decide
+  const AttemptVerdict verdict =
+      f.decideAttempt(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
+  ASSERT_NE(verdict.asDeliver(), nullptr);
+  EXPECT_FALSE(verdict.asDeliver()->discourage_client_retry);
+}
+
+TEST_F(RetryFilterTest, TheLastHeldAnswerIsDeliveredWithXShouldRetryFalse) {
+  RetryFilter& f = retry();
+  callbacks_.attempt = 3;
+  ResponseHead held;
+  held.status = 503;
+  AttemptEnd end = ended(AttemptOutcome::fromStatus(503), 3);
+  end.held_response = &held;
+  const AttemptVerdict verdict = f.decideAttempt(end, AttemptVerdict::deliver());
+  ASSERT_NE(verdict.asDeliver(), nullptr);
+  EXPECT_TRUE(verdict.asDeliver()->discourage_client_retry);
+  EXPECT_FALSE(held.headers.has("x-should-retry"));  // the Exchange edits, not the filter
+}
+
+TEST_F(RetryFilterTest, AFailKeepsItsProblemWhenNotRetried) {
+  RetryFilter& f = retry("POST", /*idempotency_key=*/false);
+  const AttemptVerdict verdict =
+      f.decideAttempt(ended(AttemptOutcome::reset()),
+                      AttemptVerdict::fail(makeProblem(problems::kUpstreamReset, "gone")));
+  ASSERT_NE(verdict.asFail(), nullptr);  // a POST without a key is not retry-safe
+  EXPECT_EQ(verdict.asFail()->problem.status, 502);
+}
+
+TEST_F(RetryFilterTest, UnprocessedAttemptsAreRetriedWhateverTheMethod) {
+  RetryFilter& f = retry("POST", /*idempotency_key=*/false);
+  AttemptEnd end = ended(AttemptOutcome::reset());
+  end.unprocessed = true;  // REFUSED_STREAM
+  EXPECT_TRUE(f.decideAttempt(end, AttemptVerdict::fail(Problem{})).isRetry());
+}
+
+TEST_F(RetryFilterTest, ATornDownAttemptIsNeverRetried) {
+  RetryFilter& f = retry();
+  const AttemptVerdict verdict =
+      f.decideAttempt(ended(AttemptOutcome::cancelled()), AttemptVerdict::fail(Problem{}));
+  EXPECT_NE(verdict.asFail(), nullptr);
+  EXPECT_EQ(route().retry_budget->retriesInFlight(), 0u);
+}
+
+TEST_F(RetryFilterTest, AResponseUnderWayIsNeverRetried) {
+  RetryFilter& f = retry();
+  AttemptEnd end = ended(AttemptOutcome::reset());
+  end.response_started = true;
+  EXPECT_FALSE(f.decideAttempt(end, AttemptVerdict::fail(Problem{})).isRetry());
+}
+
+TEST_F(RetryFilterTest, ARetryTheExchangeDidNotMakeReturnsItsSlot) {
+  RetryFilter& f = retry();
+  const AttemptEnd end = ended(AttemptOutcome::timeout());
+  ASSERT_TRUE(f.decideAttempt(end, AttemptVerdict::fail(Problem{})).isRetry());
+  EXPECT_EQ(route().retry_budget->retriesInFlight(), 1u);
+  f.onAttemptDone(end, AttemptVerdict::fail(Problem{}));  // e.g. the exchange is cancelling
+  EXPECT_EQ(route().retry_budget->retriesInFlight(), 0u);
+}
+
+TEST_F(RetryFilterTest, AWaitBeyondTheBudgetMakesLocalRepliesNotRetriable) {
+  RetryFilter& f = retry();
+  callbacks_.setDeadline(clock_.now() + 1s);
+  ResponseHead held;
+  held.status = 429;
+  held.headers.add("retry-after", "5");
+  AttemptEnd end = ended(AttemptOutcome::fromStatus(429));
+  end.held_response = &held;
+  const AttemptVerdict verdict = f.decideAttempt(end, AttemptVerdict::deliver());
+  ASSERT_NE(verdict.asDeliver(), nullptr);
+  EXPECT_TRUE(verdict.asDeliver()->discourage_client_retry);
+  Problem problem = makeProblem(problems::kUpstreamTimeout, "x", CancelReason::UpstreamTimeout);
+  problem.is_retriable = true;
+  f.encodeLocalReply(problem);
+  EXPECT_FALSE(problem.is_retriable);
+}
+
+// --- spend --------------------------------------------------------------------------
+
+TEST(SpendDispositionTest, FromTheEndAndTheVerdict) {
+  const AttemptVerdict deliver = AttemptVerdict::deliver();
+  const AttemptVerdict retry = AttemptVerdict::retry(1ms, "503");
+  const AttemptVerdict fail = AttemptVerdict::fail(Problem{});
+  AttemptEnd end;
+  end.outcome = AttemptOutcome::fromStatus(200);
+  EXPECT_EQ(spendDisposition(end, deliver), AttemptDisposition::Completed);
+  end.outcome = AttemptOutcome::fromStatus(503);
+  EXPECT_EQ(spendDisposition(end, retry), AttemptDisposition::Abandoned);
+  end.outcome = AttemptOutcome::timeout();
+  EXPECT_EQ(spendDisposition(end, fail), AttemptDisposition::Abandoned);
+  end.outcome = AttemptOutcome::reset();
+  EXPECT_EQ(spendDisposition(end, fail), AttemptDisposition::Cancelled);
+  end.outcome = AttemptOutcome::cancelled();
+  EXPECT_EQ(spendDisposition(end, fail), AttemptDisposition::Cancelled);
+  end.outcome = AttemptOutcome::fromStatus(200);
+  end.cancel_reason = CancelReason::BudgetExhausted;
+  EXPECT_EQ(spendDisposition(end, fail), AttemptDisposition::Cancelled);
+  end.finish_draining = true;
+  EXPECT_EQ(spendDisposition(end, deliver), AttemptDisposition::Finished);
+}
+
+class SpendFilterTest : public AttemptFiltersTest {
+ protected:
+  /** One attempt of a chat completion whose response reports 1000 in, 500 out. */
+  SpendFilter& attempt() {
+    auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
+    f.decodeComplete(R"({"model":"gpt-4o","messages":[]})");
+    RequestHead upstream_request = callbacks_.request_head;
+    f.beforeAttempt(upstream_request);
+    ResponseHead head;
+    head.status = 200;
+    head.headers.add("content-type", "application/json");
+    f.encodeHeaders(head, false);
+    f.encodeData(kBody.data(), kBody.size(), false);
+    f.encodeData(nullptr, 0, true);
+    return f;
+  }
+  double tokens(bool output, Disposition d) {
+    return route().metrics->tokens("gpt-4o*", output, d).Value();
+  }
+  static constexpr std::string_view kBody =
+      R"({"model":"gpt-4o","usage":{"prompt_tokens":1000,"completion_tokens":500}})";
+};
+
+TEST_F(SpendFilterTest, ADeliveredAttemptIsBookedDelivered) {
+  SpendFilter& f = attempt();
+  AttemptEnd end = ended(AttemptOutcome::fromStatus(200));
+  end.delivered_body_bytes = kBody.size();
+  f.onAttemptDone(end, AttemptVerdict::deliver());
+  ASSERT_EQ(callbacks_.usages.size(), 1u);
+  EXPECT_EQ(callbacks_.usages[0].input_tokens, 1000u);
+  EXPECT_EQ(callbacks_.usages[0].output_tokens, 500u);
+  EXPECT_EQ(callbacks_.usages[0].leaked_usd, 0);
+  EXPECT_EQ(tokens(true, Disposition::Delivered), 500);
+  EXPECT_EQ(tokens(true, Disposition::Leaked), 0);
+}
+
+TEST_F(SpendFilterTest, ARetriedAttemptLeaksWhateverTheTableOrder) {
+  // The decision reaches the spend filter as a value: no need to run after retry.
+  SpendFilter& f = attempt();
+  f.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::retry(1ms, "200"));
+  ASSERT_EQ(callbacks_.usages.size(), 1u);
+  EXPECT_GT(callbacks_.usages[0].leaked_usd, 0);
+  EXPECT_EQ(callbacks_.usages[0].leaked_usd, callbacks_.usages[0].spend_usd);
+  EXPECT_EQ(tokens(false, Disposition::Leaked), 1000);
+  EXPECT_EQ(tokens(true, Disposition::Leaked), 500);
+}
+
+TEST_F(SpendFilterTest, AFinishDrainedAttemptLeaksEvenWhatWasDelivered) {
+  SpendFilter& f = attempt();
+  AttemptEnd end = ended(AttemptOutcome::fromStatus(200));
+  end.finish_draining = true;
+  end.cancel_reason = CancelReason::ClientDisconnect;
+  end.delivered_body_bytes = kBody.size();
+  f.onAttemptDone(end, AttemptVerdict::deliver());
+  EXPECT_EQ(tokens(true, Disposition::Leaked), 500);
+  EXPECT_GT(route().metrics->leakedSpend("gpt-4o*", "client_disconnect").Value(), 0);
+}
+
+TEST_F(SpendFilterTest, AnAttemptNeverSentLeaksItsInputToTheCancelReason) {
+  auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
+  f.decodeComplete(R"({"model":"gpt-4o","messages":[{"role":"user","content":"hello there"}]})");
+  RequestHead upstream_request = callbacks_.request_head;
+  f.beforeAttempt(upstream_request);
+  callbacks_.cancel_reason = CancelReason::Overloaded;
+  f.onDestroy();
+  ASSERT_EQ(callbacks_.usages.size(), 1u);
+  EXPECT_EQ(callbacks_.usages[0].output_tokens, 0u);
+  EXPECT_GT(callbacks_.usages[0].input_tokens, 0u);
+  EXPECT_GT(route().metrics->leakedSpend("gpt-4o*", "overloaded").Value(), 0);
+}
+
+// --- circuit breaker ---------------------------------------------------------------------
+
+class CircuitBreakerFilterTest : public AttemptFiltersTest {
+ protected:
+  CircuitBreakerFilter& breakerFilter() {
+    return wire(std::make_unique<CircuitBreakerFilter>(*upstream().breaker));
+  }
+  FilterStatus admit(CircuitBreakerFilter& f) {
+    RequestHead upstream_request = callbacks_.request_head;
+    return f.beforeAttempt(upstream_request);
+  }
+};
+
+TEST_F(CircuitBreakerFilterTest, ReportsEachOutcomeAndOpensOnFailures) {
+  CircuitBreakerFilter& f = breakerFilter();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(admit(f), FilterStatus::Continue);
+    f.onAttemptDone(ended(AttemptOutcome::fromStatus(503)), AttemptVerdict::deliver());
+  }
+  EXPECT_EQ(admit(f), FilterStatus::StopIteration);  // consecutive_failures: 2
+  ASSERT_EQ(callbacks_.cancels.size(), 1u);
+  EXPECT_EQ(callbacks_.cancels[0].first, CancelReason::CircuitOpen);
+  EXPECT_EQ(callbacks_.cancels[0].second, milliseconds(10s));
+}
+
+TEST_F(CircuitBreakerFilterTest, SuccessAndTeardownDoNotCountAsFailures) {
+  CircuitBreakerFilter& f = breakerFilter();
+  ASSERT_EQ(admit(f), FilterStatus::Continue);
+  f.onAttemptDone(ended(AttemptOutcome::fromStatus(503)), AttemptVerdict::deliver());
+  ASSERT_EQ(admit(f), FilterStatus::Continue);
+  f.onAttemptDone(ended(AttemptOutcome::cancelled()), AttemptVerdict::fail(Problem{}));
+  ASSERT_EQ(admit(f), FilterStatus::Continue);
+  f.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
+  ASSERT_EQ(admit(f), FilterStatus::Continue);
+  f.onAttemptDone(ended(AttemptOutcome::fromStatus(503)), AttemptVerdict::deliver());
+  EXPECT_EQ(admit(f), FilterStatus::Continue);  // never two failures in a row
+  EXPECT_TRUE(callbacks_.cancels.empty());
+}
+
+TEST_F(CircuitBreakerFilterTest, AnAdmissionNeverReportedIsFreedOnDestroy) {
+  CircuitBreakerFilter& f = breakerFilter();
+  ASSERT_EQ(admit(f), FilterStatus::Continue);
+  EXPECT_EQ(upstream().breaker->activeRequests(), 1u);
+  f.onDestroy();
+  EXPECT_EQ(upstream().breaker->activeRequests(), 0u);
+}
+
+// --- throttle ------------------------------------------------------------------------------
+
+class ThrottleFilterTest : public AttemptFiltersTest {
+ protected:
+  ThrottleFilter& throttle(FakeFilterCallbacks& callbacks) {
+    auto filter =
+        std::make_unique<ThrottleFilter>(*upstream().config->rate_limit, *upstream().quota,
+                                         *upstream().breaker, *upstream().metrics);
+    filter->setCallbacks(callbacks);
+    ThrottleFilter& f = *filter;
+    filters_.push_back(std::move(filter));
+    f.decodeComplete("{}");
+    return f;
+  }
+  static FilterStatus admit(ThrottleFilter& f) {
+    RequestHead upstream_request;
+    return f.beforeAttempt(upstream_request);
+  }
+};
+
+TEST_F(ThrottleFilterTest, TheProbeGoesTheNextWaitsForItsHeaders) {
+  ThrottleFilter& probe = throttle(callbacks_);
+  FakeFilterCallbacks waiter_callbacks(clock_);
+  ThrottleFilter& waiter = throttle(waiter_callbacks);
+  ASSERT_EQ(admit(probe), FilterStatus::Continue);
+  EXPECT_EQ(admit(waiter), FilterStatus::StopIteration);  // queued: no cancel
+  EXPECT_TRUE(waiter_callbacks.cancels.empty());
+  EXPECT_EQ(upstream().quota->queueDepth(), 1u);
+
+  ResponseHead head;
+  head.status = 200;
+  head.headers.add("x-ratelimit-limit-requests", "100");
+  head.headers.add("x-ratelimit-remaining-requests", "99");
+  probe.encodeHeaders(head, false);  // the waker (here: direct) re-polls the waiter
+  EXPECT_EQ(waiter_callbacks.continue_calls, 1);
+  EXPECT_EQ(upstream().quota->queueDepth(), 0u);
+  probe.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
+  waiter.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
+}
+
+TEST_F(ThrottleFilterTest, AFullQueueSlotAnswersOverloaded) {
+  ThrottleFilter& probe = throttle(callbacks_);
+  FakeFilterCallbacks first_callbacks(clock_);
+  FakeFilterCallbacks second_callbacks(clock_);
+  ThrottleFilter& first = throttle(first_callbacks);
+  ThrottleFilter& second = throttle(second_callbacks);
+  ASSERT_EQ(admit(probe), FilterStatus::Continue);
+  EXPECT_EQ(admit(first), FilterStatus::StopIteration);   // holds the one max_pending slot
+  EXPECT_EQ(admit(second), FilterStatus::StopIteration);  // none left
+  ASSERT_EQ(second_callbacks.cancels.size(), 1u);
+  EXPECT_EQ(second_callbacks.cancels[0].first, CancelReason::Overloaded);
+  first.onDestroy();  // a client that left while queued is never sent
+  EXPECT_EQ(upstream().quota->queueDepth(), 0u);
+}
+
+TEST_F(ThrottleFilterTest, AnExhaustedQuotaWaitsForItsResetOnATimer) {
+  ThrottleFilter& probe = throttle(callbacks_);
+  ASSERT_EQ(admit(probe), FilterStatus::Continue);
+  ResponseHead head;
+  head.status = 200;
+  head.headers.add("x-ratelimit-limit-requests", "10");
+  head.headers.add("x-ratelimit-remaining-requests", "0");
+  head.headers.add("x-ratelimit-reset-requests", "2s");
+  probe.encodeHeaders(head, false);
+  probe.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
+
+  FakeFilterCallbacks waiter_callbacks(clock_);
+  ThrottleFilter& waiter = throttle(waiter_callbacks);
+  EXPECT_EQ(admit(waiter), FilterStatus::StopIteration);
+  EXPECT_EQ(waiter_callbacks.armedTimers(), 1u);  // the reset, on the Exchange's timer
+  clock_.advance(1s);
+  waiter_callbacks.fireDueTimers();
+  EXPECT_EQ(waiter_callbacks.continue_calls, 0);
+  clock_.advance(2s);  // past the reset (and its latency margin)
+  waiter_callbacks.fireDueTimers();
+  EXPECT_EQ(waiter_callbacks.continue_calls, 1);
+  waiter.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
+}
+
+}  // namespace
+}  // namespace sluice

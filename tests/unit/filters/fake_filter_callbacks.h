@@ -1,0 +1,96 @@
+#pragma once
+
+// A fake Exchange for filter unit tests (Envoy filter-test style): records
+// everything a filter asks of its FilterCallbacks, serves time from a
+// ManualClock, and holds the timers a filter arms so a test can fire them.
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "proxy/filter.h"
+#include "proxy/runtime.h"
+
+namespace sluice::test {
+
+class FakeFilterCallbacks : public FilterCallbacks {
+ public:
+  explicit FakeFilterCallbacks(ManualClock& clock) : clock_(clock), start_(clock.now()) {}
+
+  void continueDecoding() override { ++continue_calls; }
+  void sendLocalReply(const Problem& problem) override { local_replies.push_back(problem); }
+  void cancel(CancelReason reason, std::optional<std::chrono::milliseconds> retry_after) override {
+    cancels.emplace_back(reason, retry_after);
+  }
+  TimerId armTimer(MonotonicTime at, std::function<void()> cb) override {
+    const TimerId id = ++timers_armed;
+    timers_.push_back({id, at, std::move(cb)});
+    return id;
+  }
+  void disarmTimer(TimerId id) override {
+    ++timers_disarmed;
+    timers_.erase(std::remove_if(timers_.begin(), timers_.end(),
+                                 [id](const Pending& t) { return t.id == id; }),
+                  timers_.end());
+  }
+  const Clock& clock() const override { return clock_; }
+  MonotonicTime deadline() const override { return deadline_; }
+  void setDeadline(MonotonicTime deadline) override {
+    deadline_ = deadline;
+    ++set_deadline_calls;
+  }
+  MonotonicTime startTime() const override { return start_; }
+  const RequestHead& request() const override { return request_head; }
+  const RouteRuntime& route() const override { return route_; }
+  uint32_t attemptNumber() const override { return attempt; }
+  bool requestBodyReplayable() const override { return body_replayable; }
+  std::function<void()> crossThreadWaker(std::function<void()> fn) override { return fn; }
+  std::optional<CancelReason> cancelReason() const override { return cancel_reason; }
+  void recordUsage(const AttemptUsage& usage) override { usages.push_back(usage); }
+
+  /** Runs the armed timers due by now (the clock), earliest first. */
+  void fireDueTimers() {
+    for (;;) {
+      auto it = std::min_element(timers_.begin(), timers_.end(),
+                                 [](const Pending& a, const Pending& b) { return a.at < b.at; });
+      if (it == timers_.end() || it->at > clock_.now()) return;
+      auto cb = std::move(it->cb);
+      timers_.erase(it);
+      cb();
+    }
+  }
+  size_t armedTimers() const { return timers_.size(); }
+
+  // What the test sets.
+  RequestHead request_head;
+  uint32_t attempt = 1;
+  bool body_replayable = true;
+  std::optional<CancelReason> cancel_reason;
+
+  // What the filter did.
+  int continue_calls = 0;
+  int set_deadline_calls = 0;
+  uint64_t timers_armed = 0;
+  int timers_disarmed = 0;
+  std::vector<Problem> local_replies;
+  std::vector<std::pair<CancelReason, std::optional<std::chrono::milliseconds>>> cancels;
+  std::vector<AttemptUsage> usages;
+
+ private:
+  struct Pending {
+    TimerId id;
+    MonotonicTime at;
+    std::function<void()> cb;
+  };
+  ManualClock& clock_;
+  MonotonicTime start_;
+  MonotonicTime deadline_ = MonotonicTime::max();
+  RouteRuntime route_;
+  std::vector<Pending> timers_;
+};
+
+}  // namespace sluice::test
