@@ -15,7 +15,9 @@ std::string SocketAddress::toString() const {
   return hostForAuthority(host) + ":" + std::to_string(port);
 }
 
-std::string RedisUrl::address() const { return hostForAuthority(host) + ":" + std::to_string(port); }
+std::string RedisUrl::address() const {
+  return hostForAuthority(host) + ":" + std::to_string(port);
+}
 
 bool OutcomeSet::matchesStatus(int status) const {
   if (any_4xx && status >= 400 && status <= 499) return true;

@@ -187,13 +187,13 @@ struct PriceConfig {
  * it; live connections keep the limits they started with.
  */
 struct LimitsConfig {
-  uint64_t max_header_bytes = 64 * 1024;  // request line + headers (HTTP/2: header list) → 431
-  uint32_t max_headers = 100;             // header fields → 431
+  uint64_t max_header_bytes = 64 * 1024;    // request line + headers (HTTP/2: header list) → 431
+  uint32_t max_headers = 100;               // header fields → 431
   uint64_t max_body = 64ull * 1024 * 1024;  // request body → 413
   // Request body bytes held by the whole process (every worker) → 503 overloaded.
   uint64_t max_buffered_body_bytes = 256ull * 1024 * 1024;
-  uint32_t max_connections_per_worker = 10000;  // beyond: accepted and closed at once
-  uint32_t http2_max_concurrent_streams = 128;  // beyond: REFUSED_STREAM
+  uint32_t max_connections_per_worker = 10000;              // beyond: accepted and closed at once
+  uint32_t http2_max_concurrent_streams = 128;              // beyond: REFUSED_STREAM
   Duration header_read_timeout = std::chrono::seconds(10);  // TLS/preface + request head → 408
   Duration body_read_timeout = std::chrono::seconds(30);    // no request body byte → 408
   Duration idle_timeout = std::chrono::seconds(60);  // keep-alive, nothing in flight → closed

@@ -17,8 +17,8 @@
 #include <sstream>
 #include <utility>
 
+#include "common/http_headers.h"
 #include "config/render.h"
-#include "proxy/http_headers.h"
 
 namespace sluice::config {
 
@@ -1144,31 +1144,27 @@ LimitsConfig Decoder::limits(const Field& f) {
     if (bytes > max) fail(v, "must be at most " + formatSize(max));
     return bytes;
   };
-  decodeMap(f, {
-                   {"max_header_bytes",
-                    [&](const Field& v) { l.max_header_bytes = boundedSize(v, 1024, 16ull << 20); }},
-                   {"max_headers", [&](const Field& v) { l.max_headers = u32Max(v, 1, 10'000); }},
-                   {"max_body",
-                    [&](const Field& v) { l.max_body = boundedSize(v, 1, 1ull << 30); }},
-                   {"max_buffered_body_bytes",
-                    [&](const Field& v) {
-                      l.max_buffered_body_bytes = boundedSize(v, 64 * 1024, 1ull << 40);
-                    }},
-                   {"max_connections_per_worker",
-                    [&](const Field& v) {
-                      l.max_connections_per_worker = u32Max(v, 1, 1'000'000);
-                    }},
-                   {"http2_max_concurrent_streams",
-                    [&](const Field& v) {
-                      l.http2_max_concurrent_streams = u32Max(v, 1, 100'000);
-                    }},
-                   {"header_read_timeout",
-                    [&](const Field& v) { l.header_read_timeout = duration(v, true); }},
-                   {"body_read_timeout",
-                    [&](const Field& v) { l.body_read_timeout = duration(v, true); }},
-                   {"idle_timeout", [&](const Field& v) { l.idle_timeout = duration(v, true); }},
-                   {"send_timeout", [&](const Field& v) { l.send_timeout = duration(v, true); }},
-               });
+  decodeMap(
+      f,
+      {
+          {"max_header_bytes",
+           [&](const Field& v) { l.max_header_bytes = boundedSize(v, 1024, 16ull << 20); }},
+          {"max_headers", [&](const Field& v) { l.max_headers = u32Max(v, 1, 10'000); }},
+          {"max_body", [&](const Field& v) { l.max_body = boundedSize(v, 1, 1ull << 30); }},
+          {"max_buffered_body_bytes",
+           [&](const Field& v) {
+             l.max_buffered_body_bytes = boundedSize(v, 64 * 1024, 1ull << 40);
+           }},
+          {"max_connections_per_worker",
+           [&](const Field& v) { l.max_connections_per_worker = u32Max(v, 1, 1'000'000); }},
+          {"http2_max_concurrent_streams",
+           [&](const Field& v) { l.http2_max_concurrent_streams = u32Max(v, 1, 100'000); }},
+          {"header_read_timeout",
+           [&](const Field& v) { l.header_read_timeout = duration(v, true); }},
+          {"body_read_timeout", [&](const Field& v) { l.body_read_timeout = duration(v, true); }},
+          {"idle_timeout", [&](const Field& v) { l.idle_timeout = duration(v, true); }},
+          {"send_timeout", [&](const Field& v) { l.send_timeout = duration(v, true); }},
+      });
   return l;
 }
 
@@ -1190,7 +1186,9 @@ AccessLogConfig Decoder::accessLog(const Field& f) {
                    }
                  }},
                 {"format",
-                 [&](const Field& v) { oneOf<bool>(v, {{"json", true}}); }},
+                 [&](const Field& v) {
+                   oneOf<bool>(v, {{"json", true}});
+                 }},
             },
             {"path"});
   return a;
@@ -1433,8 +1431,8 @@ std::optional<RedisUrl> parseRedisUrl(std::string_view text, std::string* error)
     if (!db.empty()) {
       const std::optional<int64_t> n = parseInt64(db);
       if (!n || *n < 0 || *n > 15) {
-        return fail(error, prefix + "the database must be a number 0..15 (got " +
-                               inQuotes(db) + ")");
+        return fail(error,
+                    prefix + "the database must be a number 0..15 (got " + inQuotes(db) + ")");
       }
       url.db = static_cast<int>(*n);
     }

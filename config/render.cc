@@ -165,9 +165,8 @@ nlohmann::json sharedStateToJson(const std::optional<SharedStateConfig>& shared)
   std::string redis = "redis://";
   if (!shared->redis.password.empty()) redis += "<redacted>@";
   redis += shared->redis.address() + "/" + std::to_string(shared->redis.db);
-  return {{"redis", redis},
-          {"prefix", shared->prefix},
-          {"timeout", formatDuration(shared->timeout)}};
+  return {
+      {"redis", redis}, {"prefix", shared->prefix}, {"timeout", formatDuration(shared->timeout)}};
 }
 
 nlohmann::json toRedactedJson(const Config& config) {

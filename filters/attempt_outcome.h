@@ -4,8 +4,8 @@
 // the retry decision (`on`) and the circuit breaker (`failure_on`) both test
 // the same value against a config::OutcomeSet.
 
+#include "common/attempt.h"
 #include "config/config.h"
-#include "proxy/attempt.h"
 
 namespace sluice {
 

@@ -235,8 +235,8 @@ class Verifier {
       while (j < s_.size() && s_[j] >= '0' && s_[j] <= '9') ++j;
     }
     if (j == digits || j - digits > 18) return false;
-    if (j < s_.size() && (s_[j] == '.' || s_[j] == 'e' || s_[j] == 'E' ||
-                          (s_[j] >= '0' && s_[j] <= '9'))) {
+    if (j < s_.size() &&
+        (s_[j] == '.' || s_[j] == 'e' || s_[j] == 'E' || (s_[j] >= '0' && s_[j] <= '9'))) {
       return false;
     }
     i_ = j;

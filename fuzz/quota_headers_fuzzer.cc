@@ -10,11 +10,11 @@
 #include <cstdint>
 #include <string_view>
 
+#include "common/clock.h"
 #include "config/config.h"
 #include "filters/throttle/quota_headers.h"
 #include "filters/throttle/quota_tracker.h"
 #include "fuzz/support/fuzz_input.h"
-#include "proxy/clock.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -49,8 +49,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)meter.anyOutputDelivered();
   (void)meter.eventsSkipped();
 
-  static const sluice::PriceTable prices(std::vector<sluice::config::PriceConfig>{
-      {"gpt-4o*", 2.5, 10.0}, {"claude-*", 3.0, 15.0}});
+  static const sluice::PriceTable prices(
+      std::vector<sluice::config::PriceConfig>{{"gpt-4o*", 2.5, 10.0}, {"claude-*", 3.0, 15.0}});
   const sluice::AttemptTokens tokens = meter.tokenCounts();
   for (auto d : {sluice::AttemptDisposition::Completed, sluice::AttemptDisposition::Cancelled,
                  sluice::AttemptDisposition::Abandoned, sluice::AttemptDisposition::Finished}) {

@@ -18,6 +18,8 @@
 // in sluice_access_log_dropped_lines_total rather than slowing requests.
 // SIGHUP reopens the file (logrotate's `create` / `move` scheme).
 
+#include <prometheus/counter.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -29,11 +31,9 @@
 #include <thread>
 #include <vector>
 
-#include <prometheus/counter.h>
-
+#include "common/cancel_reason.h"
+#include "common/clock.h"
 #include "config/config.h"
-#include "proxy/cancel_reason.h"
-#include "proxy/clock.h"
 #include "proxy/event_util.h"
 
 namespace sluice {
@@ -62,7 +62,7 @@ struct AccessRecord {
   std::string_view model;  // the model the request or response named; "" = null
   uint64_t input_tokens = 0;
   uint64_t output_tokens = 0;
-  double spend_usd = 0;   // delivered + leaked
+  double spend_usd = 0;  // delivered + leaked
   double leaked_usd = 0;
   uint64_t bytes_in = 0;   // request body bytes received
   uint64_t bytes_out = 0;  // response body bytes handed to the client
@@ -116,7 +116,7 @@ class AccessLog {
 
   std::mutex file_mu_;  // guards the target; held by the writer while it writes
   config::AccessLogConfig target_;
-  int fd_ = -1;  // -1 = off; 1 = stdout (never closed)
+  int fd_ = -1;         // -1 = off; 1 = stdout (never closed)
   int last_errno_ = 0;  // the last write error logged (logged once until a write succeeds)
 
   std::mutex mu_;  // guards the queue

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "proxy/http_headers.h"
+#include "common/http_headers.h"
 
 namespace sluice {
 

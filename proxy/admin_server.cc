@@ -14,10 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "common/http_headers.h"
 #include "config/render.h"
 #include "proxy/admin_access.h"
 #include "proxy/filter_chain.h"
-#include "proxy/http_headers.h"
 #include "proxy/server.h"
 
 namespace sluice {
@@ -93,8 +93,7 @@ AdminRequestHeaders accessHeaders(evhttp_request* req) {
 
 }  // namespace
 
-AdminServer::AdminServer(Server& server)
-    : server_(server), dispatcher_(RealClock::instance()) {}
+AdminServer::AdminServer(Server& server) : server_(server), dispatcher_(RealClock::instance()) {}
 
 AdminServer::~AdminServer() { stop(); }
 
@@ -175,7 +174,8 @@ void AdminServer::handle(evhttp_request* req) {
   }
 
   if (path == "/metrics") {
-    reply(req, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", server_.metrics().serialize());
+    reply(req, 200, "OK", "text/plain; version=0.0.4; charset=utf-8",
+          server_.metrics().serialize());
   } else if (path == "/healthz") {
     reply(req, 200, "OK", "text/plain", "ok\n");
   } else if (path == "/ready") {

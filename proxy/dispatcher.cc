@@ -15,8 +15,8 @@ Dispatcher::Dispatcher(const Clock& clock, Scheduler* scheduler) : clock_(clock)
     scheduler = own_scheduler_.get();
   }
   scheduler_ = scheduler;
-  dns_ = evdns_base_new(base_.get(), EVDNS_BASE_INITIALIZE_NAMESERVERS |
-                                         EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+  dns_ = evdns_base_new(base_.get(),
+                        EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_DISABLE_WHEN_INACTIVE);
   if (dns_ == nullptr) {
     // No usable resolv.conf (sealed sandboxes): /etc/hosts and IP literals still work.
     dns_ = evdns_base_new(base_.get(), 0);

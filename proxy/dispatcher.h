@@ -14,7 +14,7 @@
 #include <mutex>
 #include <vector>
 
-#include "proxy/clock.h"
+#include "common/clock.h"
 #include "proxy/event_util.h"
 #include "proxy/scheduler.h"
 

@@ -8,11 +8,11 @@
 
 #include <memory>
 
-#include "proxy/clock.h"
+#include "common/clock.h"
+#include "common/http_message.h"
+#include "common/metrics.h"
 #include "proxy/dispatcher.h"
 #include "proxy/downstream_stream.h"
-#include "proxy/http_message.h"
-#include "proxy/metrics.h"
 
 namespace sluice {
 

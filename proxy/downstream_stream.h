@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <string_view>
 
+#include "common/http_message.h"
 #include "proxy/header_rewrite.h"
-#include "proxy/http_message.h"
 
 namespace sluice {
 

@@ -215,12 +215,11 @@ void Exchange::applyBodyBackpressure() {
 
 void Exchange::refuseBody() {
   const uint64_t cap = runtime_->config().limits.max_buffered_body_bytes;
-  cancelWith(CancelReason::Overloaded,
-             makeProblem(problems::kOverloaded,
-                         "request bodies held by sluice would exceed "
-                         "limits.max_buffered_body_bytes (" +
-                             std::to_string(cap) + " bytes)",
-                         CancelReason::Overloaded));
+  cancelWith(CancelReason::Overloaded, makeProblem(problems::kOverloaded,
+                                                   "request bodies held by sluice would exceed "
+                                                   "limits.max_buffered_body_bytes (" +
+                                                       std::to_string(cap) + " bytes)",
+                                                   CancelReason::Overloaded));
 }
 
 void Exchange::runChain(size_t from) {
@@ -228,12 +227,17 @@ void Exchange::runChain(size_t from) {
     StreamFilter& filter = *filters_[i];
     FilterStatus status = FilterStatus::Continue;
     switch (phase_) {
-      case Phase::DecodeHeaders: status = filter.decodeHeaders(request_); break;
-      case Phase::DecodeComplete: status = filter.decodeComplete(body_.prefix()); break;
+      case Phase::DecodeHeaders:
+        status = filter.decodeHeaders(request_);
+        break;
+      case Phase::DecodeComplete:
+        status = filter.decodeComplete(body_.prefix());
+        break;
       case Phase::BeforeAttempt:
         status = filter.beforeAttempt(attempt_.request);
         break;
-      case Phase::Done: return;
+      case Phase::Done:
+        return;
     }
     if (finished_ || state_ == ExchangeState::Cancelling) return;
     if (status == FilterStatus::StopIteration) {
@@ -627,9 +631,8 @@ void Exchange::onDownstreamDisconnect(CancelReason reason) {
   if (downstream_ != nullptr) undelivered_at_disconnect_ = downstream_->bufferedBytes();
   downstream_ = nullptr;  // never write to the client again
   if (finished_) return;
-  const bool finish_mode =
-      route_->config != nullptr &&
-      route_->config->on_client_disconnect == config::ClientDisconnectMode::Finish;
+  const bool finish_mode = route_->config != nullptr && route_->config->on_client_disconnect ==
+                                                            config::ClientDisconnectMode::Finish;
   // A streamed request cut short cannot complete upstream: cancel it instead.
   if (finish_mode && attempt_.stream != nullptr && state_ == ExchangeState::Running &&
       request_complete_) {
@@ -772,11 +775,11 @@ Problem Exchange::problemFor(CancelReason reason,
     case CancelReason::BudgetExhausted: {
       std::string budget;
       if (deadline_ != MonotonicTime::max()) {
-        budget = " of " +
-                 std::to_string(
-                     std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - start_)
-                         .count()) +
-                 " ms";
+        budget =
+            " of " +
+            std::to_string(
+                std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - start_).count()) +
+            " ms";
       }
       return makeProblem(problems::kBudgetExhausted,
                          "the request's time budget" + budget + " ran out after " +
@@ -784,28 +787,24 @@ Problem Exchange::problemFor(CancelReason reason,
                          reason);
     }
     case CancelReason::UpstreamTimeout:
-      return makeProblem(problems::kUpstreamTimeout,
-                         "upstream " + upstream +
-                             " stopped sending (first_byte_timeout/idle_timeout)",
-                         reason);
+      return makeProblem(
+          problems::kUpstreamTimeout,
+          "upstream " + upstream + " stopped sending (first_byte_timeout/idle_timeout)", reason);
     case CancelReason::CircuitOpen:
       return makeProblem(problems::kCircuitOpen,
-                         "upstream " + upstream +
-                             " is failing; sluice is not calling it for now",
+                         "upstream " + upstream + " is failing; sluice is not calling it for now",
                          reason, retry_after);
     case CancelReason::RateLimited:
       return makeProblem(problems::kRateLimited,
-                         "upstream " + upstream +
-                             " quota would be exceeded; wait for its reset",
+                         "upstream " + upstream + " quota would be exceeded; wait for its reset",
                          reason, retry_after);
     case CancelReason::Overloaded:
       return makeProblem(problems::kOverloaded,
                          "too many requests in flight or waiting for upstream " + upstream, reason,
                          retry_after);
     case CancelReason::Draining:
-      return makeProblem(problems::kDraining,
-                         "this sluice instance is draining; retry on another", reason,
-                         retry_after);
+      return makeProblem(problems::kDraining, "this sluice instance is draining; retry on another",
+                         reason, retry_after);
     case CancelReason::ClientDisconnect:
       return makeProblem(problems::kClientDisconnect, "the client went away", reason);
     case CancelReason::ClientStalled:

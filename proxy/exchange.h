@@ -28,14 +28,14 @@
 #include <string_view>
 #include <vector>
 
-#include "proxy/attempt.h"
-#include "proxy/cancel_reason.h"
+#include "common/attempt.h"
+#include "common/cancel_reason.h"
+#include "common/problem.h"
+#include "filters/filter.h"
 #include "proxy/dispatcher.h"
 #include "proxy/downstream_stream.h"
 #include "proxy/event_util.h"
 #include "proxy/exchange_state.h"
-#include "proxy/filter.h"
-#include "proxy/problem.h"
 #include "proxy/request_body.h"
 #include "proxy/request_id.h"
 #include "proxy/runtime.h"
@@ -83,9 +83,7 @@ struct ExchangeSnapshot {
   uint64_t response_bytes = 0;
 };
 
-class Exchange final : public DeferredDeletable,
-                       public FilterCallbacks,
-                       private UpstreamCallbacks {
+class Exchange final : public DeferredDeletable, public FilterCallbacks, private UpstreamCallbacks {
  public:
   /**
    * `route` is null when no route matched (the Exchange answers 404).
@@ -279,8 +277,8 @@ class Exchange final : public DeferredDeletable,
 
   RequestHead request_;
   RequestIdentity identity_;
-  RequestBody body_;  // counted against the process-wide cap (runtime_->bodyMemory())
-  uint64_t stream_above_ = 0;    // planBody(): streamAbove()
+  RequestBody body_;            // counted against the process-wide cap (runtime_->bodyMemory())
+  uint64_t stream_above_ = 0;   // planBody(): streamAbove()
   bool client_paused_ = false;  // the client's upload is paused (streamed body backpressure)
   bool request_complete_ = false;
   std::vector<StreamFilterPtr> filters_;

@@ -31,13 +31,20 @@ constexpr std::array<std::pair<S, S>, 13> kTransitions{{
 
 std::string_view toString(ExchangeState s) {
   switch (s) {
-    case S::Queued: return "queued";
-    case S::Running: return "running";
-    case S::BackingOff: return "backing_off";
-    case S::Completed: return "completed";
-    case S::Failed: return "failed";
-    case S::Cancelling: return "cancelling";
-    case S::Cancelled: return "cancelled";
+    case S::Queued:
+      return "queued";
+    case S::Running:
+      return "running";
+    case S::BackingOff:
+      return "backing_off";
+    case S::Completed:
+      return "completed";
+    case S::Failed:
+      return "failed";
+    case S::Cancelling:
+      return "cancelling";
+    case S::Cancelled:
+      return "cancelled";
   }
   return "unknown";
 }

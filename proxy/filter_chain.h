@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "proxy/filter.h"
+#include "filters/filter.h"
 #include "proxy/runtime.h"
 
 namespace sluice {

@@ -8,9 +8,8 @@ namespace sluice {
 namespace {
 
 constexpr std::string_view kHopByHop[] = {
-    "connection", "keep-alive",          "proxy-connection", "te",
-    "trailer",    "transfer-encoding",   "upgrade",          "proxy-authenticate",
-    "proxy-authorization",
+    "connection", "keep-alive",         "proxy-connection",    "te", "trailer", "transfer-encoding",
+    "upgrade",    "proxy-authenticate", "proxy-authorization",
 };
 
 }  // namespace

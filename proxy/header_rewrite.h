@@ -7,8 +7,8 @@
 
 #include <string_view>
 
+#include "common/http_message.h"
 #include "config/config.h"
-#include "proxy/http_message.h"
 
 namespace sluice {
 

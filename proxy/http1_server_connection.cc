@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/problem.h"
 #include "proxy/exchange.h"
-#include "proxy/problem.h"
 
 namespace sluice {
 
@@ -64,15 +64,14 @@ bool toOriginForm(RequestHead& head) {
 
 Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, evutil_socket_t fd,
                                              std::string peer_address, Http1Limits limits)
-    : Http1ServerConnection(host,
-                            BufferEventPtr(bufferevent_socket_new(
-                                host.dispatcher().base(), fd,
-                                BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS)),
-                            std::move(peer_address), /*tls=*/false, limits) {}
+    : Http1ServerConnection(
+          host,
+          BufferEventPtr(bufferevent_socket_new(host.dispatcher().base(), fd,
+                                                BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS)),
+          std::move(peer_address), /*tls=*/false, limits) {}
 
 Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, BufferEventPtr bev,
-                                             std::string peer_address, bool tls,
-                                             Http1Limits limits,
+                                             std::string peer_address, bool tls, Http1Limits limits,
                                              std::optional<MonotonicTime> accepted_at)
     : host_(host),
       limits_(limits),
@@ -97,8 +96,8 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
   event_base* base = host.dispatcher().base();
   resume_event_.reset(event_new(base, -1, 0, &Http1ServerConnection::onResumeCb, this));
   body_resume_event_.reset(event_new(base, -1, 0, &Http1ServerConnection::onBodyResumeCb, this));
-  bufferevent_setcb(bev_.get(), &Http1ServerConnection::onReadCb,
-                    &Http1ServerConnection::onWriteCb, &Http1ServerConnection::onEventCb, this);
+  bufferevent_setcb(bev_.get(), &Http1ServerConnection::onReadCb, &Http1ServerConnection::onWriteCb,
+                    &Http1ServerConnection::onEventCb, this);
   // The write callback fires when the client has drained us to the low watermark.
   bufferevent_setwatermark(bev_.get(), EV_WRITE, limits_.low_watermark, 0);
   bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
@@ -180,9 +179,9 @@ void Http1ServerConnection::parseInput() {
         // The method rule HTTP/2 applies too (methodRefusal).
         rejectRequest(problems::kBadRequest, "the request method is not one sluice proxies");
       } else {
-        rejectRequest(problems::kMalformedRequest,
-                      std::string("the request is not valid HTTP/1.1: ") +
-                          http_errno_description(err));
+        rejectRequest(
+            problems::kMalformedRequest,
+            std::string("the request is not valid HTTP/1.1: ") + http_errno_description(err));
       }
       return;
     }
@@ -286,7 +285,9 @@ bool Http1ServerConnection::ChunkScanner::scan(const char* data, size_t len) {
           return false;  // a bare LF ends no line here
         } else if (const int digit = hexDigit(c); digit >= 0) {
           // Saturates: http-parser refuses a size this large anyway.
-          remaining_ = remaining_ > (UINT64_MAX >> 4) ? UINT64_MAX : (remaining_ << 4) | static_cast<uint64_t>(digit);
+          remaining_ = remaining_ > (UINT64_MAX >> 4)
+                           ? UINT64_MAX
+                           : (remaining_ << 4) | static_cast<uint64_t>(digit);
         } else {
           state_ = State::Extension;  // ';' or whitespace; anything else the parser refuses
         }
@@ -628,7 +629,8 @@ bool Http1ServerConnection::canWriteWithoutWaiting(size_t len) const {
 }
 
 bool Http1ServerConnection::aboveHighWatermark() const {
-  return !closed_ && evbuffer_get_length(bufferevent_get_output(bev_.get())) > limits_.high_watermark;
+  return !closed_ &&
+         evbuffer_get_length(bufferevent_get_output(bev_.get())) > limits_.high_watermark;
 }
 
 size_t Http1ServerConnection::bufferedBytes() const {

@@ -39,14 +39,14 @@
 #include <optional>
 #include <string>
 
-#include "proxy/cancel_reason.h"
+#include "common/cancel_reason.h"
+#include "common/fifo.h"
+#include "common/http_message.h"
+#include "common/problem.h"
 #include "proxy/dispatcher.h"
 #include "proxy/downstream_connection.h"
 #include "proxy/downstream_stream.h"
 #include "proxy/event_util.h"
-#include "proxy/fifo.h"
-#include "proxy/http_message.h"
-#include "proxy/problem.h"
 #include "proxy/send_stall_watch.h"
 
 namespace sluice {
@@ -55,10 +55,10 @@ class Exchange;
 
 /** Limits that protect sluice from a hostile or broken client. */
 struct Http1Limits {
-  size_t max_header_bytes = 64 * 1024;  // request line + headers → 431 beyond
-  size_t max_headers = 100;             // header count → 431 beyond
-  size_t high_watermark = 64 * 1024;    // response bytes buffered before the upstream pauses
-  size_t low_watermark = 16 * 1024;     // ... and resumes
+  size_t max_header_bytes = 64 * 1024;       // request line + headers → 431 beyond
+  size_t max_headers = 100;                  // header count → 431 beyond
+  size_t high_watermark = 64 * 1024;         // response bytes buffered before the upstream pauses
+  size_t low_watermark = 16 * 1024;          // ... and resumes
   size_t max_pipelined_bytes = 1024 * 1024;  // unparsed input buffered while a request runs
   // Slow-client timeouts (config `limits`); zero = off.
   std::chrono::milliseconds header_read_timeout = std::chrono::seconds(10);
@@ -225,7 +225,16 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
 
    private:
     enum class State {
-      Size, Extension, SizeLf, Data, DataCr, DataLf, TrailerLineStart, TrailerLine, FinalLf, Done
+      Size,
+      Extension,
+      SizeLf,
+      Data,
+      DataCr,
+      DataLf,
+      TrailerLineStart,
+      TrailerLine,
+      FinalLf,
+      Done
     };
     State state_ = State::Size;
     uint64_t remaining_ = 0;  // chunk size being read, then its data bytes left

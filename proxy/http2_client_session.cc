@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "proxy/http_headers.h"
+#include "common/http_headers.h"
 #include "proxy/upstream_connection.h"
 #include "proxy/upstream_pool.h"
 
@@ -133,8 +133,9 @@ void Http2ClientSession::submit(Http2ClientStream& stream, const RequestHead& he
   if (closed_) {
     stream.ended_ = true;
     UpstreamCallbacks* cb = stream.callbacks_;
-    if (cb != nullptr) cb->onUpstreamError(UpstreamError::ConnectError,
-                                            "cannot connect to " + upstream_.url.authority());
+    if (cb != nullptr)
+      cb->onUpstreamError(UpstreamError::ConnectError,
+                          "cannot connect to " + upstream_.url.authority());
     return;
   }
   std::vector<nghttp2_nv> nva;
@@ -208,7 +209,8 @@ ssize_t Http2ClientSession::readBody(nghttp2_session* session, int32_t stream_id
     stream->body_deferred_ = true;  // a streamed body: onRequestBodyData wakes us
     return NGHTTP2_ERR_DEFERRED;
   }
-  if (n > 0 && stream->callbacks_ != nullptr) stream->callbacks_->onUpstreamBodySent(stream->body_sent_);
+  if (n > 0 && stream->callbacks_ != nullptr)
+    stream->callbacks_->onUpstreamBodySent(stream->body_sent_);
   return static_cast<ssize_t>(n);
 }
 
@@ -226,8 +228,8 @@ void Http2ClientSession::letGo(Http2ClientStream& stream, bool reset) {
   if (stream.let_go_) return;
   stream.let_go_ = true;
   stream.callbacks_ = nullptr;
-  const bool request_sent = stream.body_ == nullptr || (stream.body_->complete() &&
-                                                        stream.body_sent_ == stream.body_->size());
+  const bool request_sent = stream.body_ == nullptr ||
+                            (stream.body_->complete() && stream.body_sent_ == stream.body_->size());
   stream.body_ = nullptr;
   if (!stream.held_.empty()) {
     // Never handed over: give the connection window back.
@@ -308,7 +310,8 @@ void Http2ClientSession::flush() {
     const ssize_t n = nghttp2_session_mem_send(session_.get(), &data);
     if (n < 0) {
       in_io_ = false;
-      failAll(UpstreamError::Protocol, std::string("HTTP/2 send: ") + nghttp2_strerror(static_cast<int>(n)));
+      failAll(UpstreamError::Protocol,
+              std::string("HTTP/2 send: ") + nghttp2_strerror(static_cast<int>(n)));
       return;
     }
     if (n == 0) break;
@@ -342,8 +345,8 @@ void Http2ClientSession::onRead() {
     if (closed_) break;
     if (n < 0) {
       in_io_ = false;
-      failAll(UpstreamError::Protocol,
-              std::string("invalid HTTP/2 from upstream: ") + nghttp2_strerror(static_cast<int>(n)));
+      failAll(UpstreamError::Protocol, std::string("invalid HTTP/2 from upstream: ") +
+                                           nghttp2_strerror(static_cast<int>(n)));
       return;
     }
     evbuffer_drain(input, static_cast<size_t>(n));
@@ -436,15 +439,16 @@ void Http2ClientSession::maybeRetire() {
 }
 
 void Http2ClientSession::armPing() {
-  ping_timer_.arm(ping_outstanding_ ? std::chrono::duration_cast<std::chrono::nanoseconds>(kPingTimeout)
-                                    : std::chrono::duration_cast<std::chrono::nanoseconds>(kIdlePingInterval));
+  ping_timer_.arm(ping_outstanding_
+                      ? std::chrono::duration_cast<std::chrono::nanoseconds>(kPingTimeout)
+                      : std::chrono::duration_cast<std::chrono::nanoseconds>(kIdlePingInterval));
 }
 
 void Http2ClientSession::onPingTimer() {
   if (closed_) return;
   if (ping_outstanding_) {
-    close("upstream did not answer an HTTP/2 PING within " +
-          std::to_string(kPingTimeout.count()) + "s");
+    close("upstream did not answer an HTTP/2 PING within " + std::to_string(kPingTimeout.count()) +
+          "s");
     return;
   }
   if (!streams_.empty()) return;  // busy: traffic proves liveness
@@ -571,8 +575,7 @@ int Http2ClientSession::onStreamClose(nghttp2_session*, int32_t stream_id, uint3
   } else {
     s->callbacks_->onUpstreamError(
         UpstreamError::Reset,
-        std::string("upstream reset the HTTP/2 stream: ") +
-            nghttp2_http2_strerror(error_code));
+        std::string("upstream reset the HTTP/2 stream: ") + nghttp2_http2_strerror(error_code));
   }
   return 0;
 }

@@ -64,17 +64,17 @@ class Http2ClientStream final : public DeferredDeletable, public UpstreamStream 
   UpstreamCallbacks* callbacks_ = nullptr;
   int32_t id_ = -1;
   RequestBody* body_ = nullptr;  // the Exchange's body, valid until release/reset
-  uint64_t body_sent_ = 0;        // body bytes handed to nghttp2
-  bool body_deferred_ = false;    // the data provider waits for body bytes (or the connection)
+  uint64_t body_sent_ = 0;       // body bytes handed to nghttp2
+  bool body_deferred_ = false;   // the data provider waits for body bytes (or the connection)
   ResponseHead head_;
   bool head_received_ = false;  // the final head is in head_ (held until reportHead)
   bool head_reported_ = false;
   bool paused_ = false;
-  std::string held_;          // DATA that arrived while paused (within the stream window)
-  bool end_held_ = false;     // END_STREAM arrived while paused
-  bool ended_ = false;        // complete or error was reported (or the holder let go)
-  bool let_go_ = false;       // released or reset by the holder
-  bool h2_closed_ = false;    // nghttp2 closed the stream
+  std::string held_;        // DATA that arrived while paused (within the stream window)
+  bool end_held_ = false;   // END_STREAM arrived while paused
+  bool ended_ = false;      // complete or error was reported (or the holder let go)
+  bool let_go_ = false;     // released or reset by the holder
+  bool h2_closed_ = false;  // nghttp2 closed the stream
 };
 
 class Http2ClientSession final : public DeferredDeletable {

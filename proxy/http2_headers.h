@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "proxy/http_message.h"
+#include "common/http_message.h"
 
 namespace sluice {
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <optional>
 
+#include "common/problem.h"
 #include "proxy/exchange.h"
 #include "proxy/http2_headers.h"
-#include "proxy/problem.h"
 
 namespace sluice {
 
@@ -85,7 +85,7 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   size_t unconsumed_ = 0;     // body bytes taken while paused, not yet acknowledged
 
   // response
-  EvBufferPtr pending_;         // body bytes the client's window has not admitted yet
+  EvBufferPtr pending_;  // body bytes the client's window has not admitted yet
   bool response_started_ = false;
   bool body_allowed_ = true;    // false for HEAD, 204, 304
   bool end_pending_ = false;    // the response's last byte is in pending_
@@ -93,7 +93,7 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   bool deferred_ = false;       // the data provider is waiting for bytes
   bool above_high_ = false;     // the Exchange may have paused: tell it when we drain
   bool reset_ = false;
-  bool closed_ = false;         // nghttp2 closed the stream
+  bool closed_ = false;  // nghttp2 closed the stream
   // resetStreamAfter: RST_STREAM with this code once pending_ has been sent.
   std::optional<uint32_t> reset_after_pending_;
 
@@ -126,8 +126,7 @@ void Http2ServerConnection::Stream::encodeHeaders(const ResponseHead& head, bool
 }
 
 void Http2ServerConnection::Stream::encodeData(const char* data, size_t len, bool end_stream) {
-  if (closed_ || reset_ || !response_started_ || end_pending_ || end_submitted_ ||
-      conn_.closed_) {
+  if (closed_ || reset_ || !response_started_ || end_pending_ || end_submitted_ || conn_.closed_) {
     return;
   }
   if (len > 0 && body_allowed_) {
@@ -238,11 +237,11 @@ void Http2ServerConnection::Stream::onBodyTimer() {
   conn_.host_.countRejection(Rejection::BodyTimeout);
   // Nothing went upstream yet (bodies are buffered first). The 408 ends the
   // stream; onFrameSend then resets it with NO_ERROR so the client stops uploading.
-  exchange_->sendLocalReply(makeProblem(
-      problems::kRequestTimeout,
-      "no request body byte for limits.body_read_timeout (" +
-          std::to_string(conn_.limits_.body_read_timeout.count()) + "ms)",
-      CancelReason::ClientDisconnect));
+  exchange_->sendLocalReply(
+      makeProblem(problems::kRequestTimeout,
+                  "no request body byte for limits.body_read_timeout (" +
+                      std::to_string(conn_.limits_.body_read_timeout.count()) + "ms)",
+                  CancelReason::ClientDisconnect));
 }
 
 void Http2ServerConnection::Stream::disconnect(CancelReason reason) {
@@ -255,8 +254,7 @@ void Http2ServerConnection::Stream::disconnect(CancelReason reason) {
 // --- the connection ---------------------------------------------------------------------
 
 Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, BufferEventPtr bev,
-                                             std::string peer_address, bool tls,
-                                             Http2Limits limits)
+                                             std::string peer_address, bool tls, Http2Limits limits)
     : host_(host),
       limits_(limits),
       bev_(std::move(bev)),
@@ -291,8 +289,7 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, limits_.max_concurrent_streams},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(limits_.stream_window)},
-      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE,
-       static_cast<uint32_t>(limits_.max_header_list_bytes)},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, static_cast<uint32_t>(limits_.max_header_list_bytes)},
   };
   nghttp2_submit_settings(session_.get(), NGHTTP2_FLAG_NONE, settings,
                           sizeof(settings) / sizeof(settings[0]));
@@ -301,8 +298,8 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
 
   event_base* base = host.dispatcher().base();
   process_event_.reset(event_new(base, -1, 0, &Http2ServerConnection::onProcessCb, this));
-  bufferevent_setcb(bev_.get(), &Http2ServerConnection::onReadCb,
-                    &Http2ServerConnection::onWriteCb, &Http2ServerConnection::onEventCb, this);
+  bufferevent_setcb(bev_.get(), &Http2ServerConnection::onReadCb, &Http2ServerConnection::onWriteCb,
+                    &Http2ServerConnection::onEventCb, this);
   // The write callback fires when the socket drained to the low watermark: pump more.
   bufferevent_setwatermark(bev_.get(), EV_WRITE, limits_.output_low_watermark, 0);
   bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
@@ -458,7 +455,8 @@ int Http2ServerConnection::onFrameRecv(nghttp2_session*, const nghttp2_frame* fr
     }
     case NGHTTP2_DATA:
       if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
-        if (Stream* stream = self->findStream(frame->hd.stream_id)) self->onRequestComplete(*stream);
+        if (Stream* stream = self->findStream(frame->hd.stream_id))
+          self->onRequestComplete(*stream);
       }
       break;
     case NGHTTP2_GOAWAY:
@@ -622,7 +620,8 @@ void Http2ServerConnection::notifyWritable() {
   for (int32_t id : ids) {
     if (closed_) return;
     Stream* stream = findStream(id);
-    if (stream != nullptr && stream->exchange_ != nullptr) stream->exchange_->onDownstreamWritable();
+    if (stream != nullptr && stream->exchange_ != nullptr)
+      stream->exchange_->onDownstreamWritable();
   }
 }
 
@@ -661,8 +660,8 @@ void Http2ServerConnection::disconnectAll(CancelReason reason) {
 
 void Http2ServerConnection::maybeFinish() {
   if (closed_ || flushing_) return;
-  const bool over =
-      nghttp2_session_want_read(session_.get()) == 0 && nghttp2_session_want_write(session_.get()) == 0;
+  const bool over = nghttp2_session_want_read(session_.get()) == 0 &&
+                    nghttp2_session_want_write(session_.get()) == 0;
   if (over || (draining_ && streams_.empty())) closeAfterFlush();
 }
 

@@ -68,8 +68,9 @@ struct Http2Limits {
    */
   size_t max_header_list_bytes = 64 * 1024;
   size_t max_headers = 100;
-  size_t high_watermark = 64 * 1024;  // response bytes buffered per stream before the upstream pauses
-  size_t low_watermark = 16 * 1024;   // ... and resumes
+  size_t high_watermark =
+      64 * 1024;  // response bytes buffered per stream before the upstream pauses
+  size_t low_watermark = 16 * 1024;  // ... and resumes
   /** Serialized frames queued on the socket before sluice stops asking nghttp2 for more. */
   size_t output_high_watermark = 64 * 1024;
   size_t output_low_watermark = 16 * 1024;
@@ -80,7 +81,8 @@ struct Http2Limits {
   std::chrono::milliseconds body_read_timeout = std::chrono::seconds(30);
   /** No open stream for this long → GOAWAY(NO_ERROR) and close (0 = off). */
   std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
-  /** Output pending and not a byte accepted for this long → closed, streams client_stalled (0 = off). */
+  /** Output pending and not a byte accepted for this long → closed, streams client_stalled (0 =
+   * off). */
   std::chrono::milliseconds send_timeout = std::chrono::seconds(60);
 };
 
@@ -134,9 +136,8 @@ class Http2ServerConnection final : public DownstreamConnection {
                              const uint8_t* data, size_t len, void*);
   static int onFrameSend(nghttp2_session*, const nghttp2_frame*, void*);
   static int onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code, void*);
-  static ssize_t onDataSourceRead(nghttp2_session*, int32_t stream_id, uint8_t* buf,
-                                  size_t length, uint32_t* data_flags, nghttp2_data_source*,
-                                  void*);
+  static ssize_t onDataSourceRead(nghttp2_session*, int32_t stream_id, uint8_t* buf, size_t length,
+                                  uint32_t* data_flags, nghttp2_data_source*, void*);
 
   Stream* findStream(int32_t stream_id) const;
   /** A stream closed before its request ended (the client may not know yet). */

@@ -14,7 +14,6 @@ namespace {
 
 constexpr char kHex[] = "0123456789abcdef";
 
-
 bool isContinuation(unsigned char c) { return (c & 0xC0) == 0x80; }
 
 /**
@@ -98,11 +97,21 @@ char* writeString(char* p, std::string_view s) {
     }
     *p++ = '\\';
     switch (c) {
-      case '"': *p++ = '"'; break;
-      case '\\': *p++ = '\\'; break;
-      case '\n': *p++ = 'n'; break;
-      case '\r': *p++ = 'r'; break;
-      case '\t': *p++ = 't'; break;
+      case '"':
+        *p++ = '"';
+        break;
+      case '\\':
+        *p++ = '\\';
+        break;
+      case '\n':
+        *p++ = 'n';
+        break;
+      case '\r':
+        *p++ = 'r';
+        break;
+      case '\t':
+        *p++ = 't';
+        break;
       default:
         p = writeLiteral(p, "u00");
         *p++ = kHex[c >> 4];

@@ -75,8 +75,7 @@ bool isWildcard(const std::string& proc_address) {
  * is on `port` at an address overlapping `address` (equal, or either is the
  * wildcard).
  */
-bool foreignListener(uint16_t port, const std::string& address,
-                            const std::set<std::string>& ours) {
+bool foreignListener(uint16_t port, const std::string& address, const std::set<std::string>& ours) {
   for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
     std::ifstream in(table);
     std::string line;
@@ -125,7 +124,7 @@ std::vector<evutil_socket_t> bindListenerGroup(const std::string& host, uint16_t
     }
     if (i == 0) port = boundPort(fd);  // port 0: every worker shares the one we got
     fds.push_back(fd);
-    struct stat st{};
+    struct stat st {};
     if (::fstat(fd, &st) == 0) inodes.insert(std::to_string(st.st_ino));
   }
   if (fds.empty()) return fds;

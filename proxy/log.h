@@ -3,7 +3,8 @@
 // Operational logs (DESIGN.md §7): one JSON object per line on stderr, with
 // `ts`, `level` and the human message in `msg`, then the event's own fields:
 //
-//   {"ts":"2026-01-01T00:00:00.000Z","level":"info","msg":"sluice: config reloaded from /etc/sluice.yaml","path":"/etc/sluice.yaml"}
+//   {"ts":"2026-01-01T00:00:00.000Z","level":"info","msg":"sluice: config reloaded from
+//   /etc/sluice.yaml","path":"/etc/sluice.yaml"}
 //
 // What is logged: start, listeners, reload accepted / rejected (with the
 // reason), circuit transitions, access log trouble, drain. Never a secret
@@ -21,7 +22,7 @@
 #include <type_traits>
 #include <variant>
 
-#include "proxy/clock.h"
+#include "common/clock.h"
 
 namespace sluice {
 

@@ -8,6 +8,8 @@
 // Exit codes: 0 clean shutdown, 1 runtime failure (cannot bind, ...),
 // 2 invalid config or usage.
 
+#include <unistd.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -16,10 +18,8 @@
 #include <string>
 #include <thread>
 
-#include <unistd.h>
-
+#include "common/build_info.h"
 #include "config/loader.h"
-#include "proxy/build_info.h"
 #include "proxy/log.h"
 #include "proxy/probe.h"
 #include "proxy/server.h"
@@ -106,8 +106,9 @@ int main(int argc, char** argv) {
     const std::string address =
         cfg.listeners[i].address.host + ":" + std::to_string(server.listenerPort(i));
     std::cout << "sluice listening on " << address << "\n";
-    sluice::logInfo("sluice listening on " + address,
-                    {{"event", "listening"}, {"address", address}, {"tls", cfg.listeners[i].tls.has_value()}});
+    sluice::logInfo(
+        "sluice listening on " + address,
+        {{"event", "listening"}, {"address", address}, {"tls", cfg.listeners[i].tls.has_value()}});
   }
   const std::string admin = cfg.admin.host + ":" + std::to_string(server.adminPort());
   std::cout << "sluice admin on " << admin << std::endl;
@@ -123,8 +124,9 @@ int main(int argc, char** argv) {
           sluice::logInfo("sluice: config reloaded from " + config_path,
                           {{"event", "reload"}, {"config", config_path}});
         } else {
-          sluice::logWarn("sluice: reload rejected, keeping the running config: " + reload_error,
-                          {{"event", "reload_rejected"}, {"config", config_path}, {"reason", reload_error}});
+          sluice::logWarn(
+              "sluice: reload rejected, keeping the running config: " + reload_error,
+              {{"event", "reload_rejected"}, {"config", config_path}, {"reason", reload_error}});
         }
         continue;
       }

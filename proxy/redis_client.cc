@@ -1,8 +1,8 @@
 #include "proxy/redis_client.h"
 
+#include <arpa/inet.h>
 #include <event2/dns.h>
 #include <hiredis/adapters/libevent.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -83,11 +83,11 @@ void RedisClient::onResolved(int result, evutil_addrinfo* res, void* arg) {
     return;
   }
   char text[INET6_ADDRSTRLEN] = {};
-  const void* addr = res->ai_family == AF_INET6
-                         ? static_cast<const void*>(
-                               &reinterpret_cast<const sockaddr_in6*>(res->ai_addr)->sin6_addr)
-                         : static_cast<const void*>(
-                               &reinterpret_cast<const sockaddr_in*>(res->ai_addr)->sin_addr);
+  const void* addr =
+      res->ai_family == AF_INET6
+          ? static_cast<const void*>(
+                &reinterpret_cast<const sockaddr_in6*>(res->ai_addr)->sin6_addr)
+          : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(res->ai_addr)->sin_addr);
   evutil_inet_ntop(res->ai_family, addr, text, sizeof(text));
   evutil_freeaddrinfo(res);
   self->connectTo(text);
@@ -123,7 +123,7 @@ void RedisClient::onConnect(const redisAsyncContext* ac, int status) {
 void RedisClient::onDisconnect(const redisAsyncContext* ac, int) {
   auto* self = static_cast<RedisClient*>(ac->data);
   if (self == nullptr || ac != self->ac_) return;  // we dropped it ourselves
-  self->ac_ = nullptr;  // hiredis frees it after this callback
+  self->ac_ = nullptr;                             // hiredis frees it after this callback
   self->fail("connect");
 }
 
@@ -141,19 +141,20 @@ void RedisClient::handshake() {
   if (url_.db != 0) send({"SELECT", std::to_string(url_.db)}, step, "");
   for (const auto& argv : init_) send(argv, step, "");
   // Up once everything before it was answered (replies come in order).
-  send({"PING"},
-       [this](const redisReply* reply) {
-         if (isError(reply) || state_ != State::Handshake) return;
-         backoff_ = milliseconds(0);
-         if (!channel_.empty()) {
-           std::vector<const char*> argv{"SUBSCRIBE", channel_.c_str()};
-           std::vector<size_t> lens{9, channel_.size()};
-           redisAsyncCommandArgv(ac_, &RedisClient::onMessageReply, nullptr, 2, argv.data(),
-                                 lens.data());
-         }
-         setState(State::Up);
-       },
-       "");
+  send(
+      {"PING"},
+      [this](const redisReply* reply) {
+        if (isError(reply) || state_ != State::Handshake) return;
+        backoff_ = milliseconds(0);
+        if (!channel_.empty()) {
+          std::vector<const char*> argv{"SUBSCRIBE", channel_.c_str()};
+          std::vector<size_t> lens{9, channel_.size()};
+          redisAsyncCommandArgv(ac_, &RedisClient::onMessageReply, nullptr, 2, argv.data(),
+                                lens.data());
+        }
+        setState(State::Up);
+      },
+      "");
 }
 
 bool RedisClient::command(const std::vector<std::string>& argv, Reply done, std::string_view op) {
@@ -176,8 +177,8 @@ bool RedisClient::send(const std::vector<std::string>& argv, Reply done, std::st
                             static_cast<int>(args.size()), args.data(), lens.data()) != REDIS_OK) {
     return false;
   }
-  pending_.push_back(Pending{id, dispatcher_.clock().now() + timeout_, std::move(done),
-                             std::string(op)});
+  pending_.push_back(
+      Pending{id, dispatcher_.clock().now() + timeout_, std::move(done), std::string(op)});
   armTimer();
   return true;
 }

@@ -40,13 +40,14 @@ namespace sluice {
 
 class RedisClient {
  public:
-  /** A call's reply; nullptr when it failed (timeout, connection lost). Error replies are passed on. */
+  /** A call's reply; nullptr when it failed (timeout, connection lost). Error replies are passed
+   * on. */
   using Reply = std::function<void(const redisReply* reply)>;
   /** A pub/sub message on a subscribed channel. */
   using Message = std::function<void(std::string_view channel, std::string_view message)>;
 
   struct Hooks {
-    std::function<void(bool up)> on_state;            // every up/down change
+    std::function<void(bool up)> on_state;              // every up/down change
     std::function<void(std::string_view op)> on_error;  // one failed call or connect ("connect")
   };
 
@@ -56,9 +57,10 @@ class RedisClient {
    * handshake. With `subscribe_to` set the connection is a subscriber: after
    * the handshake it SUBSCRIBEs and hands every message to `on_message`.
    */
-  RedisClient(Dispatcher& dispatcher, const config::RedisUrl& url, std::chrono::milliseconds timeout,
-              Hooks hooks, std::vector<std::vector<std::string>> init = {},
-              std::string subscribe_to = {}, Message on_message = {});
+  RedisClient(Dispatcher& dispatcher, const config::RedisUrl& url,
+              std::chrono::milliseconds timeout, Hooks hooks,
+              std::vector<std::vector<std::string>> init = {}, std::string subscribe_to = {},
+              Message on_message = {});
   ~RedisClient();
   RedisClient(const RedisClient&) = delete;
   RedisClient& operator=(const RedisClient&) = delete;

@@ -58,7 +58,7 @@ uint64_t IdGenerator::next() {
 std::string IdGenerator::uuid() {
   uint64_t hi = next();
   uint64_t lo = next();
-  hi = (hi & ~0xF000ULL) | 0x4000ULL;                           // version 4
+  hi = (hi & ~0xF000ULL) | 0x4000ULL;                         // version 4
   lo = (lo & 0x3FFFFFFFFFFFFFFFULL) | 0x8000000000000000ULL;  // variant 10xx
   char hex[32];
   writeHex(hex, hi);

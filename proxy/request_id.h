@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "proxy/http_headers.h"
+#include "common/http_headers.h"
 
 namespace sluice {
 

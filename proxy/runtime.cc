@@ -17,7 +17,8 @@ const UpstreamRuntime* predecessor(const Runtime* previous, const config::Upstre
   if (previous == nullptr) return nullptr;
   for (const auto& old : previous->upstreams()) {
     if (old.config->name == up.name && old.config->url.scheme == up.url.scheme &&
-        old.config->url.host == up.url.host && old.config->url.port == up.url.port) return &old;
+        old.config->url.host == up.url.host && old.config->url.port == up.url.port)
+      return &old;
   }
   return nullptr;
 }
@@ -55,9 +56,9 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
   for (const auto& up : cfg.upstreams) {
     UpstreamRuntime u;
     u.config = &up;
-    u.endpoint = (up.url.host.find(':') != std::string::npos ? "[" + up.url.host + "]"
-                                                              : up.url.host) +
-                 ":" + std::to_string(up.url.port);
+    u.endpoint =
+        (up.url.host.find(':') != std::string::npos ? "[" + up.url.host + "]" : up.url.host) + ":" +
+        std::to_string(up.url.port);
     u.metrics = std::make_unique<UpstreamMetrics>(metrics, up.name);
     if (up.url.isTls()) {
       TlsError tls_error;
@@ -68,8 +69,8 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
       }
     }
     if (up.url.isTls() && !up.tls.verify) {
-      rt->warnings_.push_back("upstream " + up.name + ": tls.verify is false: " +
-                              up.url.authority() +
+      rt->warnings_.push_back("upstream " + up.name +
+                              ": tls.verify is false: " + up.url.authority() +
                               "'s certificate is not checked (anyone on the path can read the "
                               "traffic and its API keys)");
     }
@@ -95,8 +96,7 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
                                             : to_closed)
                 ->Increment();
             logEvent(to == CircuitState::Open ? LogLevel::Warn : LogLevel::Info,
-                     "sluice: circuit of upstream " + name + " is now " +
-                         std::string(toString(to)),
+                     "sluice: circuit of upstream " + name + " is now " + std::string(toString(to)),
                      {{"event", "circuit_transition"},
                       {"upstream", name},
                       {"from", toString(from)},
@@ -107,7 +107,8 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
     }
     u.metrics->circuitState().Set(static_cast<double>(static_cast<int>(u.breaker->state())));
     if (up.rate_limit) {
-      if (before != nullptr && before->quota && sameRateLimit(*before->config->rate_limit, *up.rate_limit)) {
+      if (before != nullptr && before->quota &&
+          sameRateLimit(*before->config->rate_limit, *up.rate_limit)) {
         u.quota = before->quota;
       } else {
         u.quota = std::make_shared<QuotaTracker>(*up.rate_limit, clock);

@@ -11,14 +11,14 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.h"
+#include "common/metrics.h"
 #include "config/config.h"
 #include "filters/circuit_breaker/circuit_breaker.h"
 #include "filters/retry/retry_decision.h"
 #include "filters/spend/pricing.h"
 #include "filters/throttle/global_quota.h"
 #include "filters/throttle/quota_tracker.h"
-#include "proxy/clock.h"
-#include "proxy/metrics.h"
 #include "proxy/request_body.h"
 #include "proxy/tls.h"
 #include "proxy/tls_server.h"

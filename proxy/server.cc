@@ -121,7 +121,8 @@ bool Server::start(std::string* error) {
     const std::vector<evutil_socket_t> group =
         bindListenerGroup(listener.address.host, listener.address.port, nworkers, error);
     if (group.empty()) {
-      for (auto& list : sockets) for (const auto& ls : list) ::close(ls.fd);
+      for (auto& list : sockets)
+        for (const auto& ls : list) ::close(ls.fd);
       return false;
     }
     for (size_t w = 0; w < nworkers; ++w) sockets[w].push_back(ListenSocket{group[w], l});

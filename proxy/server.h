@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
+#include "common/metrics.h"
 #include "config/config.h"
 #include "proxy/access_log.h"
 #include "proxy/admin_server.h"
-#include "proxy/clock.h"
 #include "proxy/exchange.h"
-#include "proxy/metrics.h"
 #include "proxy/runtime.h"
 #include "proxy/shared_state.h"
 #include "proxy/worker.h"
@@ -33,10 +33,9 @@ class Server {
 
   /**
    * Binds every socket, opens the access log and starts the workers and
-   * admin. False + `error` on failure. Ignores SIGPIPE for the whole process: a write to a client that
-   * reset its connection must be an EPIPE sluice handles, not a signal that
-   * kills it (library users need not know). Logs the config's warnings
-   * (e.g. `tls.verify: false`) to stderr.
+   * admin. False + `error` on failure. Ignores SIGPIPE for the whole process: a write to a client
+   * that reset its connection must be an EPIPE sluice handles, not a signal that kills it (library
+   * users need not know). Logs the config's warnings (e.g. `tls.verify: false`) to stderr.
    */
   bool start(std::string* error);
   /** Stops everything at once (in-flight exchanges are cancelled with `draining`). */

@@ -13,10 +13,13 @@ namespace {
 using std::chrono::milliseconds;
 
 // A reserve: KEYS[1] the quota's hash, ARGV[1] the reserve (rate_limit.reserve).
-// Returns {kind, wait_ms}: 0 unknown (go: the fleet's probe), 1 admitted,
-// 2 wait (wait_ms, -1 = unknown). Refills a passed reset lazily, as
-// QuotaTracker does. An unknown key admits one probe for the fleet; the
-// others wait for its report.
+// Returns {kind, wait_ms}: 0 unknown (decide locally), 1 admitted, 2 wait
+// (wait_ms, -1 = unknown: the fleet's probe is out), 3 the fleet's probe.
+// Refills a passed reset lazily, as QuotaTracker does. A key nobody has seen
+// admits one probe for the fleet; the others wait for its report or its
+// release (kProbeEndScript). avail = -1 marks a key whose responses carry no
+// request quota (or whose last window had no limit): every replica decides
+// locally until a report says otherwise.
 constexpr std::string_view kReserveScript = R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -24,16 +27,17 @@ local h = redis.call('HMGET', KEYS[1], 'limit', 'avail', 'reset')
 if not h[2] then
   if redis.call('HSETNX', KEYS[1], 'probe', 1) == 1 then
     redis.call('PEXPIRE', KEYS[1], 2000)
-    return {0, 0}
+    return {3, 0}
   end
-  return {2, 200}
+  return {2, -1}
 end
 local limit = tonumber(h[1])
 local avail = tonumber(h[2])
 local reset = tonumber(h[3])
+if avail < 0 then return {0, 0} end
 if reset >= 0 and now >= reset then
   if limit <= 0 then
-    redis.call('DEL', KEYS[1])
+    redis.call('HSET', KEYS[1], 'avail', -1, 'reset', -1)
     return {0, 0}
   end
   avail = limit
@@ -100,6 +104,19 @@ redis.call('PEXPIRE', KEYS[1], ttl)
 return 1
 )lua";
 
+// The fleet's probe ended without a report: KEYS[1] the quota's hash, ARGV[1]
+// 1 when its response came without a request quota (the key is marked
+// avail = -1, decided locally by every replica until a quota shows up), 0
+// when it ended before any header (nothing learned: the next request probes).
+constexpr std::string_view kProbeEndScript = R"lua(
+redis.call('HDEL', KEYS[1], 'probe')
+if ARGV[1] == '1' and not redis.call('HGET', KEYS[1], 'avail') then
+  redis.call('HSET', KEYS[1], 'limit', -1, 'avail', -1, 'reset', -1)
+  redis.call('PEXPIRE', KEYS[1], 600000)
+end
+return 1
+)lua";
+
 std::string hexDigest(const EVP_MD* md, std::string_view text, size_t hex_chars) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
@@ -157,6 +174,8 @@ class RedisQuota final : public GlobalQuota {
           } else if (kind == 2) {
             answer.kind = Answer::Kind::Wait;
             if (wait >= 0) answer.wait = milliseconds(wait);
+          } else if (kind == 3) {
+            answer.kind = Answer::Kind::Probe;
           }
           done(answer);
         },
@@ -165,20 +184,30 @@ class RedisQuota final : public GlobalQuota {
 
   void report(const std::string& key, const Quota& requests, std::optional<milliseconds> reset_in,
               milliseconds sent_ago, int64_t unanswered) override {
-    std::vector<std::string> argv{"EVALSHA",
-                                  shared_.observeSha(),
-                                  "1",
-                                  key_prefix_ + key,
-                                  std::to_string(requests.limit),
-                                  std::to_string(requests.remaining),
-                                  std::to_string(reset_in ? std::max<int64_t>(reset_in->count(), 0) : -1),
-                                  std::to_string(std::max<int64_t>(sent_ago.count(), 0)),
-                                  std::to_string(unanswered)};
+    std::vector<std::string> argv{
+        "EVALSHA",
+        shared_.observeSha(),
+        "1",
+        key_prefix_ + key,
+        std::to_string(requests.limit),
+        std::to_string(requests.remaining),
+        std::to_string(reset_in ? std::max<int64_t>(reset_in->count(), 0) : -1),
+        std::to_string(std::max<int64_t>(sent_ago.count(), 0)),
+        std::to_string(unanswered)};
     RedisClient* client = shared_.client();
     if (client == nullptr || !client->command(argv, nullptr, "quota")) {
       std::string redis_key = argv[3];  // before argv is moved away
       shared_.keepForLater(redis_key, std::move(argv));
     }
+  }
+
+  void endProbe(const std::string& key, bool answered_without_quota) override {
+    RedisClient* client = shared_.client();
+    // Down: the permit expires by itself (2 s).
+    if (client == nullptr) return;
+    client->command({"EVAL", std::string(kProbeEndScript), "1", key_prefix_ + key,
+                     answered_without_quota ? "1" : "0"},
+                    nullptr, "quota");
   }
 
  private:
@@ -360,8 +389,8 @@ void SharedState::onMessage(std::string_view message) {
   size_t start = 0;
   while (start <= message.size() && parts.size() < 5) {
     const size_t space = message.find(' ', start);
-    parts.push_back(message.substr(start, space == std::string_view::npos ? std::string_view::npos
-                                                                          : space - start));
+    parts.push_back(message.substr(
+        start, space == std::string_view::npos ? std::string_view::npos : space - start));
     if (space == std::string_view::npos) break;
     start = space + 1;
   }

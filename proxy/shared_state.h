@@ -26,12 +26,12 @@
 #include <string_view>
 #include <vector>
 
+#include "common/metrics.h"
 #include "config/config.h"
 #include "filters/circuit_breaker/circuit_breaker.h"
 #include "filters/circuit_breaker/global_circuit.h"
 #include "filters/throttle/global_quota.h"
 #include "proxy/dispatcher.h"
-#include "proxy/metrics.h"
 #include "proxy/redis_client.h"
 
 namespace sluice {
@@ -54,7 +54,8 @@ class SharedState {
   /** Destroys the clients. Call once the loops stopped running. */
   void detach();
 
-  /** The quota of one (upstream, endpoint), shared with the fleet; `reserve` = rate_limit.reserve. */
+  /** The quota of one (upstream, endpoint), shared with the fleet; `reserve` = rate_limit.reserve.
+   */
   std::shared_ptr<GlobalQuota> quota(std::string_view upstream, std::string_view endpoint,
                                      int64_t reserve);
   /**

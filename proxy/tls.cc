@@ -29,10 +29,15 @@ SslCtxPtr makeUpstreamSslCtx(const config::UpstreamTlsConfig& tls, config::Http2
   // ALPN wire format: length-prefixed protocol names, in order of preference.
   static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
   static const unsigned char kH2[] = {2, 'h', '2'};
-  static const unsigned char kH2OrHttp11[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  static const unsigned char kH2OrHttp11[] = {2,   'h', '2', 8,   'h', 't',
+                                              't', 'p', '/', '1', '.', '1'};
   switch (http2) {
-    case config::Http2Mode::Off: SSL_CTX_set_alpn_protos(raw, kHttp11, sizeof(kHttp11)); break;
-    case config::Http2Mode::On: SSL_CTX_set_alpn_protos(raw, kH2, sizeof(kH2)); break;
+    case config::Http2Mode::Off:
+      SSL_CTX_set_alpn_protos(raw, kHttp11, sizeof(kHttp11));
+      break;
+    case config::Http2Mode::On:
+      SSL_CTX_set_alpn_protos(raw, kH2, sizeof(kH2));
+      break;
     case config::Http2Mode::Auto:
       SSL_CTX_set_alpn_protos(raw, kH2OrHttp11, sizeof(kH2OrHttp11));
       break;

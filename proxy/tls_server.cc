@@ -11,7 +11,8 @@ namespace sluice {
 namespace {
 
 // ALPN wire format: length-prefixed names, in sluice's order of preference.
-constexpr unsigned char kAlpnPreference[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+constexpr unsigned char kAlpnPreference[] = {2,   'h', '2', 8,   'h', 't',
+                                             't', 'p', '/', '1', '.', '1'};
 
 int selectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
                unsigned int inlen, void*) {
@@ -51,8 +52,8 @@ SslCtxPtr makeServerSslCtx(const config::ListenerTlsConfig& tls, TlsError* error
   SslCtxPtr ctx(raw, SslCtxDeleter{});
   SSL_CTX_set_min_proto_version(raw, TLS1_2_VERSION);
   // HTTP/2 forbids renegotiation (RFC 9113 §9.2.1); compression is off by default.
-  SSL_CTX_set_options(raw, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
-                               SSL_OP_CIPHER_SERVER_PREFERENCE);
+  SSL_CTX_set_options(
+      raw, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE);
   SSL_CTX_set_mode(raw, SSL_MODE_RELEASE_BUFFERS);
   if (SSL_CTX_use_certificate_chain_file(raw, tls.cert_file.c_str()) != 1) {
     if (error) error->message = fileError("tls.cert", tls.cert_file);

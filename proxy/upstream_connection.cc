@@ -1,14 +1,13 @@
 #include "proxy/upstream_connection.h"
 
+#include <arpa/inet.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/dns.h>
-#include <openssl/err.h>
-#include <openssl/x509v3.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
 #include <sys/socket.h>
-
-#include <arpa/inet.h>
 
 #include <cstdio>
 
@@ -19,10 +18,14 @@ namespace sluice {
 
 std::string_view toString(UpstreamError e) {
   switch (e) {
-    case UpstreamError::ConnectError: return "connect_error";
-    case UpstreamError::Reset: return "reset";
-    case UpstreamError::Protocol: return "protocol_error";
-    case UpstreamError::Refused: return "refused";
+    case UpstreamError::ConnectError:
+      return "connect_error";
+    case UpstreamError::Reset:
+      return "reset";
+    case UpstreamError::Protocol:
+      return "protocol_error";
+    case UpstreamError::Refused:
+      return "refused";
   }
   return "reset";
 }
@@ -54,8 +57,8 @@ BufferEventPtr connectUpstream(Dispatcher& dispatcher, const config::UpstreamCon
         X509_VERIFY_PARAM_set1_host(param, sni.c_str(), 0);
       }
     }
-    bev.reset(bufferevent_openssl_socket_new(dispatcher.base(), -1, ssl,
-                                             BUFFEREVENT_SSL_CONNECTING, options));
+    bev.reset(bufferevent_openssl_socket_new(dispatcher.base(), -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+                                             options));
     if (bev) bufferevent_openssl_set_allow_dirty_shutdown(bev.get(), 1);
   } else {
     bev.reset(bufferevent_socket_new(dispatcher.base(), -1, options));
@@ -83,8 +86,7 @@ std::string upstreamTlsFailure(bufferevent* bev) {
   const long verify = SSL_get_verify_result(ssl);
   if (verify != X509_V_OK) {
     if (!out.empty()) out += "; ";
-    out += std::string("certificate verification failed: ") +
-           X509_verify_cert_error_string(verify);
+    out += std::string("certificate verification failed: ") + X509_verify_cert_error_string(verify);
   }
   return out.empty() ? lastSslError() : out;
 }
@@ -114,7 +116,10 @@ std::string_view negotiatedAlpn(bufferevent* bev) {
 UpstreamConnection::UpstreamConnection(Dispatcher& dispatcher,
                                        const config::UpstreamConfig& upstream, SSL_CTX* ssl_ctx,
                                        UpstreamPool& pool, uint64_t id, bool negotiating)
-    : dispatcher_(dispatcher), upstream_(upstream), pool_(pool), id_(id),
+    : dispatcher_(dispatcher),
+      upstream_(upstream),
+      pool_(pool),
+      id_(id),
       negotiating_(negotiating) {
   http_parser_init(&parser_, HTTP_RESPONSE);
   parser_.data = this;
@@ -433,8 +438,7 @@ int UpstreamConnection::onHeadersComplete(http_parser* p) {
     return 0;
   }
   const bool no_body = self->head_request_ || p->status_code == 204 || p->status_code == 304;
-  const bool end_stream =
-      no_body || (!(p->flags & F_CHUNKED) && p->content_length == 0);
+  const bool end_stream = no_body || (!(p->flags & F_CHUNKED) && p->content_length == 0);
   // Held until the rest of this read parsed (reportHeldHead).
   self->held_head_ = std::move(self->head_);
   self->held_end_stream_ = end_stream;

@@ -21,10 +21,10 @@
 #include <string>
 #include <string_view>
 
+#include "common/http_message.h"
 #include "config/config.h"
 #include "proxy/dispatcher.h"
 #include "proxy/event_util.h"
-#include "proxy/http_message.h"
 #include "proxy/upstream_stream.h"
 
 namespace sluice {
@@ -149,7 +149,7 @@ class UpstreamConnection : public DeferredDeletable, public UpstreamStream {
 
   // The request body being written: the holder's, valid until release/reset.
   RequestBody* body_ = nullptr;
-  uint64_t body_sent_ = 0;       // body bytes moved into the output buffer
+  uint64_t body_sent_ = 0;        // body bytes moved into the output buffer
   bool chunked_request_ = false;  // streamed without a declared length
   bool request_written_ = false;  // the last body byte (and chunked end) is in the output
 

@@ -55,7 +55,8 @@ class PendingStream final : public DeferredDeletable, public UpstreamStream {
   }
   /** The negotiating connection failed. */
   void fail(const std::string& detail) {
-    if (UpstreamCallbacks* cb = callbacks_) cb->onUpstreamError(UpstreamError::ConnectError, detail);
+    if (UpstreamCallbacks* cb = callbacks_)
+      cb->onUpstreamError(UpstreamError::ConnectError, detail);
   }
 
  private:
@@ -71,8 +72,10 @@ namespace {
 
 UpstreamPool::Protocol initialProtocol(const config::UpstreamConfig& upstream) {
   switch (upstream.http2) {
-    case config::Http2Mode::Off: return UpstreamPool::Protocol::Http1;
-    case config::Http2Mode::On: return UpstreamPool::Protocol::Http2;
+    case config::Http2Mode::Off:
+      return UpstreamPool::Protocol::Http1;
+    case config::Http2Mode::On:
+      return UpstreamPool::Protocol::Http2;
     case config::Http2Mode::Auto:
       return upstream.url.isTls() ? UpstreamPool::Protocol::Negotiating
                                   : UpstreamPool::Protocol::Http1;
@@ -97,9 +100,12 @@ UpstreamPool::~UpstreamPool() {
 
 UpstreamStream* UpstreamPool::acquire() {
   switch (protocol_) {
-    case Protocol::Http1: return acquireHttp1();
-    case Protocol::Http2: return acquireHttp2();
-    case Protocol::Negotiating: return acquirePending();
+    case Protocol::Http1:
+      return acquireHttp1();
+    case Protocol::Http2:
+      return acquireHttp2();
+    case Protocol::Negotiating:
+      return acquirePending();
   }
   return acquireHttp1();
 }
@@ -123,7 +129,8 @@ UpstreamStream* UpstreamPool::acquireHttp2() {
     if (session->hasCapacity()) return session->newStream();
   }
   ++opened_;
-  auto session = std::make_unique<Http2ClientSession>(dispatcher_, upstream_, ssl_ctx_.get(), *this);
+  auto session =
+      std::make_unique<Http2ClientSession>(dispatcher_, upstream_, ssl_ctx_.get(), *this);
   Http2ClientSession* raw = session.get();
   sessions_.emplace(raw, std::move(session));
   Http2ClientStream* stream = raw->newStream();
@@ -143,7 +150,8 @@ bool UpstreamPool::hasReadyStream() const {
         if (session->connected() && session->hasCapacity()) return true;
       }
       return false;
-    case Protocol::Negotiating: return false;
+    case Protocol::Negotiating:
+      return false;
   }
   return false;
 }

@@ -74,7 +74,9 @@ class UpstreamPool final : public UpstreamStreamSource {
   void retire(std::function<void()> on_drained);
   bool retired() const { return retired_; }
   /** Retired and holding no connection, session or waiting stream. */
-  bool drained() const { return retired_ && conns_.empty() && sessions_.empty() && pending_.empty(); }
+  bool drained() const {
+    return retired_ && conns_.empty() && sessions_.empty() && pending_.empty();
+  }
   /** True when acquire() would hand out a stream that is connected already (no wait). */
   bool hasReadyStream() const override;
 

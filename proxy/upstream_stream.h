@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "proxy/http_message.h"
+#include "common/http_message.h"
 #include "proxy/request_body.h"
 
 namespace sluice {

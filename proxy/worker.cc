@@ -1,10 +1,9 @@
 #include "proxy/worker.h"
 
 #include <arpa/inet.h>
+#include <event2/bufferevent_ssl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-
-#include <event2/bufferevent_ssl.h>
 #include <openssl/ssl.h>
 
 #include <chrono>
@@ -252,8 +251,8 @@ void Worker::accept(evutil_socket_t fd, sockaddr* addr, size_t listener_index) {
       evutil_closesocket(fd);
       return;
     }
-    bev.reset(bufferevent_openssl_socket_new(dispatcher_.base(), fd, ssl,
-                                             BUFFEREVENT_SSL_ACCEPTING, options));
+    bev.reset(bufferevent_openssl_socket_new(dispatcher_.base(), fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                             options));
     if (!bev) return;  // out of memory; with CLOSE_ON_FREE libevent freed the SSL object
     bufferevent_openssl_set_allow_dirty_shutdown(bev.get(), 1);
   } else {

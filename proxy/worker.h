@@ -61,9 +61,7 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   void retire(Exchange& exchange) override;
   bool alive(uint64_t id) const override { return exchanges_.count(id) != 0; }
   IdGenerator& ids() override { return ids_; }
-  AccessLogBuffer* accessLog() override {
-    return access_log_.enabled() ? &access_log_ : nullptr;
-  }
+  AccessLogBuffer* accessLog() override { return access_log_.enabled() ? &access_log_ : nullptr; }
 
   // DownstreamConnectionHost
   Exchange& newExchange(RequestHead& head, DownstreamStream& downstream,
@@ -99,7 +97,8 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
    * them (and lets go of their runtime) once they hold nothing.
    */
   void retirePools(const Runtime* key);
-  /** Deletes the retired runtimes' pools that hold nothing any more (posted, never on a pool's stack). */
+  /** Deletes the retired runtimes' pools that hold nothing any more (posted, never on a pool's
+   * stack). */
   void collectDrainedPools();
 
   struct RuntimePools {

@@ -41,7 +41,8 @@ FilterStatus BudgetFilter::beforeAttempt(RequestHead& upstream_request) {
   }
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       callbacks_->deadline() - callbacks_->clock().now());
-  upstream_request.headers.set(config_.header, std::to_string(std::max<long long>(1, left.count())));
+  upstream_request.headers.set(config_.header,
+                               std::to_string(std::max<long long>(1, left.count())));
   return FilterStatus::Continue;
 }
 

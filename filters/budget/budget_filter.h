@@ -15,7 +15,7 @@
 #include <string_view>
 
 #include "config/config.h"
-#include "proxy/filter.h"
+#include "filters/filter.h"
 
 namespace sluice {
 

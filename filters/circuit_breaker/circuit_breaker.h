@@ -30,17 +30,16 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string_view>
 #include <vector>
 
-#include <memory>
-
+#include "common/clock.h"
 #include "config/config.h"
 #include "filters/attempt_outcome.h"
 #include "filters/circuit_breaker/global_circuit.h"
-#include "proxy/clock.h"
 
 namespace sluice {
 

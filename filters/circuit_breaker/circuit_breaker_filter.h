@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "filters/circuit_breaker/circuit_breaker.h"
-#include "proxy/filter.h"
+#include "filters/filter.h"
 
 namespace sluice {
 

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "filters/retry/retry_after.h"
+#include "common/retry_after.h"
 #include "filters/throttle/quota_headers.h"
 
 namespace sluice {
@@ -132,8 +132,8 @@ RetryDecision decideRetry(const RetryInput& in) {
 
   if (in.response_started) return no(NoRetryReason::ResponseStarted);
 
-  bool retriable = outcomeIn(cfg.on, in.outcome) ||
-                   (in.unprocessed && (cfg.on.connect_error || cfg.on.reset));
+  bool retriable =
+      outcomeIn(cfg.on, in.outcome) || (in.unprocessed && (cfg.on.connect_error || cfg.on.reset));
   if (in.outcome.isStatus() && in.outcome.status >= 400) {
     if (auto verdict = upstreamRetryVerdict(in.response_headers, in.response_body)) {
       retriable = *verdict;

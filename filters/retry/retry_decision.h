@@ -21,11 +21,11 @@
 #include <string>
 #include <string_view>
 
+#include "common/clock.h"
+#include "common/http_headers.h"
 #include "config/config.h"
 #include "filters/attempt_outcome.h"
 #include "filters/retry/backoff.h"
-#include "proxy/clock.h"
-#include "proxy/http_headers.h"
 
 namespace sluice {
 

@@ -82,8 +82,9 @@ void RetryFilter::encodeLocalReply(Problem& problem) {
 std::chrono::milliseconds RetryFilter::remainingBudget() const {
   const MonotonicTime deadline = callbacks_->deadline();
   if (deadline == MonotonicTime::max()) return std::chrono::hours(24);
-  return std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                    deadline - callbacks_->clock().now()));
+  return std::max(
+      std::chrono::milliseconds(0),
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - callbacks_->clock().now()));
 }
 
 void RetryFilter::releaseSlot() {

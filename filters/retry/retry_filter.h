@@ -14,8 +14,8 @@
 #include <string>
 
 #include "config/config.h"
+#include "filters/filter.h"
 #include "filters/retry/retry_decision.h"
-#include "proxy/filter.h"
 
 namespace sluice {
 

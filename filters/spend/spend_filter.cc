@@ -27,8 +27,7 @@ FilterStatus SpendFilter::beforeAttempt(RequestHead&) {
 
 FilterStatus SpendFilter::encodeHeaders(ResponseHead& response, bool) {
   if (meter_) {
-    meter_->onResponseHeaders(response.status,
-                              response.headers.get("content-type").value_or(""));
+    meter_->onResponseHeaders(response.status, response.headers.get("content-type").value_or(""));
   }
   return FilterStatus::Continue;
 }
@@ -63,10 +62,10 @@ void SpendFilter::account(const AttemptEnd& end, AttemptDisposition disposition)
   const ModelPrice& price = prices_.match(meter->model());
   const SpendSplit split = splitSpend(meter->tokenCounts(), disposition, price);
   const std::string& model = price.label;
-  callbacks_->recordUsage(AttemptUsage{
-      meter->model(), split.delivered_input_tokens + split.leaked_input_tokens,
-      split.delivered_output_tokens + split.leaked_output_tokens,
-      split.delivered_usd + split.leaked_usd, split.leaked_usd});
+  callbacks_->recordUsage(AttemptUsage{meter->model(),
+                                       split.delivered_input_tokens + split.leaked_input_tokens,
+                                       split.delivered_output_tokens + split.leaked_output_tokens,
+                                       split.delivered_usd + split.leaked_usd, split.leaked_usd});
   if (split.delivered_input_tokens > 0) {
     metrics_.tokens(model, false, Disposition::Delivered).Increment(split.delivered_input_tokens);
   }
@@ -79,7 +78,8 @@ void SpendFilter::account(const AttemptEnd& end, AttemptDisposition disposition)
   if (split.leaked_output_tokens > 0) {
     metrics_.tokens(model, true, Disposition::Leaked).Increment(split.leaked_output_tokens);
   }
-  if (split.delivered_usd > 0) metrics_.spend(model, Disposition::Delivered).Increment(split.delivered_usd);
+  if (split.delivered_usd > 0)
+    metrics_.spend(model, Disposition::Delivered).Increment(split.delivered_usd);
   if (split.leaked_usd > 0) {
     metrics_.spend(model, Disposition::Leaked).Increment(split.leaked_usd);
     // The reason the work went unused: the Exchange's cancel_reason, or for an

@@ -10,11 +10,11 @@
 
 #include <memory>
 
+#include "common/metrics.h"
+#include "filters/filter.h"
 #include "filters/spend/pricing.h"
 #include "filters/spend/spend_split.h"
 #include "filters/spend/usage_meter.h"
-#include "proxy/filter.h"
-#include "proxy/metrics.h"
 
 namespace sluice {
 
@@ -27,7 +27,8 @@ AttemptDisposition spendDisposition(const AttemptEnd& end, const AttemptVerdict&
 
 class SpendFilter final : public StreamFilter {
  public:
-  SpendFilter(const PriceTable& prices, RouteMetrics& metrics) : prices_(prices), metrics_(metrics) {}
+  SpendFilter(const PriceTable& prices, RouteMetrics& metrics)
+      : prices_(prices), metrics_(metrics) {}
 
   std::string_view name() const override { return "spend"; }
   FilterStatus decodeComplete(std::string_view body) override;

@@ -1,8 +1,5 @@
 #include "filters/spend/usage_meter.h"
 
-#include "filters/json_fields.h"
-#include "proxy/http_headers.h"
-
 #include <algorithm>
 #include <cmath>
 #include <iterator>
@@ -10,6 +7,9 @@
 #include <optional>
 #include <string>
 #include <utility>
+
+#include "common/http_headers.h"
+#include "filters/json_fields.h"
 
 namespace sluice {
 
@@ -110,9 +110,9 @@ std::optional<UsageCounts> readUsageText(std::string_view text) {
     if (!usage.is_object()) return std::nullopt;
     return readUsage(usage);
   }
-  static constexpr const char* kKeys[] = {"prompt_tokens", "input_tokens",
-                                          "cache_creation_input_tokens", "cache_read_input_tokens",
-                                          "completion_tokens", "output_tokens"};
+  static constexpr const char* kKeys[] = {
+      "prompt_tokens",           "input_tokens",      "cache_creation_input_tokens",
+      "cache_read_input_tokens", "completion_tokens", "output_tokens"};
   std::optional<uint64_t> values[std::size(kKeys)];
   scanTopLevelMembers(text, [&](std::string_view key, std::string_view value) {
     for (size_t i = 0; i < std::size(kKeys); ++i) {

@@ -80,9 +80,9 @@
 #include <string>
 #include <string_view>
 
+#include "common/fifo.h"
 #include "filters/spend/spend_split.h"
 #include "filters/spend/sse_parser.h"
-#include "proxy/fifo.h"
 
 namespace sluice {
 

@@ -25,11 +25,15 @@ class GlobalQuota {
     enum class Kind {
       Admit,    // a slot of the global remaining is taken for it
       Wait,     // the global remaining is spent: hold it until `wait` has passed
-      Unknown,  // the fleet knows nothing of this key yet: decide locally
+      Probe,    // the fleet knows nothing of this key: this request is its one
+                // probe (endProbe() unless its response reports a quota)
+      Unknown,  // no request quota is known: decide locally
       Failed,   // Redis did not answer in time or errored: decide locally
     };
     Kind kind = Kind::Failed;
-    // Wait: until the global reset; nullopt = unknown (poll again shortly).
+    // Wait: until the global reset; nullopt = unknown (the fleet's probe is
+    // out, or a refill was assumed): ask again shortly, and never reject the
+    // request for it before its own deadline.
     std::optional<std::chrono::milliseconds> wait;
   };
   using Done = std::function<void(const Answer&)>;
@@ -54,6 +58,16 @@ class GlobalQuota {
   virtual void report(const std::string& key, const Quota& requests,
                       std::optional<std::chrono::milliseconds> reset_in,
                       std::chrono::milliseconds sent_ago, int64_t unanswered) = 0;
+
+  /**
+   * The fleet's probe for `key` (an Answer::Kind::Probe) ended without a
+   * quota report: its response carried no request quota
+   * (`answered_without_quota`: every replica decides this key locally from
+   * now on, until a quota shows up), or it ended before any header (an
+   * error, a cancel: the next request anywhere probes at once instead of
+   * after the permit expires). Fire and forget.
+   */
+  virtual void endProbe(const std::string& key, bool answered_without_quota) = 0;
 };
 
 }  // namespace sluice

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "filters/retry/retry_after.h"
+#include "common/retry_after.h"
 
 namespace sluice {
 

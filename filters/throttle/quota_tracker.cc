@@ -272,7 +272,7 @@ void QuotaTracker::wakeChangedLocked(KeyState& key, MonotonicTime now, Wakers& w
 }
 
 QuotaTracker::Admission QuotaTracker::queuedLocked(Ticket& ticket, uint64_t id,
-                                                  std::optional<MonotonicTime> wait) {
+                                                   std::optional<MonotonicTime> wait) {
   ticket.told_wake = wait;
   return queued(id, wait);
 }

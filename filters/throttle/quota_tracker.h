@@ -60,10 +60,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/clock.h"
+#include "common/http_headers.h"
 #include "config/config.h"
 #include "filters/throttle/quota_headers.h"
-#include "proxy/clock.h"
-#include "proxy/http_headers.h"
 
 namespace sluice {
 
@@ -226,8 +226,8 @@ class QuotaTracker {
     MonotonicTime deadline;
     Waker waker;
     State state = State::Queued;
-    MonotonicTime granted_at{};                // Admitted: when
-    std::optional<MonotonicTime> told_wake;    // Queued: the wake_at last answered
+    MonotonicTime granted_at{};              // Admitted: when
+    std::optional<MonotonicTime> told_wake;  // Queued: the wake_at last answered
   };
 
   using Wakers = std::vector<Waker>;

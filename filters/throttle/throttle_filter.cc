@@ -1,9 +1,8 @@
 #include "filters/throttle/throttle_filter.h"
 
 #include <array>
-#include <string_view>
-
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "filters/json_fields.h"
 #include "filters/throttle/quota_headers.h"
@@ -154,12 +153,27 @@ void ThrottleFilter::onGlobalAnswer(const GlobalQuota::Answer& answer) {
   if (!confirming_) return;
   confirming_ = false;
   if (answer.kind != GlobalQuota::Answer::Kind::Wait) {
+    fleet_probe_ = answer.kind == GlobalQuota::Answer::Kind::Probe;
     callbacks_->continueDecoding();
     return;
   }
-  // The fleet's quota is spent: back to the head of the local FIFO until its reset.
   const MonotonicTime now = callbacks_->clock().now();
-  const auto wait = std::max(answer.wait.value_or(kGlobalQuotaPoll), std::chrono::milliseconds(1));
+  if (!answer.wait) {
+    // Nobody knows when the fleet's quota frees (its probe is out, or a
+    // refill was assumed): keep the local slot and ask again shortly. Like the
+    // local probe wait, this never answers 429: the request's own deadline
+    // ends it. The key's local queue is not held for it.
+    confirming_ = true;
+    wake_timer_ = callbacks_->armTimer(now + kGlobalQuotaPoll, [this] {
+      wake_timer_ = 0;
+      confirming_ = false;
+      if (confirmGlobally() == FilterStatus::Continue) callbacks_->continueDecoding();
+    });
+    return;
+  }
+  // The fleet's quota is spent until a known reset: back to the head of the
+  // local FIFO until then, or 429 now when that is beyond the budget.
+  const auto wait = std::max(*answer.wait, std::chrono::milliseconds(1));
   admitted_ = false;
   if (now + wait >= callbacks_->deadline()) {
     tracker_.abandon(ticket_);
@@ -171,15 +185,27 @@ void ThrottleFilter::onGlobalAnswer(const GlobalQuota::Answer& answer) {
   }
 }
 
+void ThrottleFilter::endFleetProbe(bool answered_without_quota) {
+  if (!fleet_probe_) return;
+  fleet_probe_ = false;
+  global_->endProbe(key_, answered_without_quota);
+}
+
 void ThrottleFilter::reportGlobally(const QuotaObservation& observation) {
-  if (global_ == nullptr || !observation.requests) return;
+  if (global_ == nullptr) return;
+  if (!observation.requests) {
+    endFleetProbe(/*answered_without_quota=*/true);
+    return;
+  }
+  fleet_probe_ = false;  // the report (below) ends the fleet's probe
   const MonotonicTime now = callbacks_->clock().now();
   std::optional<std::chrono::milliseconds> reset_in;
   if (observation.requests->reset_at) {
     reset_in = std::chrono::ceil<std::chrono::milliseconds>(*observation.requests->reset_at - now);
   }
-  const auto sent_ago = admitted_ ? std::chrono::floor<std::chrono::milliseconds>(now - admitted_at_)
-                                  : std::chrono::milliseconds(0);
+  const auto sent_ago = admitted_
+                            ? std::chrono::floor<std::chrono::milliseconds>(now - admitted_at_)
+                            : std::chrono::milliseconds(0);
   global_->report(key_, *observation.requests, reset_in, sent_ago, tracker_.unanswered(key_));
 }
 
@@ -204,6 +230,7 @@ FilterStatus ThrottleFilter::encodeHeaders(ResponseHead& response, bool) {
 }
 
 void ThrottleFilter::onAttemptDone(const AttemptEnd&, const AttemptVerdict&) {
+  endFleetProbe(/*answered_without_quota=*/false);  // ended before any header
   if (!admitted_) return;
   tracker_.onAttemptDone(ticket_, headers_seen_);
   admitted_ = false;
@@ -218,6 +245,7 @@ void ThrottleFilter::onDestroy() {
   } else if (admitted_) {
     tracker_.onAttemptDone(ticket_, headers_seen_);
   }
+  endFleetProbe(/*answered_without_quota=*/false);
   queued_ = admitted_ = confirming_ = false;
   pending_.release();
   updateGauges();

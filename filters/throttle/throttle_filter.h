@@ -25,12 +25,12 @@
 #include <optional>
 #include <string>
 
+#include "common/metrics.h"
 #include "config/config.h"
 #include "filters/circuit_breaker/circuit_breaker.h"
+#include "filters/filter.h"
 #include "filters/throttle/global_quota.h"
 #include "filters/throttle/quota_tracker.h"
-#include "proxy/filter.h"
-#include "proxy/metrics.h"
 
 namespace sluice {
 
@@ -59,6 +59,7 @@ class ThrottleFilter final : public StreamFilter {
   FilterStatus confirmGlobally();
   void onGlobalAnswer(const GlobalQuota::Answer& answer);
   void reportGlobally(const QuotaObservation& observation);
+  void endFleetProbe(bool answered_without_quota);
   void updateGauges();
 
   const config::RateLimitConfig& config_;
@@ -73,7 +74,8 @@ class ThrottleFilter final : public StreamFilter {
   bool queued_ = false;
   bool admitted_ = false;
   bool headers_seen_ = false;
-  bool confirming_ = false;  // admitted locally, the fleet's answer pending
+  bool confirming_ = false;   // admitted locally, the fleet's answer pending
+  bool fleet_probe_ = false;  // the fleet's probe for key_, nothing reported yet
   MonotonicTime admitted_at_{};
   MonotonicTime queued_at_{};
   TimerId wake_timer_ = 0;

@@ -31,23 +31,24 @@ ProxyHarness::ProxyHarness(const std::string& routes_yaml, const std::string& up
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = 0;
-  upstream_listener_.reset(evconnlistener_new_bind(
-      dispatcher_.base(), &ProxyHarness::onUpstreamAccept, this,
-      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 128, reinterpret_cast<sockaddr*>(&addr),
-      sizeof(addr)));
+  upstream_listener_.reset(
+      evconnlistener_new_bind(dispatcher_.base(), &ProxyHarness::onUpstreamAccept, this,
+                              LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 128,
+                              reinterpret_cast<sockaddr*>(&addr), sizeof(addr)));
   if (!upstream_listener_) die("cannot listen on 127.0.0.1");
   sockaddr_in bound{};
   socklen_t len = sizeof(bound);
-  getsockname(evconnlistener_get_fd(upstream_listener_.get()),
-              reinterpret_cast<sockaddr*>(&bound), &len);
-  const std::string yaml = "listen: 127.0.0.1:0\n"
-                           "upstreams:\n"
-                           "  - name: up\n"
-                           "    url: http://127.0.0.1:" +
-                           std::to_string(ntohs(bound.sin_port)) +
-                           "\n"
-                           "    connect_timeout: 60s\n" +
-                           upstream_yaml + routes_yaml;
+  getsockname(evconnlistener_get_fd(upstream_listener_.get()), reinterpret_cast<sockaddr*>(&bound),
+              &len);
+  const std::string yaml =
+      "listen: 127.0.0.1:0\n"
+      "upstreams:\n"
+      "  - name: up\n"
+      "    url: http://127.0.0.1:" +
+      std::to_string(ntohs(bound.sin_port)) +
+      "\n"
+      "    connect_timeout: 60s\n" +
+      upstream_yaml + routes_yaml;
   auto loaded = config::loadConfigString(yaml, "fuzz-harness.yaml",
                                          [](const std::string&) { return std::nullopt; });
   if (!loaded.ok()) die(loaded.error->toString());
@@ -141,8 +142,7 @@ uint64_t ProxyHarness::progress() const {
 void ProxyHarness::onUpstreamAccept(evconnlistener*, evutil_socket_t fd, sockaddr*, int,
                                     void* arg) {
   auto* self = static_cast<ProxyHarness*>(arg);
-  bufferevent* bev =
-      bufferevent_socket_new(self->dispatcher_.base(), fd, BEV_OPT_CLOSE_ON_FREE);
+  bufferevent* bev = bufferevent_socket_new(self->dispatcher_.base(), fd, BEV_OPT_CLOSE_ON_FREE);
   if (bev == nullptr) {
     evutil_closesocket(fd);
     return;

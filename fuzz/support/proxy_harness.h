@@ -28,12 +28,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "proxy/clock.h"
+#include "common/clock.h"
+#include "common/metrics.h"
 #include "proxy/dispatcher.h"
 #include "proxy/downstream_connection.h"
 #include "proxy/event_util.h"
 #include "proxy/exchange.h"
-#include "proxy/metrics.h"
 #include "proxy/request_id.h"
 #include "proxy/runtime.h"
 #include "proxy/upstream_pool.h"
@@ -49,8 +49,7 @@ class ProxyHarness final : public DownstreamConnectionHost, public ExchangeHost 
    * upstream (indented 4 spaces, e.g. a `rate_limit`). Aborts if the config
    * is invalid.
    */
-  explicit ProxyHarness(const std::string& routes_yaml,
-                        const std::string& upstream_yaml = "");
+  explicit ProxyHarness(const std::string& routes_yaml, const std::string& upstream_yaml = "");
   ~ProxyHarness() override;
 
   /** The bytes the loopback upstream sends on every connection (then FIN). */
@@ -152,7 +151,9 @@ inline constexpr std::string_view kSseAnswer =
     "x-ratelimit-remaining-requests: 99\r\n"
     "\r\n"
     "55\r\n"
-    "data: {\"id\":\"c1\",\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n"
+    "data: "
+    "{\"id\":\"c1\",\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]"
+    "}\n\n"
     "\r\n"
     "e\r\n"
     "data: [DONE]\n\n"
@@ -165,6 +166,7 @@ inline constexpr std::string_view kJsonAnswer =
     "content-type: application/json\r\n"
     "content-length: 96\r\n"
     "\r\n"
-    "{\"id\":\"c1\",\"model\":\"gpt-4o\",\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":3,\"total_tokens\":12}}";
+    "{\"id\":\"c1\",\"model\":\"gpt-4o\",\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":3,"
+    "\"total_tokens\":12}}";
 
 }  // namespace sluice::fuzz

@@ -5,7 +5,7 @@ Run through scripts/test-dashboards (which installs prometheus/promtool and
 python3 when missing). No Docker needed. Steps:
 
   1. static: the Grafana JSON (datasource, variables, ids, metric names that
-     exist in proxy/metrics.cc), `sluice --check-config` on the compose config,
+     exist in common/metrics.cc), `sluice --check-config` on the compose config,
      `promtool check rules`, `promtool check config` on a loopback version of
      the scrape config;
   2. starts mock-llm and sluice on port 0 (reading the ports they print) and a
@@ -47,7 +47,7 @@ DASHBOARD = os.path.join(ROOT, "dashboards", "sluice.json")
 SCRAPE_CONFIG = os.path.join(ROOT, "dashboards", "prometheus.yml")
 ALERTS = os.path.join(ROOT, "dashboards", "alerts.yml")
 COMPOSE_SLUICE = os.path.join(ROOT, "dashboards", "compose-sluice.yaml")
-METRICS_CC = os.path.join(ROOT, "proxy", "metrics.cc")
+METRICS_CC = os.path.join(ROOT, "common", "metrics.cc")
 
 # Metric families the spend meter fills. It is not wired into the response path
 # yet (README "Status"), so they have no series: expressions over them are only
@@ -244,7 +244,7 @@ def check_dashboard():
     known = metric_names()
     targets = dashboard_targets(dash)
     unknown = sorted({n for _, _, e in targets for n in referenced_families(e)} - known)
-    check(not unknown, "dashboard: every metric exists in proxy/metrics.cc", f"unknown {unknown}")
+    check(not unknown, "dashboard: every metric exists in common/metrics.cc", f"unknown {unknown}")
     used = {n for _, _, e in targets for n in referenced_families(e)}
     required = {"sluice_requests_total", "sluice_request_duration_seconds", "sluice_cancellations_total",
                 "sluice_leaked_spend_usd_total", "sluice_tokens_total", "sluice_circuit_state",

@@ -12,10 +12,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
@@ -28,14 +27,16 @@ namespace {
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
 constexpr char kTraceparent[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-constexpr char kChatBody[] = R"({"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]})";
+constexpr char kChatBody[] =
+    R"({"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]})";
 constexpr char kSecret[] = "sk-secret-never-logged";
 
-const char* kFields[] = {"ts",         "request_id",    "trace_id",   "route",      "upstream",
-                         "endpoint",   "method",        "path",       "protocol",   "status",
-                         "attempts",   "retry_causes",  "fallbacks",  "duration_ms", "ttfb_ms",
-                         "cancel_reason", "model",      "input_tokens", "output_tokens",
-                         "spend_usd",  "leaked_usd",    "bytes_in",   "bytes_out"};
+const char* kFields[] = {"ts",         "request_id",   "trace_id",      "route",
+                         "upstream",   "endpoint",     "method",        "path",
+                         "protocol",   "status",       "attempts",      "retry_causes",
+                         "fallbacks",  "duration_ms",  "ttfb_ms",       "cancel_reason",
+                         "model",      "input_tokens", "output_tokens", "spend_usd",
+                         "leaked_usd", "bytes_in",     "bytes_out"};
 
 std::string readAll(const std::string& path) {
   std::ifstream in(path);
@@ -64,7 +65,8 @@ size_t lineCount(const std::string& path) {
 }
 
 bool isUuid(const std::string& s) {
-  static const std::regex kUuid("^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$");
+  static const std::regex kUuid(
+      "^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$");
   return std::regex_match(s, kUuid);
 }
 
@@ -125,14 +127,14 @@ TEST_F(AccessLogTest, OneLinePerRequestWithEveryFieldRight) {
   ASSERT_TRUE(sluice.running());
 
   // 1. The client's id and trace are kept, sent upstream and the id returned.
-  const TestResponse kept = httpRequest(
-      sluice.port(), "POST", "/v1/chat/completions?api_key=" + std::string(kSecret),
-      {{"content-type", "application/json"},
-       {"authorization", std::string("Bearer ") + kSecret},
-       {"x-request-id", "client-id-1"},
-       {"traceparent", kTraceparent},
-       {"x-mock-request-id", "m1"}},
-      kChatBody);
+  const TestResponse kept =
+      httpRequest(sluice.port(), "POST", "/v1/chat/completions?api_key=" + std::string(kSecret),
+                  {{"content-type", "application/json"},
+                   {"authorization", std::string("Bearer ") + kSecret},
+                   {"x-request-id", "client-id-1"},
+                   {"traceparent", kTraceparent},
+                   {"x-mock-request-id", "m1"}},
+                  kChatBody);
   ASSERT_EQ(kept.status, 200) << kept.body;
   EXPECT_EQ(kept.headers.get("x-request-id"), "client-id-1");
   EXPECT_EQ(kept.headers.get("x-sluice-upstream-request-id"), "m1");  // the provider's own id
@@ -154,13 +156,12 @@ TEST_F(AccessLogTest, OneLinePerRequestWithEveryFieldRight) {
   EXPECT_EQ(started.substr(0, 3), "00-");
 
   // 3. A malformed id and traceparent are replaced.
-  const TestResponse replaced = httpRequest(
-      sluice.port(), "POST", "/v1/chat/completions",
-      {{"content-type", "application/json"},
-       {"x-request-id", "not a valid id"},
-       {"traceparent", "00-not-a-trace"},
-       {"x-mock-request-id", "m3"}},
-      kChatBody);
+  const TestResponse replaced = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                                            {{"content-type", "application/json"},
+                                             {"x-request-id", "not a valid id"},
+                                             {"traceparent", "00-not-a-trace"},
+                                             {"x-mock-request-id", "m3"}},
+                                            kChatBody);
   ASSERT_EQ(replaced.status, 200);
   const std::string replaced_id(replaced.headers.get("x-request-id").value_or(""));
   EXPECT_TRUE(isUuid(replaced_id)) << replaced_id;
@@ -168,24 +169,22 @@ TEST_F(AccessLogTest, OneLinePerRequestWithEveryFieldRight) {
   EXPECT_NE(mock_.entry("m3")["request_headers"]["traceparent"], "00-not-a-trace");
 
   // 4. A retried request: one line, two attempts, the cause.
-  const TestResponse retried = httpRequest(
-      sluice.port(), "POST", "/v1/chat/completions",
-      {{"content-type", "application/json"},
-       {"x-request-id", "retried-1"},
-       {"x-mock-status", "503"},
-       {"x-mock-fail-times", "1"},
-       {"x-mock-fail-key", "access-log-retry"}},
-      kChatBody);
+  const TestResponse retried = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                                           {{"content-type", "application/json"},
+                                            {"x-request-id", "retried-1"},
+                                            {"x-mock-status", "503"},
+                                            {"x-mock-fail-times", "1"},
+                                            {"x-mock-fail-key", "access-log-retry"}},
+                                           kChatBody);
   ASSERT_EQ(retried.status, 200) << retried.body;
 
   // 5. Budget exhausted while the upstream stalls: sluice answers 504.
-  const TestResponse budget = httpRequest(
-      sluice.port(), "POST", "/v1/chat/completions",
-      {{"content-type", "application/json"},
-       {"x-request-id", "budget-1"},
-       {"x-budget-ms", "200"},
-       {"x-mock-stall-before-headers-ms", "-1"}},
-      kChatBody);
+  const TestResponse budget = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                                          {{"content-type", "application/json"},
+                                           {"x-request-id", "budget-1"},
+                                           {"x-budget-ms", "200"},
+                                           {"x-mock-stall-before-headers-ms", "-1"}},
+                                          kChatBody);
   ASSERT_EQ(budget.status, 504);
 
   // 6. The client leaves mid-stream.
@@ -198,13 +197,14 @@ TEST_F(AccessLogTest, OneLinePerRequestWithEveryFieldRight) {
                         {"x-mock-stall-after-tokens", "1"},
                         {"x-mock-stall-ms", "-1"}},
                        R"({"model":"gpt-4o-mini","stream":true,"messages":[]})");
-    stream.readUntil([](const TestResponse& r) { return r.body.find("tok0") != std::string::npos; });
+    stream.readUntil(
+        [](const TestResponse& r) { return r.body.find("tok0") != std::string::npos; });
     stream.close();
   }
 
   // 7. No route.
-  const TestResponse none = httpRequest(sluice.port(), "GET", "/nowhere",
-                                        {{"x-request-id", "none-1"}});
+  const TestResponse none =
+      httpRequest(sluice.port(), "GET", "/nowhere", {{"x-request-id", "none-1"}});
   ASSERT_EQ(none.status, 404);
   EXPECT_EQ(none.headers.get("x-request-id"), "none-1");
 
@@ -280,7 +280,8 @@ TEST_F(AccessLogTest, OneLinePerRequestWithEveryFieldRight) {
   }
   EXPECT_EQ(reasons.size(), 2u);
   for (const auto& [reason, n] : reasons) {
-    EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", reason}}), n) << reason;
+    EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", reason}}), n)
+        << reason;
   }
   EXPECT_EQ(sluice.metric("sluice_cancellations_total"), 2);
 
@@ -310,32 +311,33 @@ TEST_F(AccessLogTest, TimeToFirstByteIsMeasuredFromTheRequestHead) {
   EXPECT_EQ(sluice.metric("sluice_time_to_first_byte_seconds_bucket",
                           {{"route", "chat"}, {"le", "0.25"}}),
             0);
-  EXPECT_EQ(sluice.metric("sluice_time_to_first_byte_seconds_bucket",
-                          {{"route", "chat"}, {"le", "600"}}),
-            1);
+  EXPECT_EQ(
+      sluice.metric("sluice_time_to_first_byte_seconds_bucket", {{"route", "chat"}, {"le", "600"}}),
+      1);
 }
 
 TEST_F(AccessLogTest, SighupReopensTheFileForLogrotate) {
   SluiceProcess sluice(fileConfig());
   ASSERT_TRUE(sluice.running());
-  ASSERT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                        {{"content-type", "application/json"}, {"x-request-id", "before"}},
-                        kChatBody)
-                .status,
-            200);
+  ASSERT_EQ(
+      httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                  {{"content-type", "application/json"}, {"x-request-id", "before"}}, kChatBody)
+          .status,
+      200);
   ASSERT_TRUE(waitUntil([&] { return lineCount(log_path_) == 1; }));
 
   // logrotate's default scheme: move the file, then SIGHUP.
   const std::string rotated = log_path_ + ".1";
   std::filesystem::rename(log_path_, rotated);
   sluice.signal(SIGHUP);
-  ASSERT_TRUE(waitUntil(
-      [&] { return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == 1; }));
-  ASSERT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                        {{"content-type", "application/json"}, {"x-request-id", "after"}},
-                        kChatBody)
-                .status,
-            200);
+  ASSERT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == 1;
+  }));
+  ASSERT_EQ(
+      httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                  {{"content-type", "application/json"}, {"x-request-id", "after"}}, kChatBody)
+          .status,
+      200);
   ASSERT_TRUE(waitUntil([&] { return lineCount(log_path_) == 1; }))
       << "no new file at " << log_path_;
   EXPECT_EQ(jsonLines(readAll(log_path_)).at(0)["request_id"], "after");
@@ -347,13 +349,14 @@ TEST_F(AccessLogTest, SighupReopensTheFileForLogrotate) {
   std::filesystem::rename(log_path_, log_path_ + ".2");
   sluice.writeConfig("listen: [this is not valid");
   sluice.signal(SIGHUP);
-  ASSERT_TRUE(waitUntil(
-      [&] { return sluice.metric("sluice_config_reloads_total", {{"result", "rejected"}}) == 1; }));
-  ASSERT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                        {{"content-type", "application/json"}, {"x-request-id", "after-2"}},
-                        kChatBody)
-                .status,
-            200);
+  ASSERT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_config_reloads_total", {{"result", "rejected"}}) == 1;
+  }));
+  ASSERT_EQ(
+      httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                  {{"content-type", "application/json"}, {"x-request-id", "after-2"}}, kChatBody)
+          .status,
+      200);
   ASSERT_TRUE(waitUntil([&] { return lineCount(log_path_) == 1; }));
   EXPECT_EQ(jsonLines(readAll(log_path_)).at(0)["request_id"], "after-2");
 }
@@ -369,8 +372,9 @@ TEST_F(AccessLogTest, OffByDefaultAndSwitchedOnByAReload) {
 
   sluice.writeConfig(fileConfig());
   sluice.signal(SIGHUP);
-  ASSERT_TRUE(waitUntil(
-      [&] { return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == 1; }));
+  ASSERT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == 1;
+  }));
   ASSERT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions",
                         {{"content-type", "application/json"}, {"x-request-id", "on"}}, kChatBody)
                 .status,
@@ -381,16 +385,17 @@ TEST_F(AccessLogTest, OffByDefaultAndSwitchedOnByAReload) {
   // A file sluice cannot open rejects the reload, with the reason, and logging goes on.
   sluice.writeConfig(config("{path: " + dir_ + "/missing-dir/access.log}"));
   sluice.signal(SIGHUP);
-  ASSERT_TRUE(waitUntil(
-      [&] { return sluice.metric("sluice_config_reloads_total", {{"result", "rejected"}}) == 1; }));
+  ASSERT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_config_reloads_total", {{"result", "rejected"}}) == 1;
+  }));
   EXPECT_NE(sluice.stderrText().find("cannot open " + dir_ + "/missing-dir/access.log"),
             std::string::npos)
       << sluice.stderrText();
-  ASSERT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                        {{"content-type", "application/json"}, {"x-request-id", "still"}},
-                        kChatBody)
-                .status,
-            200);
+  ASSERT_EQ(
+      httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                  {{"content-type", "application/json"}, {"x-request-id", "still"}}, kChatBody)
+          .status,
+      200);
   lines = linesById(2);
   EXPECT_EQ(lines.count("still"), 1u);
 }
@@ -422,8 +427,9 @@ TEST_F(AccessLogTest, OperationalLogsAreJsonLinesWithALevel) {
   })) << sluice.stderrText();
   sluice.writeConfig("listen: [broken");
   sluice.signal(SIGHUP);
-  ASSERT_TRUE(waitUntil(
-      [&] { return sluice.metric("sluice_config_reloads_total", {{"result", "rejected"}}) == 1; }));
+  ASSERT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_config_reloads_total", {{"result", "rejected"}}) == 1;
+  }));
   EXPECT_EQ(sluice.stop(), 0);
 
   std::map<std::string, nlohmann::json> by_event;

@@ -16,11 +16,10 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/support/h2_client.h"
 #include "tests/support/http_client.h"
@@ -194,9 +193,8 @@ TEST(RequestBodyTest, ConcurrentUploadsAboveTheProcessCapGet503Overloaded) {
   EXPECT_EQ(a.readResponse().status, 204);
   EXPECT_EQ(b.readResponse().status, 204);
   EXPECT_TRUE(waitUntil([&] { return sluice.metric("sluice_request_body_buffered_bytes") == 0; }));
-  const TestResponse again =
-      httpRequest(sluice.port(), "POST", "/echo/again", {{"x-mock-status", "204"}},
-                  std::string(kBody, 'c'));
+  const TestResponse again = httpRequest(sluice.port(), "POST", "/echo/again",
+                                         {{"x-mock-status", "204"}}, std::string(kBody, 'c'));
   EXPECT_EQ(again.status, 204);
   EXPECT_EQ(sluice.metric("sluice_requests_total", {{"code", "204"}}), 3);
 }
@@ -205,8 +203,8 @@ TEST(RequestBodyTest, ABodyAboveRetryMaxBodyStreamsUpstreamWhileTheClientIsStill
   CountingUpstream upstream;
   // 256 KiB may be replayed; the 48 MiB body cannot, and the process may
   // hold only 1 MiB of body: it can only pass by being streamed.
-  SluiceProcess sluice(config(upstream.url(), "  max_buffered_body_bytes: 1MiB",
-                              "{attempts: 1, max_body: 256KiB}"));
+  SluiceProcess sluice(
+      config(upstream.url(), "  max_buffered_body_bytes: 1MiB", "{attempts: 1, max_body: 256KiB}"));
   const size_t rss_before_kib = statusKiB(sluice.pid(), "VmRSS");
   const size_t kBody = 48 * kMiB;
   TestConnection conn(sluice.port());
@@ -230,8 +228,8 @@ TEST(RequestBodyTest, ABodyAboveRetryMaxBodyStreamsUpstreamWhileTheClientIsStill
 
 TEST(RequestBodyTest, AChunkedBodyAboveRetryMaxBodyIsStreamedChunked) {
   CountingUpstream upstream;
-  SluiceProcess sluice(config(upstream.url(), "  max_buffered_body_bytes: 1MiB",
-                              "{attempts: 1, max_body: 256KiB}"));
+  SluiceProcess sluice(
+      config(upstream.url(), "  max_buffered_body_bytes: 1MiB", "{attempts: 1, max_body: 256KiB}"));
   TestConnection conn(sluice.port());
   conn.send("POST /up HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n");
   const std::string piece(512 * 1024, 'y');
@@ -254,8 +252,8 @@ TEST(RequestBodyTest, AnHttp2UploadStreamsUpstreamWhileTheClientIsStillSending) 
   CountingUpstream upstream;
   // An HTTP/2 client may have a stream window (1 MiB) in flight beyond the
   // pause: the cap leaves room for it.
-  SluiceProcess sluice(config(upstream.url(), "  max_buffered_body_bytes: 4MiB",
-                              "{attempts: 1, max_body: 256KiB}"));
+  SluiceProcess sluice(
+      config(upstream.url(), "  max_buffered_body_bytes: 4MiB", "{attempts: 1, max_body: 256KiB}"));
   H2Connection conn(sluice.port());
   // 3 MiB sent of a declared 64 MiB, then the client stalls: nothing would
   // reach the upstream if sluice waited for the end.
@@ -291,8 +289,9 @@ TEST(RequestBodyTest, BigBufferedBodiesGiveTheirMemoryBackOnceDone) {
         c.send(uploadHead(kBody) + std::string(kBody, 'm'));
         continue;
       }
-      c.send("POST /echo/upload HTTP/1.1\r\nhost: t\r\nx-mock-status: 204\r\n"
-             "transfer-encoding: chunked\r\n\r\n");
+      c.send(
+          "POST /echo/upload HTTP/1.1\r\nhost: t\r\nx-mock-status: 204\r\n"
+          "transfer-encoding: chunked\r\n\r\n");
       for (size_t sent = 0; sent < kBody; sent += piece.size()) c.send(chunk);
       c.send("0\r\n\r\n");
     }
@@ -302,8 +301,8 @@ TEST(RequestBodyTest, BigBufferedBodiesGiveTheirMemoryBackOnceDone) {
   // Freed bodies go back to the OS, not into a heap that keeps them.
   EXPECT_TRUE(waitUntil([&] {
     return statusKiB(sluice.pid(), "VmRSS") < rss_before_kib + 24 * 1024;
-  })) << statusKiB(sluice.pid(), "VmRSS") << " KiB resident, " << rss_before_kib
-      << " KiB before";
+  })) << statusKiB(sluice.pid(), "VmRSS")
+      << " KiB resident, " << rss_before_kib << " KiB before";
 }
 
 }  // namespace

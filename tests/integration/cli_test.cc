@@ -29,8 +29,8 @@ std::string writeTemp(const std::string& name, const std::string& text) {
 
 TEST(CliTest, CheckConfigAcceptsTheExamples) {
   for (const char* name : {"minimal.yaml", "local-mock.yaml", "container.yaml"}) {
-    auto [code, out] = runCommand(sluicePath() + " --check-config " + sourceDir() +
-                                  "/config/examples/" + name);
+    auto [code, out] =
+        runCommand(sluicePath() + " --check-config " + sourceDir() + "/config/examples/" + name);
     EXPECT_EQ(code, 0) << name << ": " << out;
   }
 }
@@ -68,12 +68,12 @@ TEST(CliTest, InvalidConfigsExitTwoWithFileLineColumnAndKeyPath) {
 }
 
 TEST(CliTest, UnsetEnvironmentVariableIsAnError) {
-  const std::string path = writeTemp(
-      "env.yaml",
-      "listen: 127.0.0.1:0\nupstreams:\n  - name: a\n    url: http://x\n    headers: {authorization: "
-      "\"Bearer ${SLUICE_TEST_SURELY_UNSET_VAR}\"}\n");
-  auto [code, out] = runCommand("env -u SLUICE_TEST_SURELY_UNSET_VAR " + sluicePath() +
-                                " --check-config " + path);
+  const std::string path = writeTemp("env.yaml",
+                                     "listen: 127.0.0.1:0\nupstreams:\n  - name: a\n    url: "
+                                     "http://x\n    headers: {authorization: "
+                                     "\"Bearer ${SLUICE_TEST_SURELY_UNSET_VAR}\"}\n");
+  auto [code, out] =
+      runCommand("env -u SLUICE_TEST_SURELY_UNSET_VAR " + sluicePath() + " --check-config " + path);
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("SLUICE_TEST_SURELY_UNSET_VAR"), std::string::npos) << out;
   std::filesystem::remove(path);
@@ -81,11 +81,12 @@ TEST(CliTest, UnsetEnvironmentVariableIsAnError) {
 
 TEST(CliTest, RunsAndExitsZeroOnSigterm) {
   MockLlm mock;
-  const std::string path = writeTemp(
-      "run.yaml", "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nworkers: 1\ndrain_timeout: 2s\n"
-                  "upstreams:\n  - name: mock\n    url: " +
-                      mock.url() +
-                      "\nroutes:\n  - name: all\n    match: {path_prefix: /}\n    upstream: mock\n");
+  const std::string path =
+      writeTemp("run.yaml",
+                "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nworkers: 1\ndrain_timeout: 2s\n"
+                "upstreams:\n  - name: mock\n    url: " +
+                    mock.url() +
+                    "\nroutes:\n  - name: all\n    match: {path_prefix: /}\n    upstream: mock\n");
   ChildProcess sluice({sluicePath(), "--config", path}, "sluice listening on");
   ASSERT_TRUE(sluice.running());
   const auto& line = sluice.readyLine();

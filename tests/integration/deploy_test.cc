@@ -266,8 +266,7 @@ TEST(DeployTest, ComposeStartsServicesOnlyOnceTheirDependenciesAreHealthy) {
       config::loadConfigFile(sourceDir() + "/dashboards/compose-sluice.yaml");
   ASSERT_TRUE(loaded.ok()) << loaded.error->toString();
   EXPECT_EQ(loaded.config->admin.host, "0.0.0.0");
-  EXPECT_EQ(loaded.config->admin_allowed_hosts,
-            (std::vector<std::string>{"sluice", "sluice-2"}));
+  EXPECT_EQ(loaded.config->admin_allowed_hosts, (std::vector<std::string>{"sluice", "sluice-2"}));
   ASSERT_TRUE(loaded.config->shared_state.has_value()) << "the replicas share state";
   EXPECT_EQ(loaded.config->shared_state->redis.host, "redis");
 

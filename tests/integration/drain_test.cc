@@ -80,7 +80,8 @@ void drainHttp1(SluiceProcess& sluice, const std::function<void()>& trigger) {
 
   TestConnection long_conn(sluice.port());
   long_conn.sendRequest("POST", "/v1/chat/completions", longStream("long"), kChat);
-  long_conn.readUntil([](const TestResponse& r) { return r.body.find("tok1") != std::string::npos; });
+  long_conn.readUntil(
+      [](const TestResponse& r) { return r.body.find("tok1") != std::string::npos; });
   ASSERT_NE(long_conn.current().body.find("tok1"), std::string::npos);
 
   TestConnection short_conn(sluice.port());
@@ -136,7 +137,8 @@ TEST_F(DrainTest, Http2GetsGoawayInFlightStreamFinishesStalledOneIsCancelled) {
   H2Connection conn(sluice.port());
   ASSERT_TRUE(conn.connected());
   const int32_t long_id = conn.submit("POST", "/v1/chat/completions", longStream("h2-long"), kChat);
-  ASSERT_TRUE(conn.runUntil([&] { return conn.response(long_id).body.find("tok1") != std::string::npos; }));
+  ASSERT_TRUE(
+      conn.runUntil([&] { return conn.response(long_id).body.find("tok1") != std::string::npos; }));
   const int32_t short_id =
       conn.submit("POST", "/v1/chat/completions", shortStream("h2-short"), kChat);
   ASSERT_TRUE(waitUntil([&] { return exchangesIn(sluice.adminGet("/exchanges")) == 2; }));
@@ -153,7 +155,8 @@ TEST_F(DrainTest, Http2GetsGoawayInFlightStreamFinishesStalledOneIsCancelled) {
   EXPECT_NE(conn.response(short_id).body.find("[DONE]"), std::string::npos);
 
   EXPECT_TRUE(conn.waitForStream(long_id));
-  EXPECT_TRUE(conn.response(long_id).reset_by_peer) << "the stalled stream is reset at drain_timeout";
+  EXPECT_TRUE(conn.response(long_id).reset_by_peer)
+      << "the stalled stream is reset at drain_timeout";
   EXPECT_EQ(conn.response(long_id).error_code, static_cast<uint32_t>(NGHTTP2_CANCEL));
   EXPECT_FALSE(conn.response(long_id).complete);
   EXPECT_TRUE(conn.waitForClose()) << "the connection closes once its last stream ended";
@@ -166,7 +169,8 @@ TEST_F(DrainTest, CutExchangesAreCountedAsDraining) {
   SluiceUnderTest sluice(substitute(kConfig, {{"MOCK_URL", mock_.url()}}));
   TestConnection long_conn(sluice.port());
   long_conn.sendRequest("POST", "/v1/chat/completions", longStream("m-long"), kChat);
-  long_conn.readUntil([](const TestResponse& r) { return r.body.find("tok1") != std::string::npos; });
+  long_conn.readUntil(
+      [](const TestResponse& r) { return r.body.find("tok1") != std::string::npos; });
   TestConnection short_conn(sluice.port());
   short_conn.sendRequest("POST", "/v1/chat/completions", shortStream("m-short"), kChat);
   ASSERT_TRUE(waitUntil([&] { return sluice.server().activeExchanges() == 2; }));

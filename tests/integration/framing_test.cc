@@ -19,11 +19,10 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/support/http_client.h"
 #include "tests/support/loopback.h"
@@ -95,7 +94,8 @@ INSTANTIATE_TEST_SUITE_P(
         RequestCase{"ChunkSizeOverflow",
                     kHead + "transfer-encoding: chunked\r\n\r\nfffffffffffffffffff\r\nx\r\n"},
         RequestCase{"ChunkedNotLast", kHead + "transfer-encoding: chunked, gzip\r\n\r\n"},
-        RequestCase{"ObsoleteLineFolding", kHead + "x-folded: a\r\n  b\r\ncontent-length: 0\r\n\r\n"},
+        RequestCase{"ObsoleteLineFolding",
+                    kHead + "x-folded: a\r\n  b\r\ncontent-length: 0\r\n\r\n"},
         RequestCase{"NulInHeaderValue",
                     kHead + "x-nul: a" + std::string(1, '\0') + "b\r\ncontent-length: 0\r\n\r\n"},
         RequestCase{"BareCrInHeaderValue", kHead + "x-cr: a\rb\r\ncontent-length: 0\r\n\r\n"},
@@ -110,8 +110,7 @@ INSTANTIATE_TEST_SUITE_P(
         // RFC 9112 §3.2: exactly one Host on HTTP/1.1.
         RequestCase{"MissingHost", "GET /echo/x HTTP/1.1\r\ncontent-length: 0\r\n\r\n"},
         RequestCase{"DuplicateHost", kHead + "host: u\r\ncontent-length: 0\r\n\r\n"},
-        RequestCase{"DuplicateHostOnHttp10",
-                    "GET /echo/x HTTP/1.0\r\nhost: t\r\nhost: u\r\n\r\n"},
+        RequestCase{"DuplicateHostOnHttp10", "GET /echo/x HTTP/1.0\r\nhost: t\r\nhost: u\r\n\r\n"},
         // Tunnels and protocols sluice cannot carry.
         RequestCase{"Connect", "CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n"},
         RequestCase{"UpgradeWebsocket",
@@ -183,8 +182,9 @@ TEST_F(DownstreamRequestTest, UpgradeH2cIsIgnoredAndAnsweredInHttp11) {
   start();
   TestConnection conn(sluice_->port());
   // What curl --http2 sends on http://.
-  conn.send("GET /echo/h2c HTTP/1.1\r\nhost: t\r\nconnection: Upgrade, HTTP2-Settings\r\n"
-            "upgrade: h2c\r\nhttp2-settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n");
+  conn.send(
+      "GET /echo/h2c HTTP/1.1\r\nhost: t\r\nconnection: Upgrade, HTTP2-Settings\r\n"
+      "upgrade: h2c\r\nhttp2-settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n");
   const TestResponse r = conn.readResponse();
   ASSERT_EQ(r.status, 200) << r.body;
   const auto h = nlohmann::json::parse(r.body)["headers"];
@@ -201,8 +201,9 @@ TEST_F(DownstreamRequestTest, UpgradeH2cIsIgnoredAndAnsweredInHttp11) {
 TEST_F(DownstreamRequestTest, ExpectContinueIsMatchedCaseInsensitively) {
   start();
   TestConnection conn(sluice_->port());
-  conn.send("POST /echo/expect HTTP/1.1\r\nhost: t\r\ncontent-length: 5\r\n"
-            "expect: 100-Continue\r\n\r\n");
+  conn.send(
+      "POST /echo/expect HTTP/1.1\r\nhost: t\r\ncontent-length: 5\r\n"
+      "expect: 100-Continue\r\n\r\n");
   // The interim answer comes before the body is sent.
   conn.readUntil(
       [&](const TestResponse&) {
@@ -219,8 +220,9 @@ TEST_F(DownstreamRequestTest, ExpectContinueIsMatchedCaseInsensitively) {
 TEST_F(DownstreamRequestTest, ExpectContinueAboveMaxBodyIs413WithoutContinue) {
   start("limits: {max_body: 1KiB}\n");
   TestConnection conn(sluice_->port());
-  conn.send("POST /echo/big HTTP/1.1\r\nhost: t\r\ncontent-length: 5000\r\n"
-            "expect: 100-continue\r\n\r\n");
+  conn.send(
+      "POST /echo/big HTTP/1.1\r\nhost: t\r\ncontent-length: 5000\r\n"
+      "expect: 100-continue\r\n\r\n");
   const TestResponse r = conn.readResponse();
   EXPECT_EQ(r.status, 413) << r.body;
   EXPECT_EQ(conn.raw().find("100 Continue"), std::string::npos) << conn.raw();

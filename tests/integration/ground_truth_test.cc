@@ -70,6 +70,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -77,8 +78,6 @@
 #include <string_view>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
@@ -149,8 +148,7 @@ std::string config(const std::string& mock_url, const std::string& redis_url = "
            ", methods: [POST]}\n    upstream: " + upstream + "\n" + retry + extra;
   };
   // drain_timeout 0: the slow-reader test drains to cut a stream at a moment of its choosing.
-  std::string yaml =
-      "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nworkers: 2\ndrain_timeout: 0s\n";
+  std::string yaml = "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nworkers: 2\ndrain_timeout: 0s\n";
   if (!redis_url.empty()) {
     yaml += "shared_state: {redis: \"" + redis_url + "\", prefix: \"gt:\", timeout: 500ms}\n";
   }

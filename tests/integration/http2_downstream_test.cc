@@ -14,11 +14,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "config/loader.h"
 #include "proxy/protocol_detector.h"
@@ -145,9 +144,10 @@ TEST_F(Http2DownstreamTest, NghttpThroughSluice) {
   const std::string body_file = std::filesystem::temp_directory_path() /
                                 ("sluice-h2-body-" + std::to_string(::getpid()) + ".json");
   std::ofstream(body_file) << chatBody();
-  auto [code, out] = runCommand("nghttp -v -H 'x-mock-tokens: 3' -H 'content-type: application/json' "
-                                "-d " + body_file + " http://127.0.0.1:" +
-                                std::to_string(sluice_->port()) + "/v1/chat/completions");
+  auto [code, out] = runCommand(
+      "nghttp -v -H 'x-mock-tokens: 3' -H 'content-type: application/json' "
+      "-d " +
+      body_file + " http://127.0.0.1:" + std::to_string(sluice_->port()) + "/v1/chat/completions");
   std::filesystem::remove(body_file);
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find(":status: 200"), std::string::npos) << out;
@@ -157,11 +157,13 @@ TEST_F(Http2DownstreamTest, NghttpThroughSluice) {
 }
 
 TEST_F(Http2DownstreamTest, H2loadThroughSluice) {
-  auto [code, out] = runCommand("h2load -n 200 -c 2 -m 10 http://127.0.0.1:" +
-                                std::to_string(sluice_->port()) + "/v1/models");
+  auto [code, out] =
+      runCommand("h2load -n 200 -c 2 -m 10 http://127.0.0.1:" + std::to_string(sluice_->port()) +
+                 "/v1/models");
   ASSERT_EQ(code, 0) << out;
-  EXPECT_NE(out.find("requests: 200 total, 200 started, 200 done, 200 succeeded, 0 failed, 0 errored"),
-            std::string::npos)
+  EXPECT_NE(
+      out.find("requests: 200 total, 200 started, 200 done, 200 succeeded, 0 failed, 0 errored"),
+      std::string::npos)
       << out;
   EXPECT_NE(out.find("status codes: 200 2xx"), std::string::npos) << out;
   EXPECT_EQ(sluice_->metric("sluice_requests_total", {{"route", "models"}, {"code", "200"}}), 200);
@@ -171,9 +173,9 @@ TEST_F(Http2DownstreamTest, H2loadThroughSluice) {
 
 TEST_F(Http2DownstreamTest, RequestHeadAndBodyReachTheUpstream) {
   H2Connection conn(sluice_->port());
-  const int32_t id = conn.submit("POST", "/echo/h2?q=1",
-                                 {{"cookie", "a=1"}, {"cookie", "b=2"}, {"x-custom", "kept"}},
-                                 "hello h2");
+  const int32_t id =
+      conn.submit("POST", "/echo/h2?q=1",
+                  {{"cookie", "a=1"}, {"cookie", "b=2"}, {"x-custom", "kept"}}, "hello h2");
   ASSERT_TRUE(conn.waitForStream(id));
   const H2Response& r = conn.response(id);
   ASSERT_EQ(r.status, 200) << r.body;
@@ -209,10 +211,9 @@ TEST_F(Http2DownstreamTest, HundredStreamsFiftyResetMidStreamOnOneConnection) {
   std::map<int, std::string> expected;
   for (int i = 0; i < kStreams; ++i) {
     if (isReset(i)) continue;
-    auto direct = httpRequest(mock_->port(), "POST", "/v1/chat/completions",
-                              {{"x-mock-tokens", std::to_string(kTokens)},
-                               {"x-mock-request-id", id(i)}},
-                              chatBody());
+    auto direct = httpRequest(
+        mock_->port(), "POST", "/v1/chat/completions",
+        {{"x-mock-tokens", std::to_string(kTokens)}, {"x-mock-request-id", id(i)}}, chatBody());
     ASSERT_EQ(direct.status, 200);
     expected[i] = withoutVolatileFields(direct.body);
   }
@@ -221,20 +222,23 @@ TEST_F(Http2DownstreamTest, HundredStreamsFiftyResetMidStreamOnOneConnection) {
   H2Connection conn(sluice_->port());
   std::map<int, int32_t> streams;
   for (int i = 0; i < kStreams; ++i) {
-    streams[i] = conn.submit("POST", "/v1/chat/completions",
-                             {{"x-mock-tokens", std::to_string(isReset(i) ? kResetTokens : kTokens)},
-                              {"x-mock-token-interval-ms", "10"},
-                              {"x-mock-request-id", id(i)}},
-                             chatBody());
+    streams[i] =
+        conn.submit("POST", "/v1/chat/completions",
+                    {{"x-mock-tokens", std::to_string(isReset(i) ? kResetTokens : kTokens)},
+                     {"x-mock-token-interval-ms", "10"},
+                     {"x-mock-request-id", id(i)}},
+                    chatBody());
     ASSERT_GT(streams[i], 0);
     if (isReset(i)) conn.resetAfter(streams[i], 600);  // a few tokens in
   }
-  ASSERT_TRUE(conn.runUntil([&] {
-    for (auto& [i, s] : streams) {
-      if (!conn.response(s).closed) return false;
-    }
-    return true;
-  }, std::chrono::seconds(30)));
+  ASSERT_TRUE(conn.runUntil(
+      [&] {
+        for (auto& [i, s] : streams) {
+          if (!conn.response(s).closed) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(30)));
 
   for (int i = 0; i < kStreams; ++i) {
     const H2Response& r = conn.response(streams[i]);
@@ -286,21 +290,19 @@ TEST_F(Http2DownstreamTest, HundredStreamsFiftyResetMidStreamOnOneConnection) {
 
 TEST_F(Http2DownstreamTest, ResetWhileWaitingForFirstByteCancelsOnlyThatStream) {
   H2Connection conn(sluice_->port());
-  const int32_t stalled = conn.submit("POST", "/v1/chat/completions",
-                                      {{"x-mock-stall-before-headers-ms", "10000"},
-                                       {"x-mock-request-id", "stalled"}},
-                                      chatBody());
+  const int32_t stalled = conn.submit(
+      "POST", "/v1/chat/completions",
+      {{"x-mock-stall-before-headers-ms", "10000"}, {"x-mock-request-id", "stalled"}}, chatBody());
   mock_->waitForEntry("stalled", [](const nlohmann::json&) { return true; });
   conn.reset(stalled);
-  const int32_t other = conn.submit("POST", "/v1/chat/completions",
-                                    {{"x-mock-tokens", "4"}, {"x-mock-request-id", "other"}},
-                                    chatBody());
+  const int32_t other =
+      conn.submit("POST", "/v1/chat/completions",
+                  {{"x-mock-tokens", "4"}, {"x-mock-request-id", "other"}}, chatBody());
   ASSERT_TRUE(conn.waitForStream(other));
   EXPECT_TRUE(conn.response(other).complete);
   EXPECT_EQ(countTokens(conn.response(other).body), 4u);
-  auto e = mock_->waitForEntry("stalled", [](const nlohmann::json& e) {
-    return e["peer_closed"].get<bool>();
-  });
+  auto e = mock_->waitForEntry(
+      "stalled", [](const nlohmann::json& e) { return e["peer_closed"].get<bool>(); });
   EXPECT_TRUE(e["peer_closed"].get<bool>());
   EXPECT_EQ(e["tokens_emitted"], 0);
   EXPECT_EQ(sluice_->metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}),
@@ -309,9 +311,9 @@ TEST_F(Http2DownstreamTest, ResetWhileWaitingForFirstByteCancelsOnlyThatStream) 
 
 TEST_F(Http2DownstreamTest, UpstreamResetMidStreamIsRstStreamInternalError) {
   H2Connection conn(sluice_->port());
-  const int32_t broken = conn.submit("POST", "/v1/chat/completions",
-                                     {{"x-mock-tokens", "50"}, {"x-mock-reset-after-tokens", "3"}},
-                                     chatBody());
+  const int32_t broken =
+      conn.submit("POST", "/v1/chat/completions",
+                  {{"x-mock-tokens", "50"}, {"x-mock-reset-after-tokens", "3"}}, chatBody());
   ASSERT_TRUE(conn.waitForStream(broken));
   const H2Response& r = conn.response(broken);
   EXPECT_EQ(r.status, 200);
@@ -338,9 +340,8 @@ TEST_F(Http2DownstreamTest, BudgetRunningOutMidStreamIsRstStreamCancel) {
   EXPECT_FALSE(r.complete);
   EXPECT_TRUE(r.reset_by_peer);
   EXPECT_EQ(r.error_code, static_cast<uint32_t>(NGHTTP2_CANCEL));
-  auto e = mock_->waitForEntry("budget", [](const nlohmann::json& e) {
-    return e["peer_closed"].get<bool>();
-  });
+  auto e = mock_->waitForEntry(
+      "budget", [](const nlohmann::json& e) { return e["peer_closed"].get<bool>(); });
   EXPECT_TRUE(e["peer_closed"].get<bool>());
   EXPECT_EQ(sluice_->metric("sluice_cancellations_total", {{"cancel_reason", "budget_exhausted"}}),
             1);
@@ -396,8 +397,8 @@ TEST_F(Http2DownstreamTest, ConnectionDropCancelsAllItsExchanges) {
     EXPECT_TRUE(e["peer_closed"].get<bool>());
   }
   EXPECT_TRUE(eventually([&] {
-    return sluice_->metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}) ==
-           3;
+    return sluice_->metric("sluice_cancellations_total",
+                           {{"cancel_reason", "client_disconnect"}}) == 3;
   }));
   EXPECT_TRUE(eventually([&] { return sluice_->server().activeExchanges() == 0; }));
 }
@@ -410,10 +411,9 @@ TEST_F(Http2DownstreamTest, SlowStreamPausesItsUpstreamWhileOthersFlow) {
   options.initial_window = 16 * 1024;
   H2Connection conn(sluice_->port(), options);
   constexpr int kTokens = 20000;
-  const int32_t slow = conn.submit("POST", "/v1/chat/completions",
-                                   {{"x-mock-tokens", std::to_string(kTokens)},
-                                    {"x-mock-request-id", "slow"}},
-                                   chatBody());
+  const int32_t slow = conn.submit(
+      "POST", "/v1/chat/completions",
+      {{"x-mock-tokens", std::to_string(kTokens)}, {"x-mock-request-id", "slow"}}, chatBody());
   conn.hold(slow);  // its window stays shut; the socket keeps being read
   ASSERT_TRUE(conn.runUntil([&] { return conn.response(slow).headers_received; }));
 
@@ -432,8 +432,8 @@ TEST_F(Http2DownstreamTest, SlowStreamPausesItsUpstreamWhileOthersFlow) {
   EXPECT_FALSE(mock_->entry("slow")["completed"].get<bool>());
 
   // Flow control is per stream: another stream on the same connection completes meanwhile.
-  const int32_t quick = conn.submit("POST", "/v1/chat/completions", {{"x-mock-tokens", "5"}},
-                                    chatBody());
+  const int32_t quick =
+      conn.submit("POST", "/v1/chat/completions", {{"x-mock-tokens", "5"}}, chatBody());
   ASSERT_TRUE(conn.waitForStream(quick));
   EXPECT_TRUE(conn.response(quick).complete);
   EXPECT_EQ(countTokens(conn.response(quick).body), 5u);
@@ -457,12 +457,13 @@ TEST_F(Http2DownstreamTest, StreamsAboveTheConcurrencyLimitAreRefused) {
   // Sent before the client has seen sluice's SETTINGS: all 130 go out.
   std::vector<int32_t> ids;
   for (int i = 0; i < 130; ++i) {
-    ids.push_back(conn.submit("POST", "/v1/chat/completions",
-                              {{"x-mock-stall-before-headers-ms", "-1"},
-                               {"x-mock-request-id", "c-" + std::to_string(i)}},
-                              chatBody()));
+    ids.push_back(conn.submit(
+        "POST", "/v1/chat/completions",
+        {{"x-mock-stall-before-headers-ms", "-1"}, {"x-mock-request-id", "c-" + std::to_string(i)}},
+        chatBody()));
   }
-  ASSERT_TRUE(conn.runUntil([&] { return conn.response(ids[128]).closed && conn.response(ids[129]).closed; }));
+  ASSERT_TRUE(conn.runUntil(
+      [&] { return conn.response(ids[128]).closed && conn.response(ids[129]).closed; }));
   for (int i = 128; i < 130; ++i) {
     EXPECT_TRUE(conn.response(ids[i]).reset_by_peer);
     EXPECT_EQ(conn.response(ids[i]).error_code, static_cast<uint32_t>(NGHTTP2_REFUSED_STREAM));
@@ -471,15 +472,16 @@ TEST_F(Http2DownstreamTest, StreamsAboveTheConcurrencyLimitAreRefused) {
   EXPECT_TRUE(eventually([&] { return mock_->ledger().size() == 128u; }));
   conn.drop();
   EXPECT_TRUE(eventually([&] {
-    return sluice_->metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}) ==
-           128;
+    return sluice_->metric("sluice_cancellations_total",
+                           {{"cancel_reason", "client_disconnect"}}) == 128;
   }));
 }
 
 TEST_F(Http2DownstreamTest, OversizedHeaderListIs431OnThatStreamOnly) {
   H2Connection conn(sluice_->port());
   Headers big;
-  for (int i = 0; i < 10; ++i) big.emplace_back("x-big-" + std::to_string(i), std::string(8000, 'a'));
+  for (int i = 0; i < 10; ++i)
+    big.emplace_back("x-big-" + std::to_string(i), std::string(8000, 'a'));
   const int32_t id = conn.submit("GET", "/v1/models", big);
   Headers many;
   for (int i = 0; i < 101; ++i) many.emplace_back("x-n-" + std::to_string(i), "1");
@@ -515,9 +517,9 @@ TEST_F(Http2DownstreamTest, OversizedBodyIs413AndTheStreamIsStopped) {
 
 TEST_F(Http2DownstreamTest, DrainSendsGoawayAndLetsTheStreamFinish) {
   H2Connection conn(sluice_->port());
-  const int32_t id = conn.submit("POST", "/v1/chat/completions",
-                                 {{"x-mock-tokens", "10"}, {"x-mock-token-interval-ms", "30"}},
-                                 chatBody());
+  const int32_t id =
+      conn.submit("POST", "/v1/chat/completions",
+                  {{"x-mock-tokens", "10"}, {"x-mock-token-interval-ms", "30"}}, chatBody());
   ASSERT_TRUE(conn.runUntil([&] { return countTokens(conn.response(id).body) >= 1; }));
   std::thread drainer([&] { sluice_->server().drain(); });
   ASSERT_TRUE(conn.waitForStream(id));
@@ -579,8 +581,8 @@ std::vector<RawFrame> parseFrames(const std::string& bytes) {
   while (at + 9 <= bytes.size()) {
     const size_t len = (byte(at) << 16) | (byte(at + 1) << 8) | byte(at + 2);
     if (at + 9 + len > bytes.size()) break;
-    const uint32_t stream = ((byte(at + 5) & 0x7f) << 24) | (byte(at + 6) << 16) |
-                            (byte(at + 7) << 8) | byte(at + 8);
+    const uint32_t stream =
+        ((byte(at + 5) & 0x7f) << 24) | (byte(at + 6) << 16) | (byte(at + 7) << 8) | byte(at + 8);
     out.push_back({static_cast<uint8_t>(byte(at + 3)), static_cast<uint8_t>(byte(at + 4)), stream,
                    bytes.substr(at + 9, len)});
     at += 9 + len;
@@ -611,7 +613,10 @@ const std::string kGetRoot = "\x82\x86\x84" + kAuthority;
 // :method POST, :scheme http, :path /nowhere (literal without indexing, name index 4).
 const std::string kPostNowhere = std::string("\x83\x86\x04\x08") + "/nowhere" + kAuthority;
 // A trailer field x-t: 1 (literal without indexing, new name).
-const std::string kTrailer = std::string("\x00\x03x-t\x01" "1", 7);
+const std::string kTrailer = std::string(
+    "\x00\x03x-t\x01"
+    "1",
+    7);
 
 TEST_F(Http2DownstreamTest, HeadersOnALowerNewStreamIdIsGoawayProtocolError) {
   // h2spec http2/5.1.1/2: stream 5, then a new stream 3.
@@ -655,7 +660,8 @@ TEST_F(Http2DownstreamTest, TrailersOnAStreamSluiceAlreadyAnsweredAreNoConnectio
   EXPECT_FALSE(conn.peerClosed());
 }
 
-// --- protocol detection ---------------------------------------------------------------------------
+// --- protocol detection
+// ---------------------------------------------------------------------------
 
 TEST(ProtocolDetectorTest, ClassifiesTheFirstBytes) {
   using V = ProtocolDetector::Verdict;
@@ -705,9 +711,10 @@ TEST(Http2TlsTest, AlpnPicksH2OrHttp11) {
   EXPECT_EQ(j["body"], "over tls");
 
   const std::string url = "https://127.0.0.1:" + std::to_string(sluice.port());
-  auto [c2, o2] = runCommand("curl -sSk --http2 -w '\\n%{http_version} %{response_code}' "
-                             "-H 'x-mock-tokens: 4' -d '" + chatBody() + "' " + url +
-                             "/v1/chat/completions");
+  auto [c2, o2] = runCommand(
+      "curl -sSk --http2 -w '\\n%{http_version} %{response_code}' "
+      "-H 'x-mock-tokens: 4' -d '" +
+      chatBody() + "' " + url + "/v1/chat/completions");
   ASSERT_EQ(c2, 0) << o2;
   EXPECT_NE(o2.find("\n2 200"), std::string::npos) << o2;
   EXPECT_EQ(countTokens(o2), 4u) << o2;
@@ -717,8 +724,8 @@ TEST(Http2TlsTest, AlpnPicksH2OrHttp11) {
   EXPECT_NE(o11.find("\n1.1 200"), std::string::npos) << o11;
   EXPECT_NE(o11.find("\"x-forwarded-proto\":\"https\""), std::string::npos) << o11;
   // No ALPN at all: HTTP/1.1.
-  auto [cn, on] = runCommand("curl -sSk --no-alpn -w '\\n%{http_version} %{response_code}' " +
-                             url + "/v1/models");
+  auto [cn, on] = runCommand("curl -sSk --no-alpn -w '\\n%{http_version} %{response_code}' " + url +
+                             "/v1/models");
   ASSERT_EQ(cn, 0) << on;
   EXPECT_NE(on.find("\n1.1 200"), std::string::npos) << on;
 }
@@ -726,8 +733,8 @@ TEST(Http2TlsTest, AlpnPicksH2OrHttp11) {
 TEST(Http2TlsTest, MissingCertificateFailsAtStartNamingTheFile) {
   MockLlm mock;
   const std::string missing = "/nonexistent/sluice-test-cert.pem";
-  auto loaded = config::loadConfigString(config(mock.url(), tlsListen(missing, "/nonexistent/k.pem")),
-                                         "test.yaml");
+  auto loaded = config::loadConfigString(
+      config(mock.url(), tlsListen(missing, "/nonexistent/k.pem")), "test.yaml");
   ASSERT_TRUE(loaded.ok());
   Server server(loaded.config);
   std::string error;
@@ -798,10 +805,9 @@ TEST(Http2TlsTest, SighupServesTheNewCertificateWithoutDroppingLiveStreams) {
   // A stream the client holds open across the reload: its window stays shut
   // until release(), so it cannot finish before the new certificate is in.
   constexpr int kTokens = 20000;
-  const int32_t stream = live.submit("POST", "/v1/chat/completions",
-                                     {{"x-mock-tokens", std::to_string(kTokens)},
-                                      {"x-mock-request-id", "live"}},
-                                     chatBody());
+  const int32_t stream = live.submit(
+      "POST", "/v1/chat/completions",
+      {{"x-mock-tokens", std::to_string(kTokens)}, {"x-mock-request-id", "live"}}, chatBody());
   live.hold(stream);
   ASSERT_TRUE(live.runUntil([&] { return countTokens(live.response(stream).body) >= 1; }));
 

@@ -11,11 +11,10 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
@@ -58,10 +57,12 @@ TestResponse chat(uint16_t port, const std::vector<std::pair<std::string, std::s
   return httpRequest(port, "POST", "/v1/chat/completions", headers, body);
 }
 
-/** The mock's answer to the same request sent to it directly (HTTP/1.1), volatile fields blanked. */
+/** The mock's answer to the same request sent to it directly (HTTP/1.1), volatile fields blanked.
+ */
 std::string directBody(MockLlm& mock, const std::vector<std::pair<std::string, std::string>>& h,
                        const std::string& body) {
-  return withoutVolatileFields(httpRequest(mock.port(), "POST", "/v1/chat/completions", h, body).body);
+  return withoutVolatileFields(
+      httpRequest(mock.port(), "POST", "/v1/chat/completions", h, body).body);
 }
 
 TEST(Http2UpstreamTest, H2cPriorKnowledgeStreamsByteExact) {
@@ -149,18 +150,20 @@ TEST(Http2UpstreamTest, ClientAbortResetsOnlyItsOwnStream) {
 // A budget that runs out mid-stream resets the upstream stream (not the session).
 TEST(Http2UpstreamTest, BudgetExpiryResetsTheStream) {
   MockLlm mock;
-  SluiceUnderTest sluice(config(mock.url(), "on", "",
-                                "    budget: {header: x-budget-ms, default: 30s}"));
+  SluiceUnderTest sluice(
+      config(mock.url(), "on", "", "    budget: {header: x-budget-ms, default: 30s}"));
   const TestResponse r = chat(sluice.port(),
-                              {{"x-mock-request-id", "late"}, {"x-budget-ms", "200"},
-                               {"x-mock-tokens", "1000"}, {"x-mock-token-interval-ms", "10"}},
+                              {{"x-mock-request-id", "late"},
+                               {"x-budget-ms", "200"},
+                               {"x-mock-tokens", "1000"},
+                               {"x-mock-token-interval-ms", "10"}},
                               kStream);
   EXPECT_FALSE(r.complete);
-  const auto e = mock.waitForEntry("late", [](const nlohmann::json& e) {
-    return e["client_reset"].get<bool>();
-  });
+  const auto e = mock.waitForEntry(
+      "late", [](const nlohmann::json& e) { return e["client_reset"].get<bool>(); });
   EXPECT_EQ(e["rst_error_code"].get<uint32_t>(), kCancel);
-  EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "budget_exhausted"}}), 1);
+  EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "budget_exhausted"}}),
+            1);
 }
 
 // REFUSED_STREAM means nothing was processed: retried even though the route
@@ -170,9 +173,9 @@ TEST(Http2UpstreamTest, RefusedStreamIsRetriedEvenWhenNotIdempotent) {
   SluiceUnderTest sluice(config(mock.url(), "on", "",
                                 "    retry: {attempts: 3, idempotent: never, on: [reset, 503],"
                                 " backoff: {base: 1ms, max: 5ms}}"));
-  const TestResponse r =
-      chat(sluice.port(), {{"x-mock-refuse-stream", "1"}, {"x-mock-fail-times", "1"},
-                           {"x-mock-fail-key", "refused"}});
+  const TestResponse r = chat(
+      sluice.port(),
+      {{"x-mock-refuse-stream", "1"}, {"x-mock-fail-times", "1"}, {"x-mock-fail-key", "refused"}});
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.headers.get("x-sluice-attempts").value_or(""), "2");
   EXPECT_EQ(sluice.metric("sluice_retries_total", {{"route", "chat"}, {"cause", "reset"}}), 1);
@@ -188,8 +191,9 @@ TEST(Http2UpstreamTest, GoawayBelowTheStreamIsRetriedOnANewSession) {
   SluiceUnderTest sluice(config(mock.url(), "on", "",
                                 "    retry: {attempts: 3, idempotent: never, on: [reset],"
                                 " backoff: {base: 1ms, max: 5ms}}"));
-  const TestResponse r = chat(sluice.port(), {{"x-mock-goaway", "1"}, {"x-mock-fail-times", "1"},
-                                              {"x-mock-fail-key", "ga"}});
+  const TestResponse r =
+      chat(sluice.port(),
+           {{"x-mock-goaway", "1"}, {"x-mock-fail-times", "1"}, {"x-mock-fail-key", "ga"}});
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.headers.get("x-sluice-attempts").value_or(""), "2");
   // Later requests still work: a new session replaced the one going away.
@@ -200,8 +204,8 @@ TEST(Http2UpstreamTest, GoawayBelowTheStreamIsRetriedOnANewSession) {
 // towards the circuit breaker just like a broken HTTP/1.1 connection.
 TEST(Http2UpstreamTest, CircuitOpensOnStreamResets) {
   MockLlm mock;
-  SluiceUnderTest sluice(config(mock.url(), "on",
-                                "    circuit_breaker: {consecutive_failures: 3, cooldown: 30s}"));
+  SluiceUnderTest sluice(
+      config(mock.url(), "on", "    circuit_breaker: {consecutive_failures: 3, cooldown: 30s}"));
   for (int i = 0; i < 3; ++i) {
     const TestResponse r = chat(sluice.port(), {{"x-mock-status", "503"}});
     EXPECT_EQ(r.status, 503);
@@ -218,8 +222,7 @@ TEST(Http2UpstreamTest, CircuitOpensOnStreamResets) {
 TEST(Http2UpstreamTest, SlowClientIsPausedThroughFlowControlAndLosesNothing) {
   MockLlm mock;
   SluiceUnderTest sluice(config(mock.url(), "on"));
-  const std::vector<std::pair<std::string, std::string>> h = {
-      {"x-mock-tokens", "3000"}};
+  const std::vector<std::pair<std::string, std::string>> h = {{"x-mock-tokens", "3000"}};
   TestConnection slow(sluice.port(), /*receive_buffer=*/4096);
   slow.sendRequest("POST", "/v1/chat/completions", h, kStream);
   // Read a little, then let the upstream run into the client's pace.

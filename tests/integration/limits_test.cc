@@ -10,10 +10,9 @@
 
 #include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/support/h2_client.h"
 #include "tests/support/http_client.h"
@@ -133,8 +132,8 @@ TEST_F(LimitsTest, BodyAboveMaxBodyIs413AndNothingGoesUpstream) {
   EXPECT_EQ(rejections("body_too_large"), 1);
   EXPECT_EQ(mock_->ledger().size(), 0u);
   // A body within the limit is proxied.
-  const TestResponse fine = httpRequest(sluice_->port(), "POST", "/echo/small", {},
-                                        std::string(1000, 'x'));
+  const TestResponse fine =
+      httpRequest(sluice_->port(), "POST", "/echo/small", {}, std::string(1000, 'x'));
   EXPECT_EQ(fine.status, 200);
 }
 
@@ -186,8 +185,9 @@ TEST_F(LimitsTest, AnUnfinishedH2cPrefaceIsClosedByHeaderReadTimeout) {
 TEST_F(LimitsTest, AStalledRequestBodyGets408AndNothingGoesUpstream) {
   start("  body_read_timeout: 300ms");
   TestConnection conn(sluice_->port());
-  conn.send("POST /v1/chat/completions HTTP/1.1\r\nhost: sluice\r\n"
-            "content-type: application/json\r\ncontent-length: 100\r\n\r\n{\"model\":");
+  conn.send(
+      "POST /v1/chat/completions HTTP/1.1\r\nhost: sluice\r\n"
+      "content-type: application/json\r\ncontent-length: 100\r\n\r\n{\"model\":");
   const TestResponse r = conn.readResponse();
   EXPECT_EQ(r.status, 408);
   EXPECT_EQ(slugOf(r), "request-timeout");
@@ -268,7 +268,8 @@ TEST_F(LimitsTest, Http2HeaderListAboveTheLimitIs431OnThatStreamOnly) {
   ASSERT_TRUE(conn.waitForStream(fine));
   const H2Response& r = conn.response(big);
   EXPECT_EQ(r.status, 431);
-  EXPECT_EQ(slugOf(std::string(r.headers.get("content-type").value_or("")), r.body), "header-too-large");
+  EXPECT_EQ(slugOf(std::string(r.headers.get("content-type").value_or("")), r.body),
+            "header-too-large");
   EXPECT_EQ(conn.response(fine).status, 200);
   EXPECT_FALSE(conn.peerClosed());
   EXPECT_EQ(rejections("header_too_large"), 1);
@@ -280,10 +281,10 @@ TEST_F(LimitsTest, Http2StreamsAboveTheConfiguredCapAreRefused) {
   // Sent before the client has seen sluice's SETTINGS: all three go out.
   std::vector<int32_t> ids;
   for (int i = 0; i < 3; ++i) {
-    ids.push_back(conn.submit("POST", "/v1/chat/completions",
-                              {{"x-mock-stall-before-headers-ms", "-1"},
-                               {"x-mock-request-id", "s-" + std::to_string(i)}},
-                              chatBody()));
+    ids.push_back(conn.submit(
+        "POST", "/v1/chat/completions",
+        {{"x-mock-stall-before-headers-ms", "-1"}, {"x-mock-request-id", "s-" + std::to_string(i)}},
+        chatBody()));
   }
   ASSERT_TRUE(conn.runUntil([&] { return conn.response(ids[2]).closed; }));
   EXPECT_TRUE(conn.response(ids[2]).reset_by_peer);
@@ -313,7 +314,8 @@ TEST_F(LimitsTest, Http2StalledBodyGets408OnThatStreamOnly) {
   ASSERT_TRUE(conn.waitForStream(stalled));
   const H2Response& r = conn.response(stalled);
   EXPECT_EQ(r.status, 408);
-  EXPECT_EQ(slugOf(std::string(r.headers.get("content-type").value_or("")), r.body), "request-timeout");
+  EXPECT_EQ(slugOf(std::string(r.headers.get("content-type").value_or("")), r.body),
+            "request-timeout");
   EXPECT_EQ(rejections("body_timeout"), 1);
   // The connection and its other streams go on.
   const int32_t fine = conn.submit("GET", "/v1/models");
@@ -414,7 +416,8 @@ TEST_F(LimitsTest, AnHttp2ClientThatStopsReadingIsClosedBySendTimeout) {
  * references to it, so the decoded list is `copies` times the entry.
  */
 std::vector<std::pair<std::string, std::string>> hpackBomb(size_t copies) {
-  return std::vector<std::pair<std::string, std::string>>(copies, {"x-bomb", std::string(2000, 'b')});
+  return std::vector<std::pair<std::string, std::string>>(copies,
+                                                          {"x-bomb", std::string(2000, 'b')});
 }
 
 TEST_F(LimitsTest, Http2HpackBombIsCutEarlyAndARepeatOffenderGetsGoaway) {
@@ -444,7 +447,7 @@ TEST_F(LimitsTest, Http2HpackBombIsCutEarlyAndARepeatOffenderGetsGoaway) {
   EXPECT_EQ(conn.goawayErrorCode(), static_cast<uint32_t>(NGHTTP2_ENHANCE_YOUR_CALM));
   EXPECT_LT(conn.goawayLastStreamId(), more.back());
   EXPECT_EQ(rejections("header_too_large"), 5);  // 431 + the bombs up to the GOAWAY
-  EXPECT_EQ(mock_->ledger().size(), 1u);           // only the fine request
+  EXPECT_EQ(mock_->ledger().size(), 1u);         // only the fine request
   expectFineRequest();
 }
 

@@ -9,9 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
@@ -51,12 +50,15 @@ routes:
     retry: {attempts: 1}
 )",
                                     {{"MOCK_URL", mock.url()}}));
-  const std::vector<std::pair<std::string, std::string>> quota = {
-      {"x-mock-quota", "2/60000"}, {"x-mock-quota-key", "pending"}, {"x-mock-quota-style", "openai"}};
+  const std::vector<std::pair<std::string, std::string>> quota = {{"x-mock-quota", "2/60000"},
+                                                                  {"x-mock-quota-key", "pending"},
+                                                                  {"x-mock-quota-style", "openai"}};
   for (int i = 0; i < 2; ++i) {  // spend the quota: the next requests queue for a minute
     EXPECT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions", quota, kChat).status, 200);
   }
-  auto queueDepth = [&] { return sluice.metric("sluice_throttle_queue_depth", {{"upstream", "mock"}}); };
+  auto queueDepth = [&] {
+    return sluice.metric("sluice_throttle_queue_depth", {{"upstream", "mock"}});
+  };
   {
     TestConnection waiting(sluice.port());
     waiting.sendRequest("POST", "/v1/chat/completions", quota, kChat);

@@ -6,11 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <string>
-#include <set>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
 
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
@@ -114,9 +113,9 @@ TEST_F(ProxyTest, GetRoundTrip) {
 }
 
 TEST_F(ProxyTest, PostChatJsonCarriesUsage) {
-  auto r = httpRequest(sluice_->port(), "POST", "/v1/chat/completions",
-                       {{"content-type", "application/json"}, {"x-mock-tokens", "7"}},
-                       chatBody(false));
+  auto r =
+      httpRequest(sluice_->port(), "POST", "/v1/chat/completions",
+                  {{"content-type", "application/json"}, {"x-mock-tokens", "7"}}, chatBody(false));
   ASSERT_EQ(r.status, 200) << r.body;
   auto j = nlohmann::json::parse(r.body);
   EXPECT_EQ(j["usage"]["completion_tokens"], 7);
@@ -225,7 +224,8 @@ TEST_F(ProxyTest, SseStreamsTokenForToken) {
   auto via = httpRequest(sluice_->port(), "POST", "/v1/chat/completions", headers, chatBody(true));
   auto direct = httpRequest(mock_->port(), "POST", "/v1/chat/completions", headers, chatBody(true));
   ASSERT_EQ(via.status, 200);
-  EXPECT_EQ(via.headers.get("content-type").value_or(""), direct.headers.get("content-type").value_or("?"));
+  EXPECT_EQ(via.headers.get("content-type").value_or(""),
+            direct.headers.get("content-type").value_or("?"));
   EXPECT_EQ(via.headers.get("transfer-encoding").value_or(""), "chunked");
   const auto a = sseContents(via.body);
   const auto b = sseContents(direct.body);
@@ -241,7 +241,8 @@ TEST_F(ProxyTest, StreamsArriveIncrementally) {
   // before the stream ends: sluice must not buffer the response.
   TestConnection conn(sluice_->port());
   conn.sendRequest("POST", "/v1/chat/completions",
-                   {{"x-mock-tokens", "20"}, {"x-mock-token-interval-ms", "40"},
+                   {{"x-mock-tokens", "20"},
+                    {"x-mock-token-interval-ms", "40"},
                     {"x-mock-request-id", "incremental"}},
                    chatBody(true));
   conn.readUntil([](const TestResponse& r) { return countTokens(r.body) >= 1; });
@@ -260,7 +261,8 @@ TEST_F(ProxyTest, KeepAliveReusesOneUpstreamConnection) {
   }
   std::set<int64_t> upstream_connections;
   for (int i = 0; i < 5; ++i) {
-    upstream_connections.insert(mock_->entry("ka-" + std::to_string(i))["connection_id"].get<int64_t>());
+    upstream_connections.insert(
+        mock_->entry("ka-" + std::to_string(i))["connection_id"].get<int64_t>());
   }
   EXPECT_EQ(upstream_connections.size(), 1u);
 }
@@ -285,18 +287,19 @@ TEST_F(ProxyTest, PipelinedRequestsAreAnsweredInOrder) {
 TEST_F(ProxyTest, ClientDisconnectMidStreamClosesUpstreamAtOnce) {
   TestConnection conn(sluice_->port());
   conn.sendRequest("POST", "/v1/chat/completions",
-                   {{"x-mock-tokens", "2000"}, {"x-mock-token-interval-ms", "5"},
+                   {{"x-mock-tokens", "2000"},
+                    {"x-mock-token-interval-ms", "5"},
                     {"x-mock-request-id", "abort-mid"}},
                    chatBody(true));
-  const auto& partial = conn.readUntil([](const TestResponse& r) { return countTokens(r.body) >= 5; });
+  const auto& partial =
+      conn.readUntil([](const TestResponse& r) { return countTokens(r.body) >= 5; });
   const size_t seen = countTokens(partial.body);
   ASSERT_GE(seen, 5u);
   const int64_t closed_at = nowMicros();
   conn.close();
 
-  auto e = mock_->waitForEntry("abort-mid", [](const nlohmann::json& e) {
-    return e["peer_closed"].get<bool>();
-  });
+  auto e = mock_->waitForEntry(
+      "abort-mid", [](const nlohmann::json& e) { return e["peer_closed"].get<bool>(); });
   ASSERT_TRUE(e["peer_closed"].get<bool>());
   const int64_t propagation_us = e["peer_closed_us"].get<int64_t>() - closed_at;
   EXPECT_LT(propagation_us, 50'000) << "upstream saw the close " << propagation_us << " us later";
@@ -312,15 +315,15 @@ TEST_F(ProxyTest, ClientDisconnectMidStreamClosesUpstreamAtOnce) {
 
 TEST_F(ProxyTest, ClientResetWhileWaitingForFirstByteClosesUpstream) {
   TestConnection conn(sluice_->port());
-  conn.sendRequest("POST", "/v1/chat/completions",
-                   {{"x-mock-stall-before-headers-ms", "10000"}, {"x-mock-request-id", "abort-ttft"}},
-                   chatBody(true));
+  conn.sendRequest(
+      "POST", "/v1/chat/completions",
+      {{"x-mock-stall-before-headers-ms", "10000"}, {"x-mock-request-id", "abort-ttft"}},
+      chatBody(true));
   mock_->waitForEntry("abort-ttft", [](const nlohmann::json&) { return true; });
   const int64_t closed_at = nowMicros();
   conn.reset();
-  auto e = mock_->waitForEntry("abort-ttft", [](const nlohmann::json& e) {
-    return e["peer_closed"].get<bool>();
-  });
+  auto e = mock_->waitForEntry(
+      "abort-ttft", [](const nlohmann::json& e) { return e["peer_closed"].get<bool>(); });
   EXPECT_LT(e["peer_closed_us"].get<int64_t>() - closed_at, 50'000);
   EXPECT_EQ(e["tokens_emitted"], 0);
 }
@@ -328,7 +331,8 @@ TEST_F(ProxyTest, ClientResetWhileWaitingForFirstByteClosesUpstream) {
 TEST_F(ProxyTest, ClientGoneWhileSendingBodyNeverReachesUpstream) {
   {
     TestConnection conn(sluice_->port());
-    conn.send("POST /v1/chat/completions HTTP/1.1\r\nhost: t\r\ncontent-length: 1000\r\n\r\n{\"model\":");
+    conn.send(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: t\r\ncontent-length: 1000\r\n\r\n{\"model\":");
     // Wait until sluice has the exchange (it is queued, reading the body).
     waitUntil([&] { return !sluice_->server().exchanges().empty(); });
     ASSERT_EQ(sluice_->server().exchanges().size(), 1u);
@@ -338,7 +342,8 @@ TEST_F(ProxyTest, ClientGoneWhileSendingBodyNeverReachesUpstream) {
     return sluice_->metric("sluice_cancellations_total",
                            {{"cancel_reason", "client_disconnect"}}) >= 1;
   });
-  EXPECT_EQ(sluice_->metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}), 1);
+  EXPECT_EQ(sluice_->metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}),
+            1);
   EXPECT_EQ(mock_->ledger().size(), 0u);
 }
 
@@ -373,7 +378,8 @@ TEST_F(ProxyTest, SlowReaderPausesUpstreamWithBoundedBuffer) {
 TEST_F(ProxyTest, BudgetExpiryWhileWaitingIs504AndClosesUpstream) {
   const auto start = std::chrono::steady_clock::now();
   auto r = httpRequest(sluice_->port(), "POST", "/v1/chat/completions",
-                       {{"x-budget-ms", "300"}, {"x-mock-stall-before-headers-ms", "10000"},
+                       {{"x-budget-ms", "300"},
+                        {"x-mock-stall-before-headers-ms", "10000"},
                         {"x-mock-request-id", "budget"}},
                        chatBody(false));
   const auto took = std::chrono::steady_clock::now() - start;
@@ -383,13 +389,15 @@ TEST_F(ProxyTest, BudgetExpiryWhileWaitingIs504AndClosesUpstream) {
   EXPECT_EQ(r.headers.get("x-should-retry").value_or(""), "false");
   EXPECT_GE(took, milliseconds(270));
   EXPECT_LE(took, milliseconds(330 + 200));
-  auto e = mock_->waitForEntry("budget", [](const nlohmann::json& e) { return e["peer_closed"].get<bool>(); });
+  auto e = mock_->waitForEntry(
+      "budget", [](const nlohmann::json& e) { return e["peer_closed"].get<bool>(); });
   EXPECT_TRUE(e["peer_closed"].get<bool>());
   auto echoed = mock_->entry("budget")["request_headers"];
   // propagate: the upstream saw the remaining budget, not the client's value.
   ASSERT_TRUE(echoed.contains("x-budget-ms"));
   EXPECT_LE(std::stoi(echoed["x-budget-ms"].get<std::string>()), 300);
-  EXPECT_EQ(sluice_->metric("sluice_cancellations_total", {{"cancel_reason", "budget_exhausted"}}), 1);
+  EXPECT_EQ(sluice_->metric("sluice_cancellations_total", {{"cancel_reason", "budget_exhausted"}}),
+            1);
 }
 
 TEST_F(ProxyTest, UpstreamResetMidStreamAbortsTheClientResponse) {
@@ -400,7 +408,9 @@ TEST_F(ProxyTest, UpstreamResetMidStreamAbortsTheClientResponse) {
   EXPECT_EQ(r.status, 200);
   EXPECT_FALSE(r.complete) << "a truncated stream must not look complete to the client";
   EXPECT_TRUE(conn.peerClosed());
-  EXPECT_EQ(sluice_->metric("sluice_upstream_attempts_total", {{"upstream", "mock"}, {"result", "reset"}}), 1);
+  EXPECT_EQ(sluice_->metric("sluice_upstream_attempts_total",
+                            {{"upstream", "mock"}, {"result", "reset"}}),
+            1);
 }
 
 TEST_F(ProxyTest, GarbageFromUpstreamIs502) {
@@ -462,8 +472,8 @@ TEST_F(ProxyTest, StopCancelsInFlightExchangesWithDraining) {
   TestConnection a(sluice_->port());
   TestConnection b(sluice_->port());
   for (auto* conn : {&a, &b}) {
-    conn->sendRequest("POST", "/v1/chat/completions",
-                      {{"x-mock-stall-before-headers-ms", "10000"}}, chatBody(false));
+    conn->sendRequest("POST", "/v1/chat/completions", {{"x-mock-stall-before-headers-ms", "10000"}},
+                      chatBody(false));
   }
   waitUntil([&] { return mock_->ledger().size() >= 2; });
   sluice_->server().stop();
@@ -471,7 +481,8 @@ TEST_F(ProxyTest, StopCancelsInFlightExchangesWithDraining) {
   auto r = a.readResponse(milliseconds(2000));
   EXPECT_TRUE(r.status == 503 || a.peerClosed()) << r.status;
   const std::string text = sluice_->server().metrics().serialize();
-  EXPECT_NE(text.find("sluice_cancellations_total{cancel_reason=\"draining\",route=\"chat\",upstream=\"mock\"} 2"),
+  EXPECT_NE(text.find("sluice_cancellations_total{cancel_reason=\"draining\",route=\"chat\","
+                      "upstream=\"mock\"} 2"),
             std::string::npos)
       << text;
 }
@@ -479,10 +490,12 @@ TEST_F(ProxyTest, StopCancelsInFlightExchangesWithDraining) {
 // on_client_disconnect: finish — the attempt runs to completion, discarded.
 TEST(ProxyFinishModeTest, FinishModeLetsTheAttemptComplete) {
   MockLlm mock;
-  SluiceUnderTest sluice(baseConfig(mock.url(), "    on_client_disconnect: finish\n    finish_grace: 10s"));
+  SluiceUnderTest sluice(
+      baseConfig(mock.url(), "    on_client_disconnect: finish\n    finish_grace: 10s"));
   TestConnection conn(sluice.port());
   conn.sendRequest("POST", "/v1/chat/completions",
-                   {{"x-mock-tokens", "30"}, {"x-mock-token-interval-ms", "10"},
+                   {{"x-mock-tokens", "30"},
+                    {"x-mock-token-interval-ms", "10"},
                     {"x-mock-request-id", "finish"}},
                    chatBody(true));
   conn.readUntil([](const TestResponse& r) { return countTokens(r.body) >= 3; });
@@ -497,7 +510,8 @@ TEST(ProxyFinishModeTest, FinishModeLetsTheAttemptComplete) {
     return sluice.metric("sluice_requests_total", {{"route", "chat"}, {"code", "499"}}) >= 1;
   });
   EXPECT_EQ(sluice.metric("sluice_requests_total", {{"route", "chat"}, {"code", "499"}}), 1);
-  EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}), 1);
+  EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}),
+            1);
 }
 
 }  // namespace

@@ -10,9 +10,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <nlohmann/json.hpp>
-
 #include <atomic>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "config/loader.h"
@@ -92,7 +91,8 @@ TEST_F(ReloadTest, ValidConfigAppliesToNewRequestsWhileInFlightStreamFinishesOnT
   // 20 tokens 50 ms apart: about a second of streaming across the reload.
   TestConnection stream(sluice.port());
   stream.sendRequest("POST", "/v1/chat/completions",
-                     {{"x-mock-tokens", "20"}, {"x-mock-token-interval-ms", "50"},
+                     {{"x-mock-tokens", "20"},
+                      {"x-mock-token-interval-ms", "50"},
                       {"content-type", "application/json"}},
                      kChat);
   stream.readUntil([](const TestResponse& r) { return r.body.find("tok0") != std::string::npos; });
@@ -100,8 +100,9 @@ TEST_F(ReloadTest, ValidConfigAppliesToNewRequestsWhileInFlightStreamFinishesOnT
 
   sluice.writeConfig(yaml(kAfter));
   sluice.signal(SIGHUP);
-  ASSERT_TRUE(waitUntil(
-      [&] { return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == 1; }));
+  ASSERT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == 1;
+  }));
 
   // New requests see the new routes.
   EXPECT_EQ(routeNames(sluice.adminGet("/config")), std::vector<std::string>{"models"});
@@ -130,8 +131,9 @@ TEST_F(ReloadTest, InvalidConfigIsRejectedWithFileLineColumnAndTheOldOneStays) {
 
   sluice.writeConfig(yaml(kInvalid));
   sluice.signal(SIGHUP);
-  ASSERT_TRUE(waitUntil(
-      [&] { return sluice.metric("sluice_config_reloads_total", {{"result", "rejected"}}) == 1; }));
+  ASSERT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_config_reloads_total", {{"result", "rejected"}}) == 1;
+  }));
   EXPECT_EQ(sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}), 0);
   const std::string err = sluice.stderrText();
   EXPECT_NE(err.find("reload rejected, keeping the running config: " + sluice.configPath() +
@@ -154,16 +156,18 @@ TEST_F(ReloadTest, InvalidConfigIsRejectedWithFileLineColumnAndTheOldOneStays) {
     sluice.writeConfig(two_listeners);
   }
   sluice.signal(SIGHUP);
-  ASSERT_TRUE(waitUntil(
-      [&] { return sluice.metric("sluice_config_reloads_total", {{"result", "rejected"}}) == 2; }));
+  ASSERT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_config_reloads_total", {{"result", "rejected"}}) == 2;
+  }));
   EXPECT_NE(sluice.stderrText().find("needs a restart"), std::string::npos);
   EXPECT_EQ(httpRequest(sluice.port(), "GET", "/v1/models").status, 200);
 
   // And a good file afterwards is accepted.
   sluice.writeConfig(yaml(kAfter));
   sluice.signal(SIGHUP);
-  ASSERT_TRUE(waitUntil(
-      [&] { return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == 1; }));
+  ASSERT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == 1;
+  }));
   EXPECT_EQ(routeNames(sluice.adminGet("/config")), std::vector<std::string>{"models"});
   EXPECT_EQ(sluice.stop(), 0);
 }
@@ -205,7 +209,8 @@ TEST_F(ReloadTest, ChangingListenAdminOrWorkersIsRejectedNamingTheKeyAndConfigSh
     })) << c.to;
     EXPECT_NE(sluice.stderrText().find("reload rejected, keeping the running config: " + c.message),
               std::string::npos)
-        << c.to << "\n" << sluice.stderrText();
+        << c.to << "\n"
+        << sluice.stderrText();
     // /config shows what is in force: the running file, not the refused one.
     EXPECT_EQ(configJson(sluice), running) << c.to;
     EXPECT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions",
@@ -220,8 +225,9 @@ TEST_F(ReloadTest, ChangingListenAdminOrWorkersIsRejectedNamingTheKeyAndConfigSh
   // The same keys unchanged (the routes changed): applied.
   sluice.writeConfig(yaml(kAfter));
   sluice.signal(SIGHUP);
-  ASSERT_TRUE(waitUntil(
-      [&] { return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == 1; }));
+  ASSERT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == 1;
+  }));
   EXPECT_EQ(routeNames(sluice.adminGet("/config")), std::vector<std::string>{"models"});
   EXPECT_EQ(sluice.stop(), 0);
 }
@@ -267,11 +273,11 @@ TEST_P(ReloadPoolsTest, RepeatedReloadsUnderLoadLeaveNoFdAndNoUpstreamConnection
   for (int i = 0; i < kClients; ++i) {
     clients.emplace_back([&] {
       while (!stop.load()) {
-        const TestResponse r = httpRequest(
-            sluice.port(), "POST", "/v1/chat/completions",
-            {{"content-type", "application/json"}, {"x-mock-tokens", "4"},
-             {"x-mock-token-interval-ms", "5"}},
-            kChat);
+        const TestResponse r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                                           {{"content-type", "application/json"},
+                                            {"x-mock-tokens", "4"},
+                                            {"x-mock-token-interval-ms", "5"}},
+                                           kChat);
         if (r.status == 200 && r.complete && r.body.find("[DONE]") != std::string::npos) {
           ++completed;
         } else {
@@ -284,8 +290,9 @@ TEST_P(ReloadPoolsTest, RepeatedReloadsUnderLoadLeaveNoFdAndNoUpstreamConnection
     const int progress = completed.load() + 2 * kClients;
     EXPECT_TRUE(waitUntil([&] { return completed.load() >= progress; })) << "load stalled";
     sluice.signal(SIGHUP);
-    ASSERT_TRUE(waitUntil(
-        [&] { return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == i; }));
+    ASSERT_TRUE(waitUntil([&] {
+      return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == i;
+    }));
   }
   const int progress = completed.load() + 2 * kClients;
   EXPECT_TRUE(waitUntil([&] { return completed.load() >= progress; }));
@@ -303,7 +310,8 @@ TEST_P(ReloadPoolsTest, RepeatedReloadsUnderLoadLeaveNoFdAndNoUpstreamConnection
   EXPECT_TRUE(waitUntil([&] {
     after = countFds(pid, mock_.port());
     return after.upstream == 0 && after.total == before.total;
-  })) << "fds " << before.total << " before, " << after.total << " after (" << after.upstream
+  })) << "fds "
+      << before.total << " before, " << after.total << " after (" << after.upstream
       << " to the upstream)";
 
   // And the process still serves, on fresh connections.
@@ -338,17 +346,17 @@ routes:
 
 TEST_F(ReloadTest, OpenCircuitSurvivesAReloadOfAnUnchangedUpstream) {
   auto config = [&](const std::string& upstream, const std::string& route) {
-    auto loaded = config::loadConfigString(
-        substitute(kBreaker,
-                   {{"UPSTREAM", upstream}, {"MOCK_PORT", std::to_string(mock_.port())}, {"ROUTE", route}}),
-        "breaker.yaml");
+    auto loaded =
+        config::loadConfigString(substitute(kBreaker, {{"UPSTREAM", upstream},
+                                                       {"MOCK_PORT", std::to_string(mock_.port())},
+                                                       {"ROUTE", route}}),
+                                 "breaker.yaml");
     EXPECT_TRUE(loaded.ok()) << (loaded.ok() ? "" : loaded.error->toString());
     return loaded.config;
   };
-  SluiceUnderTest sluice(
-      substitute(kBreaker, {{"UPSTREAM", "mock"},
-                            {"MOCK_PORT", std::to_string(mock_.port())},
-                            {"ROUTE", "before"}}));
+  SluiceUnderTest sluice(substitute(
+      kBreaker,
+      {{"UPSTREAM", "mock"}, {"MOCK_PORT", std::to_string(mock_.port())}, {"ROUTE", "before"}}));
   auto failing = [&] {
     return httpRequest(sluice.port(), "GET", "/v1/models", {{"x-mock-status", "500"}}).status;
   };

@@ -21,7 +21,8 @@ using std::chrono::milliseconds;
 
 std::string config(const std::string& mock_url, const std::string& upstream_extra,
                    const std::string& route_extra) {
-  return substitute(R"(
+  return substitute(
+      R"(
 listen: 127.0.0.1:0
 admin: 127.0.0.1:0
 workers: 1
@@ -35,9 +36,7 @@ routes:
     upstream: mock
 ${ROUTE_EXTRA}
 )",
-                    {{"MOCK_URL", mock_url},
-                     {"UPSTREAM_EXTRA", upstream_extra},
-                     {"ROUTE_EXTRA", route_extra}});
+      {{"MOCK_URL", mock_url}, {"UPSTREAM_EXTRA", upstream_extra}, {"ROUTE_EXTRA", route_extra}});
 }
 
 const char* kChat = R"({"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]})";
@@ -52,12 +51,14 @@ std::vector<nlohmann::json> attemptsFor(MockLlm& mock, const std::string& key) {
 
 TEST(RetryTest, RetriesA429HonouringRetryAfterThenSucceeds) {
   MockLlm mock;
-  SluiceUnderTest sluice(config(mock.url(), "",
-                                "    retry: {attempts: 3, backoff: {base: 10ms, max: 50ms}}"));
+  SluiceUnderTest sluice(
+      config(mock.url(), "", "    retry: {attempts: 3, backoff: {base: 10ms, max: 50ms}}"));
   const auto start = std::chrono::steady_clock::now();
   auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                       {{"x-mock-fail-times", "2"}, {"x-mock-fail-key", "ra"},
-                        {"x-mock-status", "429"}, {"x-mock-retry-after", "1"}},
+                       {{"x-mock-fail-times", "2"},
+                        {"x-mock-fail-key", "ra"},
+                        {"x-mock-status", "429"},
+                        {"x-mock-retry-after", "1"}},
                        kChat);
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(r.status, 200) << r.body;
@@ -66,8 +67,8 @@ TEST(RetryTest, RetriesA429HonouringRetryAfterThenSucceeds) {
   auto attempts = attemptsFor(mock, "ra");
   ASSERT_EQ(attempts.size(), 3u);
   for (size_t i = 1; i < attempts.size(); ++i) {
-    const int64_t gap = attempts[i]["received_us"].get<int64_t>() -
-                        attempts[i - 1]["received_us"].get<int64_t>();
+    const int64_t gap =
+        attempts[i]["received_us"].get<int64_t>() - attempts[i - 1]["received_us"].get<int64_t>();
     EXPECT_GE(gap, 1'000'000) << "attempt " << i << " came " << gap << " us after the previous";
   }
   EXPECT_GE(took, milliseconds(2000));
@@ -80,8 +81,10 @@ TEST(RetryTest, RetryAfterBeyondTheBudgetAnswersAtOnce) {
   SluiceUnderTest sluice(config(mock.url(), "", "    retry: {attempts: 3}"));
   const auto start = std::chrono::steady_clock::now();
   auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                       {{"x-budget-ms", "2000"}, {"x-mock-status", "429"},
-                        {"x-mock-retry-after", "30"}, {"x-mock-request-id", "long-wait"}},
+                       {{"x-budget-ms", "2000"},
+                        {"x-mock-status", "429"},
+                        {"x-mock-retry-after", "30"},
+                        {"x-mock-request-id", "long-wait"}},
                        kChat);
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(r.status, 429);
@@ -93,12 +96,11 @@ TEST(RetryTest, RetryAfterBeyondTheBudgetAnswersAtOnce) {
 
 TEST(RetryTest, RetriesConnectionResetAndServerErrors) {
   MockLlm mock;
-  SluiceUnderTest sluice(config(mock.url(), "",
-                                "    retry: {attempts: 3, backoff: {base: 5ms, max: 20ms}}"));
-  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                       {{"x-mock-fail-times", "1"}, {"x-mock-fail-key", "e5"},
-                        {"x-mock-status", "503"}},
-                       kChat);
+  SluiceUnderTest sluice(
+      config(mock.url(), "", "    retry: {attempts: 3, backoff: {base: 5ms, max: 20ms}}"));
+  auto r = httpRequest(
+      sluice.port(), "POST", "/v1/chat/completions",
+      {{"x-mock-fail-times", "1"}, {"x-mock-fail-key", "e5"}, {"x-mock-status", "503"}}, kChat);
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(attemptsFor(mock, "e5").size(), 2u);
   EXPECT_EQ(sluice.metric("sluice_retries_total", {{"cause", "503"}}), 1);
@@ -108,10 +110,10 @@ TEST(RetryTest, GivesUpAfterAttemptsAndForwardsTheLastAnswer) {
   MockLlm mock;
   SluiceUnderTest sluice(config(mock.url(), "    circuit_breaker: {consecutive_failures: 100}",
                                 "    retry: {attempts: 3, backoff: {base: 5ms, max: 20ms}}"));
-  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                       {{"x-mock-status", "503"}, {"x-mock-fail-key", "always"},
-                        {"x-mock-fail-times", "100"}},
-                       kChat);
+  auto r = httpRequest(
+      sluice.port(), "POST", "/v1/chat/completions",
+      {{"x-mock-status", "503"}, {"x-mock-fail-key", "always"}, {"x-mock-fail-times", "100"}},
+      kChat);
   EXPECT_EQ(r.status, 503);
   EXPECT_EQ(r.headers.get("x-sluice-attempts").value_or(""), "3");
   EXPECT_EQ(r.headers.get("x-should-retry").value_or(""), "false");
@@ -122,8 +124,10 @@ TEST(RetryTest, ProblemJsonIsRetriableFalseIsNotRetried) {
   MockLlm mock;
   SluiceUnderTest sluice(config(mock.url(), "", "    retry: {attempts: 3, backoff: {base: 5ms}}"));
   auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                       {{"x-mock-status", "503"}, {"x-mock-problem", "1"},
-                        {"x-mock-problem-retriable", "false"}, {"x-mock-fail-key", "pj"},
+                       {{"x-mock-status", "503"},
+                        {"x-mock-problem", "1"},
+                        {"x-mock-problem-retriable", "false"},
+                        {"x-mock-fail-key", "pj"},
                         {"x-mock-fail-times", "5"}},
                        kChat);
   EXPECT_EQ(r.status, 503);
@@ -133,17 +137,18 @@ TEST(RetryTest, ProblemJsonIsRetriableFalseIsNotRetried) {
 
 TEST(RetryTest, NonIdempotentPostIsRetriedOnlyWithIdempotencyKey) {
   MockLlm mock;
-  SluiceUnderTest sluice(config(mock.url(), "",
-                                "    retry: {attempts: 3, idempotent: auto, backoff: {base: 5ms}}"));
-  auto without = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                             {{"x-mock-fail-times", "1"}, {"x-mock-fail-key", "nokey"},
-                              {"x-mock-status", "503"}},
-                             kChat);
+  SluiceUnderTest sluice(
+      config(mock.url(), "", "    retry: {attempts: 3, idempotent: auto, backoff: {base: 5ms}}"));
+  auto without = httpRequest(
+      sluice.port(), "POST", "/v1/chat/completions",
+      {{"x-mock-fail-times", "1"}, {"x-mock-fail-key", "nokey"}, {"x-mock-status", "503"}}, kChat);
   EXPECT_EQ(without.status, 503);
   EXPECT_EQ(attemptsFor(mock, "nokey").size(), 1u);
   auto with = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                          {{"x-mock-fail-times", "1"}, {"x-mock-fail-key", "withkey"},
-                           {"x-mock-status", "503"}, {"idempotency-key", "abc-123"}},
+                          {{"x-mock-fail-times", "1"},
+                           {"x-mock-fail-key", "withkey"},
+                           {"x-mock-status", "503"},
+                           {"idempotency-key", "abc-123"}},
                           kChat);
   EXPECT_EQ(with.status, 200);
   EXPECT_EQ(attemptsFor(mock, "withkey").size(), 2u);
@@ -151,18 +156,17 @@ TEST(RetryTest, NonIdempotentPostIsRetriedOnlyWithIdempotencyKey) {
 
 TEST(RetryTest, BodyAboveMaxBodyIsProxiedOnceNotRetried) {
   MockLlm mock;
-  SluiceUnderTest sluice(config(mock.url(), "",
-                                "    retry: {attempts: 3, max_body: 16B, backoff: {base: 5ms}}"));
-  auto big = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                         {{"x-mock-fail-times", "1"}, {"x-mock-fail-key", "big"},
-                          {"x-mock-status", "503"}},
-                         kChat);  // ~70 bytes > 16 B
+  SluiceUnderTest sluice(
+      config(mock.url(), "", "    retry: {attempts: 3, max_body: 16B, backoff: {base: 5ms}}"));
+  auto big = httpRequest(
+      sluice.port(), "POST", "/v1/chat/completions",
+      {{"x-mock-fail-times", "1"}, {"x-mock-fail-key", "big"}, {"x-mock-status", "503"}},
+      kChat);  // ~70 bytes > 16 B
   EXPECT_EQ(big.status, 503);
   EXPECT_EQ(attemptsFor(mock, "big").size(), 1u);
-  auto small = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                           {{"x-mock-fail-times", "1"}, {"x-mock-fail-key", "small"},
-                            {"x-mock-status", "503"}},
-                           "{}");
+  auto small = httpRequest(
+      sluice.port(), "POST", "/v1/chat/completions",
+      {{"x-mock-fail-times", "1"}, {"x-mock-fail-key", "small"}, {"x-mock-status", "503"}}, "{}");
   EXPECT_EQ(small.status, 200);
   EXPECT_EQ(attemptsFor(mock, "small").size(), 2u);
 }
@@ -173,8 +177,10 @@ TEST(RetryTest, ClientLeavingDuringBackoffStopsFurtherAttempts) {
   {
     TestConnection conn(sluice.port());
     conn.sendRequest("POST", "/v1/chat/completions",
-                     {{"x-mock-fail-times", "5"}, {"x-mock-fail-key", "bo"},
-                      {"x-mock-status", "503"}, {"x-mock-retry-after", "2"}},
+                     {{"x-mock-fail-times", "5"},
+                      {"x-mock-fail-key", "bo"},
+                      {"x-mock-status", "503"},
+                      {"x-mock-retry-after", "2"}},
                      kChat);
     // Wait until sluice is sleeping before the second attempt.
     ASSERT_TRUE(waitUntil([&] {
@@ -186,7 +192,8 @@ TEST(RetryTest, ClientLeavingDuringBackoffStopsFurtherAttempts) {
     return sluice.metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}) >=
            1;
   }));
-  EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}), 1);
+  EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}),
+            1);
   // The backoff sleep is a timer of the Exchange: once the Exchange is gone,
   // nothing can start the second attempt (waiting out the Retry-After adds
   // nothing; the unit test ExchangeTest.ClientLeavesWhileBackingOff runs the
@@ -200,7 +207,8 @@ TEST(RetryTest, StalledUpstreamHitsTheBudgetAnd504s) {
   SluiceUnderTest sluice(config(mock.url(), "", "    retry: {attempts: 3}"));
   const auto start = std::chrono::steady_clock::now();
   auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                       {{"x-budget-ms", "1000"}, {"x-mock-stall-before-headers-ms", "-1"},
+                       {{"x-budget-ms", "1000"},
+                        {"x-mock-stall-before-headers-ms", "-1"},
                         {"x-mock-request-id", "stall"}},
                        kChat);
   const auto took = std::chrono::steady_clock::now() - start;
@@ -209,7 +217,8 @@ TEST(RetryTest, StalledUpstreamHitsTheBudgetAnd504s) {
   EXPECT_GE(took, milliseconds(900));
   EXPECT_LE(took, milliseconds(1100 + 200));
   mock.waitForEntry("stall", [](const nlohmann::json& e) { return e["peer_closed"].get<bool>(); });
-  EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "budget_exhausted"}}), 1);
+  EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "budget_exhausted"}}),
+            1);
 }
 
 TEST(RetryTest, FirstByteTimeoutIsRetriedAsTimeout) {
@@ -235,7 +244,8 @@ TEST(CircuitBreakerIntegrationTest, OpensAfterConsecutiveFailuresThenProbesOnce)
   const std::vector<std::pair<std::string, std::string>> failing{
       {"x-mock-status", "503"}, {"x-mock-fail-key", "cb"}, {"x-mock-fail-times", "3"}};
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions", failing, kChat).status, 503);
+    EXPECT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions", failing, kChat).status,
+              503);
   }
   // Open: answered by sluice at once, nothing reaches the mock.
   for (int i = 0; i < 5; ++i) {

@@ -13,10 +13,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/support/h2_client.h"
 #include "tests/support/http_client.h"
@@ -31,13 +30,13 @@ const char* kChat = R"({"model":"gpt-4o-mini","messages":[{"role":"user","conten
 const char* kChatStream =
     R"({"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]})";
 const char* kResponsesStream = R"({"model":"gpt-4o-mini","stream":true,"input":"hi"})";
-const char* kMessagesStream =
-    R"({"model":"claude-sonnet-4-5","max_tokens":100,"stream":true,)"
-    R"("messages":[{"role":"user","content":"hi"}]})";
+const char* kMessagesStream = R"({"model":"claude-sonnet-4-5","max_tokens":100,"stream":true,)"
+                              R"("messages":[{"role":"user","content":"hi"}]})";
 
 std::string config(const std::string& upstream_url, const std::string& upstream_extra = "",
                    const std::string& route_extra = "") {
-  return substitute(R"(
+  return substitute(
+      R"(
 listen: 127.0.0.1:0
 admin: 127.0.0.1:0
 workers: 1
@@ -51,9 +50,7 @@ routes:
     upstream: mock
 ${ROUTE_EXTRA}
 )",
-                    {{"URL", upstream_url},
-                     {"UPSTREAM_EXTRA", upstream_extra},
-                     {"ROUTE_EXTRA", route_extra}});
+      {{"URL", upstream_url}, {"UPSTREAM_EXTRA", upstream_extra}, {"ROUTE_EXTRA", route_extra}});
 }
 
 /** The URL of a port nothing listens on (a mock-llm that was started and stopped). */
@@ -91,8 +88,8 @@ void expectErrorMember(const json& problem, const std::string& slug,
 TEST(SdkErrorsTest, InvalidBudgetNamesItselfInTheErrorMember) {
   MockLlm mock;
   SluiceUnderTest sluice(config(mock.url()));
-  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {{"x-budget-ms", "soon"}},
-                       kChat);
+  auto r =
+      httpRequest(sluice.port(), "POST", "/v1/chat/completions", {{"x-budget-ms", "soon"}}, kChat);
   EXPECT_EQ(r.status, 400);
   const json j = problemOf(r);
   expectErrorMember(j, "invalid-budget", std::nullopt);
@@ -103,9 +100,9 @@ TEST(SdkErrorsTest, InvalidBudgetNamesItselfInTheErrorMember) {
 TEST(SdkErrorsTest, BudgetExhaustedCarriesItsCancelReasonAsTheErrorCode) {
   MockLlm mock;
   SluiceUnderTest sluice(config(mock.url()));
-  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                       {{"x-budget-ms", "200"}, {"x-mock-stall-before-headers-ms", "10000"}},
-                       kChat);
+  auto r =
+      httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                  {{"x-budget-ms", "200"}, {"x-mock-stall-before-headers-ms", "10000"}}, kChat);
   EXPECT_EQ(r.status, 504);
   const json j = problemOf(r);
   expectErrorMember(j, "budget-exhausted", "budget_exhausted");
@@ -116,7 +113,8 @@ TEST(SdkErrorsTest, BudgetExhaustedCarriesItsCancelReasonAsTheErrorCode) {
 // The retry storm of issue 14: three connect attempts answered 502 with
 // is_retriable true, and an SDK retrying twice made nine.
 TEST(SdkErrorsTest, ConnectErrorAfterRetriesTellsTheClientNotToRetry) {
-  SluiceUnderTest sluice(config(deadUpstreamUrl(), "    circuit_breaker: {consecutive_failures: 100}",
+  SluiceUnderTest sluice(config(deadUpstreamUrl(),
+                                "    circuit_breaker: {consecutive_failures: 100}",
                                 "    retry: {attempts: 3, backoff: {base: 1ms, max: 5ms}}"));
   auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {}, kChat);
   EXPECT_EQ(r.status, 502);
@@ -139,8 +137,8 @@ TEST(SdkErrorsTest, ConnectErrorOfASingleAttemptStaysRetriable) {
 
 /** Trips the circuit with one 503 (consecutive_failures: 1, no retries). */
 void tripCircuit(SluiceUnderTest& sluice) {
-  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {{"x-mock-status", "503"}},
-                       kChat);
+  auto r =
+      httpRequest(sluice.port(), "POST", "/v1/chat/completions", {{"x-mock-status", "503"}}, kChat);
   ASSERT_EQ(r.status, 503);
   ASSERT_EQ(sluice.metric("sluice_circuit_state", {{"upstream", "mock"}}), 1);
 }
@@ -149,9 +147,10 @@ void tripCircuit(SluiceUnderTest& sluice) {
 // circuit that sluice would not have let it through anyway within its budget.
 TEST(SdkErrorsTest, CircuitOpenLongerThanTheBudgetSaysDoNotRetry) {
   MockLlm mock;
-  SluiceUnderTest sluice(config(
-      mock.url(), "    circuit_breaker: {consecutive_failures: 1, cooldown: 120s, max_cooldown: 120s}",
-      "    retry: {attempts: 1}\n    budget: {default: 30s}"));
+  SluiceUnderTest sluice(
+      config(mock.url(),
+             "    circuit_breaker: {consecutive_failures: 1, cooldown: 120s, max_cooldown: 120s}",
+             "    retry: {attempts: 1}\n    budget: {default: 30s}"));
   tripCircuit(sluice);
   auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {}, kChat);
   EXPECT_EQ(r.status, 503);
@@ -164,9 +163,9 @@ TEST(SdkErrorsTest, CircuitOpenLongerThanTheBudgetSaysDoNotRetry) {
 
 TEST(SdkErrorsTest, CircuitOpenShorterThanTheBudgetStaysRetriable) {
   MockLlm mock;
-  SluiceUnderTest sluice(config(
-      mock.url(), "    circuit_breaker: {consecutive_failures: 1, cooldown: 2s}",
-      "    retry: {attempts: 1}\n    budget: {default: 30s}"));
+  SluiceUnderTest sluice(config(mock.url(),
+                                "    circuit_breaker: {consecutive_failures: 1, cooldown: 2s}",
+                                "    retry: {attempts: 1}\n    budget: {default: 30s}"));
   tripCircuit(sluice);
   auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {}, kChat);
   EXPECT_EQ(r.status, 503);
@@ -177,8 +176,8 @@ TEST(SdkErrorsTest, CircuitOpenShorterThanTheBudgetStaysRetriable) {
 
 TEST(SdkErrorsTest, RateLimitedBeyondTheBudgetSaysDoNotRetry) {
   MockLlm mock;
-  SluiceUnderTest sluice(config(mock.url(), "    rate_limit: {key: none, reserve: 0}",
-                                "    retry: {attempts: 1}"));
+  SluiceUnderTest sluice(
+      config(mock.url(), "    rate_limit: {key: none, reserve: 0}", "    retry: {attempts: 1}"));
   const std::vector<std::pair<std::string, std::string>> quota = {
       {"x-mock-quota", "1/20000"}, {"x-mock-quota-key", "rl"}, {"x-mock-quota-style", "openai"}};
   ASSERT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions", quota, kChat).status, 200);
@@ -211,8 +210,10 @@ TEST(SdkErrorsTest, BudgetCutOfAChatStreamEndsWithAnOpenAiErrorEvent) {
   SluiceUnderTest sluice(config(mock.url()));
   TestConnection conn(sluice.port());
   conn.sendRequest("POST", "/v1/chat/completions",
-                   {{"x-budget-ms", "300"}, {"x-mock-tokens", "10"},
-                    {"x-mock-stall-after-tokens", "3"}, {"x-mock-stall-ms", "-1"}},
+                   {{"x-budget-ms", "300"},
+                    {"x-mock-tokens", "10"},
+                    {"x-mock-stall-after-tokens", "3"},
+                    {"x-mock-stall-ms", "-1"}},
                    kChatStream);
   auto r = conn.readResponse();
   EXPECT_EQ(r.status, 200);
@@ -232,10 +233,10 @@ TEST(SdkErrorsTest, IdleTimeoutOfAMessagesStreamEndsWithAnAnthropicErrorEvent) {
   MockLlm mock;
   SluiceUnderTest sluice(config(mock.url(), "", "    idle_timeout: 200ms"));
   TestConnection conn(sluice.port());
-  conn.sendRequest("POST", "/v1/messages",
-                   {{"x-mock-tokens", "10"}, {"x-mock-stall-after-tokens", "2"},
-                    {"x-mock-stall-ms", "-1"}},
-                   kMessagesStream);
+  conn.sendRequest(
+      "POST", "/v1/messages",
+      {{"x-mock-tokens", "10"}, {"x-mock-stall-after-tokens", "2"}, {"x-mock-stall-ms", "-1"}},
+      kMessagesStream);
   auto r = conn.readResponse();
   EXPECT_EQ(r.status, 200);
   EXPECT_FALSE(r.complete);
@@ -253,8 +254,7 @@ TEST(SdkErrorsTest, UpstreamResetOfAResponsesStreamEndsWithAnOpenAiErrorEvent) {
   SluiceUnderTest sluice(config(mock.url()));
   TestConnection conn(sluice.port());
   conn.sendRequest("POST", "/v1/responses",
-                   {{"x-mock-tokens", "50"}, {"x-mock-reset-after-tokens", "3"}},
-                   kResponsesStream);
+                   {{"x-mock-tokens", "50"}, {"x-mock-reset-after-tokens", "3"}}, kResponsesStream);
   auto r = conn.readResponse();
   EXPECT_EQ(r.status, 200);
   EXPECT_FALSE(r.complete);
@@ -276,10 +276,10 @@ TEST(SdkErrorsTest, StreamWhoseWindowIsShutGetsNoEventAndAnImmediateReset) {
   options.initial_window = 16 * 1024;
   H2Connection conn(sluice.port(), options);
   // Paced tokens: each SSE event arrives whole, so only the window can stop the event.
-  const int32_t id = conn.submit("POST", "/v1/chat/completions",
-                                 {{"x-budget-ms", "1500"}, {"x-mock-tokens", "100000"},
-                                  {"x-mock-token-interval-ms", "1"}},
-                                 kChatStream);
+  const int32_t id = conn.submit(
+      "POST", "/v1/chat/completions",
+      {{"x-budget-ms", "1500"}, {"x-mock-tokens", "100000"}, {"x-mock-token-interval-ms", "1"}},
+      kChatStream);
   conn.hold(id);  // the window stays shut once used; the socket keeps being read
   const auto budgetCuts = [&] {
     return sluice.metric("sluice_cancellations_total", {{"cancel_reason", "budget_exhausted"}});
@@ -288,7 +288,8 @@ TEST(SdkErrorsTest, StreamWhoseWindowIsShutGetsNoEventAndAnImmediateReset) {
     const auto all = sluice.server().exchanges();
     return all.size() == 1 && all[0].downstream_buffered_bytes > 0;
   })) << "no byte ever waited for the window";
-  ASSERT_EQ(budgetCuts(), 0) << "the budget ran out before the window shut: the test proves nothing";
+  ASSERT_EQ(budgetCuts(), 0)
+      << "the budget ran out before the window shut: the test proves nothing";
   ASSERT_TRUE(conn.waitForStream(id, std::chrono::seconds(10)))
       << "the cut waited for a window the client keeps shut";
   const H2Response& r = conn.response(id);
@@ -303,8 +304,10 @@ TEST(SdkErrorsTest, Http2BudgetCutSendsTheEventThenRstStreamCancel) {
   SluiceUnderTest sluice(config(mock.url()));
   H2Connection conn(sluice.port());
   const int32_t id = conn.submit("POST", "/v1/chat/completions",
-                                 {{"x-budget-ms", "300"}, {"x-mock-tokens", "10"},
-                                  {"x-mock-stall-after-tokens", "3"}, {"x-mock-stall-ms", "-1"}},
+                                 {{"x-budget-ms", "300"},
+                                  {"x-mock-tokens", "10"},
+                                  {"x-mock-stall-after-tokens", "3"},
+                                  {"x-mock-stall-ms", "-1"}},
                                  kChatStream);
   ASSERT_TRUE(conn.waitForStream(id));
   const H2Response& r = conn.response(id);
@@ -325,11 +328,10 @@ TEST(SdkErrorsTest, Http2BudgetCutSendsTheEventThenRstStreamCancel) {
 // each new dummy key's first request went through to a provider 429.
 TEST(SdkErrorsTest, QuotaKeyIsTheHeaderAsSentUpstream) {
   MockLlm mock;
-  SluiceUnderTest sluice(config(
-      mock.url(),
-      "    headers: {authorization: \"Bearer sk-real\"}\n"
-      "    rate_limit: {key: \"header:authorization\", reserve: 0}",
-      "    retry: {attempts: 1}"));
+  SluiceUnderTest sluice(config(mock.url(),
+                                "    headers: {authorization: \"Bearer sk-real\"}\n"
+                                "    rate_limit: {key: \"header:authorization\", reserve: 0}",
+                                "    retry: {attempts: 1}"));
   const auto ask = [&](const std::string& dummy_key, const std::string& id) {
     return httpRequest(sluice.port(), "POST", "/v1/chat/completions",
                        {{"authorization", "Bearer " + dummy_key},
@@ -346,7 +348,8 @@ TEST(SdkErrorsTest, QuotaKeyIsTheHeaderAsSentUpstream) {
   auto r = ask("dummy-b", "b");
   EXPECT_EQ(r.status, 429);
   EXPECT_EQ(problemOf(r)["cancel_reason"], "rate_limited");
-  EXPECT_EQ(mock.ledger("b").size(), 0u) << "the provider must not see it: " << mock.ledger().dump();
+  EXPECT_EQ(mock.ledger("b").size(), 0u)
+      << "the provider must not see it: " << mock.ledger().dump();
 }
 
 }  // namespace

@@ -22,7 +22,8 @@ constexpr char kConfigKey[] = "sk-config-secret-456";
 
 size_t occurrences(const std::string& text, const std::string& needle) {
   size_t n = 0;
-  for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1)) ++n;
+  for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1))
+    ++n;
   return n;
 }
 
@@ -53,9 +54,9 @@ routes:
   // A stream held in flight (stalled after one token) while the admin port is read.
   TestConnection stream(sluice.port());
   auto headers = auth;
-  headers.insert(headers.end(), {{"x-mock-tokens", "5"},
-                                 {"x-mock-stall-after-tokens", "1"},
-                                 {"x-mock-stall-ms", "-1"}});
+  headers.insert(
+      headers.end(),
+      {{"x-mock-tokens", "5"}, {"x-mock-stall-after-tokens", "1"}, {"x-mock-stall-ms", "-1"}});
   stream.sendRequest("POST", "/v1/chat/completions?key=" + std::string(kClientKey), headers,
                      R"({"model":"gpt-4o-mini","stream":true,"messages":[]})");
   stream.readUntil([](const TestResponse& r) { return r.body.find("tok0") != std::string::npos; });
@@ -83,7 +84,8 @@ routes:
             200);
   auto bad_budget = auth;
   bad_budget.emplace_back("x-budget-ms", kClientKey);
-  EXPECT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions", bad_budget, "{}").status, 400);
+  EXPECT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions", bad_budget, "{}").status,
+            400);
   stream.reset();
   ASSERT_TRUE(waitUntil([&] { return sluice.metric("sluice_active_requests") == 0; }));
 
@@ -94,7 +96,9 @@ routes:
   EXPECT_EQ(metrics.find(kConfigKey), std::string::npos);
 
   sluice.signal(SIGHUP);  // a reload logs too
-  ASSERT_TRUE(waitUntil([&] { return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == 1; }));
+  ASSERT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == 1;
+  }));
   EXPECT_EQ(sluice.stop(), 0);
   const std::string err = sluice.stderrText();
   EXPECT_NE(err.find("sluice: draining"), std::string::npos) << "stderr was captured: " << err;
@@ -124,7 +128,9 @@ routes:
   EXPECT_EQ(sluice.stderrText().find("upstream checked"), std::string::npos);
 
   sluice.signal(SIGHUP);
-  ASSERT_TRUE(waitUntil([&] { return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == 1; }));
+  ASSERT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == 1;
+  }));
   EXPECT_TRUE(waitUntil([&] { return occurrences(sluice.stderrText(), warning) == 2; }))
       << sluice.stderrText();
   EXPECT_EQ(sluice.stop(), 0);

@@ -9,11 +9,10 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
@@ -43,7 +42,9 @@ std::string replicaConfig(const std::string& mock_url, const Options& o) {
   }
   yaml += "upstreams:\n  - name: mock\n    url: " + mock_url +
           "\n    rate_limit: {key: none, reserve: 0, max_queue: 100}\n"
-          "    circuit_breaker: " + o.breaker + "\n"
+          "    circuit_breaker: " +
+          o.breaker +
+          "\n"
           "routes:\n  - name: chat\n    match: {path_prefix: /v1/chat/completions}\n"
           "    upstream: mock\n    budget: {default: 60s}\n    retry: {attempts: 1}\n";
   return yaml;
@@ -247,7 +248,7 @@ TEST(SharedStateTest, RedisThatStopsAnsweringMidRunCostsARequestAtMostTheTimeout
     EXPECT_EQ(r.status, 200) << r.body;
     return std::chrono::steady_clock::now() - start;
   };
-  request();  // the quota is known now: the next admission asks Redis
+  request();      // the quota is known now: the next admission asks Redis
   redis.pause();  // connections stay accepted; nothing answers
   const auto waited = request();
   // The reserve timed out (100 ms) and the local decision let it go. The bound is

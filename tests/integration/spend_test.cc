@@ -6,10 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
@@ -43,10 +42,9 @@ const std::string kStream =
     R"({"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]})";
 
 double tokens(SluiceUnderTest& s, const char* kind, const char* disposition) {
-  return s.metric("sluice_tokens_total", {{"route", "chat"},
-                                          {"model", "gpt-4o-mini*"},
-                                          {"kind", kind},
-                                          {"disposition", disposition}});
+  return s.metric(
+      "sluice_tokens_total",
+      {{"route", "chat"}, {"model", "gpt-4o-mini*"}, {"kind", kind}, {"disposition", disposition}});
 }
 
 void waitForMetric(const std::function<bool()>& pred) { waitUntil(pred, std::chrono::seconds(5)); }
@@ -70,8 +68,10 @@ TEST(SpendTest, ARetriedErrorAnswerIsNotBilled) {
   MockLlm mock;
   SluiceUnderTest sluice(config(mock.url(), "    retry: {attempts: 2, backoff: {base: 5ms}}"));
   auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                       {{"x-mock-tokens", "4"}, {"x-mock-fail-times", "1"},
-                        {"x-mock-fail-key", "billing"}, {"x-mock-status", "503"}},
+                       {{"x-mock-tokens", "4"},
+                        {"x-mock-fail-times", "1"},
+                        {"x-mock-fail-key", "billing"},
+                        {"x-mock-status", "503"}},
                        kStream);
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(tokens(sluice, "output", "delivered"), 4);
@@ -90,8 +90,8 @@ TEST(SpendTest, AbortBeforeTheFirstTokenLeaksTheInput) {
   }
   waitForMetric([&] { return tokens(sluice, "input", "leaked") > 0; });
   EXPECT_EQ(tokens(sluice, "input", "leaked"), std::ceil(kStream.size() / 4.0));
-  EXPECT_GT(sluice.metric("sluice_leaked_spend_usd_total", {{"cancel_reason", "client_disconnect"}}),
-            0);
+  EXPECT_GT(
+      sluice.metric("sluice_leaked_spend_usd_total", {{"cancel_reason", "client_disconnect"}}), 0);
 }
 
 TEST(SpendTest, FinishModeOutputIsLeaked) {
@@ -99,17 +99,17 @@ TEST(SpendTest, FinishModeOutputIsLeaked) {
   SluiceUnderTest sluice(config(mock.url(), "    on_client_disconnect: finish"));
   {
     TestConnection conn(sluice.port());
-    conn.sendRequest("POST", "/v1/chat/completions",
-                     {{"x-mock-tokens", "30"}, {"x-mock-token-interval-ms", "5"},
-                      {"x-mock-request-id", "fin"}},
-                     kStream);
+    conn.sendRequest(
+        "POST", "/v1/chat/completions",
+        {{"x-mock-tokens", "30"}, {"x-mock-token-interval-ms", "5"}, {"x-mock-request-id", "fin"}},
+        kStream);
     conn.readUntil([](const TestResponse& r) { return r.body.find("tok2 ") != std::string::npos; });
   }
   waitForMetric([&] { return tokens(sluice, "output", "leaked") > 0; });
   EXPECT_EQ(tokens(sluice, "output", "leaked"), 30);  // the provider's own count, all of it
   EXPECT_EQ(tokens(sluice, "output", "delivered"), 0);
-  EXPECT_GT(sluice.metric("sluice_leaked_spend_usd_total", {{"cancel_reason", "client_disconnect"}}),
-            0);
+  EXPECT_GT(
+      sluice.metric("sluice_leaked_spend_usd_total", {{"cancel_reason", "client_disconnect"}}), 0);
 }
 
 }  // namespace

@@ -22,7 +22,8 @@ namespace {
 using std::chrono::milliseconds;
 
 std::string config(const std::string& mock_url, bool throttle) {
-  return substitute(R"(
+  return substitute(
+      R"(
 listen: 127.0.0.1:0
 admin: 127.0.0.1:0
 workers: 2
@@ -37,9 +38,8 @@ routes:
     budget: {default: 15s}
     retry: {attempts: 1}
 )",
-                    {{"MOCK_URL", mock_url},
-                     {"RATE_LIMIT", throttle ? "    rate_limit: {key: none, reserve: 0, max_queue: 100}"
-                                             : ""}});
+      {{"MOCK_URL", mock_url},
+       {"RATE_LIMIT", throttle ? "    rate_limit: {key: none, reserve: 0, max_queue: 100}" : ""}});
 }
 
 const char* kChat = R"({"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]})";
@@ -112,10 +112,9 @@ TEST(ThrottleTest, WaitBeyondTheBudgetIs429RateLimitedAtOnce) {
               200);
   }
   const auto start = std::chrono::steady_clock::now();
-  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                       {{"x-mock-quota", "3/10000"}, {"x-mock-quota-key", "spent"},
-                        {"x-budget-ms", "1000"}},
-                       kChat);
+  auto r = httpRequest(
+      sluice.port(), "POST", "/v1/chat/completions",
+      {{"x-mock-quota", "3/10000"}, {"x-mock-quota-key", "spent"}, {"x-budget-ms", "1000"}}, kChat);
   EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(500));
   EXPECT_EQ(r.status, 429);
   auto j = nlohmann::json::parse(r.body, nullptr, false);
@@ -135,10 +134,10 @@ TEST(ThrottleTest, QueuedRequestWhoseClientLeavesIsNeverSent) {
   }
   {
     TestConnection conn(sluice.port());
-    conn.sendRequest("POST", "/v1/chat/completions",
-                     {{"x-mock-quota", "3/3000"}, {"x-mock-quota-key", "leave"},
-                      {"x-mock-request-id", "left"}},
-                     kChat);
+    conn.sendRequest(
+        "POST", "/v1/chat/completions",
+        {{"x-mock-quota", "3/3000"}, {"x-mock-quota-key", "leave"}, {"x-mock-request-id", "left"}},
+        kChat);
     ASSERT_TRUE(waitUntil([&] {
       return sluice.metric("sluice_throttle_queue_depth", {{"upstream", "mock"}}) >= 1;
     })) << "never queued";
@@ -156,7 +155,8 @@ TEST(ThrottleTest, QueuedRequestWhoseClientLeavesIsNeverSent) {
   EXPECT_EQ(after.status, 200);
   EXPECT_EQ(mock.ledger("after").size(), 1u);
   EXPECT_EQ(mock.ledger("left").size(), 0u);
-  EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}), 1);
+  EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}),
+            1);
 }
 
 }  // namespace

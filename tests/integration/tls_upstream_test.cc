@@ -8,10 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
@@ -70,8 +69,7 @@ TEST(TlsUpstreamTest, VerifiesAgainstCaFileAndStreams) {
   MockLlm mock(pki.path("server.pem"), pki.path("server.key"));
   ASSERT_NE(mock.port(), 0);
   SluiceUnderTest sluice(tlsConfig(mock.port(), "{ca_file: " + pki.path("ca.pem") + "}"));
-  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
-                       {{"x-mock-tokens", "5"}},
+  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {{"x-mock-tokens", "5"}},
                        R"({"model":"gpt-4o","stream":true,"messages":[]})");
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_NE(r.body.find("tok4 "), std::string::npos);
@@ -122,10 +120,10 @@ TEST(TlsUpstreamTest, AutoNegotiatesHttp2ByAlpn) {
   std::vector<std::unique_ptr<TestConnection>> clients;
   for (int i = 0; i < 3; ++i) {
     clients.push_back(std::make_unique<TestConnection>(sluice.port()));
-    clients.back()->sendRequest("POST", "/v1/chat/completions",
-                                {{"x-mock-request-id", "alpn-" + std::to_string(i)},
-                                 {"x-mock-tokens", "5"}},
-                                R"({"model":"gpt-4o","stream":true,"messages":[]})");
+    clients.back()->sendRequest(
+        "POST", "/v1/chat/completions",
+        {{"x-mock-request-id", "alpn-" + std::to_string(i)}, {"x-mock-tokens", "5"}},
+        R"({"model":"gpt-4o","stream":true,"messages":[]})");
   }
   for (auto& c : clients) {
     const TestResponse r = c->readResponse();
@@ -157,8 +155,7 @@ TEST(TlsUpstreamTest, AutoFallsBackToHttp11WhenAlpnSaysSo) {
 TEST(TlsUpstreamTest, Http2OffOffersOnlyHttp11) {
   TestPki pki;
   MockLlm mock(pki.path("server.pem"), pki.path("server.key"));
-  SluiceUnderTest sluice(
-      tlsConfig(mock.port(), "{ca_file: " + pki.path("ca.pem") + "}", "off"));
+  SluiceUnderTest sluice(tlsConfig(mock.port(), "{ca_file: " + pki.path("ca.pem") + "}", "off"));
   EXPECT_EQ(httpRequest(sluice.port(), "GET", "/echo/x", {{"x-mock-request-id", "h1"}}).status,
             200);
   EXPECT_EQ(mock.entry("h1")["protocol"], "http/1.1");

@@ -37,11 +37,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "proxy/upstream_pool.h"
 #include "tests/support/h2_client.h"
@@ -130,8 +129,19 @@ struct Tally {
 };
 
 enum Scenario {
-  kOkStream, kOkModels, kUpstreamReset, k429Burst, k503Burst, kGarbage, kStallMidStream,
-  kStallBeforeHeaders, kAbortMidStream, kAbortBeforeAnswer, kSlowReader, kMalformed, kNoRoute,
+  kOkStream,
+  kOkModels,
+  kUpstreamReset,
+  k429Burst,
+  k503Burst,
+  kGarbage,
+  kStallMidStream,
+  kStallBeforeHeaders,
+  kAbortMidStream,
+  kAbortBeforeAnswer,
+  kSlowReader,
+  kMalformed,
+  kNoRoute,
   kScenarioCount
 };
 // Weights per 100 requests.
@@ -195,9 +205,10 @@ void http1Client(int index, uint16_t port, uint32_t seed, Clock::time_point unti
         // The upstream resets after 3 tokens: the response is under way, so
         // sluice cuts the client's connection (not a cancellation).
         TestConnection* c = fresh();
-        c->sendRequest("POST", "/v1/chat/completions",
-                       chatHeaders(id, {{"x-mock-tokens", "10"}, {"x-mock-reset-after-tokens", "3"}}),
-                       kStreamBody);
+        c->sendRequest(
+            "POST", "/v1/chat/completions",
+            chatHeaders(id, {{"x-mock-tokens", "10"}, {"x-mock-reset-after-tokens", "3"}}),
+            kStreamBody);
         tally.sent++;
         c->readResponse(std::chrono::seconds(60));
         conn.reset();
@@ -208,13 +219,12 @@ void http1Client(int index, uint16_t port, uint32_t seed, Clock::time_point unti
         // The first attempts fail (429 with a short retry-after-ms, or 503);
         // sluice retries within its retry budget.
         TestConnection* c = fresh();
-        c->sendRequest(
-            "POST", "/v1/chat/completions",
-            chatHeaders(id, {{"x-mock-status", s == k429Burst ? "429" : "503"},
-                             {"x-mock-fail-times", s == k429Burst ? "1" : "2"},
-                             {"x-mock-fail-key", id},
-                             {"x-mock-retry-after-ms", "10"}}),
-            kJsonBody);
+        c->sendRequest("POST", "/v1/chat/completions",
+                       chatHeaders(id, {{"x-mock-status", s == k429Burst ? "429" : "503"},
+                                        {"x-mock-fail-times", s == k429Burst ? "1" : "2"},
+                                        {"x-mock-fail-key", id},
+                                        {"x-mock-retry-after-ms", "10"}}),
+                       kJsonBody);
         tally.sent++;
         TestResponse r = c->readResponse(std::chrono::seconds(60));
         if (!r.complete) conn.reset();
@@ -251,14 +261,15 @@ void http1Client(int index, uint16_t port, uint32_t seed, Clock::time_point unti
       }
       case kStallBeforeHeaders: {
         TestConnection* c = fresh();
-        c->sendRequest("POST", "/v1/chat/completions",
-                       chatHeaders(id, {{"x-budget-ms", "200"},
-                                        {"x-mock-stall-before-headers-ms", "5000"}}),
-                       kStreamBody);
+        c->sendRequest(
+            "POST", "/v1/chat/completions",
+            chatHeaders(id, {{"x-budget-ms", "200"}, {"x-mock-stall-before-headers-ms", "5000"}}),
+            kStreamBody);
         tally.sent++;
         tally.budget_exhausted++;
         TestResponse r = c->readResponse(std::chrono::seconds(60));
-        if (r.status != 504) tally.surprise(id + " stall before headers: " + std::to_string(r.status));
+        if (r.status != 504)
+          tally.surprise(id + " stall before headers: " + std::to_string(r.status));
         if (!r.complete) conn.reset();
         break;
       }
@@ -350,7 +361,8 @@ void http2Client(int index, uint16_t port, uint32_t seed, Clock::time_point unti
     const int r = static_cast<int>(rng() % 100);
     if (r < 40) {  // two streams side by side, both complete
       const int32_t a = stream(id + "a", {{"x-mock-tokens", "5"}});
-      const int32_t b = stream(id + "b", {{"x-mock-tokens", "8"}, {"x-mock-token-interval-ms", "2"}});
+      const int32_t b =
+          stream(id + "b", {{"x-mock-tokens", "8"}, {"x-mock-token-interval-ms", "2"}});
       tally.sent += 2;
       conn->runUntil([&] { return conn->response(a).closed && conn->response(b).closed; },
                      std::chrono::seconds(60));
@@ -505,8 +517,9 @@ TEST(SoakTest, FaultSoakLeavesNoLeakAndAccountsForEveryRequest) {
   EXPECT_EQ(
       metricSum(metrics, "sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}),
       static_cast<double>(tally.client_disconnect));
-  EXPECT_EQ(metricSum(metrics, "sluice_cancellations_total", {{"cancel_reason", "budget_exhausted"}}),
-            static_cast<double>(tally.budget_exhausted));
+  EXPECT_EQ(
+      metricSum(metrics, "sluice_cancellations_total", {{"cancel_reason", "budget_exhausted"}}),
+      static_cast<double>(tally.budget_exhausted));
   EXPECT_EQ(metricSum(metrics, "sluice_cancellations_total"),
             static_cast<double>(tally.client_disconnect + tally.budget_exhausted));
 
@@ -528,8 +541,9 @@ TEST(SoakTest, FaultSoakLeavesNoLeakAndAccountsForEveryRequest) {
   // only idle connections, which close at once. Nothing of any earlier
   // config may be left: fds and upstream connections exactly at the baseline.
   sluice.signal(SIGHUP);
-  EXPECT_TRUE(waitUntil(
-      [&] { return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == reloads + 1; }));
+  EXPECT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}) == reloads + 1;
+  }));
   FdCount fds_final;
   EXPECT_TRUE(waitUntil(
       [&] {

@@ -378,9 +378,8 @@ int H2Connection::onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t er
   return 0;
 }
 
-ssize_t H2Connection::onUploadRead(nghttp2_session*, int32_t stream_id, uint8_t* buf,
-                                   size_t length, uint32_t* data_flags, nghttp2_data_source*,
-                                   void* user_data) {
+ssize_t H2Connection::onUploadRead(nghttp2_session*, int32_t stream_id, uint8_t* buf, size_t length,
+                                   uint32_t* data_flags, nghttp2_data_source*, void* user_data) {
   auto* self = static_cast<H2Connection*>(user_data);
   Upload& up = self->uploads_[stream_id];
   const size_t n = std::min(length, up.body.size() - up.offset);

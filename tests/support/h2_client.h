@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "proxy/http_headers.h"
+#include "common/http_headers.h"
 
 namespace sluice::test {
 
@@ -57,7 +57,7 @@ struct H2Response {
   bool closed = false;         // the stream is closed, whichever way
   bool reset_by_peer = false;  // RST_STREAM received
   bool reset_by_us = false;
-  uint32_t error_code = 0;     // RST_STREAM's code (or the close code)
+  uint32_t error_code = 0;  // RST_STREAM's code (or the close code)
 };
 
 class H2Connection {

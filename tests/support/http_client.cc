@@ -94,8 +94,8 @@ bool TestConnection::readOnce(std::chrono::milliseconds timeout) {
   return true;
 }
 
-const TestResponse& TestConnection::readUntil(
-    const std::function<bool(const TestResponse&)>& done, std::chrono::milliseconds timeout) {
+const TestResponse& TestConnection::readUntil(const std::function<bool(const TestResponse&)>& done,
+                                              std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!done(current_)) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(

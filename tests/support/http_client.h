@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "proxy/http_headers.h"
+#include "common/http_headers.h"
 
 namespace sluice::test {
 

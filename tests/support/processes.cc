@@ -1,7 +1,7 @@
 #include "tests/support/processes.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -184,7 +184,8 @@ std::string substitute(std::string text,
                        const std::vector<std::pair<std::string, std::string>>& vars) {
   for (const auto& [name, value] : vars) {
     const std::string key = "${" + name + "}";
-    for (size_t pos; (pos = text.find(key)) != std::string::npos;) text.replace(pos, key.size(), value);
+    for (size_t pos; (pos = text.find(key)) != std::string::npos;)
+      text.replace(pos, key.size(), value);
   }
   return text;
 }

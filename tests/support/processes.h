@@ -9,11 +9,10 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "proxy/server.h"
 
@@ -91,14 +90,16 @@ class SluiceUnderTest {
   /** The Prometheus exposition, fetched over HTTP from the admin port. */
   std::string metricsText();
   /** The sum of the samples of `name` whose labels include `labels`; 0 if none. */
-  double metric(const std::string& name, const std::vector<std::pair<std::string, std::string>>& labels);
+  double metric(const std::string& name,
+                const std::vector<std::pair<std::string, std::string>>& labels);
 
  private:
   std::unique_ptr<Server> server_;
 };
 
 /** Expands ${NAME} in `text` from `vars` (test configs only). */
-std::string substitute(std::string text, const std::vector<std::pair<std::string, std::string>>& vars);
+std::string substitute(std::string text,
+                       const std::vector<std::pair<std::string, std::string>>& vars);
 
 /** Path of a built binary or source file, from the build's compile definitions. */
 std::string mockLlmPath();

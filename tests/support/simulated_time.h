@@ -17,7 +17,7 @@
 #include <optional>
 #include <vector>
 
-#include "proxy/clock.h"
+#include "common/clock.h"
 #include "proxy/scheduler.h"
 
 namespace sluice::test {

@@ -20,7 +20,8 @@ namespace {
 void usage(std::FILE* out) {
   std::fprintf(
       out,
-      "usage: mock-llm --listen HOST:PORT [--schedule FILE] [--listen HOST:PORT [--schedule FILE]]...\n"
+      "usage: mock-llm --listen HOST:PORT [--schedule FILE] [--listen HOST:PORT [--schedule "
+      "FILE]]...\n"
       "                [--threads N] [--tls-cert FILE --tls-key FILE]\n"
       "                [--ledger-limit N] [--http2 on|off] [--h2-max-concurrent-streams N]\n"
       "  --listen HOST:PORT   address to bind (port 0 = any free port); repeat it for several\n"
@@ -34,7 +35,8 @@ void usage(std::FILE* out) {
       "  --http2 on|off       HTTP/2: h2c prior knowledge, ALPN h2 with TLS (default on)\n"
       "  --h2-max-concurrent-streams N\n"
       "                       advertised SETTINGS_MAX_CONCURRENT_STREAMS (default 256)\n"
-      "Prints 'mock-llm listening on HOST:PORT' per listener, in order, once bound. See tools/mock-llm/README.md.\n");
+      "Prints 'mock-llm listening on HOST:PORT' per listener, in order, once bound. See "
+      "tools/mock-llm/README.md.\n");
 }
 
 bool parseCount(const char* text, long min, long max, long* out) {

@@ -141,17 +141,15 @@ int64_t steadyMicros() {
 ResponsePlan schedulePlan(const Request& req, SharedState& state) {
   if (req.method == "POST") state.schedule_epoch_us.store(steadyMicros());
   if (req.method != "GET" && req.method != "POST") {
-    const ErrorBody err = makeErrorBody(ErrorFlavor::kOpenAi, 405,
-                                        "mock-llm: /_schedule supports GET and POST", false,
-                                        std::nullopt);
-    return simplePlan(405, err.content_type, err.body, req.keep_alive,
-                      {{"allow", "GET, POST"}});
+    const ErrorBody err =
+        makeErrorBody(ErrorFlavor::kOpenAi, 405, "mock-llm: /_schedule supports GET and POST",
+                      false, std::nullopt);
+    return simplePlan(405, err.content_type, err.body, req.keep_alive, {{"allow", "GET, POST"}});
   }
   const ScheduledFault* fault = state.scheduledFault();
-  const Json body{
-      {"scheduled", state.schedule.has_value()},
-      {"elapsed_ms", (steadyMicros() - state.schedule_epoch_us.load()) / 1000},
-      {"active", fault != nullptr ? Json(fault->describe()) : Json(nullptr)}};
+  const Json body{{"scheduled", state.schedule.has_value()},
+                  {"elapsed_ms", (steadyMicros() - state.schedule_epoch_us.load()) / 1000},
+                  {"active", fault != nullptr ? Json(fault->describe()) : Json(nullptr)}};
   return simplePlan(200, "application/json", dump(body), req.keep_alive);
 }
 

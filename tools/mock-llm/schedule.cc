@@ -158,9 +158,12 @@ std::string ScheduledFault::describe() const {
       if (retry_after_s) out += " retry-after=" + std::to_string(*retry_after_s);
       return out;
     }
-    case Kind::kSlow: return "slow " + std::to_string(delay.count()) + "ms";
-    case Kind::kReset: return "reset";
-    case Kind::kHang: return "hang";
+    case Kind::kSlow:
+      return "slow " + std::to_string(delay.count()) + "ms";
+    case Kind::kReset:
+      return "reset";
+    case Kind::kHang:
+      return "hang";
   }
   return "";
 }

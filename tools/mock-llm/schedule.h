@@ -34,9 +34,9 @@ namespace mockllm {
 struct ScheduledFault {
   enum class Kind { kStatus, kSlow, kReset, kHang };
   Kind kind = Kind::kStatus;
-  int status = 503;                          // kStatus
-  std::optional<int64_t> retry_after_s;      // kStatus: `retry-after=S`
-  std::chrono::milliseconds delay{0};        // kSlow: wait before the headers
+  int status = 503;                      // kStatus
+  std::optional<int64_t> retry_after_s;  // kStatus: `retry-after=S`
+  std::chrono::milliseconds delay{0};    // kSlow: wait before the headers
 
   /** `status 503`, `slow 300ms`, ...: how /_schedule and the ledger name it. */
   std::string describe() const;

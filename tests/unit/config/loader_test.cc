@@ -1293,9 +1293,8 @@ TEST(ConfigLoaderTest, EveryShippedExampleLoads) {
     EXPECT_TRUE(r.ok()) << (r.error ? r.error->toString() : "");
     if (r.ok()) loaded.insert(entry.path().filename().string());
   }
-  for (const char* name :
-       {"minimal.yaml", "openai.yaml", "anthropic.yaml", "local-mock.yaml", "demo.yaml",
-        "replicas.yaml"}) {
+  for (const char* name : {"minimal.yaml", "openai.yaml", "anthropic.yaml", "local-mock.yaml",
+                           "demo.yaml", "replicas.yaml"}) {
     EXPECT_EQ(loaded.count(name), 1u) << name;
   }
 }
@@ -1409,8 +1408,8 @@ TEST(ConfigLoaderTest, ParsesRedisUrls) {
   EXPECT_EQ(url->username, "app");
   EXPECT_EQ(url->password, "p@ss:w");
   EXPECT_EQ(url->host, "::1");
-  for (const char* bad : {"", "http://h", "redis://", "redis://h:0", "redis://h/16",
-                          "redis://h/x", "redis://h?db=1", "rediss://h", "redis://h /1"}) {
+  for (const char* bad : {"", "http://h", "redis://", "redis://h:0", "redis://h/16", "redis://h/x",
+                          "redis://h?db=1", "rediss://h", "redis://h /1"}) {
     std::string why;
     EXPECT_EQ(parseRedisUrl(bad, &why), std::nullopt) << bad;
   }

@@ -14,6 +14,7 @@
 #include "filters/circuit_breaker/circuit_breaker_filter.h"
 #include "filters/retry/retry_filter.h"
 #include "filters/spend/spend_filter.h"
+#include "filters/throttle/global_quota.h"
 #include "filters/throttle/throttle_filter.h"
 #include "proxy/runtime.h"
 #include "tests/unit/filters/fake_filter_callbacks.h"
@@ -414,6 +415,133 @@ TEST_F(ThrottleFilterTest, AnExhaustedQuotaWaitsForItsResetOnATimer) {
   waiter_callbacks.fireDueTimers();
   EXPECT_EQ(waiter_callbacks.continue_calls, 1);
   waiter.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
+}
+
+// --- throttle with the fleet's quota (DESIGN §6) -------------------------------------------
+
+// A GlobalQuota that answers what the test tells it, later (as Redis does:
+// on a later turn of the loop).
+class ScriptedGlobalQuota final : public GlobalQuota {
+ public:
+  bool reserve(const std::string&, Done done) override {
+    ++reserves;
+    pending = std::move(done);
+    return true;
+  }
+  void answer() {
+    Done done = std::move(pending);
+    pending = nullptr;
+    ASSERT_TRUE(done) << "nobody asked";
+    done(next);
+  }
+  void report(const std::string&, const Quota&, std::optional<milliseconds>, milliseconds,
+              int64_t) override {
+    ++reports;
+  }
+  void endProbe(const std::string&, bool answered_without_quota) override {
+    probe_ends.push_back(answered_without_quota);
+  }
+
+  Answer next;
+  Done pending;
+  int reserves = 0;
+  int reports = 0;
+  std::vector<bool> probe_ends;
+};
+
+class GlobalThrottleFilterTest : public AttemptFiltersTest {
+ protected:
+  ThrottleFilter& throttle(FakeFilterCallbacks& callbacks) {
+    auto filter =
+        std::make_unique<ThrottleFilter>(*upstream().config->rate_limit, *upstream().quota,
+                                         *upstream().breaker, *upstream().metrics, &global_);
+    filter->setCallbacks(callbacks);
+    ThrottleFilter& f = *filter;
+    filters_.push_back(std::move(filter));
+    f.decodeComplete("{}");
+    return f;
+  }
+  static FilterStatus admit(ThrottleFilter& f) {
+    RequestHead upstream_request;
+    return f.beforeAttempt(upstream_request);
+  }
+  ScriptedGlobalQuota global_;
+};
+
+TEST_F(GlobalThrottleFilterTest, TheFleetsProbeEndingBeforeHeadersReleasesItsPermit) {
+  global_.next.kind = GlobalQuota::Answer::Kind::Probe;
+  ThrottleFilter& probe = throttle(callbacks_);
+  EXPECT_EQ(admit(probe), FilterStatus::StopIteration);  // asks the fleet
+  global_.answer();
+  EXPECT_EQ(callbacks_.continue_calls, 1);  // and goes: it is the probe
+  probe.onAttemptDone(ended(AttemptOutcome::connectError()), AttemptVerdict::deliver());
+  EXPECT_EQ(global_.probe_ends, std::vector<bool>{false}) << "nothing learned: released";
+  probe.onDestroy();
+  EXPECT_EQ(global_.probe_ends.size(), 1u) << "released once";
+}
+
+TEST_F(GlobalThrottleFilterTest, TheFleetsProbeAnsweredWithoutAQuotaLetsEveryReplicaDecide) {
+  global_.next.kind = GlobalQuota::Answer::Kind::Probe;
+  ThrottleFilter& probe = throttle(callbacks_);
+  admit(probe);
+  global_.answer();
+  ResponseHead head;
+  head.status = 200;  // no quota headers at all
+  probe.encodeHeaders(head, false);
+  EXPECT_EQ(global_.probe_ends, std::vector<bool>{true});
+  probe.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
+  EXPECT_EQ(global_.probe_ends.size(), 1u);
+  EXPECT_EQ(global_.reports, 0);
+}
+
+TEST_F(GlobalThrottleFilterTest, TheFleetsProbeWithAQuotaReportsIt) {
+  global_.next.kind = GlobalQuota::Answer::Kind::Probe;
+  ThrottleFilter& probe = throttle(callbacks_);
+  admit(probe);
+  global_.answer();
+  ResponseHead head;
+  head.status = 200;
+  head.headers.add("x-ratelimit-limit-requests", "100");
+  head.headers.add("x-ratelimit-remaining-requests", "99");
+  probe.encodeHeaders(head, false);
+  probe.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
+  EXPECT_EQ(global_.reports, 1);
+  EXPECT_TRUE(global_.probe_ends.empty()) << "the report ends the probe";
+}
+
+TEST_F(GlobalThrottleFilterTest, AnUnknownFleetWaitNeverAnswers429BeforeTheDeadline) {
+  // The fleet's remaining is spent and nobody knows its reset: the wait is
+  // unknown. A budget shorter than the poll interval must not turn that into
+  // rate_limited at once.
+  callbacks_.setDeadline(clock_.now() + 50ms);
+  global_.next.kind = GlobalQuota::Answer::Kind::Wait;
+  ThrottleFilter& waiter = throttle(callbacks_);
+  EXPECT_EQ(admit(waiter), FilterStatus::StopIteration);
+  global_.answer();
+  EXPECT_TRUE(callbacks_.cancels.empty());
+  EXPECT_EQ(callbacks_.continue_calls, 0);
+  EXPECT_EQ(callbacks_.armedTimers(), 1u);  // asks the fleet again after a short poll
+  EXPECT_EQ(upstream().quota->queueDepth(), 0u) << "the local queue is not held for it";
+  global_.next.kind = GlobalQuota::Answer::Kind::Admit;
+  clock_.advance(250ms);
+  callbacks_.fireDueTimers();
+  EXPECT_EQ(global_.reserves, 2);
+  global_.answer();
+  EXPECT_EQ(callbacks_.continue_calls, 1);
+  EXPECT_TRUE(callbacks_.cancels.empty());
+  waiter.onDestroy();
+}
+
+TEST_F(GlobalThrottleFilterTest, AKnownFleetWaitBeyondTheBudgetAnswers429AtOnce) {
+  callbacks_.setDeadline(clock_.now() + 50ms);
+  global_.next.kind = GlobalQuota::Answer::Kind::Wait;
+  global_.next.wait = 2s;
+  ThrottleFilter& waiter = throttle(callbacks_);
+  admit(waiter);
+  global_.answer();
+  ASSERT_EQ(callbacks_.cancels.size(), 1u);
+  EXPECT_EQ(callbacks_.cancels[0].first, CancelReason::RateLimited);
+  waiter.onDestroy();
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "proxy/filter.h"
+#include "filters/filter.h"
 #include "proxy/runtime.h"
 
 namespace sluice::test {

@@ -143,13 +143,28 @@ TEST(JsonFieldsVerifiedTest, AcceptsWhatTheLibraryAcceptsInLlmChunks) {
 
 TEST(JsonFieldsVerifiedTest, RejectsWhatTheLibraryRejects) {
   for (const std::string_view text : {
-           R"([1,])", R"({"a":1,})", R"({"a" 1})", R"([1 2])", R"({"a":1}})", R"(tru)",
-           R"(nul)", R"("\x")", R"("\u12G4")", R"("\uDC00")", R"("\uD800")", R"("\uD800\u0041")",
-           R"(01)", R"(-)", R"("open)", R"([)", "\"tab\there\"", "\"\xc0\xaf\"",  // overlong
-           "\"\xed\xa0\x80\"",                                                      // surrogate
-           "\"\xf4\x90\x80\x80\"",                                                  // > U+10FFFF
-           "\"\xe2\x82\"",                                                          // truncated
-           "\"\x80\"",                                                              // stray
+           R"([1,])",
+           R"({"a":1,})",
+           R"({"a" 1})",
+           R"([1 2])",
+           R"({"a":1}})",
+           R"(tru)",
+           R"(nul)",
+           R"("\x")",
+           R"("\u12G4")",
+           R"("\uDC00")",
+           R"("\uD800")",
+           R"("\uD800\u0041")",
+           R"(01)",
+           R"(-)",
+           R"("open)",
+           R"([)",
+           "\"tab\there\"",
+           "\"\xc0\xaf\"",          // overlong
+           "\"\xed\xa0\x80\"",      // surrogate
+           "\"\xf4\x90\x80\x80\"",  // > U+10FFFF
+           "\"\xe2\x82\"",          // truncated
+           "\"\x80\"",              // stray
            "{} x",
        }) {
     EXPECT_FALSE(isVerifiedJson(text)) << text;
@@ -176,10 +191,18 @@ TEST(JsonFieldsVerifiedTest, DeclinesFloatsLongNumbersAndDeepNesting) {
 // Random texts built from JSON's pieces and stray bytes: whatever the
 // verifier accepts, the library accepts (the reverse need not hold).
 TEST(JsonFieldsVerifiedTest, NeverAcceptsWhatTheLibraryRejectsOnRandomInput) {
-  static const std::vector<std::string> kPieces = {
-      "{", "}", "[", "]", ",", ":", "\"", "\"k\"", "\"v\"", "\\", "\\n", "\\u", "\\uD83D",
-      "\\uDE00", "00e9", "true", "false", "null", "0", "-", "7", "12", " ", "\n", "\xc3", "\xa9",
-      "\xe2\x82\xac", "\xf0\x9f", "\x98\x80", "\xed\xa0\x80", "\x7f", "\x01", "a", "."};
+  static const std::vector<std::string> kPieces = {"{",        "}",        "[",
+                                                   "]",        ",",        ":",
+                                                   "\"",       "\"k\"",    "\"v\"",
+                                                   "\\",       "\\n",      "\\u",
+                                                   "\\uD83D",  "\\uDE00",  "00e9",
+                                                   "true",     "false",    "null",
+                                                   "0",        "-",        "7",
+                                                   "12",       " ",        "\n",
+                                                   "\xc3",     "\xa9",     "\xe2\x82\xac",
+                                                   "\xf0\x9f", "\x98\x80", "\xed\xa0\x80",
+                                                   "\x7f",     "\x01",     "a",
+                                                   "."};
   std::mt19937 rng(18);
   size_t accepted = 0;
   for (int round = 0; round < 200000; ++round) {

@@ -8,13 +8,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "proxy/metrics.h"
+#include "common/metrics.h"
 #include "tests/support/wait.h"
 
 namespace sluice {
@@ -61,12 +60,12 @@ TEST(AccessRecordTest, RendersEveryDesignFieldInOrder) {
   ASSERT_EQ(line.back(), '\n');
   EXPECT_EQ(line.find('\n'), line.size() - 1);
   const nlohmann::json j = nlohmann::json::parse(line);
-  const char* kFields[] = {"ts",          "request_id",   "trace_id",     "route",
-                           "upstream",    "endpoint",     "method",       "path",
-                           "protocol",    "status",       "attempts",     "retry_causes",
-                           "fallbacks",   "duration_ms",  "ttfb_ms",      "cancel_reason",
-                           "model",       "input_tokens", "output_tokens", "spend_usd",
-                           "leaked_usd",  "bytes_in",     "bytes_out"};
+  const char* kFields[] = {"ts",         "request_id",   "trace_id",      "route",
+                           "upstream",   "endpoint",     "method",        "path",
+                           "protocol",   "status",       "attempts",      "retry_causes",
+                           "fallbacks",  "duration_ms",  "ttfb_ms",       "cancel_reason",
+                           "model",      "input_tokens", "output_tokens", "spend_usd",
+                           "leaked_usd", "bytes_in",     "bytes_out"};
   ASSERT_EQ(j.size(), std::size(kFields)) << line;
   size_t previous = 0;
   for (const char* f : kFields) {

@@ -18,8 +18,8 @@ namespace {
 
 using S = ExchangeState;
 
-constexpr S kAllStates[] = {S::Queued,    S::Running,    S::BackingOff, S::Completed,
-                            S::Failed,    S::Cancelling, S::Cancelled};
+constexpr S kAllStates[] = {S::Queued, S::Running,    S::BackingOff, S::Completed,
+                            S::Failed, S::Cancelling, S::Cancelled};
 
 // The lifecycle of DESIGN §1, edge by edge. `queued` may end without an attempt
 // (local reply, unreadable request, cancel while queued); `running` and
@@ -27,12 +27,10 @@ constexpr S kAllStates[] = {S::Queued,    S::Running,    S::BackingOff, S::Compl
 // only ever becomes `cancelled`.
 const std::set<std::pair<S, S>>& expectedEdges() {
   static const std::set<std::pair<S, S>> edges{
-      {S::Queued, S::Running},        {S::Queued, S::Completed},
-      {S::Queued, S::Failed},         {S::Queued, S::Cancelling},
-      {S::Running, S::BackingOff},    {S::Running, S::Completed},
-      {S::Running, S::Failed},        {S::Running, S::Cancelling},
-      {S::BackingOff, S::Running},    {S::BackingOff, S::Completed},
-      {S::BackingOff, S::Failed},     {S::BackingOff, S::Cancelling},
+      {S::Queued, S::Running},       {S::Queued, S::Completed},   {S::Queued, S::Failed},
+      {S::Queued, S::Cancelling},    {S::Running, S::BackingOff}, {S::Running, S::Completed},
+      {S::Running, S::Failed},       {S::Running, S::Cancelling}, {S::BackingOff, S::Running},
+      {S::BackingOff, S::Completed}, {S::BackingOff, S::Failed},  {S::BackingOff, S::Cancelling},
       {S::Cancelling, S::Cancelled},
   };
   return edges;
@@ -114,8 +112,8 @@ TEST(ExchangeStateTest, EveryStateIsReachableFromQueued) {
 
 TEST(ExchangeStateTest, ToStringNames) {
   const std::pair<S, std::string_view> kNames[] = {
-      {S::Queued, "queued"},         {S::Running, "running"},   {S::BackingOff, "backing_off"},
-      {S::Completed, "completed"},   {S::Failed, "failed"},     {S::Cancelling, "cancelling"},
+      {S::Queued, "queued"},       {S::Running, "running"}, {S::BackingOff, "backing_off"},
+      {S::Completed, "completed"}, {S::Failed, "failed"},   {S::Cancelling, "cancelling"},
       {S::Cancelled, "cancelled"},
   };
   std::set<std::string_view> distinct;

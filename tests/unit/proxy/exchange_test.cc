@@ -16,8 +16,9 @@
 //                             FirstByteTimeoutCancelsWithUpstreamTimeout,
 //                             BudgetExpiresDuringTheRetry, DrainCancelsARunningExchange,
 //                             FinishModeGraceExpires
-//   backing_off → running     RetriesA429AfterItsRetryAfter, ARetryWaitsInTheQuotaQueueWhileBackingOff
-//   backing_off → cancelling  ClientLeavesWhileBackingOff, DrainCancelsWhileBackingOff,
+//   backing_off → running     RetriesA429AfterItsRetryAfter,
+//   ARetryWaitsInTheQuotaQueueWhileBackingOff backing_off → cancelling ClientLeavesWhileBackingOff,
+//   DrainCancelsWhileBackingOff,
 //                             ClientLeavesWhileARetryWaitsForQuota, RetryRefusedByTheOpenCircuit
 //   cancelling → cancelled    every cancel above
 //
@@ -41,9 +42,9 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics.h"
 #include "config/loader.h"
 #include "proxy/dispatcher.h"
-#include "proxy/metrics.h"
 #include "proxy/request_id.h"
 #include "proxy/runtime.h"
 #include "tests/support/simulated_time.h"

@@ -31,10 +31,12 @@ config::EnvLookup fakeEnv() {
 // Loads a config whose only upstream has `url` and the given extra YAML lines
 // (indented under the upstream entry). Fails the test on a config error.
 config::ConfigPtr loadUpstream(const std::string& url, const std::string& extra = "") {
-  const std::string yaml = "listen: 127.0.0.1:0\n"
-                           "upstreams:\n"
-                           "  - name: up\n"
-                           "    url: " + url + "\n" + extra;
+  const std::string yaml =
+      "listen: 127.0.0.1:0\n"
+      "upstreams:\n"
+      "  - name: up\n"
+      "    url: " +
+      url + "\n" + extra;
   auto r = config::loadConfigString(yaml, "rewrite_test.yaml", fakeEnv());
   EXPECT_TRUE(r.ok()) << (r.error ? r.error->toString() : "no error") << "\n" << yaml;
   return r.config;
@@ -104,20 +106,34 @@ TEST(StripHopByHopTest, RemovesFieldsNamedInConnection) {
   };
   const Row kRows[] = {
       {"one token", {"X-Foo"}, {{"x-foo", "1"}, {"x-bar", "2"}}, {{"x-bar", "2"}}},
-      {"list", {"x-foo, x-bar"}, {{"x-foo", "1"}, {"x-bar", "2"}, {"x-baz", "3"}},
+      {"list",
+       {"x-foo, x-bar"},
+       {{"x-foo", "1"}, {"x-bar", "2"}, {"x-baz", "3"}},
        {{"x-baz", "3"}}},
-      {"multiple Connection headers", {"x-foo", "X-Bar"},
-       {{"x-foo", "1"}, {"x-bar", "2"}, {"x-baz", "3"}}, {{"x-baz", "3"}}},
-      {"odd spacing and tabs", {"  x-foo ,\tx-bar\t,   x-baz  "},
-       {{"x-foo", "1"}, {"x-bar", "2"}, {"x-baz", "3"}, {"x-qux", "4"}}, {{"x-qux", "4"}}},
-      {"empty list members", {",, x-foo ,,", ""}, {{"x-foo", "1"}, {"x-bar", "2"}},
+      {"multiple Connection headers",
+       {"x-foo", "X-Bar"},
+       {{"x-foo", "1"}, {"x-bar", "2"}, {"x-baz", "3"}},
+       {{"x-baz", "3"}}},
+      {"odd spacing and tabs",
+       {"  x-foo ,\tx-bar\t,   x-baz  "},
+       {{"x-foo", "1"}, {"x-bar", "2"}, {"x-baz", "3"}, {"x-qux", "4"}},
+       {{"x-qux", "4"}}},
+      {"empty list members",
+       {",, x-foo ,,", ""},
+       {{"x-foo", "1"}, {"x-bar", "2"}},
        {{"x-bar", "2"}}},
-      {"mixed case names and tokens", {"X-FOO, x-Bar"},
-       {{"X-Foo", "1"}, {"X-BAR", "2"}, {"x-foo", "3"}, {"Accept", "*/*"}}, {{"accept", "*/*"}}},
-      {"close and keep-alive are options, not fields", {"close", "Keep-Alive"},
-       {{"accept", "*/*"}, {"keep-alive", "timeout=5"}}, {{"accept", "*/*"}}},
+      {"mixed case names and tokens",
+       {"X-FOO, x-Bar"},
+       {{"X-Foo", "1"}, {"X-BAR", "2"}, {"x-foo", "3"}, {"Accept", "*/*"}},
+       {{"accept", "*/*"}}},
+      {"close and keep-alive are options, not fields",
+       {"close", "Keep-Alive"},
+       {{"accept", "*/*"}, {"keep-alive", "timeout=5"}},
+       {{"accept", "*/*"}}},
       {"named field absent", {"x-missing"}, {{"x-foo", "1"}}, {{"x-foo", "1"}}},
-      {"does not match by prefix", {"x-foo"}, {{"x-foo-bar", "1"}, {"x-fo", "2"}},
+      {"does not match by prefix",
+       {"x-foo"},
+       {{"x-foo-bar", "1"}, {"x-fo", "2"}},
        {{"x-foo-bar", "1"}, {"x-fo", "2"}}},
   };
   for (const auto& row : kRows) {
@@ -173,8 +189,10 @@ TEST_F(RewriteRequestTest, RemovesHopByHopAndConnectionNamedFields) {
 
 TEST_F(RewriteRequestTest, RemovesContentLengthForReframing) {
   auto head = request("POST", "/v1/chat/completions",
-                      {{"Content-Length", "42"}, {"content-length", "42"},
-                       {"Transfer-Encoding", "chunked"}, {"content-type", "application/json"}});
+                      {{"Content-Length", "42"},
+                       {"content-length", "42"},
+                       {"Transfer-Encoding", "chunked"},
+                       {"content-type", "application/json"}});
   rewriteRequestForUpstream(head, up(), ClientInfo{"10.0.0.1", false});
   EXPECT_FALSE(head.headers.has("content-length"));
   EXPECT_FALSE(head.headers.has("transfer-encoding"));
@@ -227,16 +245,16 @@ TEST(RewriteRequestHostTest, HostIsTheUpstreamAuthority) {
   };
   const Row kRows[] = {
       {"http://api.example.com", "api.example.com"},
-      {"http://api.example.com:80", "api.example.com"},       // default port omitted
+      {"http://api.example.com:80", "api.example.com"},  // default port omitted
       {"https://api.example.com", "api.example.com"},
-      {"https://api.example.com:443", "api.example.com"},     // default port omitted
+      {"https://api.example.com:443", "api.example.com"},  // default port omitted
       {"http://api.example.com:8080", "api.example.com:8080"},
       {"https://api.example.com:8443", "api.example.com:8443"},
       {"http://api.example.com:443", "api.example.com:443"},  // 443 is not http's default
       {"https://api.example.com:80", "api.example.com:80"},   // 80 is not https' default
       {"HTTP://API.Example.COM:9000/v1", "api.example.com:9000"},
       {"http://127.0.0.1:11434", "127.0.0.1:11434"},
-      {"http://[::1]:8080", "[::1]:8080"},                   // IPv6 bracketed
+      {"http://[::1]:8080", "[::1]:8080"},  // IPv6 bracketed
       {"http://[::1]", "[::1]"},
       {"https://[2001:db8::1]:443", "[2001:db8::1]"},
       {"https://[2001:db8::1]:8443/base", "[2001:db8::1]:8443"},
@@ -244,8 +262,8 @@ TEST(RewriteRequestHostTest, HostIsTheUpstreamAuthority) {
   for (const auto& row : kRows) {
     const auto cfg = loadUpstream(row.url);
     ASSERT_NE(cfg, nullptr) << row.url;
-    auto head = request("GET", "/v1/models",
-                        {{"Host", "localhost:8080"}, {"host", "second.example"}});
+    auto head =
+        request("GET", "/v1/models", {{"Host", "localhost:8080"}, {"host", "second.example"}});
     rewriteRequestForUpstream(head, cfg->upstreams.at(0), ClientInfo{"10.0.0.1", false});
     EXPECT_EQ(values(head.headers, "host"), std::vector<std::string_view>{row.host}) << row.url;
   }
@@ -267,13 +285,19 @@ TEST_F(RewriteRequestTest, XForwardedForAppendsTheClient) {
   const Row kRows[] = {
       {"no prior header", {}, "10.0.0.1", {"10.0.0.1"}},
       {"one prior header", {"203.0.113.7"}, "10.0.0.1", {"203.0.113.7, 10.0.0.1"}},
-      {"one prior list", {"203.0.113.7, 198.51.100.2"}, "10.0.0.1",
+      {"one prior list",
+       {"203.0.113.7, 198.51.100.2"},
+       "10.0.0.1",
        {"203.0.113.7, 198.51.100.2, 10.0.0.1"}},
-      {"several prior headers folded in order", {"203.0.113.7", "198.51.100.2, 192.0.2.9"},
-       "10.0.0.1", {"203.0.113.7, 198.51.100.2, 192.0.2.9, 10.0.0.1"}},
+      {"several prior headers folded in order",
+       {"203.0.113.7", "198.51.100.2, 192.0.2.9"},
+       "10.0.0.1",
+       {"203.0.113.7, 198.51.100.2, 192.0.2.9, 10.0.0.1"}},
       {"IPv6 client", {"203.0.113.7"}, "2001:db8::42", {"203.0.113.7, 2001:db8::42"}},
-      {"unknown client address leaves the prior chain alone", {"203.0.113.7", "198.51.100.2"},
-       "", {"203.0.113.7", "198.51.100.2"}},
+      {"unknown client address leaves the prior chain alone",
+       {"203.0.113.7", "198.51.100.2"},
+       "",
+       {"203.0.113.7", "198.51.100.2"}},
       {"unknown client address, no prior", {}, "", {}},
   };
   for (const auto& row : kRows) {
@@ -352,8 +376,7 @@ TEST(RewriteRequestUpstreamHeadersTest, ConfiguredHeadersOverrideTheClients) {
   EXPECT_EQ(values(head.headers, "openai-organization"),
             std::vector<std::string_view>{"org-sluice"});
   // sluice's own configuration may use its namespace even though clients may not.
-  EXPECT_EQ(values(head.headers, "x-sluice-upstream"),
-            std::vector<std::string_view>{"configured"});
+  EXPECT_EQ(values(head.headers, "x-sluice-upstream"), std::vector<std::string_view>{"configured"});
   EXPECT_EQ(values(head.headers, "content-type"),
             std::vector<std::string_view>{"application/json"});
 }
@@ -365,10 +388,8 @@ TEST(RewriteRequestUpstreamHeadersTest, ConfiguredHeadersAddedWhenClientSentNone
   ASSERT_NE(cfg, nullptr);
   auto head = request("POST", "/v1/messages", {{"content-type", "application/json"}});
   rewriteRequestForUpstream(head, cfg->upstreams.at(0), ClientInfo{"10.0.0.1", false});
-  EXPECT_EQ(values(head.headers, "x-api-key"),
-            std::vector<std::string_view>{"sk-upstream-secret"});
-  EXPECT_EQ(values(head.headers, "anthropic-version"),
-            std::vector<std::string_view>{"2023-06-01"});
+  EXPECT_EQ(values(head.headers, "x-api-key"), std::vector<std::string_view>{"sk-upstream-secret"});
+  EXPECT_EQ(values(head.headers, "anthropic-version"), std::vector<std::string_view>{"2023-06-01"});
 }
 
 TEST(RewriteRequestUpstreamHeadersTest, ConnectionCannotStripAConfiguredHeader) {
@@ -401,14 +422,13 @@ TEST(RewriteRequestEndToEndTest, FullRequestExactResult) {
                        {"X-Budget-Ms", "5000"}});
   rewriteRequestForUpstream(head, cfg->upstreams.at(0), ClientInfo{"192.0.2.1", false});
   EXPECT_EQ(head.path, "/openai/v1/chat/completions?x=1");
-  EXPECT_EQ(head.headers.entries(),
-            (Entries{{"user-agent", "OpenAI/Python 1.40.0"},
-                     {"content-type", "application/json"},
-                     {"x-budget-ms", "5000"},
-                     {"host", "gateway.example:8443"},
-                     {"x-forwarded-for", "203.0.113.7, 192.0.2.1"},
-                     {"x-forwarded-proto", "http"},
-                     {"authorization", "Bearer sk-upstream-secret"}}));
+  EXPECT_EQ(head.headers.entries(), (Entries{{"user-agent", "OpenAI/Python 1.40.0"},
+                                             {"content-type", "application/json"},
+                                             {"x-budget-ms", "5000"},
+                                             {"host", "gateway.example:8443"},
+                                             {"x-forwarded-for", "203.0.113.7, 192.0.2.1"},
+                                             {"x-forwarded-proto", "http"},
+                                             {"authorization", "Bearer sk-upstream-secret"}}));
 }
 
 // ---------------------------------------------------------------------------

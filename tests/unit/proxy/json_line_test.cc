@@ -7,9 +7,8 @@
 
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -45,13 +44,17 @@ TEST(JsonStringTest, ValidUtf8IsKept) {
 
 TEST(JsonStringTest, InvalidUtf8BecomesReplacementCharacters) {
   const std::string r = "\xEF\xBF\xBD";
-  EXPECT_EQ(jsonQuoted("a\xFF" "b"), "\"a" + r + "b\"");          // never valid
-  EXPECT_EQ(jsonQuoted("\xC3"), "\"" + r + "\"");                 // truncated at the end
-  EXPECT_EQ(jsonQuoted("\xC0\xAF"), "\"" + r + r + "\"");         // overlong '/'
-  EXPECT_EQ(jsonQuoted("\xE0\x80\xAF"), "\"" + r + r + r + "\"");  // overlong, 3 bytes
-  EXPECT_EQ(jsonQuoted("\xED\xA0\x80"), "\"" + r + r + r + "\"");  // UTF-16 surrogate
+  EXPECT_EQ(jsonQuoted("a\xFF"
+                       "b"),
+            "\"a" + r + "b\"");                                            // never valid
+  EXPECT_EQ(jsonQuoted("\xC3"), "\"" + r + "\"");                          // truncated at the end
+  EXPECT_EQ(jsonQuoted("\xC0\xAF"), "\"" + r + r + "\"");                  // overlong '/'
+  EXPECT_EQ(jsonQuoted("\xE0\x80\xAF"), "\"" + r + r + r + "\"");          // overlong, 3 bytes
+  EXPECT_EQ(jsonQuoted("\xED\xA0\x80"), "\"" + r + r + r + "\"");          // UTF-16 surrogate
   EXPECT_EQ(jsonQuoted("\xF4\x90\x80\x80"), "\"" + r + r + r + r + "\"");  // above U+10FFFF
-  EXPECT_EQ(jsonQuoted("\x80" "ok"), "\"" + r + "ok\"");          // stray continuation
+  EXPECT_EQ(jsonQuoted("\x80"
+                       "ok"),
+            "\"" + r + "ok\"");  // stray continuation
 }
 
 TEST(JsonStringTest, EveryByteStringParsesBack) {
@@ -79,7 +82,7 @@ TEST(JsonTimestampTest, Rfc3339UtcWithMilliseconds) {
   EXPECT_EQ(at(0), "1970-01-01T00:00:00.000Z");
   EXPECT_EQ(at(1'767'225'600'000), "2026-01-01T00:00:00.000Z");
   EXPECT_EQ(at(1'767'225'599'999), "2025-12-31T23:59:59.999Z");
-  EXPECT_EQ(at(951'782'400'123), "2000-02-29T00:00:00.123Z");  // a leap day
+  EXPECT_EQ(at(951'782'400'123), "2000-02-29T00:00:00.123Z");    // a leap day
   EXPECT_EQ(at(4'107'542'399'000), "2100-02-28T23:59:59.000Z");  // 2100 is not a leap year
   EXPECT_EQ(at(-1), "1969-12-31T23:59:59.999Z");
 }

@@ -9,8 +9,8 @@
 
 #include <string>
 
+#include "common/clock.h"
 #include "config/loader.h"
-#include "proxy/clock.h"
 
 namespace sluice {
 namespace {
@@ -76,25 +76,25 @@ TEST_F(RuntimeTest, MatchTable) {
   const Row kRows[] = {
       // First match wins: chat-post precedes chat-any for POST.
       {"POST", "/v1/chat/completions", "chat-post"},
-      {"GET", "/v1/chat/completions", "chat-any"},   // method filter skips chat-post
+      {"GET", "/v1/chat/completions", "chat-any"},  // method filter skips chat-post
       {"DELETE", "/v1/chat/completions", "chat-any"},
-      {"POST", "/v1/chat", "chat-any"},              // shorter than chat-post's prefix
+      {"POST", "/v1/chat", "chat-any"},  // shorter than chat-post's prefix
       {"POST", "/v1/chat/completions/abc", "chat-post"},
-      {"POST", "/v1/chatty", "chat-any"},            // prefix is a string prefix, as in Envoy
-      {"POST", "/v1/messages", "messages"},          // methods were upper-cased at load
+      {"POST", "/v1/chatty", "chat-any"},    // prefix is a string prefix, as in Envoy
+      {"POST", "/v1/messages", "messages"},  // methods were upper-cased at load
       {"PUT", "/v1/messages/count_tokens", "messages"},
-      {"GET", "/v1/messages", "v1"},                 // falls through to the catch-all
+      {"GET", "/v1/messages", "v1"},  // falls through to the catch-all
       {"GET", "/v1/models", "models"},
       {"HEAD", "/v1/models/gpt-4o", "models"},
       {"POST", "/v1/models", "v1"},
       {"OPTIONS", "/v1/embeddings", "v1"},
       {"GET", "/v1/", "v1"},
       // No match.
-      {"GET", "/v1", "<none>"},                      // "/v1/" is longer than the path
+      {"GET", "/v1", "<none>"},  // "/v1/" is longer than the path
       {"GET", "/", "<none>"},
       {"GET", "", "<none>"},
       {"POST", "/v2/chat/completions", "<none>"},
-      {"POST", "/V1/chat/completions", "<none>"},    // paths are case-sensitive
+      {"POST", "/V1/chat/completions", "<none>"},  // paths are case-sensitive
       {"POST", "/api/v1/chat/completions", "<none>"},
       // Methods are case-sensitive tokens (RFC 9110 §9.1): "post" is not POST,
       // so only routes without a method filter can take it.
@@ -164,8 +164,9 @@ TEST_F(RuntimeTest, BuildRegistersPerRouteAndPerUpstreamSeries) {
   EXPECT_NE(text.find("sluice_active_requests{route=\"chat-post\"}"), std::string::npos);
   EXPECT_NE(text.find("sluice_active_requests{route=\"none\"}"), std::string::npos);
   EXPECT_NE(text.find("sluice_circuit_state{upstream=\"anthropic\"}"), std::string::npos);
-  EXPECT_NE(text.find("sluice_requests_total{code=\"200\",route=\"chat-post\",upstream=\"openai\"} 1"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("sluice_requests_total{code=\"200\",route=\"chat-post\",upstream=\"openai\"} 1"),
+      std::string::npos)
       << text;
   EXPECT_NE(text.find("sluice_requests_total{code=\"404\",route=\"none\",upstream=\"none\"} 1"),
             std::string::npos)

@@ -33,8 +33,8 @@ TEST(ParseBudgetMsTest, Valid) {
       {"\t42\t", 42},
       {"  7", 7},
       {"120000", 120000},
-      {"007", 7},                                 // leading zeros are still an integer
-      {"999999999999999", 999999999999999LL},     // 15 digits: the longest accepted
+      {"007", 7},                              // leading zeros are still an integer
+      {"999999999999999", 999999999999999LL},  // 15 digits: the longest accepted
   };
   for (const auto& [text, ms] : kRows) {
     const auto parsed = parseBudgetMs(text);
@@ -60,12 +60,12 @@ TEST(ParseBudgetMsTest, Invalid) {
       "1,000",
       "0x10",
       "5s",
-      "\xD9\xA1",                              // ARABIC-INDIC DIGIT ONE is not ASCII
-      "1000000000000000",                      // 16 digits
-      "9999999999999999999",                   // 19 digits: would overflow if parsed
+      "\xD9\xA1",             // ARABIC-INDIC DIGIT ONE is not ASCII
+      "1000000000000000",     // 16 digits
+      "9999999999999999999",  // 19 digits: would overflow if parsed
       "123456789012345678901234567890",
-      std::string_view("12\0", 3),             // embedded NUL
-      "\n12",                                  // only spaces and tabs are trimmed
+      std::string_view("12\0", 3),  // embedded NUL
+      "\n12",                       // only spaces and tabs are trimmed
   };
   for (const auto& text : kRows) {
     EXPECT_FALSE(parseBudgetMs(text).has_value()) << "\"" << text << "\"";
@@ -171,10 +171,10 @@ TEST_F(BudgetFilterTest, HeaderValuesTable) {
   const Row kRows[] = {
       {"x-budget-ms", "1", 1ms},
       {"x-budget-ms", "250", 250ms},
-      {"X-Budget-Ms", " 300 ", 300ms},     // lookup ignores case; value trimmed
+      {"X-Budget-Ms", " 300 ", 300ms},  // lookup ignores case; value trimmed
       {"X-BUDGET-MS", "9999", 9999ms},
-      {"x-budget-ms", "10000", 10000ms},    // exactly max
-      {"x-budget-ms", "10001", 10000ms},    // above max: clamped
+      {"x-budget-ms", "10000", 10000ms},  // exactly max
+      {"x-budget-ms", "10001", 10000ms},  // above max: clamped
       {"x-budget-ms", "999999999999999", 10000ms},
   };
   for (const auto& row : kRows) {
@@ -189,7 +189,8 @@ TEST_F(BudgetFilterTest, HeaderValuesTable) {
 }
 
 TEST_F(BudgetFilterTest, InvalidHeaderAnswers400InvalidBudget) {
-  for (const std::string& value : std::vector<std::string>{"", "0", "-1", "+5", "1.5", "1e3", "abc", "12ms", "1000000000000000", " "}) {
+  for (const std::string& value : std::vector<std::string>{"", "0", "-1", "+5", "1.5", "1e3", "abc",
+                                                           "12ms", "1000000000000000", " "}) {
     setUpFilter(kBudget);
     auto req = requestWith({{"x-budget-ms", value}});
     EXPECT_EQ(filter_->decodeHeaders(req), FilterStatus::StopIteration) << "\"" << value << "\"";
@@ -337,8 +338,7 @@ TEST_F(BudgetFilterTest, WithoutPropagateTheHeaderIsRemoved) {
   RequestHead upstream = req;
   EXPECT_EQ(filter_->beforeAttempt(upstream), FilterStatus::Continue);
   EXPECT_FALSE(upstream.headers.has("x-budget-ms"));
-  EXPECT_EQ(upstream.headers.entries(),
-            (std::vector<HeaderMap::Entry>{{"accept", "*/*"}}));
+  EXPECT_EQ(upstream.headers.entries(), (std::vector<HeaderMap::Entry>{{"accept", "*/*"}}));
   // The client's request as received is untouched.
   EXPECT_EQ(req.headers.getAll("x-budget-ms").size(), 2u);
   expectNoSideChannels();

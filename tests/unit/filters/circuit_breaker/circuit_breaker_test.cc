@@ -143,8 +143,7 @@ TEST_F(CircuitBreakerTest, WhatCountsAsFailure) {
   for (const auto& c : cases) {
     attempt(kFail);  // streak of 1
     attempt(c.outcome);
-    EXPECT_EQ(breaker_->consecutiveFailures(), c.failure ? 2u : 0u)
-        << causeLabel(c.outcome);
+    EXPECT_EQ(breaker_->consecutiveFailures(), c.failure ? 2u : 0u) << causeLabel(c.outcome);
     attempt(kOk);
   }
   // Cancelled is neither: the streak is kept, not reset or extended.
@@ -293,8 +292,8 @@ TEST_F(CircuitBreakerTest, ProbeJudgedByItsHeadClosesBeforeTheStreamEnds) {
   EXPECT_TRUE(breaker_->judgeProbe(probe, AttemptOutcome::fromStatus(200)));
   EXPECT_EQ(breaker_->state(), CircuitState::Closed);
   EXPECT_EQ(breaker_->admit().result, Result::Admitted) << "others get through at once";
-  EXPECT_EQ(breaker_->activeRequests(), 2u);  // the probe still holds its slot
-  probe.probe = false;  // as CircuitBreakerFilter does once judged
+  EXPECT_EQ(breaker_->activeRequests(), 2u);           // the probe still holds its slot
+  probe.probe = false;                                 // as CircuitBreakerFilter does once judged
   breaker_->onResult(probe, AttemptOutcome::reset());  // the stream broke later: stale
   EXPECT_EQ(breaker_->state(), CircuitState::Closed);
   EXPECT_EQ(breaker_->consecutiveFailures(), 0u);
@@ -509,7 +508,8 @@ class SharedCircuitTest : public CircuitBreakerTest {
   void SetUp() override {
     auto c = baseConfig();
     shared_ = std::make_shared<CircuitBreaker>(
-        c, clock_, [this](CircuitState from, CircuitState to) { transitions_.emplace_back(from, to); });
+        c, clock_,
+        [this](CircuitState from, CircuitState to) { transitions_.emplace_back(from, to); });
     global_ = std::make_shared<FakeGlobalCircuit>();
     shared_->setGlobal(global_);
   }

@@ -209,31 +209,33 @@ uint64_t meteredChoicesWithOutput(const std::string& choices) {
 }
 
 TEST(UsageMeterTest, ChatChoicesCountedWithoutADomMatchTheDom) {
-  for (const std::string choices : {
-           R"([{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}])",
-           R"([{"delta":{"content":""}},{"delta":{"content":null}},{"delta":{}}])",
-           R"([{"delta":{"content":"a","content":""}},{"delta":{"content":"","content":"b"}}])",
-           R"([{"delta":{"content":"a"},"delta":null},{"delta":null,"delta":{"refusal":"no"}}])",
-           R"([{"delta":{"tool_calls":[]}},{"delta":{"tool_calls":[ ]}},{"delta":{"tool_calls":[{}]}}])",
-           R"([{"delta":{"function_call":{}}},{"delta":{"function_call":"x"}},{"delta":"content"}])",
-           R"([{"delta":{"reasoning":"r"}},{"delta":{"reasoning_content":"\u00e9"}},1,null,"x"])",
-           R"([{"d\u0065lta":{"content":"escaped key"}},{"delta":{"c\u006fntent":"x"}}])",
-           R"([{"delta":{"content":"\ud800"}}])",                 // invalid: no deltas
-           "[{\"delta\":{\"content\":\"\xff\"}}]",              // invalid UTF-8: no deltas
-           R"([{"delta":{"content":"x"},"logprobs":{"p":-1.5e-3}}])",  // a float: the library
-           R"([])",
-       }) {
+  for (
+      const std::string choices : {
+          R"([{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}])",
+          R"([{"delta":{"content":""}},{"delta":{"content":null}},{"delta":{}}])",
+          R"([{"delta":{"content":"a","content":""}},{"delta":{"content":"","content":"b"}}])",
+          R"([{"delta":{"content":"a"},"delta":null},{"delta":null,"delta":{"refusal":"no"}}])",
+          R"([{"delta":{"tool_calls":[]}},{"delta":{"tool_calls":[ ]}},{"delta":{"tool_calls":[{}]}}])",
+          R"([{"delta":{"function_call":{}}},{"delta":{"function_call":"x"}},{"delta":"content"}])",
+          R"([{"delta":{"reasoning":"r"}},{"delta":{"reasoning_content":"\u00e9"}},1,null,"x"])",
+          R"([{"d\u0065lta":{"content":"escaped key"}},{"delta":{"c\u006fntent":"x"}}])",
+          R"([{"delta":{"content":"\ud800"}}])",                      // invalid: no deltas
+          "[{\"delta\":{\"content\":\"\xff\"}}]",                     // invalid UTF-8: no deltas
+          R"([{"delta":{"content":"x"},"logprobs":{"p":-1.5e-3}}])",  // a float: the library
+          R"([])",
+      }) {
     EXPECT_EQ(meteredChoicesWithOutput(choices), domChoicesWithOutput(choices)) << choices;
   }
 }
 
 TEST(UsageMeterTest, ChatChoicesCountedWithoutADomMatchTheDomOnRandomChunks) {
-  static const std::vector<std::string> kKeys = {"content", "refusal", "reasoning_content",
-                                                 "reasoning", "tool_calls", "function_call",
-                                                 "role", "c\\u006fntent"};
+  static const std::vector<std::string> kKeys = {"content",   "refusal",      "reasoning_content",
+                                                 "reasoning", "tool_calls",   "function_call",
+                                                 "role",      "c\\u006fntent"};
   static const std::vector<std::string> kValues = {
-      R"("")", R"("x")", R"("\n")", "\"\xc3\xa9\"", "\"\xc3\"", R"("\uDE00")", "null", "true",
-      "[]", "[ ]", "[1]", "{}", R"({"a":1})", "0", "1.5", "-3", R"("assistant")"};
+      R"("")",      R"("x")", R"("\n")", "\"\xc3\xa9\"", "\"\xc3\"",      R"("\uDE00")",
+      "null",       "true",   "[]",      "[ ]",          "[1]",           "{}",
+      R"({"a":1})", "0",      "1.5",     "-3",           R"("assistant")"};
   std::mt19937 rng(18);
   for (int round = 0; round < 3000; ++round) {
     std::string choices = "[";
@@ -493,9 +495,10 @@ INSTANTIATE_TEST_SUITE_P(
                  estimateOf(kChatJsonRequest), 0, false, false},
         // `usage` that is not plain (json_fields.h) is decoded by the library:
         // same answers either way.
-        JsonCase{"usage_not_plain_float_null_array", ApiKind::OpenAiChat, kChatJsonRequest, kJson,
-                 R"({"usage":{"prompt_tokens":null,"input_tokens":5.0,"completion_tokens":2,"x":[1]}})",
-                 5, 2, true, true},
+        JsonCase{
+            "usage_not_plain_float_null_array", ApiKind::OpenAiChat, kChatJsonRequest, kJson,
+            R"({"usage":{"prompt_tokens":null,"input_tokens":5.0,"completion_tokens":2,"x":[1]}})",
+            5, 2, true, true},
         JsonCase{"usage_duplicate_key_last_wins", ApiKind::OpenAiChat, kChatJsonRequest, kJson,
                  R"({"usage":{"prompt_tokens":1,"completion_tokens":2,"prompt_tokens":7}})", 7, 2,
                  true, true},

@@ -3,11 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <queue>
-#include <functional>
 #include <random>
 #include <set>
 #include <string>
@@ -115,10 +115,13 @@ TEST(QuotaTrackerTest, ReserveBoundary) {
   const Row rows[] = {
       {10, 2, 1, Kind::Admitted},  // 2 > 1
       {10, 1, 1, Kind::Queued},    // 1 <= 1: hold
-      {10, 0, 0, Kind::Queued},   {10, 1, 0, Kind::Admitted}, {10, 6, 5, Kind::Admitted},
-      {10, 5, 5, Kind::Queued},   {1, 1, 1, Kind::Admitted},  // reserve capped at limit - 1: a tiny
-                                                              // quota still works
-      {-1, 1, 1, Kind::Queued},  // unknown limit: the reserve as configured
+      {10, 0, 0, Kind::Queued},
+      {10, 1, 0, Kind::Admitted},
+      {10, 6, 5, Kind::Admitted},
+      {10, 5, 5, Kind::Queued},
+      {1, 1, 1, Kind::Admitted},  // reserve capped at limit - 1: a tiny
+                                  // quota still works
+      {-1, 1, 1, Kind::Queued},   // unknown limit: the reserve as configured
   };
   for (const Row& row : rows) {
     ManualClock clock;
@@ -905,11 +908,12 @@ Result run(int tickets, int64_t limit, milliseconds window, std::vector<millisec
   apply = [&](int i, QuotaTracker::Admission a) {
     Req& r = reqs[i];
     ++r.timer_gen;  // disarm
-    const auto ms = a.wake_at ? duration_cast<milliseconds>(*a.wake_at - clock.now()).count() : -999;
-    result.trace.push_back(std::to_string(duration_cast<milliseconds>(clock.now() - start).count()) +
-                           "ms ticket=" + std::to_string(a.ticket) +
-                           " kind=" + std::to_string(static_cast<int>(a.kind)) +
-                           " wake=" + std::to_string(ms));
+    const auto ms =
+        a.wake_at ? duration_cast<milliseconds>(*a.wake_at - clock.now()).count() : -999;
+    result.trace.push_back(
+        std::to_string(duration_cast<milliseconds>(clock.now() - start).count()) +
+        "ms ticket=" + std::to_string(a.ticket) +
+        " kind=" + std::to_string(static_cast<int>(a.kind)) + " wake=" + std::to_string(ms));
     switch (a.kind) {
       case Kind::Admitted:
         r.queued = false;
@@ -964,12 +968,15 @@ TEST(QuotaTrackerTest, FixedWindowReleasesEveryQueuedTicketAcrossResets) {
   };
   const std::vector<Case> cases = {
       {{milliseconds(4)}, milliseconds(0), milliseconds(0)},
-      {{milliseconds(4), milliseconds(9), milliseconds(2), milliseconds(7)}, milliseconds(1),
+      {{milliseconds(4), milliseconds(9), milliseconds(2), milliseconds(7)},
+       milliseconds(1),
        milliseconds(1)},
       {{milliseconds(30), milliseconds(3), milliseconds(12)}, milliseconds(1), milliseconds(0)},
       {{milliseconds(3), milliseconds(25), milliseconds(8), milliseconds(15), milliseconds(1)},
-       milliseconds(0), milliseconds(1)},
-      {{milliseconds(50), milliseconds(5), milliseconds(120), milliseconds(20)}, milliseconds(1),
+       milliseconds(0),
+       milliseconds(1)},
+      {{milliseconds(50), milliseconds(5), milliseconds(120), milliseconds(20)},
+       milliseconds(1),
        milliseconds(2)},
   };
   for (size_t c = 0; c < cases.size(); ++c) {

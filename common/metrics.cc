@@ -1,10 +1,10 @@
-#include "proxy/metrics.h"
+#include "common/metrics.h"
 
 #include <prometheus/text_serializer.h>
 
 #include <sstream>
 
-#include "proxy/build_info.h"
+#include "common/build_info.h"
 
 namespace sluice {
 
@@ -14,27 +14,42 @@ using prometheus::BuildHistogram;
 
 std::string_view toString(AttemptResult r) {
   switch (r) {
-    case AttemptResult::Ok: return "ok";
-    case AttemptResult::Http429: return "http_429";
-    case AttemptResult::Http5xx: return "http_5xx";
-    case AttemptResult::Http4xx: return "http_4xx";
-    case AttemptResult::ConnectError: return "connect_error";
-    case AttemptResult::Reset: return "reset";
-    case AttemptResult::Timeout: return "timeout";
-    case AttemptResult::Cancelled: return "cancelled";
+    case AttemptResult::Ok:
+      return "ok";
+    case AttemptResult::Http429:
+      return "http_429";
+    case AttemptResult::Http5xx:
+      return "http_5xx";
+    case AttemptResult::Http4xx:
+      return "http_4xx";
+    case AttemptResult::ConnectError:
+      return "connect_error";
+    case AttemptResult::Reset:
+      return "reset";
+    case AttemptResult::Timeout:
+      return "timeout";
+    case AttemptResult::Cancelled:
+      return "cancelled";
   }
   return "ok";
 }
 
 std::string_view toString(Rejection r) {
   switch (r) {
-    case Rejection::HeaderTimeout: return "header_timeout";
-    case Rejection::BodyTimeout: return "body_timeout";
-    case Rejection::IdleTimeout: return "idle_timeout";
-    case Rejection::MaxConnections: return "max_connections";
-    case Rejection::HeaderTooLarge: return "header_too_large";
-    case Rejection::BodyTooLarge: return "body_too_large";
-    case Rejection::SendTimeout: return "send_timeout";
+    case Rejection::HeaderTimeout:
+      return "header_timeout";
+    case Rejection::BodyTimeout:
+      return "body_timeout";
+    case Rejection::IdleTimeout:
+      return "idle_timeout";
+    case Rejection::MaxConnections:
+      return "max_connections";
+    case Rejection::HeaderTooLarge:
+      return "header_too_large";
+    case Rejection::BodyTooLarge:
+      return "body_too_large";
+    case Rejection::SendTimeout:
+      return "send_timeout";
   }
   return "header_timeout";
 }
@@ -150,12 +165,11 @@ Metrics::Metrics()
                              .Help("Access log lines dropped: the writer fell behind or a write "
                                    "failed.")
                              .Register(*registry_)),
-      request_body_buffered(
-          BuildGauge()
-              .Name("sluice_request_body_buffered_bytes")
-              .Help("Request body bytes held by sluice (all workers), against "
-                    "limits.max_buffered_body_bytes.")
-              .Register(*registry_)),
+      request_body_buffered(BuildGauge()
+                                .Name("sluice_request_body_buffered_bytes")
+                                .Help("Request body bytes held by sluice (all workers), against "
+                                      "limits.max_buffered_body_bytes.")
+                                .Register(*registry_)),
       shared_state_up(BuildGauge()
                           .Name("sluice_shared_state_up")
                           .Help("1 while the shared store (Redis) answers, 0 while sluice runs "
@@ -170,8 +184,8 @@ Metrics::Metrics()
       .Set(1);
   request_body_buffered_bytes_ = &request_body_buffered.Add({});
   for (size_t i = 0; i < kRejectionCount; ++i) {
-    rejections_[i] = &downstream_rejections.Add(
-        {{"reason", std::string(toString(static_cast<Rejection>(i)))}});
+    rejections_[i] =
+        &downstream_rejections.Add({{"reason", std::string(toString(static_cast<Rejection>(i)))}});
   }
   // Both results exist from the start, so a dashboard sees 0, not "no data".
   config_reloads.Add({{"result", "ok"}});

@@ -14,8 +14,8 @@
 #include <optional>
 #include <string_view>
 
-#include "proxy/clock.h"
-#include "proxy/http_headers.h"
+#include "common/clock.h"
+#include "common/http_headers.h"
 
 namespace sluice {
 

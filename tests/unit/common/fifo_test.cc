@@ -1,4 +1,4 @@
-#include "proxy/fifo.h"
+#include "common/fifo.h"
 
 #include <gtest/gtest.h>
 

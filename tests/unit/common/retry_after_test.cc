@@ -1,4 +1,4 @@
-#include "filters/retry/retry_after.h"
+#include "common/retry_after.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "proxy/build_info.h"
+#include "common/build_info.h"
 
 // Both are set by CMakeLists.txt for this file only, so a new commit
 // recompiles one file.

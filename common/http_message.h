@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "proxy/http_headers.h"
+#include "common/http_headers.h"
 
 namespace sluice {
 
@@ -37,8 +37,8 @@ inline size_t chunkSizeLine(size_t len, char* out) {
 
 /** A request line plus headers, as the client sent them (path includes the query). */
 struct RequestHead {
-  std::string method;   // upper-case, e.g. "POST"
-  std::string path;     // origin-form target, e.g. "/v1/chat/completions?x=1"
+  std::string method;  // upper-case, e.g. "POST"
+  std::string path;    // origin-form target, e.g. "/v1/chat/completions?x=1"
   int version_major = 1;
   int version_minor = 1;
   HeaderMap headers;

@@ -1,12 +1,12 @@
-#include "proxy/process_metrics.h"
+#include "common/process_metrics.h"
 
 #include <dirent.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -45,7 +45,7 @@ double openFds() {
 }
 
 prometheus::MetricFamily singleSample(const char* name, const char* help, double value,
-                               prometheus::MetricType type = prometheus::MetricType::Gauge) {
+                                      prometheus::MetricType type = prometheus::MetricType::Gauge) {
   prometheus::MetricFamily family;
   family.name = name;
   family.help = help;
@@ -109,15 +109,15 @@ std::vector<prometheus::MetricFamily> ProcessCollector::Collect() const {
   if (!s) return {};
   return {
       singleSample("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
-            s->cpu_seconds, prometheus::MetricType::Counter),
+                   s->cpu_seconds, prometheus::MetricType::Counter),
       singleSample("process_resident_memory_bytes", "Resident memory size in bytes.",
-            s->resident_memory_bytes),
+                   s->resident_memory_bytes),
       singleSample("process_virtual_memory_bytes", "Virtual memory size in bytes.",
-            s->virtual_memory_bytes),
+                   s->virtual_memory_bytes),
       singleSample("process_open_fds", "Number of open file descriptors.", s->open_fds),
       singleSample("process_max_fds", "Maximum number of open file descriptors.", s->max_fds),
       singleSample("process_start_time_seconds",
-            "Start time of the process since unix epoch in seconds.", s->start_time_seconds),
+                   "Start time of the process since unix epoch in seconds.", s->start_time_seconds),
   };
 }
 

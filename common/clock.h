@@ -37,15 +37,15 @@ class RealClock final : public Clock {
 class ManualClock final : public Clock {
  public:
   ManualClock()
-      : mono_ns_(1'000'000'000'000LL),                   // arbitrary non-zero origin
-        sys_ns_(1'767'225'600'000'000'000LL) {}          // 2026-01-01T00:00:00Z
+      : mono_ns_(1'000'000'000'000LL),           // arbitrary non-zero origin
+        sys_ns_(1'767'225'600'000'000'000LL) {}  // 2026-01-01T00:00:00Z
 
   MonotonicTime now() const override {
     return MonotonicTime(std::chrono::nanoseconds(mono_ns_.load()));
   }
   SystemTime systemNow() const override {
-    return SystemTime(std::chrono::duration_cast<SystemTime::duration>(
-        std::chrono::nanoseconds(sys_ns_.load())));
+    return SystemTime(
+        std::chrono::duration_cast<SystemTime::duration>(std::chrono::nanoseconds(sys_ns_.load())));
   }
   /** Moves both clocks forward by `d`. */
   template <class Rep, class Period>

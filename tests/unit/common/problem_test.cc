@@ -4,12 +4,12 @@
 // retry-after-ms exact, `x-should-retry: false` exactly when the problem is
 // not retriable; the catalogue of kinds; the final SSE error event per dialect.
 
-#include "proxy/problem.h"
+#include "common/problem.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
@@ -46,8 +46,8 @@ TEST(ProblemReplyTest, BodyHasExactlyTheDocumentedFields) {
   const LocalReply r = makeProblemReply(basic());
   const json j = parseBody(r);
   ASSERT_TRUE(j.is_object());
-  EXPECT_EQ(keysOf(j), (std::set<std::string>{"type", "title", "status", "detail",
-                                              "cancel_reason", "is_retriable", "error"}));
+  EXPECT_EQ(keysOf(j), (std::set<std::string>{"type", "title", "status", "detail", "cancel_reason",
+                                              "is_retriable", "error"}));
   EXPECT_EQ(j["type"], "urn:sluice:problem:circuit-open");
   EXPECT_EQ(j["title"], "Upstream circuit open");
   ASSERT_TRUE(j["status"].is_number_integer());
@@ -87,16 +87,26 @@ TEST(ProblemReplyTest, ErrorMessageWithoutDetailIsTheSlug) {
 // --- the catalogue ------------------------------------------------------------------
 
 constexpr const ProblemKind* kCatalogue[] = {
-    &problems::kBadRequest,           &problems::kMalformedRequest,
-    &problems::kInvalidBudget,        &problems::kNoRoute,
-    &problems::kRequestTimeout,       &problems::kBodyTooLarge,
-    &problems::kHeaderTooLarge,       &problems::kClientDisconnect,
-    &problems::kUpstreamConnectError, &problems::kUpstreamReset,
-    &problems::kUpstreamProtocolError, &problems::kUpstreamRefused,
-    &problems::kUpstreamConnectTimeout, &problems::kUpstreamTimeout,
-    &problems::kBudgetExhausted,      &problems::kCircuitOpen,
-    &problems::kRateLimited,          &problems::kOverloaded,
-    &problems::kDraining,             &problems::kClientStalled,
+    &problems::kBadRequest,
+    &problems::kMalformedRequest,
+    &problems::kInvalidBudget,
+    &problems::kNoRoute,
+    &problems::kRequestTimeout,
+    &problems::kBodyTooLarge,
+    &problems::kHeaderTooLarge,
+    &problems::kClientDisconnect,
+    &problems::kUpstreamConnectError,
+    &problems::kUpstreamReset,
+    &problems::kUpstreamProtocolError,
+    &problems::kUpstreamRefused,
+    &problems::kUpstreamConnectTimeout,
+    &problems::kUpstreamTimeout,
+    &problems::kBudgetExhausted,
+    &problems::kCircuitOpen,
+    &problems::kRateLimited,
+    &problems::kOverloaded,
+    &problems::kDraining,
+    &problems::kClientStalled,
 };
 
 TEST(ProblemCatalogueTest, SlugsAreUniqueLowercaseWords) {
@@ -124,8 +134,8 @@ TEST(ProblemCatalogueTest, ClientErrorsAndASpentBudgetAreNotRetriable) {
 }
 
 TEST(ProblemCatalogueTest, MakeProblemTakesTheKindAndTheOccurrence) {
-  const Problem p = makeProblem(problems::kRateLimited, "quota of mock", CancelReason::RateLimited,
-                                2500ms);
+  const Problem p =
+      makeProblem(problems::kRateLimited, "quota of mock", CancelReason::RateLimited, 2500ms);
   EXPECT_EQ(p.status, 429);
   EXPECT_EQ(p.slug, "rate-limited");
   EXPECT_EQ(p.title, "Upstream quota exhausted");
@@ -293,10 +303,11 @@ TEST(ProblemReplyTest, RetryAfterRoundsUpAndRetryAfterMsIsExact) {
     const char* ms;
   };
   const Row kRows[] = {
-      {0ms, "0", "0"},           {1ms, "1", "1"},           {999ms, "1", "999"},
-      {1000ms, "1", "1000"},     {1001ms, "2", "1001"},     {1500ms, "2", "1500"},
-      {2000ms, "2", "2000"},     {59999ms, "60", "59999"},  {60000ms, "60", "60000"},
-      {3600001ms, "3601", "3600001"},
+      {0ms, "0", "0"},          {1ms, "1", "1"},
+      {999ms, "1", "999"},      {1000ms, "1", "1000"},
+      {1001ms, "2", "1001"},    {1500ms, "2", "1500"},
+      {2000ms, "2", "2000"},    {59999ms, "60", "59999"},
+      {60000ms, "60", "60000"}, {3600001ms, "3601", "3600001"},
       {-5ms, "0", "0"},  // a wait in the past is no wait, never a negative header
   };
   for (const auto& row : kRows) {
@@ -328,8 +339,7 @@ TEST(ProblemReplyTest, ShouldRetryFalseIffNotRetriable) {
       if (retriable) {
         EXPECT_FALSE(r.head.headers.has("x-should-retry")) << "wait=" << with_wait;
       } else {
-        EXPECT_EQ(r.head.headers.getAll("x-should-retry"),
-                  std::vector<std::string_view>{"false"})
+        EXPECT_EQ(r.head.headers.getAll("x-should-retry"), std::vector<std::string_view>{"false"})
             << "wait=" << with_wait;
       }
       EXPECT_EQ(parseBody(r)["is_retriable"], retriable);
@@ -364,8 +374,8 @@ TEST(ProblemReplyTest, HostileDetailAndTitleStayValidJson) {
 // may carry obs-text bytes 0x80-0xFF: invalid UTF-8 must still give a valid
 // body (U+FFFD), never an exception on the data path.
 TEST(ProblemReplyTest, InvalidUtf8DetailDoesNotThrow) {
-  for (const std::string& detail : {std::string("got \"\xff\""), std::string("cut \xC3"),
-                                   std::string("\xE6\x97 truncated")}) {
+  for (const std::string& detail :
+       {std::string("got \"\xff\""), std::string("cut \xC3"), std::string("\xE6\x97 truncated")}) {
     Problem p = basic();
     p.detail = detail;
     LocalReply r;

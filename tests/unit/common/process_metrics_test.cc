@@ -2,7 +2,7 @@
 // parsing (a command name with spaces and parentheses, units), and a live
 // reading of this test process.
 
-#include "proxy/process_metrics.h"
+#include "common/process_metrics.h"
 
 #include <gtest/gtest.h>
 
@@ -18,7 +18,7 @@ constexpr const char* kStat =
 TEST(ProcStatTest, ReadsCpuMemoryAndStartTime) {
   ProcessStats s;
   ASSERT_TRUE(parseProcStat(kStat, 100, 4096, 1'700'000'000, s));
-  EXPECT_DOUBLE_EQ(s.cpu_seconds, 4.0);                   // (250 + 150) ticks / 100
+  EXPECT_DOUBLE_EQ(s.cpu_seconds, 4.0);                      // (250 + 150) ticks / 100
   EXPECT_DOUBLE_EQ(s.start_time_seconds, 1'700'000'123.45);  // btime + 12345 / 100
   EXPECT_DOUBLE_EQ(s.virtual_memory_bytes, 104857600);
   EXPECT_DOUBLE_EQ(s.resident_memory_bytes, 2560.0 * 4096);

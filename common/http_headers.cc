@@ -1,4 +1,4 @@
-#include "proxy/http_headers.h"
+#include "common/http_headers.h"
 
 #include <algorithm>
 

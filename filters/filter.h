@@ -26,12 +26,12 @@
 #include <optional>
 #include <string_view>
 
-#include "proxy/attempt.h"
-#include "proxy/cancel_reason.h"
-#include "proxy/clock.h"
-#include "proxy/http_message.h"
-#include "proxy/metrics.h"
-#include "proxy/problem.h"
+#include "common/attempt.h"
+#include "common/cancel_reason.h"
+#include "common/clock.h"
+#include "common/http_message.h"
+#include "common/metrics.h"
+#include "common/problem.h"
 
 namespace sluice {
 
@@ -48,7 +48,7 @@ struct AttemptUsage {
   std::string_view model;  // as the request or response named it; "" when unknown
   uint64_t input_tokens = 0;
   uint64_t output_tokens = 0;
-  double spend_usd = 0;   // delivered + leaked
+  double spend_usd = 0;  // delivered + leaked
   double leaked_usd = 0;
 };
 

@@ -1,7 +1,7 @@
 // Tests for HeaderMap (proxy/http_headers.h): names are stored lower-case,
 // lookups ignore case, values are verbatim, order and duplicates survive.
 
-#include "proxy/http_headers.h"
+#include "common/http_headers.h"
 
 #include <gtest/gtest.h>
 
@@ -27,9 +27,9 @@ TEST(HeaderCaseTest, EqualsIgnoreCaseTable) {
     bool equal;
   };
   const Row kRows[] = {
-      {"host", "HOST", true},          {"Content-Length", "content-length", true},
-      {"", "", true},                  {"host", "hosts", false},
-      {"host", "h0st", false},         {"a", "", false},
+      {"host", "HOST", true},  {"Content-Length", "content-length", true},
+      {"", "", true},          {"host", "hosts", false},
+      {"host", "h0st", false}, {"a", "", false},
       {"[", "{", false},  // 0x5B vs 0x7B differ by 32 but are not letters
       {"@", "`", false},
   };

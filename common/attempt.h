@@ -25,9 +25,9 @@
 #include <string_view>
 #include <variant>
 
-#include "proxy/cancel_reason.h"
-#include "proxy/http_message.h"
-#include "proxy/problem.h"
+#include "common/cancel_reason.h"
+#include "common/http_message.h"
+#include "common/problem.h"
 
 namespace sluice {
 

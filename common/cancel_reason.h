@@ -20,22 +20,30 @@ enum class CancelReason {
 };
 
 inline constexpr CancelReason kAllCancelReasons[] = {
-    CancelReason::ClientDisconnect, CancelReason::ClientStalled,   CancelReason::BudgetExhausted,
-    CancelReason::CircuitOpen,      CancelReason::RateLimited,     CancelReason::Overloaded,
+    CancelReason::ClientDisconnect, CancelReason::ClientStalled, CancelReason::BudgetExhausted,
+    CancelReason::CircuitOpen,      CancelReason::RateLimited,   CancelReason::Overloaded,
     CancelReason::UpstreamTimeout,  CancelReason::Draining,
 };
 
 /** The label value, e.g. "client_disconnect". */
 constexpr std::string_view toString(CancelReason r) {
   switch (r) {
-    case CancelReason::ClientDisconnect: return "client_disconnect";
-    case CancelReason::ClientStalled: return "client_stalled";
-    case CancelReason::BudgetExhausted: return "budget_exhausted";
-    case CancelReason::CircuitOpen: return "circuit_open";
-    case CancelReason::RateLimited: return "rate_limited";
-    case CancelReason::Overloaded: return "overloaded";
-    case CancelReason::UpstreamTimeout: return "upstream_timeout";
-    case CancelReason::Draining: return "draining";
+    case CancelReason::ClientDisconnect:
+      return "client_disconnect";
+    case CancelReason::ClientStalled:
+      return "client_stalled";
+    case CancelReason::BudgetExhausted:
+      return "budget_exhausted";
+    case CancelReason::CircuitOpen:
+      return "circuit_open";
+    case CancelReason::RateLimited:
+      return "rate_limited";
+    case CancelReason::Overloaded:
+      return "overloaded";
+    case CancelReason::UpstreamTimeout:
+      return "upstream_timeout";
+    case CancelReason::Draining:
+      return "draining";
   }
   return "unknown";
 }

@@ -23,8 +23,8 @@
 #include <string>
 #include <string_view>
 
-#include "proxy/cancel_reason.h"
-#include "proxy/http_message.h"
+#include "common/cancel_reason.h"
+#include "common/http_message.h"
 
 namespace sluice {
 
@@ -52,8 +52,7 @@ inline constexpr ProblemKind kHeaderTooLarge{431, "header-too-large",
                                              "Request header fields too large", false};
 inline constexpr ProblemKind kClientDisconnect{499, "client-disconnect", "Client disconnected",
                                                false};
-inline constexpr ProblemKind kClientStalled{499, "client-stalled", "Client stopped reading",
-                                            false};
+inline constexpr ProblemKind kClientStalled{499, "client-stalled", "Client stopped reading", false};
 // The upstream.
 inline constexpr ProblemKind kUpstreamConnectError{502, "upstream-connect-error",
                                                    "Upstream connect error", true};

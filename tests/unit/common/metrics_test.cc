@@ -6,7 +6,7 @@
 // Assertions read the text exposition (Metrics::serialize) — what /metrics
 // serves — rather than prometheus-cpp internals.
 
-#include "proxy/metrics.h"
+#include "common/metrics.h"
 
 #include <gtest/gtest.h>
 
@@ -124,12 +124,11 @@ const std::vector<FamilySpec>& designFamilies() {
 }
 
 // DESIGN §4's set.
-const std::set<std::string> kCancelReasons = {"client_disconnect", "client_stalled",
-                                              "budget_exhausted",  "circuit_open",
-                                              "rate_limited",      "overloaded",
-                                              "upstream_timeout",  "draining"};
-const std::set<std::string> kResults = {"ok",    "http_429", "http_5xx", "http_4xx",
-                                        "connect_error", "reset", "timeout", "cancelled"};
+const std::set<std::string> kCancelReasons = {
+    "client_disconnect", "client_stalled", "budget_exhausted", "circuit_open",
+    "rate_limited",      "overloaded",     "upstream_timeout", "draining"};
+const std::set<std::string> kResults = {
+    "ok", "http_429", "http_5xx", "http_4xx", "connect_error", "reset", "timeout", "cancelled"};
 
 // Touches every handle of one route and one upstream so every family has a series.
 void exerciseEverything(RouteMetrics& route, UpstreamMetrics& upstream) {
@@ -154,7 +153,8 @@ void exerciseEverything(RouteMetrics& route, UpstreamMetrics& upstream) {
   }
   upstream.cancelPropagation().Observe(0.0001);
   upstream.circuitState().Set(1);
-  for (const char* to : {"closed", "open", "half_open"}) upstream.circuitTransitions(to).Increment();
+  for (const char* to : {"closed", "open", "half_open"})
+    upstream.circuitTransitions(to).Increment();
   upstream.setRateLimitRemaining(false, 99);
   upstream.setRateLimitRemaining(true, 12345);
   upstream.throttleQueueDepth().Set(3);
@@ -208,15 +208,16 @@ TEST_F(MetricsTest, EveryRejectionReasonHasASeriesFromTheStart) {
   const std::string text = metrics_.serialize();
   for (const char* reason : {"header_timeout", "body_timeout", "idle_timeout", "max_connections",
                              "header_too_large", "body_too_large", "send_timeout"}) {
-    EXPECT_NE(text.find("sluice_downstream_rejections_total{reason=\"" + std::string(reason) +
-                        "\"} 0"),
-              std::string::npos)
+    EXPECT_NE(
+        text.find("sluice_downstream_rejections_total{reason=\"" + std::string(reason) + "\"} 0"),
+        std::string::npos)
         << reason << "\n"
         << text;
   }
   metrics_.rejections(Rejection::BodyTimeout).Increment();
-  EXPECT_NE(metrics_.serialize().find("sluice_downstream_rejections_total{reason=\"body_timeout\"} 1"),
-            std::string::npos);
+  EXPECT_NE(
+      metrics_.serialize().find("sluice_downstream_rejections_total{reason=\"body_timeout\"} 1"),
+      std::string::npos);
 }
 
 TEST_F(MetricsTest, FamilyReferencesCarryTheDesignNames) {
@@ -390,8 +391,9 @@ TEST_F(MetricsTest, BuildInfoIsOneWithVersionAndCommit) {
     EXPECT_FALSE(s.labels.at("version").empty());
     // A git commit (hex) when built from a checkout, else "unknown".
     const std::string commit = s.labels.at("commit");
-    EXPECT_TRUE(commit == "unknown" ||
-                (!commit.empty() && commit.find_first_not_of("0123456789abcdef") == std::string::npos))
+    EXPECT_TRUE(
+        commit == "unknown" ||
+        (!commit.empty() && commit.find_first_not_of("0123456789abcdef") == std::string::npos))
         << commit;
   }
   EXPECT_EQ(found, 1);
@@ -410,9 +412,10 @@ TEST_F(MetricsTest, ProcessMetricsAreReadAtScrapeTime) {
   EXPECT_GE(values["process_cpu_seconds_total"], 0);
   // Started after 2020 and not in the future (wall clock, seconds).
   EXPECT_GT(values["process_start_time_seconds"], 1.5e9);
-  EXPECT_LE(values["process_start_time_seconds"],
-            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-                    .count() + 1);
+  EXPECT_LE(
+      values["process_start_time_seconds"],
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() +
+          1);
 }
 
 TEST_F(MetricsTest, HandlesAreDistinctPerLabelValue) {
@@ -454,9 +457,8 @@ TEST_F(MetricsTest, RequestsByCodeIsCached) {
     prometheus::Counter& b = route_.requests(code);
     EXPECT_EQ(&a, &b) << code;
     // And it is the series for that code, through the family.
-    EXPECT_EQ(&a, &metrics_.requests_total.Add({{"route", "chat"},
-                                                {"upstream", "openai"},
-                                                {"code", std::to_string(code)}}))
+    EXPECT_EQ(&a, &metrics_.requests_total.Add(
+                      {{"route", "chat"}, {"upstream", "openai"}, {"code", std::to_string(code)}}))
         << code;
   }
   EXPECT_NE(&route_.requests(200), &route_.requests(201));
@@ -508,8 +510,7 @@ TEST_F(MetricsTest, LazyHandlesAreCachedPerLabelSet) {
   EXPECT_EQ(&route_.leakedSpend("m", "draining"), &route_.leakedSpend("m", "draining"));
   EXPECT_NE(&route_.leakedSpend("m", "draining"), &route_.leakedSpend("other", "draining"));
   // Same extra labels on different families are different series.
-  EXPECT_NE(&route_.spend("m", Disposition::Leaked),
-            &route_.leakedSpend("m", "client_disconnect"));
+  EXPECT_NE(&route_.spend("m", Disposition::Leaked), &route_.leakedSpend("m", "client_disconnect"));
 }
 
 TEST_F(MetricsTest, TwoRoutesOnOneRegistryKeepSeparateSeries) {

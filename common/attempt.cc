@@ -1,4 +1,4 @@
-#include "proxy/attempt.h"
+#include "common/attempt.h"
 
 namespace sluice {
 

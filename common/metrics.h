@@ -21,9 +21,9 @@
 #include <mutex>
 #include <string>
 
-#include "proxy/attempt.h"
-#include "proxy/cancel_reason.h"
-#include "proxy/process_metrics.h"
+#include "common/attempt.h"
+#include "common/cancel_reason.h"
+#include "common/process_metrics.h"
 
 namespace sluice {
 

@@ -1,8 +1,8 @@
-#include "proxy/problem.h"
+#include "common/problem.h"
 
 #include <nlohmann/json.hpp>
 
-#include "proxy/http_headers.h"
+#include "common/http_headers.h"
 
 namespace sluice {
 
@@ -39,8 +39,9 @@ bool endsWith(std::string_view s, std::string_view suffix) {
 Problem makeProblem(const ProblemKind& kind, std::string detail,
                     std::optional<CancelReason> cancel_reason,
                     std::optional<std::chrono::milliseconds> retry_after) {
-  return Problem{kind.status,   std::string(kind.slug), std::string(kind.title), std::move(detail),
-                 cancel_reason, kind.retriable,         retry_after};
+  return Problem{kind.status,       std::string(kind.slug), std::string(kind.title),
+                 std::move(detail), cancel_reason,          kind.retriable,
+                 retry_after};
 }
 
 std::string errorMessage(const Problem& p) {
