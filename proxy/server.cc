@@ -129,8 +129,8 @@ bool Server::start(std::string* error) {
     listener_ports_.push_back(boundPort(group.front()));
   }
   for (size_t w = 0; w < nworkers; ++w) {
-    workers_.push_back(
-        std::make_unique<Worker>(w, clock_, runtime_, std::move(sockets[w]), access_log_));
+    workers_.push_back(std::make_unique<Worker>(w, clock_, runtime_, std::move(sockets[w]),
+                                                access_log_, in_flight_));
   }
   if (!admin_.start(cfg.admin.host, cfg.admin.port, error)) {
     workers_.clear();
@@ -161,14 +161,12 @@ size_t Server::drain() {
   draining_.store(true);
   if (drain_started_.exchange(true)) return 0;
   for (auto& w : workers_) w->stopAccepting();
-  const auto deadline = clock_.now() + runtime()->config().drain_timeout;
-  // Poll the workers' counts; draining is rare and coarse, 10 ms steps are fine.
-  while (activeExchanges() > 0 && clock_.now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  const size_t left = activeExchanges();
+  // Wakes when the last exchange is retired (a real wait: the condition
+  // variable sleeps on the steady clock, whatever clock the workers use).
+  in_flight_.waitForZero(std::chrono::steady_clock::now() + runtime()->config().drain_timeout);
+  const size_t left = in_flight_.value();
   for (auto& w : workers_) w->cancelAll(CancelReason::Draining);
-  while (activeExchanges() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  in_flight_.waitForZero();
   return left;
 }
 
@@ -252,10 +250,6 @@ std::vector<ExchangeSnapshot> Server::exchanges() {
   return all;
 }
 
-size_t Server::activeExchanges() const {
-  size_t n = 0;
-  for (const auto& w : workers_) n += w->activeExchanges();
-  return n;
-}
+size_t Server::activeExchanges() const { return in_flight_.value(); }
 
 }  // namespace sluice

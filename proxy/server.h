@@ -18,6 +18,7 @@
 #include "proxy/access_log.h"
 #include "proxy/admin_server.h"
 #include "proxy/exchange.h"
+#include "proxy/in_flight_gauge.h"
 #include "proxy/runtime.h"
 #include "proxy/shared_state.h"
 #include "proxy/worker.h"
@@ -91,6 +92,7 @@ class Server {
   mutable std::mutex mu_;
   RuntimePtr runtime_;
   std::string init_error_;
+  InFlightGauge in_flight_;  // before workers_: they update it until they stop
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<uint16_t> listener_ports_;
   AdminServer admin_;

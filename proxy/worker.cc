@@ -40,8 +40,10 @@ Http2Limits http2LimitsFrom(const config::LimitsConfig& l) {
 }  // namespace
 
 Worker::Worker(size_t index, const Clock& clock, RuntimePtr runtime,
-               std::vector<ListenSocket> listen_sockets, AccessLog& access_log)
+               std::vector<ListenSocket> listen_sockets, AccessLog& access_log,
+               InFlightGauge& in_flight)
     : dispatcher_(clock),
+      in_flight_(in_flight),
       runtime_(std::move(runtime)),
       listen_sockets_(std::move(listen_sockets)),
       // Exchange ids are unique across workers: the worker index in the top bits.
@@ -75,6 +77,7 @@ void Worker::stop() {
   });
   thread_.join();
   // The loop is gone: destroy what is left on this (now single) thread.
+  in_flight_.remove(exchanges_.size());
   exchanges_.clear();
   connections_.clear();
   pools_.clear();
@@ -172,7 +175,7 @@ Exchange& Worker::newExchange(RequestHead& head, DownstreamStream& downstream,
   auto ex = std::make_unique<Exchange>(*this, id, runtime_, route, &downstream, start);
   Exchange& ref = *ex;
   exchanges_.emplace(id, std::move(ex));
-  active_exchanges_.store(exchanges_.size());
+  in_flight_.add();
   return ref;
 }
 
@@ -181,7 +184,7 @@ void Worker::retire(Exchange& exchange) {
   if (it == exchanges_.end()) return;
   dispatcher_.deferredDelete(std::move(it->second));
   exchanges_.erase(it);
-  active_exchanges_.store(exchanges_.size());
+  in_flight_.remove();
 }
 
 void Worker::countUnparsedRequest(int status) {

@@ -17,6 +17,7 @@
 #include "proxy/dispatcher.h"
 #include "proxy/downstream_connection.h"
 #include "proxy/exchange.h"
+#include "proxy/in_flight_gauge.h"
 #include "proxy/request_id.h"
 #include "proxy/runtime.h"
 #include "proxy/upstream_pool.h"
@@ -35,8 +36,9 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
    * `listen_sockets` are the sockets this worker accepts on (it closes them);
    * `access_log` receives this worker's access log lines in chunks.
    */
+  /** `in_flight`: the process's exchange count, which this worker keeps current. */
   Worker(size_t index, const Clock& clock, RuntimePtr runtime,
-         std::vector<ListenSocket> listen_sockets, AccessLog& access_log);
+         std::vector<ListenSocket> listen_sockets, AccessLog& access_log, InFlightGauge& in_flight);
   ~Worker() override;
 
   /** Starts the thread. */
@@ -52,8 +54,6 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   void cancelAll(CancelReason reason);
   /** In-flight exchanges (thread-safe; waits for the worker to answer, up to 1 s). */
   std::vector<ExchangeSnapshot> snapshotExchanges();
-  /** Number of in-flight exchanges (thread-safe, approximate). */
-  size_t activeExchanges() const { return active_exchanges_.load(); }
 
   // ExchangeHost
   Dispatcher& dispatcher() override { return dispatcher_; }
@@ -85,6 +85,7 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   std::vector<DownstreamConnection*> allConnections() const;
 
   Dispatcher dispatcher_;
+  InFlightGauge& in_flight_;
   std::thread thread_;
   RuntimePtr runtime_;  // touched only on the worker thread after start()
   std::vector<ListenSocket> listen_sockets_;
@@ -111,7 +112,6 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   uint64_t next_exchange_id_;
   IdGenerator ids_;
   AccessLogBuffer access_log_;
-  std::atomic<size_t> active_exchanges_{0};
 };
 
 }  // namespace sluice
