@@ -91,19 +91,13 @@ AgentsResult runAgents(const Replicas& replicas, const std::string& quota_key) {
   return {ok.load(), limited.load(), other.load()};
 }
 
-int provider429s(MockLlm& mock) {
-  int n = 0;
-  for (auto& e : mock.ledger()) n += e["status"] == 429 ? 1 : 0;
-  return n;
-}
-
 TEST(SharedStateTest, ThreeReplicasShareOneQuotaAndTheProviderBarelySays429) {
   MockLlm mock;
   RedisProcess redis;
   const Replicas shared = startReplicas(3, replicaConfig(mock.url(), {redis.url()}));
   ASSERT_TRUE(waitUntil([&] { return allUp(shared); })) << shared[0]->stderrText();
   const AgentsResult with_shared = runAgents(shared, "shared");
-  const int shared_429s = provider429s(mock);
+  const int shared_429s = mock.answeredWith(429);
   EXPECT_EQ(with_shared.ok, 12) << "429s: " << with_shared.rate_limited
                                 << " other: " << with_shared.other;
   EXPECT_LE(shared_429s, 1) << mock.ledger().dump();
@@ -116,7 +110,7 @@ TEST(SharedStateTest, ThreeReplicasShareOneQuotaAndTheProviderBarelySays429) {
   mock.clearLedger();
   const Replicas local = startReplicas(3, replicaConfig(mock.url(), {}));
   const AgentsResult with_local = runAgents(local, "local");
-  const int local_429s = provider429s(mock);
+  const int local_429s = mock.answeredWith(429);
   EXPECT_GT(local_429s, shared_429s) << "local state should have met the provider's 429s";
   std::cout << "provider 429s: 3 replicas shared state " << shared_429s << ", local state "
             << local_429s << " (client 429s " << with_local.rate_limited << ")\n";

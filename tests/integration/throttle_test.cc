@@ -75,18 +75,12 @@ AgentsResult runAgents(uint16_t port, const std::string& quota_key) {
   return {ok.load(), limited.load(), other.load()};
 }
 
-int upstream429s(MockLlm& mock) {
-  int n = 0;
-  for (auto& e : mock.ledger()) n += e["status"] == 429 ? 1 : 0;
-  return n;
-}
-
 TEST(ThrottleTest, HoldsRequestsSoTheProviderNeverSays429) {
   MockLlm mock;
   SluiceUnderTest sluice(config(mock.url(), true));
   const auto result = runAgents(sluice.port(), "on");
   EXPECT_EQ(result.ok, 12) << "429s: " << result.rate_limited << " other: " << result.other;
-  EXPECT_EQ(upstream429s(mock), 0) << mock.ledger().dump();
+  EXPECT_EQ(mock.answeredWith(429), 0) << mock.ledger().dump();
   EXPECT_EQ(mock.ledger().size(), 12u);
   // Some had to wait for a quota reset.
   EXPECT_GE(sluice.metric("sluice_throttle_wait_seconds_count", {{"upstream", "mock"}}), 1);
@@ -97,7 +91,7 @@ TEST(ThrottleTest, WithoutThrottlingTheSameLoadHitsProvider429s) {
   MockLlm mock;
   SluiceUnderTest sluice(config(mock.url(), false));
   const auto result = runAgents(sluice.port(), "off");
-  EXPECT_GT(upstream429s(mock), 0);
+  EXPECT_GT(mock.answeredWith(429), 0);
   EXPECT_GT(result.rate_limited, 0);
 }
 

@@ -128,6 +128,12 @@ std::string MockLlm::url() const {
   return std::string(tls_ ? "https" : "http") + "://127.0.0.1:" + std::to_string(port_);
 }
 
+int MockLlm::answeredWith(int status) {
+  int n = 0;
+  for (const auto& e : ledger()) n += e.value("status", 0) == status ? 1 : 0;
+  return n;
+}
+
 nlohmann::json MockLlm::ledger(const std::string& id) {
   // The ledger is read over plain HTTP on the same port; TLS mocks are read with curl.
   std::string path = "/_ledger" + (id.empty() ? std::string() : "?id=" + id);

@@ -72,6 +72,8 @@ class MockLlm {
                               const std::function<bool(const nlohmann::json&)>& pred,
                               std::chrono::milliseconds timeout = std::chrono::seconds(5));
   void clearLedger();
+  /** How many requests the mock answered with `status` (e.g. the provider's 429s). */
+  int answeredWith(int status);
 
  private:
   std::unique_ptr<ChildProcess> proc_;
