@@ -70,4 +70,14 @@ std::optional<std::string> methodRefusal(std::string_view method);
 /** The standard reason phrase for `status` ("OK", "Bad Gateway", ...), or "" if unknown. */
 const char* reasonPhrase(int status);
 
+/**
+ * Whether a response may carry content (RFC 9110 §6.4.1): never one to HEAD,
+ * never a 1xx, 204 or 304, whatever its Content-Length says. The one rule
+ * the HTTP/1.1 and HTTP/2 codecs, both directions, and the response rewrite
+ * share.
+ */
+inline constexpr bool mayHaveBody(bool head_request, int status) {
+  return !head_request && !(status >= 100 && status < 200) && status != 204 && status != 304;
+}
+
 }  // namespace sluice

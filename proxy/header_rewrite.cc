@@ -80,7 +80,7 @@ void rewriteResponseForDownstream(ResponseHead& head) {
   // A 204 has no content and must not say otherwise (RFC 9110 §8.6); a 304's
   // Content-Length describes a 200 that is not being sent, which clients and
   // caches in between have read as a body to wait for. Neither carries a body.
-  if (head.status == 204 || head.status == 304) head.headers.remove("content-length");
+  if (!mayHaveBody(/*head_request=*/false, head.status)) head.headers.remove("content-length");
   // x-sluice-* on responses is sluice's own; an upstream (maybe another sluice)
   // must not set ours.
   head.headers.remove("x-sluice-attempts");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/http_message.h"
 #include "common/problem.h"
 #include "proxy/exchange.h"
 
@@ -538,8 +539,7 @@ void Http1ServerConnection::encodeHeaders(const ResponseHead& head, bool end_str
   out += head.reason.empty() ? reasonPhrase(head.status) : head.reason;
   out += "\r\n";
 
-  const bool no_body = head_request_ || head.status == 204 || head.status == 304 ||
-                       (head.status >= 100 && head.status < 200);
+  const bool no_body = !mayHaveBody(head_request_, head.status);
   const bool has_length = head.headers.has("content-length");
   chunked_response_ = false;
   close_delimited_ = false;

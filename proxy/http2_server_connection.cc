@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "common/http_message.h"
 #include "common/problem.h"
 #include "proxy/exchange.h"
 #include "proxy/http2_headers.h"
@@ -105,7 +106,7 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
 void Http2ServerConnection::Stream::encodeHeaders(const ResponseHead& head, bool end_stream) {
   if (closed_ || reset_ || response_started_ || conn_.closed_) return;
   response_started_ = true;
-  body_allowed_ = !head_request_ && head.status != 204 && head.status != 304;
+  body_allowed_ = mayHaveBody(head_request_, head.status);
   std::string status;
   const std::vector<nghttp2_nv> nv = toHttp2ResponseNv(head, status);
   int rv;

@@ -11,6 +11,7 @@
 
 #include <cstdio>
 
+#include "common/http_message.h"
 #include "proxy/tls.h"
 #include "proxy/upstream_pool.h"
 
@@ -437,7 +438,7 @@ int UpstreamConnection::onHeadersComplete(http_parser* p) {
     self->head_ = ResponseHead{};
     return 0;
   }
-  const bool no_body = self->head_request_ || p->status_code == 204 || p->status_code == 304;
+  const bool no_body = !mayHaveBody(self->head_request_, p->status_code);
   const bool end_stream = no_body || (!(p->flags & F_CHUNKED) && p->content_length == 0);
   // Held until the rest of this read parsed (reportHeldHead).
   self->held_head_ = std::move(self->head_);
