@@ -342,10 +342,10 @@ TEST_F(CircuitBreakerFilterTest, AnAdmissionNeverReportedIsFreedOnDestroy) {
 
 class ThrottleFilterTest : public AttemptFiltersTest {
  protected:
-  ThrottleFilter& throttle(FakeFilterCallbacks& callbacks) {
+  ThrottleFilter& throttle(FakeFilterCallbacks& callbacks, GlobalQuota* global = nullptr) {
     auto filter =
         std::make_unique<ThrottleFilter>(*upstream().config->rate_limit, *upstream().quota,
-                                         *upstream().breaker, *upstream().metrics);
+                                         *upstream().breaker, *upstream().metrics, global);
     filter->setCallbacks(callbacks);
     ThrottleFilter& f = *filter;
     filters_.push_back(std::move(filter));
@@ -449,21 +449,10 @@ class ScriptedGlobalQuota final : public GlobalQuota {
   std::vector<bool> probe_ends;
 };
 
-class GlobalThrottleFilterTest : public AttemptFiltersTest {
+class GlobalThrottleFilterTest : public ThrottleFilterTest {
  protected:
   ThrottleFilter& throttle(FakeFilterCallbacks& callbacks) {
-    auto filter =
-        std::make_unique<ThrottleFilter>(*upstream().config->rate_limit, *upstream().quota,
-                                         *upstream().breaker, *upstream().metrics, &global_);
-    filter->setCallbacks(callbacks);
-    ThrottleFilter& f = *filter;
-    filters_.push_back(std::move(filter));
-    f.decodeComplete("{}");
-    return f;
-  }
-  static FilterStatus admit(ThrottleFilter& f) {
-    RequestHead upstream_request;
-    return f.beforeAttempt(upstream_request);
+    return ThrottleFilterTest::throttle(callbacks, &global_);
   }
   ScriptedGlobalQuota global_;
 };
