@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <charconv>
 
 namespace sluice {
 
@@ -162,19 +163,32 @@ bool RedisClient::command(const std::vector<std::string>& argv, Reply done, std:
   return send(argv, std::move(done), op);
 }
 
+void appendRespArray(std::string& out, const std::vector<std::string>& argv) {
+  char digits[24];
+  const auto appendLine = [&](char type, size_t n) {
+    const auto r = std::to_chars(digits, digits + sizeof(digits), n);
+    out.push_back(type);
+    out.append(digits, r.ptr);
+    out.append("\r\n", 2);
+  };
+  appendLine('*', argv.size());
+  for (const std::string& a : argv) {
+    appendLine('$', a.size());
+    out.append(a);
+    out.append("\r\n", 2);
+  }
+}
+
 bool RedisClient::send(const std::vector<std::string>& argv, Reply done, std::string_view op) {
   if (ac_ == nullptr) return false;
-  std::vector<const char*> args;
-  std::vector<size_t> lens;
-  args.reserve(argv.size());
-  lens.reserve(argv.size());
-  for (const auto& a : argv) {
-    args.push_back(a.data());
-    lens.push_back(a.size());
-  }
+  // RESP formatted here, into one reused buffer: hiredis's own argv
+  // formatting (sds strings grown piece by piece) was ~10k instructions of
+  // the two calls an admitted request makes (bench/profile.py --shared-state).
+  format_buffer_.clear();
+  appendRespArray(format_buffer_, argv);
   const uint64_t id = next_id_++;
-  if (redisAsyncCommandArgv(ac_, &RedisClient::onReply, reinterpret_cast<void*>(id),
-                            static_cast<int>(args.size()), args.data(), lens.data()) != REDIS_OK) {
+  if (redisAsyncFormattedCommand(ac_, &RedisClient::onReply, reinterpret_cast<void*>(id),
+                                 format_buffer_.data(), format_buffer_.size()) != REDIS_OK) {
     return false;
   }
   pending_.push_back(

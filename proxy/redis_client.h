@@ -38,6 +38,9 @@ struct evutil_addrinfo;
 
 namespace sluice {
 
+/** Appends `argv` as a RESP array of bulk strings (what Redis reads as a command). */
+void appendRespArray(std::string& out, const std::vector<std::string>& argv);
+
 class RedisClient {
  public:
   /** A call's reply; nullptr when it failed (timeout, connection lost). Error replies are passed
@@ -96,6 +99,7 @@ class RedisClient {
   void connectTo(const std::string& ip);
   void handshake();
   bool send(const std::vector<std::string>& argv, Reply done, std::string_view op);
+  std::string format_buffer_;  // send()'s RESP, reused
   void armTimer();
   void expire();
   /**

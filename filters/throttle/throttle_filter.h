@@ -22,6 +22,7 @@
 // time, or Redis down: the local decision stands.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -50,6 +51,7 @@ class ThrottleFilter final : public StreamFilter {
   FilterStatus encodeHeaders(ResponseHead& response, bool end_stream) override;
   void onAttemptDone(const AttemptEnd& end, const AttemptVerdict& verdict) override;
   void onDestroy() override;
+  ~ThrottleFilter() override;
 
  private:
   /** Acts on an admission: go, keep waiting (re-armed), or answer 429. */
@@ -74,8 +76,10 @@ class ThrottleFilter final : public StreamFilter {
   bool queued_ = false;
   bool admitted_ = false;
   bool headers_seen_ = false;
-  bool confirming_ = false;   // admitted locally, the fleet's answer pending
-  bool fleet_probe_ = false;  // the fleet's probe for key_, nothing reported yet
+  bool confirming_ = false;  // admitted locally, the fleet's answer pending
+  bool fleet_probe_ = false;
+  // Shared with a pending fleet answer: false once this filter is gone.
+  std::shared_ptr<bool> alive_;  // the fleet's probe for key_, nothing reported yet
   MonotonicTime admitted_at_{};
   MonotonicTime queued_at_{};
   TimerId wake_timer_ = 0;

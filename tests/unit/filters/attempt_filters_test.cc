@@ -498,6 +498,15 @@ TEST_F(GlobalThrottleFilterTest, TheFleetsProbeWithAQuotaReportsIt) {
   EXPECT_TRUE(global_.probe_ends.empty()) << "the report ends the probe";
 }
 
+TEST_F(GlobalThrottleFilterTest, AnAnswerForARequestThatIsGoneIsDropped) {
+  global_.next.kind = GlobalQuota::Answer::Kind::Admit;
+  ThrottleFilter& f = throttle(callbacks_);
+  EXPECT_EQ(admit(f), FilterStatus::StopIteration);
+  f.onDestroy();     // the client left while the fleet was asked
+  global_.answer();  // Redis answers on a later loop turn
+  EXPECT_EQ(callbacks_.continue_calls, 0);
+}
+
 TEST_F(GlobalThrottleFilterTest, AnUnknownFleetWaitNeverAnswers429BeforeTheDeadline) {
   // The fleet's remaining is spent and nobody knows its reset: the wait is
   // unknown. A budget shorter than the poll interval must not turn that into
