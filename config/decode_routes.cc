@@ -1,0 +1,142 @@
+// Decodes `routes[]`: name, match (path_prefix, methods), upstream, budget,
+// retry and the per-route timeouts.
+
+#include "config/sections.h"
+
+#include <algorithm>
+
+
+namespace sluice::config::detail {
+
+RouteConfig Decoder::route(const Field& f) {
+  RouteConfig r;
+  std::optional<Field> name_field, upstream_field, prefix_field;
+  decodeMap(
+      f,
+      {
+          {"name",
+           [&](const Field& v) {
+             r.name = labelName(v);
+             name_field.emplace(v);
+           }},
+          {"match", [&](const Field& v) { r.match = routeMatch(v, prefix_field); }},
+          {"upstream",
+           [&](const Field& v) {
+             r.upstream = nonEmptyString(v);
+             upstream_field.emplace(v);
+           }},
+          {"budget", [&](const Field& v) { r.budget = budget(v); }},
+          {"retry", [&](const Field& v) { r.retry = retry(v); }},
+          {"first_byte_timeout", [&](const Field& v) { r.first_byte_timeout = duration(v, true); }},
+          {"idle_timeout", [&](const Field& v) { r.idle_timeout = duration(v, true); }},
+          {"on_client_disconnect",
+           [&](const Field& v) {
+             r.on_client_disconnect =
+                 oneOf<ClientDisconnectMode>(v, {{"cancel", ClientDisconnectMode::Cancel},
+                                                 {"finish", ClientDisconnectMode::Finish}});
+           }},
+          {"finish_grace", [&](const Field& v) { r.finish_grace = duration(v, true); }},
+      },
+      {"name", "match", "upstream"});
+  const auto [it, inserted] = route_lines_.emplace(r.name, name_field->mark.line + 1);
+  if (!inserted) {
+    fail(*name_field, "duplicate route name " + inQuotes(r.name) + " (first defined at line " +
+                          std::to_string(it->second) + ")");
+  }
+  route_upstream_fields_.push_back(*upstream_field);
+  route_prefix_fields_.push_back(prefix_field);
+  return r;
+}
+
+RouteMatch Decoder::routeMatch(const Field& f, std::optional<Field>& prefix_field) {
+  RouteMatch m;
+  decodeMap(f,
+            {
+                {"path_prefix",
+                 [&](const Field& v) {
+                   prefix_field.emplace(v);
+                   m.path_prefix = scalar(v, "a path");
+                   if (m.path_prefix.empty() || m.path_prefix[0] != '/') {
+                     fail(v, "must start with \"/\" (got " + inQuotes(m.path_prefix) + ")");
+                   }
+                   if (m.path_prefix.find_first_of("?# \t\r\n") != std::string::npos) {
+                     fail(v, "must be a plain path (no query, fragment or whitespace)");
+                   }
+                 }},
+                {"methods",
+                 [&](const Field& v) {
+                   for (const Field& item : items(v)) {
+                     const std::string s = scalar(item, "an HTTP method");
+                     if (!isToken(s)) fail(item, "invalid HTTP method " + inQuotes(s));
+                     const std::string method = toUpper(s);
+                     if (std::find(m.methods.begin(), m.methods.end(), method) != m.methods.end()) {
+                       fail(item, "duplicate method " + inQuotes(method));
+                     }
+                     m.methods.push_back(method);
+                   }
+                 }},
+            });
+  return m;
+}
+
+BudgetConfig Decoder::budget(const Field& f) {
+  BudgetConfig b;
+  std::optional<Field> default_field, max_field;
+  decodeMap(f, {
+                   {"header", [&](const Field& v) { b.header = headerName(v); }},
+                   {"default",
+                    [&](const Field& v) {
+                      b.default_budget = duration(v, false);
+                      default_field.emplace(v);
+                    }},
+                   {"max",
+                    [&](const Field& v) {
+                      b.max = duration(v, false);
+                      max_field.emplace(v);
+                    }},
+                   {"propagate", [&](const Field& v) { b.propagate = boolean(v); }},
+               });
+  requireOrdered(b.default_budget, b.max, default_field, max_field, "budget.default", "budget.max");
+  return b;
+}
+
+RetryConfig Decoder::retry(const Field& f) {
+  RetryConfig r;
+  std::optional<Field> base_field, max_field;
+  decodeMap(
+      f,
+      {
+          {"attempts", [&](const Field& v) { r.attempts = u32(v, 1); }},
+          {"on", [&](const Field& v) { r.on = outcomes(v); }},
+          {"backoff",
+           [&](const Field& v) {
+             decodeMap(v, {
+                              {"base",
+                               [&](const Field& x) {
+                                 r.backoff.base = duration(x, true);
+                                 base_field.emplace(x);
+                               }},
+                              {"max",
+                               [&](const Field& x) {
+                                 r.backoff.max = duration(x, true);
+                                 max_field.emplace(x);
+                               }},
+                          });
+           }},
+          {"respect_retry_after", [&](const Field& v) { r.respect_retry_after = boolean(v); }},
+          {"idempotent",
+           [&](const Field& v) {
+             r.idempotent = oneOf<IdempotencyMode>(v, {{"auto", IdempotencyMode::Auto},
+                                                       {"always", IdempotencyMode::Always},
+                                                       {"never", IdempotencyMode::Never}});
+           }},
+          {"budget_percent",
+           [&](const Field& v) { r.budget_percent = static_cast<uint32_t>(integer(v, 0, 100)); }},
+          {"max_body", [&](const Field& v) { r.max_body = size(v); }},
+      });
+  requireOrdered(r.backoff.base, r.backoff.max, base_field, max_field, "backoff.base",
+                 "backoff.max");
+  return r;
+}
+
+}  // namespace sluice::config::detail

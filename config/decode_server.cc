@@ -1,0 +1,109 @@
+// Decodes the server sections of the config: `listen` (one address or a
+// list of listeners, with TLS), `admin` (an address or {address,
+// allowed_hosts}) and `workers`.
+
+#include "config/sections.h"
+
+#include <algorithm>
+
+#include "common/http_headers.h"
+
+namespace sluice::config::detail {
+
+std::vector<ListenerConfig> Decoder::listeners(const Field& f) {
+  std::vector<ListenerConfig> out;
+  if (f.node.IsScalar()) {
+    out.push_back(ListenerConfig{address(f), std::nullopt});
+    listener_fields_.emplace_back(out.back().address, f);
+    return out;
+  }
+  if (!f.node.IsSequence()) {
+    fail(f, "expected an address (host:port) or a list of listeners, got " + describe(f.node));
+  }
+  for (const Field& item : items(f)) out.push_back(listener(item));
+  if (out.empty()) fail(f, "at least one listener is required");
+  return out;
+}
+
+ListenerConfig Decoder::listener(const Field& f) {
+  ListenerConfig l;
+  std::optional<Field> address_field(f);
+  if (f.node.IsScalar()) {
+    l.address = address(f);  // a bare address in the list: plain HTTP
+  } else {
+    decodeMap(f,
+              {
+                  {"address",
+                   [&](const Field& a) {
+                     l.address = address(a);
+                     address_field.emplace(a);
+                   }},
+                  {"tls",
+                   [&](const Field& t) {
+                     ListenerTlsConfig tls;
+                     decodeMap(
+                         t,
+                         {
+                             {"cert", [&](const Field& v) { tls.cert_file = nonEmptyString(v); }},
+                             {"key", [&](const Field& v) { tls.key_file = nonEmptyString(v); }},
+                         },
+                         {"cert", "key"});
+                     l.tls = tls;
+                   }},
+              },
+              {"address"});
+  }
+  for (const auto& [other, other_field] : listener_fields_) {
+    if (l.address.port != 0 && other.toString() == l.address.toString()) {
+      fail(*address_field, "duplicate listener address " + l.address.toString());
+    }
+  }
+  listener_fields_.emplace_back(l.address, *address_field);
+  return l;
+}
+
+void Decoder::admin(const Field& f, Config& c) {
+  if (!f.node.IsMap()) {
+    c.admin = address(f);
+    admin_field_.emplace(f);
+    return;
+  }
+  decodeMap(f,
+            {
+                {"address",
+                 [&](const Field& a) {
+                   c.admin = address(a);
+                   admin_field_.emplace(a);
+                 }},
+                {"allowed_hosts", [&](const Field& a) { c.admin_allowed_hosts = hostNames(a); }},
+            },
+            {"address"});
+}
+
+uint32_t Decoder::workers(const Field& f) {
+  const std::string s = scalar(f, "\"auto\" or a positive integer");
+  const std::optional<int64_t> n = s == "auto" ? 0 : parseInt64(s);
+  if (!n || (s != "auto" && (*n < 1 || *n > kU32Max))) {
+    fail(f, "must be \"auto\" or a positive integer (got " + inQuotes(s) + ")");
+  }
+  return static_cast<uint32_t>(*n);
+}
+
+std::vector<std::string> Decoder::hostNames(const Field& f) {
+  std::vector<std::string> out;
+  for (const Field& item : items(f)) {
+    std::string host = toLower(scalar(item, "a host name"));
+    const bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
+    if (bracketed) host = host.substr(1, host.size() - 2);
+    if (!(bracketed ? isIpv6Literal(host) : isHostname(host))) {
+      fail(item, "expected a host name or IP address without a port (got " + inQuotes(host) + ")");
+    }
+    if (std::find(out.begin(), out.end(), host) != out.end()) {
+      fail(item, "duplicate host " + inQuotes(host));
+    }
+    out.push_back(std::move(host));
+  }
+  return out;
+}
+
+}  // namespace sluice::config::detail
