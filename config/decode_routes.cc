@@ -1,10 +1,9 @@
 // Decodes `routes[]`: name, match (path_prefix, methods), upstream, budget,
 // retry and the per-route timeouts.
 
-#include "config/sections.h"
-
 #include <algorithm>
 
+#include "config/sections.h"
 
 namespace sluice::config::detail {
 

@@ -2,11 +2,10 @@
 // list of listeners, with TLS), `admin` (an address or {address,
 // allowed_hosts}) and `workers`.
 
-#include "config/sections.h"
-
 #include <algorithm>
 
 #include "common/http_headers.h"
+#include "config/sections.h"
 
 namespace sluice::config::detail {
 

@@ -1,11 +1,10 @@
 // Decodes the process-wide settings: `limits`, `access_log`,
 // `shared_state` (Redis) and `pricing[]`.
 
-#include "config/sections.h"
-
 #include <limits>
 
 #include "config/render.h"
+#include "config/sections.h"
 
 namespace sluice::config::detail {
 

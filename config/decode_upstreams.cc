@@ -1,11 +1,10 @@
 // Decodes `upstreams[]`: name, url, timeouts, http2, tls, static headers,
 // rate_limit and circuit_breaker.
 
-#include "config/sections.h"
-
 #include <set>
 
 #include "common/http_headers.h"
+#include "config/sections.h"
 
 namespace sluice::config::detail {
 

@@ -49,7 +49,8 @@ void FieldReader::fail(const Field& field, const std::string& message) const {
                                                expands ? &expanded : nullptr, expansions_))};
 }
 
-ConfigError FieldReader::errorAt(const YAML::Mark& mark, const std::string& path, std::string message) const {
+ConfigError FieldReader::errorAt(const YAML::Mark& mark, const std::string& path,
+                                 std::string message) const {
   ConfigError error;
   error.file = file_;
   error.line = mark.is_null() ? 1 : mark.line + 1;
@@ -65,7 +66,7 @@ Field FieldReader::child(const YAML::Node& value, std::string path, const YAML::
 }
 
 void FieldReader::decodeMap(const Field& map, const std::vector<Key>& keys,
-               std::initializer_list<std::string_view> required) {
+                            std::initializer_list<std::string_view> required) {
   std::set<std::string, std::less<>> seen;
   forEachEntry(map, [&](const YAML::Mark& key_mark, const std::string& key, const Field& value) {
     const auto it =
@@ -75,8 +76,7 @@ void FieldReader::decodeMap(const Field& map, const std::vector<Key>& keys,
     it->decode(value);
   });
   for (std::string_view name : required) {
-    if (seen.count(name) == 0)
-      fail(map.mark, childPath(map.path, name), "required key is missing");
+    if (seen.count(name) == 0) fail(map.mark, childPath(map.path, name), "required key is missing");
   }
 }
 
@@ -235,9 +235,10 @@ OutcomeSet FieldReader::outcomes(const Field& f) {
   return set;
 }
 
-void FieldReader::requireOrdered(Duration first, Duration second, const std::optional<Field>& first_field,
-                    const std::optional<Field>& second_field, const std::string& first_name,
-                    const std::string& second_name) {
+void FieldReader::requireOrdered(Duration first, Duration second,
+                                 const std::optional<Field>& first_field,
+                                 const std::optional<Field>& second_field,
+                                 const std::string& first_name, const std::string& second_name) {
   if (first <= second) return;
   if (first_field) {
     fail(*first_field, "must not exceed " + second_name + " (" + formatDuration(second) + ")");

@@ -72,7 +72,6 @@ bool expandEnv(std::string_view in, const EnvLookup& env, std::string& out, std:
  * (`user:pass@`) are redacted too.
  */
 std::string redactExpansions(std::string message, const std::string* raw,
-                             const std::string* expanded,
-                             const std::vector<Expansion>& expansions);
+                             const std::string* expanded, const std::vector<Expansion>& expansions);
 
 }  // namespace sluice::config::detail

@@ -20,7 +20,8 @@ std::string hiredisFormat(const std::vector<std::string>& argv) {
     lens.push_back(a.size());
   }
   char* out = nullptr;
-  const int n = redisFormatCommandArgv(&out, static_cast<int>(args.size()), args.data(), lens.data());
+  const int n =
+      redisFormatCommandArgv(&out, static_cast<int>(args.size()), args.data(), lens.data());
   std::string s(out, static_cast<size_t>(n));
   redisFreeCommand(out);
   return s;
