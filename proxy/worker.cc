@@ -47,7 +47,7 @@ Worker::Worker(size_t index, const Clock& clock, RuntimePtr runtime,
       runtime_(std::move(runtime)),
       listen_sockets_(std::move(listen_sockets)),
       // Exchange ids are unique across workers: the worker index in the top bits.
-      next_exchange_id_((static_cast<uint64_t>(index) << 48) + 1),
+      registry_(dispatcher_, (static_cast<uint64_t>(index) << 48) + 1),
       access_log_(access_log, dispatcher_.base()) {
   for (const ListenSocket& ls : listen_sockets_) {
     listeners_.emplace_back(evconnlistener_new(dispatcher_.base(), &Worker::onAccept, this,
@@ -67,19 +67,16 @@ void Worker::stop() {
     listeners_.clear();
     // Shutdown cancels with `draining` before the connections close (so
     // they are not counted as client disconnects). cancel() retires the
-    // Exchange from exchanges_: iterate over a copy.
-    std::vector<Exchange*> all;
-    for (auto& [id, ex] : exchanges_) all.push_back(ex.get());
-    for (auto* ex : all) ex->cancel(CancelReason::Draining);
+    // Exchange from the registry: exchanges() is a copy.
+    for (auto* ex : registry_.exchanges()) ex->cancel(CancelReason::Draining);
     for (auto* conn : allConnections()) conn->close();
     access_log_.flush();  // the cancelled exchanges' lines too
     dispatcher_.exit();
   });
   thread_.join();
   // The loop is gone: destroy what is left on this (now single) thread.
-  in_flight_.remove(exchanges_.size());
-  exchanges_.clear();
-  connections_.clear();
+  in_flight_.remove(registry_.exchangeCount());
+  registry_.clear();
   pools_.clear();
 }
 
@@ -130,9 +127,7 @@ void Worker::stopAccepting() {
 
 void Worker::cancelAll(CancelReason reason) {
   dispatcher_.post([this, reason] {
-    std::vector<Exchange*> all;
-    for (auto& [id, ex] : exchanges_) all.push_back(ex.get());
-    for (auto* ex : all) ex->cancel(reason);
+    for (auto* ex : registry_.exchanges()) ex->cancel(reason);
   });
 }
 
@@ -141,8 +136,8 @@ std::vector<ExchangeSnapshot> Worker::snapshotExchanges() {
   auto future = promise->get_future();
   dispatcher_.post([this, promise] {
     std::vector<ExchangeSnapshot> out;
-    out.reserve(exchanges_.size());
-    for (auto& [id, ex] : exchanges_) {
+    out.reserve(registry_.exchangeCount());
+    for (Exchange* ex : registry_.exchanges()) {
       if (!isTerminal(ex->state())) out.push_back(ex->snapshot());
     }
     promise->set_value(std::move(out));
@@ -170,21 +165,13 @@ UpstreamPool& Worker::pool(const Runtime& runtime, size_t index) {
 
 Exchange& Worker::newExchange(RequestHead& head, DownstreamStream& downstream,
                               MonotonicTime start) {
-  const RouteRuntime* route = runtime_->match(head.method, head.pathOnly());
-  const uint64_t id = next_exchange_id_++;
-  auto ex = std::make_unique<Exchange>(*this, id, runtime_, route, &downstream, start);
-  Exchange& ref = *ex;
-  exchanges_.emplace(id, std::move(ex));
+  Exchange& ex = registry_.newExchange(*this, runtime_, head, downstream, start);
   in_flight_.add();
-  return ref;
+  return ex;
 }
 
 void Worker::retire(Exchange& exchange) {
-  auto it = exchanges_.find(exchange.id());
-  if (it == exchanges_.end()) return;
-  dispatcher_.deferredDelete(std::move(it->second));
-  exchanges_.erase(it);
-  in_flight_.remove();
+  if (registry_.retire(exchange)) in_flight_.remove();
 }
 
 void Worker::countUnparsedRequest(int status) {
@@ -195,25 +182,14 @@ void Worker::countRejection(Rejection reason) {
   runtime_->metrics().rejections(reason).Increment();
 }
 
-void Worker::connectionClosed(DownstreamConnection& conn) {
-  auto it = connections_.find(&conn);
-  if (it == connections_.end()) return;
-  dispatcher_.deferredDelete(std::move(it->second));
-  connections_.erase(it);
-}
+void Worker::connectionClosed(DownstreamConnection& conn) { registry_.connectionClosed(conn); }
 
 void Worker::replaceConnection(DownstreamConnection& from, DownstreamConnectionPtr to) {
-  connectionClosed(from);
-  DownstreamConnection* raw = to.get();
-  connections_.emplace(raw, std::move(to));
+  registry_.replaceConnection(from, std::move(to));
 }
 
 std::vector<DownstreamConnection*> Worker::allConnections() const {
-  // Closing a connection removes it from the map: callers iterate over a copy.
-  std::vector<DownstreamConnection*> all;
-  all.reserve(connections_.size());
-  for (const auto& [raw, conn] : connections_) all.push_back(raw);
-  return all;
+  return registry_.connections();
 }
 
 void Worker::onAccept(evconnlistener* listener, evutil_socket_t fd, sockaddr* addr, int,
@@ -229,7 +205,7 @@ void Worker::onAccept(evconnlistener* listener, evutil_socket_t fd, sockaddr* ad
 
 void Worker::accept(evutil_socket_t fd, sockaddr* addr, size_t listener_index) {
   const config::LimitsConfig& limits = runtime_->config().limits;
-  if (connections_.size() >= limits.max_connections_per_worker) {
+  if (registry_.connectionCount() >= limits.max_connections_per_worker) {
     countRejection(Rejection::MaxConnections);
     evutil_closesocket(fd);
     return;
@@ -267,8 +243,7 @@ void Worker::accept(evutil_socket_t fd, sockaddr* addr, size_t listener_index) {
   }
   auto conn = std::make_unique<ProtocolDetector>(*this, std::move(bev), ip, ssl_ctx != nullptr,
                                                  http1LimitsFrom(limits), http2LimitsFrom(limits));
-  DownstreamConnection* raw = conn.get();
-  connections_.emplace(raw, std::move(conn));
+  registry_.addConnection(std::move(conn));
 }
 
 }  // namespace sluice

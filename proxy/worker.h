@@ -17,6 +17,7 @@
 #include "proxy/dispatcher.h"
 #include "proxy/downstream_connection.h"
 #include "proxy/exchange.h"
+#include "proxy/host_registry.h"
 #include "proxy/in_flight_gauge.h"
 #include "proxy/request_id.h"
 #include "proxy/runtime.h"
@@ -59,7 +60,7 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   Dispatcher& dispatcher() override { return dispatcher_; }
   UpstreamPool& pool(const Runtime& runtime, size_t index) override;
   void retire(Exchange& exchange) override;
-  bool alive(uint64_t id) const override { return exchanges_.count(id) != 0; }
+  bool alive(uint64_t id) const override { return registry_.alive(id); }
   IdGenerator& ids() override { return ids_; }
   AccessLogBuffer* accessLog() override { return access_log_.enabled() ? &access_log_ : nullptr; }
 
@@ -90,8 +91,7 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   RuntimePtr runtime_;  // touched only on the worker thread after start()
   std::vector<ListenSocket> listen_sockets_;
   std::vector<ListenerPtr> listeners_;  // same order as listen_sockets_
-  std::unordered_map<DownstreamConnection*, DownstreamConnectionPtr> connections_;
-  std::unordered_map<uint64_t, std::unique_ptr<Exchange>> exchanges_;
+  HostRegistry registry_;               // the live exchanges and connections
   /**
    * Pools of a runtime that is no longer the current one are retired: they
    * close what they hold as it goes idle, and collectDrainedPools() deletes
@@ -109,7 +109,6 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   };
   std::map<const Runtime*, RuntimePools> pools_;
   bool collect_posted_ = false;
-  uint64_t next_exchange_id_;
   IdGenerator ids_;
   AccessLogBuffer access_log_;
 };

@@ -74,9 +74,8 @@ void ProxyHarness::runClient(std::string_view input, size_t slice) {
   bufferevent_setcb(client_.get(), &ProxyHarness::onClientRead, nullptr, nullptr, this);
   bufferevent_enable(client_.get(), EV_READ | EV_WRITE);
 
-  auto conn = std::make_unique<ProtocolDetector>(*this, std::move(server), "127.0.0.1", false);
-  DownstreamConnection* raw = conn.get();
-  connections_.emplace(raw, std::move(conn));
+  registry_.addConnection(
+      std::make_unique<ProtocolDetector>(*this, std::move(server), "127.0.0.1", false));
 
   if (slice == 0) slice = input.size();
   for (size_t off = 0; off < input.size(); off += slice) {
@@ -95,15 +94,10 @@ void ProxyHarness::teardown() {
     settle();
   }
   // What is still alive is shut down as Worker::stop() does.
-  std::vector<Exchange*> exchanges;
-  for (auto& [id, ex] : exchanges_) exchanges.push_back(ex.get());
-  for (Exchange* ex : exchanges) ex->cancel(CancelReason::Draining);
-  std::vector<DownstreamConnection*> conns;
-  for (auto& [raw, conn] : connections_) conns.push_back(raw);
-  for (DownstreamConnection* conn : conns) conn->close();
+  for (Exchange* ex : registry_.exchanges()) ex->cancel(CancelReason::Draining);
+  for (DownstreamConnection* conn : registry_.connections()) conn->close();
   settle();
-  exchanges_.clear();
-  connections_.clear();
+  registry_.clear();
   client_.reset();
   upstream_sides_.clear();
   pools_.clear();
@@ -130,8 +124,8 @@ void ProxyHarness::settle() {
 uint64_t ProxyHarness::progress() const {
   uint64_t p = client_received_.size();
   p = p * 31 + upstream_bytes_;
-  p = p * 31 + exchanges_.size();
-  p = p * 31 + connections_.size();
+  p = p * 31 + registry_.exchangeCount();
+  p = p * 31 + registry_.connectionCount();
   p = p * 31 + upstream_sides_.size();
   if (client_) p = p * 31 + evbuffer_get_length(bufferevent_get_output(client_.get()));
   return p;
@@ -198,12 +192,7 @@ void ProxyHarness::onClientRead(bufferevent* bev, void* arg) {
 
 Exchange& ProxyHarness::newExchange(RequestHead& head, DownstreamStream& downstream,
                                     MonotonicTime start) {
-  const RouteRuntime* route = runtime_->match(head.method, head.pathOnly());
-  const uint64_t id = next_exchange_id_++;
-  auto ex = std::make_unique<Exchange>(*this, id, runtime_, route, &downstream, start);
-  Exchange& ref = *ex;
-  exchanges_.emplace(id, std::move(ex));
-  return ref;
+  return registry_.newExchange(*this, runtime_, head, downstream, start);
 }
 
 void ProxyHarness::countUnparsedRequest(int status) {
@@ -215,16 +204,11 @@ void ProxyHarness::countRejection(Rejection reason) {
 }
 
 void ProxyHarness::connectionClosed(DownstreamConnection& conn) {
-  auto it = connections_.find(&conn);
-  if (it == connections_.end()) return;
-  dispatcher_.deferredDelete(std::move(it->second));
-  connections_.erase(it);
+  registry_.connectionClosed(conn);
 }
 
 void ProxyHarness::replaceConnection(DownstreamConnection& from, DownstreamConnectionPtr to) {
-  connectionClosed(from);
-  DownstreamConnection* raw = to.get();
-  connections_.emplace(raw, std::move(to));
+  registry_.replaceConnection(from, std::move(to));
 }
 
 UpstreamPool& ProxyHarness::pool(const Runtime& runtime, size_t index) {
@@ -236,11 +220,6 @@ UpstreamPool& ProxyHarness::pool(const Runtime& runtime, size_t index) {
   return *pools_.at(index);
 }
 
-void ProxyHarness::retire(Exchange& exchange) {
-  auto it = exchanges_.find(exchange.id());
-  if (it == exchanges_.end()) return;
-  dispatcher_.deferredDelete(std::move(it->second));
-  exchanges_.erase(it);
-}
+void ProxyHarness::retire(Exchange& exchange) { registry_.retire(exchange); }
 
 }  // namespace sluice::fuzz

@@ -34,6 +34,7 @@
 #include "proxy/downstream_connection.h"
 #include "proxy/event_util.h"
 #include "proxy/exchange.h"
+#include "proxy/host_registry.h"
 #include "proxy/request_id.h"
 #include "proxy/runtime.h"
 #include "proxy/upstream_pool.h"
@@ -77,7 +78,7 @@ class ProxyHarness final : public DownstreamConnectionHost, public ExchangeHost 
   void replaceConnection(DownstreamConnection& from, DownstreamConnectionPtr to) override;
   UpstreamPool& pool(const Runtime& runtime, size_t index) override;
   void retire(Exchange& exchange) override;
-  bool alive(uint64_t id) const override { return exchanges_.count(id) != 0; }
+  bool alive(uint64_t id) const override { return registry_.alive(id); }
   IdGenerator& ids() override { return ids_; }
   AccessLogBuffer* accessLog() override { return nullptr; }  // the access log is off
 
@@ -99,8 +100,7 @@ class ProxyHarness final : public DownstreamConnectionHost, public ExchangeHost 
   ListenerPtr upstream_listener_;
   std::string upstream_response_;
 
-  std::unordered_map<DownstreamConnection*, DownstreamConnectionPtr> connections_;
-  std::unordered_map<uint64_t, std::unique_ptr<Exchange>> exchanges_;
+  HostRegistry registry_{dispatcher_};  // the live exchanges and connections, as a Worker's
   std::vector<std::unique_ptr<UpstreamPool>> pools_;
   /** One accepted connection of the loopback upstream. */
   struct UpstreamSide {
@@ -113,7 +113,6 @@ class ProxyHarness final : public DownstreamConnectionHost, public ExchangeHost 
   BufferEventPtr client_;
   std::string client_received_;
   uint64_t upstream_bytes_ = 0;
-  uint64_t next_exchange_id_ = 1;
   IdGenerator ids_{1};  // fixed seed: an input runs the same way every time
 };
 
