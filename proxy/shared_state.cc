@@ -334,8 +334,16 @@ RedisClient* SharedState::client() const {
 void SharedState::countError(std::string_view op) const { series_.errors(op).Increment(); }
 
 void SharedState::onClientState(RedisClient* client, bool up) {
-  const int down = up ? --down_count_ : ++down_count_;
-  series_.up->Set(down == 0 ? 1 : 0);
+  int down = 0;
+  {
+    // Count and gauge together: two workers coming up at once must not leave
+    // the gauge at 0 (one counted down to 1, the other to 0, and the first
+    // wrote its stale "not all up" last — seen as a test that waited 10 s
+    // for sluice_shared_state_up after "shared state is up" was logged).
+    std::lock_guard lock(up_mu_);
+    down = up ? --down_count_ : ++down_count_;
+    series_.up->Set(down == 0 ? 1 : 0);
+  }
   if (up && down == 0) {
     logInfo("sluice: shared state is up: " + config_.redis.address(),
             {{"event", "shared_state_up"}, {"redis", config_.redis.address()}});

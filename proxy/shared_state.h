@@ -104,6 +104,7 @@ class SharedState {
   std::string observe_sha_;
 
   std::vector<Loop> loops_;
+  std::mutex up_mu_;                // down_count_ and the up gauge change together
   std::atomic<int> down_count_{0};  // clients (and the subscriber) not up
 
   std::mutex mu_;  // guards circuits_ and kept_
