@@ -103,7 +103,7 @@ FilterStatus ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
       queued_ = false;
       pending_.release();
       updateGauges();
-      callbacks_->cancel(CancelReason::RateLimited, admission.retry_after);
+      reject(admission.retry_after);
       return FilterStatus::StopIteration;
     case Kind::Queued:
       if (!pending_.acquire(breaker_)) {
@@ -176,12 +176,25 @@ void ThrottleFilter::onGlobalAnswer(const GlobalQuota::Answer& answer) {
   admitted_ = false;
   if (now + wait >= callbacks_->deadline()) {
     tracker_.abandon(ticket_);
-    callbacks_->cancel(CancelReason::RateLimited, wait);
+    reject(wait);
     return;
   }
   if (apply(tracker_.deferAdmitted(ticket_, now + wait)) == FilterStatus::Continue) {
     callbacks_->continueDecoding();
   }
+}
+
+void ThrottleFilter::reject(std::chrono::milliseconds retry_after) {
+  // A request whose budget ran out while it waited (the wake-up that found it
+  // late ran before the Exchange's deadline timer in the same loop turn) ends
+  // as the budget's end, exactly as that timer would have ended it: 504
+  // budget_exhausted, not a quota verdict. Only a wait known to outlast the
+  // budget, or a full queue, is 429 rate_limited.
+  if (callbacks_->clock().now() >= callbacks_->deadline()) {
+    callbacks_->cancel(CancelReason::BudgetExhausted, std::nullopt);
+    return;
+  }
+  callbacks_->cancel(CancelReason::RateLimited, retry_after);
 }
 
 void ThrottleFilter::endFleetProbe(bool answered_without_quota) {

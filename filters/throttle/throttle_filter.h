@@ -62,6 +62,7 @@ class ThrottleFilter final : public StreamFilter {
   void onGlobalAnswer(const GlobalQuota::Answer& answer);
   void reportGlobally(const QuotaObservation& observation);
   void endFleetProbe(bool answered_without_quota);
+  void reject(std::chrono::milliseconds retry_after);
   void updateGauges();
 
   const config::RateLimitConfig& config_;

@@ -393,6 +393,23 @@ TEST_F(ThrottleFilterTest, AFullQueueSlotAnswersOverloaded) {
   EXPECT_EQ(upstream().quota->queueDepth(), 0u);
 }
 
+TEST_F(ThrottleFilterTest, AWaiterWhoseBudgetRanOutIsTheBudgetsEndNot429) {
+  // The probe is out (unknown quota): the waiter has no known wait and is only
+  // ended by its deadline. When the probe's news wakes it after that deadline
+  // (before the Exchange's own deadline timer ran), it is budget_exhausted.
+  ThrottleFilter& probe = throttle(callbacks_);
+  ASSERT_EQ(admit(probe), FilterStatus::Continue);
+  FakeFilterCallbacks waiter_callbacks(clock_);
+  waiter_callbacks.setDeadline(clock_.now() + 50ms);
+  ThrottleFilter& waiter = throttle(waiter_callbacks);
+  EXPECT_EQ(admit(waiter), FilterStatus::StopIteration);
+  clock_.advance(60ms);
+  probe.onAttemptDone(ended(AttemptOutcome::connectError()), AttemptVerdict::deliver());
+  ASSERT_EQ(waiter_callbacks.cancels.size(), 1u);
+  EXPECT_EQ(waiter_callbacks.cancels[0].first, CancelReason::BudgetExhausted);
+  waiter.onDestroy();
+}
+
 TEST_F(ThrottleFilterTest, AnExhaustedQuotaWaitsForItsResetOnATimer) {
   ThrottleFilter& probe = throttle(callbacks_);
   ASSERT_EQ(admit(probe), FilterStatus::Continue);
