@@ -13,11 +13,6 @@ namespace sluice {
 
 namespace {
 
-// Not in the catalogue (proxy/problem.h): only this codec answers it, to an
-// HTTP/1.x request line naming a version it does not serve. Not retriable.
-constexpr ProblemKind kHttpVersionNotSupported{505, "http-version-not-supported",
-                                               "HTTP version not supported", false};
-
 int hexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -407,7 +402,7 @@ int Http1ServerConnection::onHeadersComplete(http_parser* p) {
 int Http1ServerConnection::checkHead(const http_parser& p) {
   if (head_.headers.size() > limits_.max_headers) return refuseHeaderTooLarge();
   if (p.http_major != 1 || p.http_minor > 1) {
-    return refuse(kHttpVersionNotSupported,
+    return refuse(problems::kHttpVersionNotSupported,
                   "sluice serves HTTP/1.0, HTTP/1.1 and HTTP/2; the request says HTTP/" +
                       std::to_string(p.http_major) + "." + std::to_string(p.http_minor));
   }
