@@ -39,9 +39,13 @@ bool endsWith(std::string_view s, std::string_view suffix) {
 Problem makeProblem(const ProblemKind& kind, std::string detail,
                     std::optional<CancelReason> cancel_reason,
                     std::optional<std::chrono::milliseconds> retry_after) {
-  return Problem{kind.status,       std::string(kind.slug), std::string(kind.title),
-                 std::move(detail), cancel_reason,          kind.retriable,
-                 retry_after};
+  return Problem{.status = kind.status,
+                 .slug = std::string(kind.slug),
+                 .title = std::string(kind.title),
+                 .detail = std::move(detail),
+                 .cancel_reason = cancel_reason,
+                 .is_retriable = kind.retriable,
+                 .retry_after = retry_after};
 }
 
 std::string errorMessage(const Problem& p) {

@@ -53,6 +53,9 @@ inline constexpr ProblemKind kHeaderTooLarge{431, "header-too-large",
 inline constexpr ProblemKind kClientDisconnect{499, "client-disconnect", "Client disconnected",
                                                false};
 inline constexpr ProblemKind kClientStalled{499, "client-stalled", "Client stopped reading", false};
+// Only the HTTP/1.x codec answers it: a request line naming a version it does not serve.
+inline constexpr ProblemKind kHttpVersionNotSupported{505, "http-version-not-supported",
+                                                      "HTTP version not supported", false};
 // The upstream.
 inline constexpr ProblemKind kUpstreamConnectError{502, "upstream-connect-error",
                                                    "Upstream connect error", true};

@@ -13,11 +13,6 @@ namespace sluice {
 
 namespace {
 
-// Not in the catalogue (proxy/problem.h): only this codec answers it, to an
-// HTTP/1.x request line naming a version it does not serve. Not retriable.
-constexpr ProblemKind kHttpVersionNotSupported{505, "http-version-not-supported",
-                                               "HTTP version not supported", false};
-
 int hexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -199,9 +194,7 @@ void Http1ServerConnection::parseInput() {
 
 void Http1ServerConnection::resetRequestState() {
   head_ = RequestHead{};
-  field_.clear();
-  value_.clear();
-  in_value_ = false;
+  header_fields_.reset();
   header_bytes_ = 0;
   request_complete_ = false;
   response_complete_ = false;
@@ -354,35 +347,24 @@ int Http1ServerConnection::onUrl(http_parser* p, const char* at, size_t len) {
 int Http1ServerConnection::onHeaderField(http_parser* p, const char* at, size_t len) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
   if (!self->countHeaderBytes(len)) return -1;
-  if (self->in_value_) {
-    self->head_.headers.add(self->field_, self->value_);
-    self->field_.clear();
-    self->value_.clear();
-    self->in_value_ = false;
-    if (self->head_.headers.size() >= self->limits_.max_headers) {
-      return self->refuseHeaderTooLarge();
-    }
+  if (self->header_fields_.flush(self->head_.headers) &&
+      self->head_.headers.size() >= self->limits_.max_headers) {
+    return self->refuseHeaderTooLarge();
   }
-  self->field_.append(at, len);
+  self->header_fields_.appendField({at, len});
   return 0;
 }
 
 int Http1ServerConnection::onHeaderValue(http_parser* p, const char* at, size_t len) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
   if (!self->countHeaderBytes(len)) return -1;
-  self->in_value_ = true;
-  self->value_.append(at, len);
+  self->header_fields_.appendValue({at, len});
   return 0;
 }
 
 int Http1ServerConnection::onHeadersComplete(http_parser* p) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
-  if (self->in_value_) {
-    self->head_.headers.add(self->field_, self->value_);
-    self->field_.clear();
-    self->value_.clear();
-    self->in_value_ = false;
-  }
+  self->header_fields_.flush(self->head_.headers);
   if (self->checkHead(*p) != 0) return -1;
   self->chunked_request_ = (p->flags & F_CHUNKED) != 0;
   if (self->chunked_request_) self->chunk_scanner_.reset();
@@ -420,7 +402,7 @@ int Http1ServerConnection::onHeadersComplete(http_parser* p) {
 int Http1ServerConnection::checkHead(const http_parser& p) {
   if (head_.headers.size() > limits_.max_headers) return refuseHeaderTooLarge();
   if (p.http_major != 1 || p.http_minor > 1) {
-    return refuse(kHttpVersionNotSupported,
+    return refuse(problems::kHttpVersionNotSupported,
                   "sluice serves HTTP/1.0, HTTP/1.1 and HTTP/2; the request says HTTP/" +
                       std::to_string(p.http_major) + "." + std::to_string(p.http_minor));
   }

@@ -41,6 +41,7 @@
 
 #include "common/cancel_reason.h"
 #include "common/fifo.h"
+#include "common/http1_header_accumulator.h"
 #include "common/http_message.h"
 #include "common/problem.h"
 #include "proxy/dispatcher.h"
@@ -175,9 +176,7 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   http_parser parser_{};
   http_parser_settings settings_{};
   RequestHead head_;
-  std::string field_;
-  std::string value_;
-  bool in_value_ = false;
+  Http1HeaderAccumulator header_fields_;
   size_t header_bytes_ = 0;
   std::optional<Problem> refusal_;  // set by a parser callback that refuses the request
 

@@ -82,28 +82,27 @@ Http2ClientSession::Http2ClientSession(Dispatcher& dispatcher,
 Http2ClientSession::~Http2ClientSession() { close("session destroyed"); }
 
 void Http2ClientSession::init() {
-  nghttp2_session_callbacks* cbs = nullptr;
-  nghttp2_session_callbacks_new(&cbs);
-  nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, &Http2ClientSession::onBeginHeaders);
-  nghttp2_session_callbacks_set_on_header_callback(cbs, &Http2ClientSession::onHeader);
-  nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, &Http2ClientSession::onFrameRecv);
-  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, &Http2ClientSession::onDataChunk);
-  nghttp2_session_callbacks_set_on_stream_close_callback(cbs, &Http2ClientSession::onStreamClose);
-  nghttp2_option* opt = nullptr;
-  nghttp2_option_new(&opt);
-  nghttp2_option_set_no_auto_window_update(opt, 1);  // we acknowledge what the client took
-  nghttp2_session* raw = nullptr;
-  nghttp2_session_client_new2(&raw, cbs, this, opt);
-  nghttp2_option_del(opt);
-  nghttp2_session_callbacks_del(cbs);
-  session_.reset(raw);
+  const Nghttp2CallbacksPtr callbacks = newNghttp2Callbacks();
+  nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks.get(), &onBeginHeaders);
+  nghttp2_session_callbacks_set_on_header_callback(callbacks.get(), &onHeader);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks.get(), &onFrameRecv);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks.get(), &onDataChunk);
+  nghttp2_session_callbacks_set_on_stream_close_callback(callbacks.get(), &onStreamClose);
+
+  const Nghttp2OptionPtr option = newNghttp2Option();
+  // No automatic WINDOW_UPDATE: we acknowledge what the client took.
+  nghttp2_option_set_no_auto_window_update(option.get(), 1);
+
+  nghttp2_session* session = nullptr;
+  nghttp2_session_client_new2(&session, callbacks.get(), this, option.get());
+  session_.reset(session);
 
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(kStreamWindow)},
   };
-  nghttp2_submit_settings(raw, NGHTTP2_FLAG_NONE, settings, std::size(settings));
-  nghttp2_session_set_local_window_size(raw, NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
+  nghttp2_submit_settings(session_.get(), NGHTTP2_FLAG_NONE, settings, std::size(settings));
+  nghttp2_session_set_local_window_size(session_.get(), NGHTTP2_FLAG_NONE, 0, kConnectionWindow);
 
   if (bev_) {
     bufferevent_setcb(bev_.get(), &Http2ClientSession::onReadCb, &Http2ClientSession::onWriteCb,

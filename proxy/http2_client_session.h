@@ -34,6 +34,7 @@
 #include "config/config.h"
 #include "proxy/dispatcher.h"
 #include "proxy/event_util.h"
+#include "proxy/nghttp2_util.h"
 #include "proxy/upstream_stream.h"
 
 namespace sluice {
@@ -113,9 +114,6 @@ class Http2ClientSession final : public DeferredDeletable {
 
  private:
   friend class Http2ClientStream;
-  struct SessionDeleter {
-    void operator()(nghttp2_session* s) const { nghttp2_session_del(s); }
-  };
 
   void init();
   void submit(Http2ClientStream& stream, const RequestHead& head);
@@ -160,7 +158,7 @@ class Http2ClientSession final : public DeferredDeletable {
   const config::UpstreamConfig& upstream_;
   UpstreamPool& pool_;
   BufferEventPtr bev_;
-  std::unique_ptr<nghttp2_session, SessionDeleter> session_;
+  Nghttp2SessionPtr session_;
   std::unordered_map<Http2ClientStream*, std::unique_ptr<Http2ClientStream>> streams_;
   Timer ping_timer_;
   bool ping_outstanding_ = false;

@@ -12,13 +12,6 @@ namespace sluice {
 
 namespace {
 
-struct CallbacksDeleter {
-  void operator()(nghttp2_session_callbacks* c) const { nghttp2_session_callbacks_del(c); }
-};
-struct OptionDeleter {
-  void operator()(nghttp2_option* o) const { nghttp2_option_del(o); }
-};
-
 /**
  * HPACK bomb bound: a header list is decoded past its limit only to answer
  * 431, and only up to this multiple of the limit (bytes as RFC 9113 counts
@@ -265,9 +258,7 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
   client_info_.address = peer_address_;
   client_info_.tls = tls;
 
-  nghttp2_session_callbacks* raw_callbacks = nullptr;
-  nghttp2_session_callbacks_new(&raw_callbacks);
-  std::unique_ptr<nghttp2_session_callbacks, CallbacksDeleter> callbacks(raw_callbacks);
+  const Nghttp2CallbacksPtr callbacks = newNghttp2Callbacks();
   nghttp2_session_callbacks_set_on_begin_frame_callback(callbacks.get(), &onBeginFrame);
   nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks.get(), &onBeginHeaders);
   nghttp2_session_callbacks_set_on_header_callback(callbacks.get(), &onHeader);
@@ -276,9 +267,7 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
   nghttp2_session_callbacks_set_on_frame_send_callback(callbacks.get(), &onFrameSend);
   nghttp2_session_callbacks_set_on_stream_close_callback(callbacks.get(), &onStreamClose);
 
-  nghttp2_option* raw_option = nullptr;
-  nghttp2_option_new(&raw_option);
-  std::unique_ptr<nghttp2_option, OptionDeleter> option(raw_option);
+  const Nghttp2OptionPtr option = newNghttp2Option();
   // Request body windows are acknowledged by hand (onDataChunkRecv): a
   // streamed upload whose upstream is slow holds its stream's window.
   nghttp2_option_set_no_auto_window_update(option.get(), 1);

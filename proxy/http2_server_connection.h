@@ -53,6 +53,7 @@
 
 #include "proxy/downstream_connection.h"
 #include "proxy/event_util.h"
+#include "proxy/nghttp2_util.h"
 #include "proxy/send_stall_watch.h"
 
 namespace sluice {
@@ -112,11 +113,6 @@ class Http2ServerConnection final : public DownstreamConnection {
   class Stream;
   friend class Stream;
 
-  struct SessionDeleter {
-    void operator()(nghttp2_session* s) const { nghttp2_session_del(s); }
-  };
-  using SessionPtr = std::unique_ptr<nghttp2_session, SessionDeleter>;
-
   // libevent
   static void onReadCb(bufferevent*, void* arg);
   static void onWriteCb(bufferevent*, void* arg);
@@ -170,7 +166,7 @@ class Http2ServerConnection final : public DownstreamConnection {
   EventPtr process_event_;
   Timer idle_timer_;
   MonotonicTime idle_since_{};
-  SessionPtr session_;
+  Nghttp2SessionPtr session_;
   SendStallWatch send_watch_;
   std::string peer_address_;
   ClientInfo client_info_;

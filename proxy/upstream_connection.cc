@@ -399,31 +399,19 @@ int UpstreamConnection::onStatus(http_parser*, const char*, size_t) { return 0; 
 
 int UpstreamConnection::onHeaderField(http_parser* p, const char* at, size_t len) {
   auto* self = static_cast<UpstreamConnection*>(p->data);
-  if (self->in_value_) {
-    self->head_.headers.add(self->field_, self->value_);
-    self->field_.clear();
-    self->value_.clear();
-    self->in_value_ = false;
-  }
-  self->field_.append(at, len);
+  self->header_fields_.onField({at, len}, self->head_.headers);
   return 0;
 }
 
 int UpstreamConnection::onHeaderValue(http_parser* p, const char* at, size_t len) {
   auto* self = static_cast<UpstreamConnection*>(p->data);
-  self->in_value_ = true;
-  self->value_.append(at, len);
+  self->header_fields_.appendValue({at, len});
   return 0;
 }
 
 int UpstreamConnection::onHeadersComplete(http_parser* p) {
   auto* self = static_cast<UpstreamConnection*>(p->data);
-  if (self->in_value_) {
-    self->head_.headers.add(self->field_, self->value_);
-    self->field_.clear();
-    self->value_.clear();
-    self->in_value_ = false;
-  }
+  self->header_fields_.flush(self->head_.headers);
   self->head_.status = static_cast<int>(p->status_code);
   if (p->status_code == 101) {
     // sluice never forwards an upgrade offer (Upgrade is hop-by-hop), so a

@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/http1_header_accumulator.h"
 #include "common/http_message.h"
 #include "config/config.h"
 #include "proxy/dispatcher.h"
@@ -136,9 +137,7 @@ class UpstreamConnection : public DeferredDeletable, public UpstreamStream {
   http_parser parser_{};
   http_parser_settings settings_{};
   ResponseHead head_;
-  std::string field_;
-  std::string value_;
-  bool in_value_ = false;
+  Http1HeaderAccumulator header_fields_;
   bool head_request_ = false;  // the response to HEAD has no body
   bool interim_ = false;       // parsing a 1xx response
   bool awaiting_response_ = false;

@@ -237,7 +237,9 @@ std::optional<Quota> ietfRateLimit(const HeaderMap& h, const Clock& clock) {
       const std::string key = toLower(trimOws(std::string_view(m.item).substr(0, eq)));
       const std::string_view value = trimOws(std::string_view(m.item).substr(eq + 1));
       if (key == "remaining") {
-        if (auto r = parseQuotaCount(value)) q = Quota{-1, *r, std::nullopt};
+        if (auto r = parseQuotaCount(value)) {
+          q = Quota{.limit = -1, .remaining = *r, .reset_at = std::nullopt};
+        }
       } else if (key == "limit") {
         limit = parseQuotaCount(value).value_or(-1);
       } else if (key == "reset") {
@@ -509,8 +511,10 @@ void applyRetryAfter(QuotaObservation& observation, int status, const HeaderMap&
   const auto wait = parseRetryAfter(headers, clock.systemNow());
   if (!wait) return;
   const MonotonicTime until = afterWait(clock, *wait);
-  Quota& q = observation.requests ? *observation.requests
-                                  : observation.requests.emplace(Quota{-1, 0, std::nullopt});
+  if (!observation.requests) {
+    observation.requests = Quota{.limit = -1, .remaining = 0, .reset_at = std::nullopt};
+  }
+  Quota& q = *observation.requests;
   const bool keep_later = q.remaining == 0 && q.reset_at && *q.reset_at > until;
   q.remaining = 0;
   if (!keep_later) q.reset_at = until;

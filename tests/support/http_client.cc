@@ -162,31 +162,19 @@ int TestConnection::onStatus(http_parser*, const char*, size_t) { return 0; }
 
 int TestConnection::onHeaderField(http_parser* p, const char* at, size_t len) {
   auto* self = static_cast<TestConnection*>(p->data);
-  if (self->in_value_) {
-    self->current_.headers.add(self->field_, self->value_);
-    self->field_.clear();
-    self->value_.clear();
-    self->in_value_ = false;
-  }
-  self->field_.append(at, len);
+  self->header_fields_.onField({at, len}, self->current_.headers);
   return 0;
 }
 
 int TestConnection::onHeaderValue(http_parser* p, const char* at, size_t len) {
   auto* self = static_cast<TestConnection*>(p->data);
-  self->in_value_ = true;
-  self->value_.append(at, len);
+  self->header_fields_.appendValue({at, len});
   return 0;
 }
 
 int TestConnection::onHeadersComplete(http_parser* p) {
   auto* self = static_cast<TestConnection*>(p->data);
-  if (self->in_value_) {
-    self->current_.headers.add(self->field_, self->value_);
-    self->field_.clear();
-    self->value_.clear();
-    self->in_value_ = false;
-  }
+  self->header_fields_.flush(self->current_.headers);
   self->current_.status = static_cast<int>(p->status_code);
   return 0;
 }

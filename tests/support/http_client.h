@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/http1_header_accumulator.h"
 #include "common/http_headers.h"
 
 namespace sluice::test {
@@ -99,8 +100,7 @@ class TestConnection {
   TestResponse current_;
   std::vector<TestResponse> completed_;
   size_t responses_returned_ = 0;  // readResponse() hands them out in order
-  std::string field_, value_;
-  bool in_value_ = false;
+  Http1HeaderAccumulator header_fields_;
   bool peer_closed_ = false;
   std::string raw_;
 };

@@ -162,9 +162,7 @@ const http_parser_settings& Http1Connection::parserSettings() {
 int Http1Connection::onMessageBegin(http_parser* p) {
   Http1Connection* c = self(p);
   c->parsing_ = Request();
-  c->header_name_.clear();
-  c->header_value_.clear();
-  c->in_header_value_ = false;
+  c->header_fields_.reset();
   return 0;
 }
 
@@ -174,36 +172,29 @@ int Http1Connection::onUrl(http_parser* p, const char* at, size_t len) {
 }
 
 void Http1Connection::flushPendingHeader() {
-  if (header_name_.empty()) return;
-  while (!header_value_.empty() && (header_value_.back() == ' ' || header_value_.back() == '\t')) {
-    header_value_.pop_back();
-  }
-  parsing_.headers.emplace_back(std::move(header_name_), std::move(header_value_));
-  header_name_.clear();
-  header_value_.clear();
+  header_fields_.flush([this](std::string& name, std::string& value) {
+    if (name.empty()) return;
+    for (char& ch : name) ch = lowerAscii(ch);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.pop_back();
+    parsing_.headers.emplace_back(std::move(name), std::move(value));
+  });
 }
 
 int Http1Connection::onHeaderField(http_parser* p, const char* at, size_t len) {
   Http1Connection* c = self(p);
-  if (c->in_header_value_) {
-    c->flushPendingHeader();
-    c->in_header_value_ = false;
-  }
-  for (size_t i = 0; i < len; ++i) c->header_name_ += lowerAscii(at[i]);
+  c->flushPendingHeader();
+  c->header_fields_.appendField({at, len});
   return 0;
 }
 
 int Http1Connection::onHeaderValue(http_parser* p, const char* at, size_t len) {
-  Http1Connection* c = self(p);
-  c->in_header_value_ = true;
-  c->header_value_.append(at, len);
+  self(p)->header_fields_.appendValue({at, len});
   return 0;
 }
 
 int Http1Connection::onHeadersComplete(http_parser* p) {
   Http1Connection* c = self(p);
   c->flushPendingHeader();
-  c->in_header_value_ = false;
   Request& r = c->parsing_;
   r.method = http_method_str(static_cast<http_method>(p->method));
   r.http10 = p->http_major == 1 && p->http_minor == 0;

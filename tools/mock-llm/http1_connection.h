@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/http1_header_accumulator.h"
 #include "tools/mock-llm/connection.h"
 #include "tools/mock-llm/response_player.h"
 #include "tools/mock-llm/router.h"
@@ -91,6 +92,7 @@ class Http1Connection final : public Connection, private ResponseSink {
   bool parse(const char* data, size_t len);
   void onWrite();
   void onTimer();
+  // Adds the pair http-parser finished, if any: name lower-cased, trailing OWS off the value.
   void flushPendingHeader();
 
   void maybeStartNext();
@@ -113,9 +115,7 @@ class Http1Connection final : public Connection, private ResponseSink {
 
   http_parser parser_;
   Request parsing_;
-  std::string header_name_;
-  std::string header_value_;
-  bool in_header_value_ = false;
+  sluice::Http1HeaderAccumulator header_fields_;
   bool parse_failed_ = false;
   bool overflow_ = false;
 
