@@ -11,9 +11,10 @@ namespace sluice {
 
 namespace {
 
-// The fleet's quota is spent and nobody knows its reset yet (a refill was
-// assumed, no report since): ask again this soon. Only each replica's queue
-// head asks, so a key costs a few Redis calls per second while it waits.
+// The fleet's quota is spent and nobody knows its reset yet (its probe is
+// out, or a refill was assumed with no report since): ask again this soon.
+// Each request held so asks on its own, so a key costs a few Redis calls per
+// second per waiting request, and only while no reset is known.
 constexpr std::chrono::milliseconds kGlobalQuotaPoll{250};
 
 constexpr std::array<std::string_view, 3> kOutputCapFields = {"max_tokens", "max_completion_tokens",
