@@ -93,22 +93,28 @@ struct AttemptEnd {
   std::optional<CancelReason> cancel_reason;
   /** `finish` mode after the client left: the response was drained and discarded. */
   bool finish_draining = false;
+  /**
+   * False when the attempt never went upstream: a filter refused it before
+   * it was sent and the request moved to a fallback upstream
+   * (FilterCallbacks::refuseAttempt). Nothing was billed for it.
+   */
+  bool sent = true;
 };
 
 /**
- * Where the next attempt goes. Only SameUpstream is acted on today; endpoint
- * choice and fallback upstreams (issue "endpoints and fallback", DESIGN §5)
- * fill in the other kinds, routed by Exchange::startAttempt().
+ * Where the next attempt goes (DESIGN §5), routed by Exchange::startAttempt().
+ * Any attempt to the same upstream prefers another endpoint than the one the
+ * last attempt failed on, when one is available.
  */
 struct AttemptTarget {
   enum class Kind {
-    SameUpstream,     // the route's upstream, as the failed attempt
-    AnotherEndpoint,  // the same upstream, preferring another endpoint than the one that failed
-    NextFallback,     // the next upstream of the route's fallback chain
+    SameUpstream,  // the upstream of the failed attempt (another endpoint of it if one is up)
+    NextFallback,  // the next upstream of the route's fallback chain
   };
   Kind kind = Kind::SameUpstream;
 
   static constexpr AttemptTarget sameUpstream() { return {Kind::SameUpstream}; }
+  static constexpr AttemptTarget nextFallback() { return {Kind::NextFallback}; }
   friend bool operator==(const AttemptTarget&, const AttemptTarget&) = default;
 };
 

@@ -135,6 +135,16 @@ Metrics::Metrics()
                           .Name("sluice_active_requests")
                           .Help("Requests in flight.")
                           .Register(*registry_)),
+      fallbacks_total(BuildCounter()
+                          .Name("sluice_fallbacks_total")
+                          .Help("Requests moved to the next upstream of their route's fallback "
+                                "chain, by cause.")
+                          .Register(*registry_)),
+      endpoint_circuit_state(BuildGauge()
+                                 .Name("sluice_endpoint_circuit_state")
+                                 .Help("Circuit breaker state per endpoint: 0 closed, 1 open, 2 "
+                                       "half-open.")
+                                 .Register(*registry_)),
       time_to_first_byte(
           BuildHistogram()
               .Name("sluice_time_to_first_byte_seconds")
@@ -278,7 +288,7 @@ prometheus::Counter& RouteMetrics::requests(int code) {
 }
 
 prometheus::Counter& RouteMetrics::lookup(prometheus::Family<prometheus::Counter>& family,
-                                          const prometheus::Labels& extra) {
+                                          const prometheus::Labels& extra, bool with_upstream) {
   std::string key = std::to_string(reinterpret_cast<uintptr_t>(&family));
   for (const auto& [k, v] : extra) key += "\x1f" + k + "=" + v;
   std::lock_guard<std::mutex> lock(mu_);
@@ -286,7 +296,7 @@ prometheus::Counter& RouteMetrics::lookup(prometheus::Family<prometheus::Counter
   if (it != lazy_.end()) return *it->second;
   prometheus::Labels labels = extra;
   labels["route"] = route_;
-  labels["upstream"] = upstream_;
+  if (with_upstream) labels["upstream"] = upstream_;
   auto* c = &family.Add(labels);
   lazy_.emplace(std::move(key), c);
   return *c;
@@ -294,6 +304,12 @@ prometheus::Counter& RouteMetrics::lookup(prometheus::Family<prometheus::Counter
 
 prometheus::Counter& RouteMetrics::retries(const std::string& cause) {
   return lookup(metrics_.retries_total, {{"cause", cause}});
+}
+
+prometheus::Counter& RouteMetrics::fallbacks(const std::string& from, const std::string& to,
+                                             const std::string& cause) {
+  return lookup(metrics_.fallbacks_total, {{"from", from}, {"to", to}, {"cause", cause}},
+                /*with_upstream=*/false);
 }
 
 RouteMetrics::ModelSeries* RouteMetrics::modelSeries(const std::string& model) {

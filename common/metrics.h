@@ -110,6 +110,13 @@ class RouteMetrics {
   }
   /** sluice_retries_total{route,upstream,cause}. */
   prometheus::Counter& retries(const std::string& cause);
+  /**
+   * sluice_fallbacks_total{route,from,to,cause} (DESIGN §5): one spill-over
+   * from upstream `from` to `to`. Bounded: upstream pairs of the route's
+   * chain times a handful of causes.
+   */
+  prometheus::Counter& fallbacks(const std::string& from, const std::string& to,
+                                 const std::string& cause);
   /** sluice_tokens_total{route,upstream,model,kind,disposition}; kind ∈ input, output. */
   prometheus::Counter& tokens(const std::string& model, bool output, Disposition d);
   /** sluice_spend_usd_total{route,upstream,model,disposition}. */
@@ -119,7 +126,7 @@ class RouteMetrics {
 
  private:
   prometheus::Counter& lookup(prometheus::Family<prometheus::Counter>& family,
-                              const prometheus::Labels& extra);
+                              const prometheus::Labels& extra, bool with_upstream = true);
 
   /**
    * The spend/token series of one `model` label, resolved on first use and
@@ -186,6 +193,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& spend_usd_total;
   prometheus::Family<prometheus::Counter>& leaked_spend_usd_total;
   prometheus::Family<prometheus::Gauge>& active_requests;
+  prometheus::Family<prometheus::Counter>& fallbacks_total;
+  prometheus::Family<prometheus::Gauge>& endpoint_circuit_state;
   prometheus::Family<prometheus::Histogram>& time_to_first_byte;
   prometheus::Family<prometheus::Gauge>& build_info;
   // Not in DESIGN §4 (README "Operating sluice"): config reloads by result.

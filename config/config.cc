@@ -32,4 +32,8 @@ std::string UpstreamUrl::authority() const {
   return out;
 }
 
+std::string UpstreamUrl::hostPort() const {
+  return hostForAuthority(host) + ":" + std::to_string(port);
+}
+
 }  // namespace sluice::config

@@ -108,13 +108,26 @@ struct UpstreamUrl {
   bool isTls() const { return scheme == Scheme::Https; }
   /** The Host header value: host, plus ":port" when not the scheme's default. */
   std::string authority() const;
+  /** host:port, the port always written ("[::1]:8080"): an endpoint's default name. */
+  std::string hostPort() const;
+};
+
+/**
+ * One of an upstream's `endpoints` (DESIGN §5): where the one API is
+ * reachable. `url: X` on the upstream is the shorthand for one endpoint.
+ */
+struct EndpointConfig {
+  std::string name;  // the metric label and access log `endpoint`; default host:port of url
+  UpstreamUrl url;
+  std::string raw_url;
+  uint32_t weight = 1;    // share of requests among endpoints of the same priority (1..1000)
+  uint32_t priority = 0;  // 0 first; a higher level only while no lower one is available
 };
 
 /** One `upstreams[]` entry. */
 struct UpstreamConfig {
   std::string name;
-  UpstreamUrl url;
-  std::string raw_url;
+  std::vector<EndpointConfig> endpoints;  // at least one; `url:` = one, named host:port
   Duration connect_timeout = std::chrono::seconds(2);
   Http2Mode http2 = Http2Mode::Auto;
   UpstreamTlsConfig tls;
@@ -128,7 +141,36 @@ struct UpstreamConfig {
 struct RouteMatch {
   std::string path_prefix = "/";
   std::vector<std::string> methods;  // upper-case
+  // A shell glob on the JSON body's top-level "model"; "" = any request. A
+  // route with a model glob is matched once the body is in (DESIGN §5).
+  std::string model;
 };
+
+/** One `routes[].fallback` entry: the next upstream to try once the current one cannot serve. */
+struct FallbackTarget {
+  std::string upstream;
+  size_t upstream_index = 0;  // into Config::upstreams
+  std::string model;          // "" = keep the request's model; else rewrite the body's "model"
+};
+
+/**
+ * `routes[].fallback_on`: the endings that move a request to the next
+ * fallback upstream. `outcomes` names attempt results (as `retry.on`); the
+ * three flags the refusals that happen before anything is sent.
+ */
+struct FallbackOn {
+  OutcomeSet outcomes{{429}, false, true, true, true, true};
+  bool circuit_open = true;
+  bool rate_limited = true;
+  bool overloaded = true;
+};
+
+/**
+ * `routes[].fallback_wait`: when the current upstream's quota is spent but
+ * frees up within the budget, `prefer` waits for it and `avoid` spills over
+ * to the next fallback at once (a contract addition, DESIGN §5).
+ */
+enum class FallbackWait { Prefer, Avoid };
 
 /** `routes[].budget`. */
 struct BudgetConfig {
@@ -171,6 +213,9 @@ struct RouteConfig {
   Duration idle_timeout = std::chrono::seconds(30);
   ClientDisconnectMode on_client_disconnect = ClientDisconnectMode::Cancel;
   Duration finish_grace = std::chrono::seconds(30);
+  std::vector<FallbackTarget> fallback;  // tried in order once the primary cannot serve
+  FallbackOn fallback_on;
+  FallbackWait fallback_wait = FallbackWait::Prefer;
 };
 
 /** One `pricing[]` entry: USD per million tokens for models matching a glob. */

@@ -1,7 +1,8 @@
-// Decodes `routes[]`: name, match (path_prefix, methods), upstream, budget,
-// retry and the per-route timeouts.
+// Decodes `routes[]`: name, match (path_prefix, methods, model), upstream,
+// fallback, budget, retry and the per-route timeouts.
 
 #include <algorithm>
+#include <set>
 
 #include "config/sections.h"
 
@@ -10,6 +11,7 @@ namespace sluice::config::detail {
 RouteConfig Decoder::route(const Field& f) {
   RouteConfig r;
   std::optional<Field> name_field, upstream_field, prefix_field;
+  std::vector<Field> fallback_fields;
   decodeMap(
       f,
       {
@@ -35,6 +37,13 @@ RouteConfig Decoder::route(const Field& f) {
                                                  {"finish", ClientDisconnectMode::Finish}});
            }},
           {"finish_grace", [&](const Field& v) { r.finish_grace = duration(v, true); }},
+          {"fallback", [&](const Field& v) { r.fallback = fallback(v, fallback_fields); }},
+          {"fallback_on", [&](const Field& v) { r.fallback_on = fallbackOn(v); }},
+          {"fallback_wait",
+           [&](const Field& v) {
+             r.fallback_wait = oneOf<FallbackWait>(
+                 v, {{"prefer", FallbackWait::Prefer}, {"avoid", FallbackWait::Avoid}});
+           }},
       },
       {"name", "match", "upstream"});
   const auto [it, inserted] = route_lines_.emplace(r.name, name_field->mark.line + 1);
@@ -44,7 +53,60 @@ RouteConfig Decoder::route(const Field& f) {
   }
   route_upstream_fields_.push_back(*upstream_field);
   route_prefix_fields_.push_back(prefix_field);
+  route_fallback_fields_.push_back(std::move(fallback_fields));
   return r;
+}
+
+std::vector<FallbackTarget> Decoder::fallback(const Field& f, std::vector<Field>& upstream_fields) {
+  std::vector<FallbackTarget> out;
+  for (const Field& item : items(f)) {
+    FallbackTarget t;
+    decodeMap(item,
+              {
+                  {"upstream",
+                   [&](const Field& v) {
+                     t.upstream = nonEmptyString(v);
+                     upstream_fields.push_back(v);
+                   }},
+                  {"model",
+                   [&](const Field& v) {
+                     t.model = nonEmptyString(v);
+                     for (const char c : t.model) {
+                       if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) {
+                         fail(v,
+                              "a model name must not contain quotes, backslashes or control "
+                              "characters");
+                       }
+                     }
+                   }},
+              },
+              {"upstream"});
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+FallbackOn Decoder::fallbackOn(const Field& f) {
+  FallbackOn on;
+  on.circuit_open = on.rate_limited = on.overloaded = false;
+  on.outcomes = OutcomeSet{};
+  std::set<std::string> seen;
+  for (const Field& item : items(f)) {
+    const std::string s = scalar(item, "a status code, outcome or refusal name");
+    if (!seen.insert(s).second) fail(item, "duplicate entry " + inQuotes(s));
+    if (s == "circuit_open") {
+      on.circuit_open = true;
+    } else if (s == "rate_limited") {
+      on.rate_limited = true;
+    } else if (s == "overloaded") {
+      on.overloaded = true;
+    } else if (!outcome(item, s, on.outcomes)) {
+      fail(item, "unknown cause " + inQuotes(s) +
+                     " (expected circuit_open, rate_limited, overloaded, a status code 100..599, "
+                     "4xx, 5xx, connect_error, reset or timeout)");
+    }
+  }
+  return on;
 }
 
 RouteMatch Decoder::routeMatch(const Field& f, std::optional<Field>& prefix_field) {
@@ -74,6 +136,7 @@ RouteMatch Decoder::routeMatch(const Field& f, std::optional<Field>& prefix_fiel
                      m.methods.push_back(method);
                    }
                  }},
+                {"model", [&](const Field& v) { m.model = nonEmptyString(v); }},
             });
   return m;
 }

@@ -1,6 +1,7 @@
-// Decodes `upstreams[]`: name, url, timeouts, http2, tls, static headers,
-// rate_limit and circuit_breaker.
+// Decodes `upstreams[]`: name, url or endpoints, timeouts, http2, tls,
+// static headers, rate_limit and circuit_breaker.
 
+#include <map>
 #include <set>
 
 #include "common/http_headers.h"
@@ -10,7 +11,7 @@ namespace sluice::config::detail {
 
 UpstreamConfig Decoder::upstream(const Field& f) {
   UpstreamConfig u;
-  std::optional<Field> name_field;
+  std::optional<Field> name_field, url_field, endpoints_field;
   decodeMap(
       f,
       {
@@ -21,11 +22,16 @@ UpstreamConfig Decoder::upstream(const Field& f) {
            }},
           {"url",
            [&](const Field& v) {
-             u.raw_url = scalar(v, "a URL");
-             std::string why;
-             const std::optional<UpstreamUrl> url = parseUpstreamUrl(u.raw_url, &why);
-             if (!url) fail(v, why);
-             u.url = *url;
+             url_field.emplace(v);
+             EndpointConfig e;
+             endpointUrl(v, e);
+             e.name = e.url.hostPort();
+             u.endpoints.push_back(std::move(e));
+           }},
+          {"endpoints",
+           [&](const Field& v) {
+             endpoints_field.emplace(v);
+             u.endpoints = endpoints(v);
            }},
           {"connect_timeout", [&](const Field& v) { u.connect_timeout = duration(v, false); }},
           {"http2",
@@ -47,7 +53,13 @@ UpstreamConfig Decoder::upstream(const Field& f) {
           {"rate_limit", [&](const Field& v) { u.rate_limit = rateLimit(v); }},
           {"circuit_breaker", [&](const Field& v) { u.circuit_breaker = circuitBreaker(v); }},
       },
-      {"name", "url"});
+      {"name"});
+  if (url_field && endpoints_field) {
+    fail(*endpoints_field, "give either `url` (one endpoint) or `endpoints`, not both");
+  }
+  if (!url_field && !endpoints_field) {
+    fail(f.mark, childPath(f.path, "url"), "required key is missing (or give `endpoints`)");
+  }
   const int line = name_field->mark.line + 1;
   const auto [it, inserted] = upstream_lines_.emplace(u.name, line);
   if (!inserted) {
@@ -55,6 +67,47 @@ UpstreamConfig Decoder::upstream(const Field& f) {
                           std::to_string(it->second) + ")");
   }
   return u;
+}
+
+void Decoder::endpointUrl(const Field& f, EndpointConfig& e) {
+  e.raw_url = scalar(f, "a URL");
+  std::string why;
+  const std::optional<UpstreamUrl> url = parseUpstreamUrl(e.raw_url, &why);
+  if (!url) fail(f, why);
+  e.url = *url;
+}
+
+std::vector<EndpointConfig> Decoder::endpoints(const Field& f) {
+  std::vector<EndpointConfig> out;
+  std::map<std::string, int> lines;  // name -> line, for the duplicate message
+  const std::vector<Field> list = items(f);
+  if (list.empty()) fail(f, "must list at least one endpoint");
+  for (const Field& item : list) {
+    EndpointConfig e;
+    std::optional<Field> name_field;
+    decodeMap(item,
+              {
+                  {"name",
+                   [&](const Field& v) {
+                     e.name = labelName(v);
+                     name_field.emplace(v);
+                   }},
+                  {"url", [&](const Field& v) { endpointUrl(v, e); }},
+                  {"weight", [&](const Field& v) { e.weight = u32Max(v, 1, 1000); }},
+                  {"priority", [&](const Field& v) { e.priority = u32Max(v, 0, 100); }},
+              },
+              {"url"});
+    if (e.name.empty()) e.name = e.url.hostPort();
+    const int line = (name_field ? name_field->mark : item.mark).line + 1;
+    const auto [it, inserted] = lines.emplace(e.name, line);
+    if (!inserted) {
+      fail(name_field ? *name_field : item,
+           "duplicate endpoint name " + inQuotes(e.name) + " (first at line " +
+               std::to_string(it->second) + "; two endpoints with one url need distinct names)");
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
 }
 
 void Decoder::headers(const Field& f, UpstreamConfig& u) {

@@ -212,27 +212,34 @@ OutcomeSet FieldReader::outcomes(const Field& f) {
   for (const Field& item : items(f)) {
     const std::string s = scalar(item, "a status code or outcome name");
     if (!seen.insert(s).second) fail(item, "duplicate entry " + inQuotes(s));
-    if (!s.empty() && std::all_of(s.begin(), s.end(), isDigit)) {
-      const std::optional<int64_t> code = parseInt64(s);
-      if (!code || *code < 100 || *code > 599) fail(item, "status code must be 100..599");
-      set.statuses.push_back(static_cast<int>(*code));
-    } else if (s == "4xx") {
-      set.any_4xx = true;
-    } else if (s == "5xx") {
-      set.any_5xx = true;
-    } else if (s == "connect_error") {
-      set.connect_error = true;
-    } else if (s == "reset") {
-      set.reset = true;
-    } else if (s == "timeout") {
-      set.timeout = true;
-    } else {
+    if (!outcome(item, s, set)) {
       fail(item,
            "unknown outcome " + inQuotes(s) +
                " (expected a status code 100..599, 4xx, 5xx, connect_error, reset or timeout)");
     }
   }
   return set;
+}
+
+bool FieldReader::outcome(const Field& item, const std::string& s, OutcomeSet& set) {
+  if (!s.empty() && std::all_of(s.begin(), s.end(), isDigit)) {
+    const std::optional<int64_t> code = parseInt64(s);
+    if (!code || *code < 100 || *code > 599) fail(item, "status code must be 100..599");
+    set.statuses.push_back(static_cast<int>(*code));
+  } else if (s == "4xx") {
+    set.any_4xx = true;
+  } else if (s == "5xx") {
+    set.any_5xx = true;
+  } else if (s == "connect_error") {
+    set.connect_error = true;
+  } else if (s == "reset") {
+    set.reset = true;
+  } else if (s == "timeout") {
+    set.timeout = true;
+  } else {
+    return false;
+  }
+  return true;
 }
 
 void FieldReader::requireOrdered(Duration first, Duration second,

@@ -134,6 +134,8 @@ class FieldReader {
 
   /** An outcome list (`retry.on`, `circuit_breaker.failure_on`): status codes and names. */
   OutcomeSet outcomes(const Field& f);
+  /** Adds one `outcomes` entry `s` (read from `item`) to `set`; false when `s` names none. */
+  bool outcome(const Field& item, const std::string& s, OutcomeSet& set);
 
   /** Fails at whichever of two related fields was written when `first` > `second`. */
   void requireOrdered(Duration first, Duration second, const std::optional<Field>& first_field,

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -89,19 +90,33 @@ Config Decoder::decode(const YAML::Node& root) {
                     "; set admin to another address");
   }
 
-  // Resolve route -> upstream now that every upstream is known, wherever it was written.
-  for (size_t i = 0; i < c.routes.size(); ++i) {
-    RouteConfig& r = c.routes[i];
+  // Resolve route -> upstream (and its fallbacks) now that every upstream is
+  // known, wherever it was written.
+  const auto resolve = [&](const std::string& name, const Field& field) {
     const auto it = std::find_if(c.upstreams.begin(), c.upstreams.end(),
-                                 [&](const UpstreamConfig& u) { return u.name == r.upstream; });
+                                 [&](const UpstreamConfig& u) { return u.name == name; });
     if (it == c.upstreams.end()) {
       std::string defined;
       for (const UpstreamConfig& u : c.upstreams) defined += (defined.empty() ? "" : ", ") + u.name;
-      fail(route_upstream_fields_[i],
-           "unknown upstream " + inQuotes(r.upstream) +
+      fail(field,
+           "unknown upstream " + inQuotes(name) +
                (defined.empty() ? " (no upstreams are defined)" : " (defined: " + defined + ")"));
     }
-    r.upstream_index = static_cast<size_t>(it - c.upstreams.begin());
+    return static_cast<size_t>(it - c.upstreams.begin());
+  };
+  for (size_t i = 0; i < c.routes.size(); ++i) {
+    RouteConfig& r = c.routes[i];
+    r.upstream_index = resolve(r.upstream, route_upstream_fields_[i]);
+    std::set<size_t> chain{r.upstream_index};
+    for (size_t k = 0; k < r.fallback.size(); ++k) {
+      const Field& field = route_fallback_fields_[i][k];
+      r.fallback[k].upstream_index = resolve(r.fallback[k].upstream, field);
+      if (!chain.insert(r.fallback[k].upstream_index).second) {
+        fail(field, "upstream " + inQuotes(r.fallback[k].upstream) +
+                        " is already in this route's chain (the route's upstream or an earlier "
+                        "fallback)");
+      }
+    }
     warnIfPathDoubles(c, i);
   }
   c.warnings = std::move(warnings_);
@@ -118,17 +133,21 @@ void Decoder::warnIfPathDoubles(const Config& c, size_t route_index) {
     const size_t end = path.find('/', 1);
     return path.substr(0, end == std::string_view::npos ? path.size() : end);
   };
-  const std::string_view segment = firstSegment(u.url.path_prefix);
   const std::optional<Field>& prefix_field = route_prefix_fields_[route_index];
-  if (segment.size() < 2 || !prefix_field || firstSegment(r.match.path_prefix) != segment) return;
-  const std::string& example = r.match.path_prefix;
-  warnings_.push_back(errorAt(prefix_field->mark, prefix_field->path,
-                              "upstream " + inQuotes(u.name) + "'s url path " +
-                                  inQuotes(u.url.path_prefix) +
-                                  " is prepended to every request path, so a request for " +
-                                  example + " goes upstream as " + u.url.path_prefix + example +
-                                  " (drop the path from the url, or leave it out of the route)")
-                          .toString());
+  if (!prefix_field) return;
+  for (const EndpointConfig& e : u.endpoints) {
+    const std::string_view segment = firstSegment(e.url.path_prefix);
+    if (segment.size() < 2 || firstSegment(r.match.path_prefix) != segment) continue;
+    const std::string& example = r.match.path_prefix;
+    warnings_.push_back(errorAt(prefix_field->mark, prefix_field->path,
+                                "upstream " + inQuotes(u.name) + "'s url path " +
+                                    inQuotes(e.url.path_prefix) +
+                                    " is prepended to every request path, so a request for " +
+                                    example + " goes upstream as " + e.url.path_prefix + example +
+                                    " (drop the path from the url, or leave it out of the route)")
+                            .toString());
+    return;  // one warning per route
+  }
 }
 
 }  // namespace detail

@@ -40,6 +40,23 @@ json listenerToJson(const ListenerConfig& l) {
   return {{"address", l.address.toString()}, {"tls", tls}};
 }
 
+json endpointsToJson(const std::vector<EndpointConfig>& endpoints) {
+  json out = json::array();
+  for (const EndpointConfig& e : endpoints) {
+    out.push_back(
+        {{"name", e.name}, {"url", e.raw_url}, {"weight", e.weight}, {"priority", e.priority}});
+  }
+  return out;
+}
+
+json fallbackOnToJson(const FallbackOn& on) {
+  json out = outcomeSetToJson(on.outcomes);
+  if (on.circuit_open) out.insert(out.begin(), "circuit_open");
+  if (on.rate_limited) out.push_back("rate_limited");
+  if (on.overloaded) out.push_back("overloaded");
+  return out;
+}
+
 json upstreamToJson(const UpstreamConfig& u) {
   json headers = json::object();
   for (const auto& [name, value] : u.headers) headers[name] = "<redacted>";  // they hold API keys
@@ -57,7 +74,7 @@ json upstreamToJson(const UpstreamConfig& u) {
   const CircuitBreakerConfig& cb = u.circuit_breaker;
   return {
       {"name", u.name},
-      {"url", u.raw_url},
+      {"endpoints", endpointsToJson(u.endpoints)},
       {"connect_timeout", formatDuration(u.connect_timeout)},
       {"http2", toString(u.http2)},
       {"tls", {{"verify", u.tls.verify}, {"ca_file", u.tls.ca_file}, {"sni", u.tls.sni}}},
@@ -80,11 +97,30 @@ json upstreamToJson(const UpstreamConfig& u) {
   };
 }
 
+json matchToJson(const RouteMatch& m) {
+  json out = {{"path_prefix", m.path_prefix}, {"methods", m.methods}};
+  if (!m.model.empty()) out["model"] = m.model;  // absent = any model
+  return out;
+}
+
+json fallbackToJson(const std::vector<FallbackTarget>& fallback) {
+  json out = json::array();
+  for (const FallbackTarget& t : fallback) {
+    json entry = {{"upstream", t.upstream}};
+    if (!t.model.empty()) entry["model"] = t.model;  // absent = the client's model
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 json routeToJson(const RouteConfig& r) {
   return {
       {"name", r.name},
-      {"match", {{"path_prefix", r.match.path_prefix}, {"methods", r.match.methods}}},
+      {"match", matchToJson(r.match)},
       {"upstream", r.upstream},
+      {"fallback", fallbackToJson(r.fallback)},
+      {"fallback_on", fallbackOnToJson(r.fallback_on)},
+      {"fallback_wait", r.fallback_wait == FallbackWait::Prefer ? "prefer" : "avoid"},
       {"budget",
        {{"header", r.budget.header},
         {"default", formatDuration(r.budget.default_budget)},

@@ -40,6 +40,8 @@ class Decoder : private FieldReader {
   // config/decode_upstreams.cc: `upstreams[]`.
   UpstreamConfig upstream(const Field& f);
   void headers(const Field& f, UpstreamConfig& u);
+  std::vector<EndpointConfig> endpoints(const Field& f);
+  void endpointUrl(const Field& f, EndpointConfig& e);
   RateLimitConfig rateLimit(const Field& f);
   CircuitBreakerConfig circuitBreaker(const Field& f);
 
@@ -48,6 +50,8 @@ class Decoder : private FieldReader {
   RouteMatch routeMatch(const Field& f, std::optional<Field>& prefix_field);
   BudgetConfig budget(const Field& f);
   RetryConfig retry(const Field& f);
+  std::vector<FallbackTarget> fallback(const Field& f, std::vector<Field>& upstream_fields);
+  FallbackOn fallbackOn(const Field& f);
 
   // config/decode_settings.cc: `limits`, `access_log`, `shared_state`, `pricing[]`.
   LimitsConfig limits(const Field& f);
@@ -64,6 +68,7 @@ class Decoder : private FieldReader {
   std::map<std::string, int> upstream_lines_;  // name -> 1-based line of its definition
   std::map<std::string, int> route_lines_;
   std::vector<Field> route_upstream_fields_;  // routes[i].upstream, resolved at the end
+  std::vector<std::vector<Field>> route_fallback_fields_;  // routes[i].fallback[k].upstream
   std::vector<std::optional<Field>>
       route_prefix_fields_;  // routes[i].match.path_prefix, if written
   std::vector<std::string> warnings_;

@@ -35,7 +35,33 @@
 
 namespace sluice {
 
+namespace config {
+struct RateLimitConfig;
+}
+class CircuitBreaker;
+class GlobalQuota;
+class QuotaTracker;
 struct RouteRuntime;
+
+/**
+ * Where one attempt goes (DESIGN §5): an endpoint of an upstream, and the
+ * shared state the filters consult for it — its circuit, its quota — which
+ * is kept per endpoint. The Exchange chooses it before the per-attempt chain
+ * runs (proxy/endpoint_picker.h); it may differ from attempt to attempt
+ * (another endpoint after a failure, a fallback upstream).
+ */
+struct AttemptDestination {
+  std::string_view upstream;  // the upstream's name
+  std::string_view endpoint;  // the endpoint's name
+  CircuitBreaker* breaker = nullptr;
+  QuotaTracker* quota = nullptr;                        // null without `rate_limit`
+  const config::RateLimitConfig* rate_limit = nullptr;  // null without `rate_limit`
+  GlobalQuota* global_quota = nullptr;                  // null without `shared_state`
+  UpstreamMetrics* metrics = nullptr;                   // the upstream's handles
+  // The model the attempt's body names when sluice rewrote it for a fallback
+  // (`fallback[].model`); "" = the body is the client's.
+  std::string_view model;
+};
 
 /** What a filter returns: go on to the next filter, or stop here until resumed. */
 enum class FilterStatus { Continue, StopIteration };
@@ -86,6 +112,19 @@ class FilterCallbacks {
   virtual const RouteRuntime& route() const = 0;
   /** 1 for the first attempt. */
   virtual uint32_t attemptNumber() const = 0;
+  /** The destination of the attempt being prepared or in flight (beforeAttempt onwards). */
+  virtual const AttemptDestination& destination() const = 0;
+  /**
+   * The attempt being prepared cannot go to its upstream now: its circuit
+   * is open (`circuit_open`), its quota is spent beyond the budget
+   * (`rate_limited`), or it is full (`overloaded`). The Exchange moves the
+   * request to the route's next fallback upstream when one remains and the
+   * route falls back on `reason`; otherwise it cancels with `reason`
+   * (answering its problem, with `retry_after`). Call from beforeAttempt
+   * (then return StopIteration) or while the attempt is held there.
+   */
+  virtual void refuseAttempt(CancelReason reason,
+                             std::optional<std::chrono::milliseconds> retry_after) = 0;
 
   /**
    * True while another attempt could send the request body again: always

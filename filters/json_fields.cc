@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <vector>
 
 namespace sluice {
 namespace {
@@ -392,6 +393,29 @@ bool scanTopLevelMembers(std::string_view s,
     i = skipWhitespace(s, i + 1);
   }
   return false;
+}
+
+std::optional<std::string> withTopLevelString(std::string_view text, std::string_view key,
+                                              std::string_view value) {
+  std::vector<std::string_view> values;
+  const bool scanned = scanTopLevelMembers(text, [&](std::string_view k, std::string_view v) {
+    if (k == key) values.push_back(v);
+    return true;
+  });
+  if (!scanned || values.empty()) return std::nullopt;
+  std::string out;
+  out.reserve(text.size() + value.size() + 2);
+  size_t at = 0;
+  for (std::string_view v : values) {
+    const auto begin = static_cast<size_t>(v.data() - text.data());
+    out.append(text.substr(at, begin - at));
+    out.push_back('"');
+    out.append(value);
+    out.push_back('"');
+    at = begin + v.size();
+  }
+  out.append(text.substr(at));
+  return out;
 }
 
 std::optional<std::string_view> plainString(std::string_view v) {

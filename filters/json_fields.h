@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace sluice {
@@ -32,6 +33,18 @@ namespace sluice {
 bool scanTopLevelMembers(
     std::string_view text,
     const std::function<bool(std::string_view key, std::string_view value)>& on_member);
+
+/**
+ * `text` with the value of its top-level member `key` replaced by the JSON
+ * string `value` (every occurrence, should the key repeat), everything else
+ * byte for byte as it was: a fallback's `model` rewrite (DESIGN §5), which
+ * keeps `stream` and every other member as the client sent them. `value`
+ * must need no escaping (the config refuses quotes, backslashes and control
+ * characters). nullopt when `text` is not an object the scan vouches for, or
+ * has no such member: the body then goes unchanged.
+ */
+std::optional<std::string> withTopLevelString(std::string_view text, std::string_view key,
+                                              std::string_view value);
 
 // Reading small values without a JSON library. `usage` objects and `model`
 // strings are tiny and plain, yet a DOM parse of each cost ~11,000

@@ -4,8 +4,12 @@
 #include <cassert>
 #include <charconv>
 
+#include "filters/attempt_outcome.h"
+#include "filters/json_fields.h"
 #include "filters/retry/retry_decision.h"
+#include "filters/throttle/throttle_filter.h"
 #include "proxy/access_log.h"
+#include "proxy/endpoint_picker.h"
 #include "proxy/filter_chain.h"
 #include "proxy/header_rewrite.h"
 
@@ -234,7 +238,15 @@ void Exchange::runChain(size_t from) {
         status = filter.decodeComplete(body_.prefix());
         break;
       case Phase::BeforeAttempt:
+        ++chain_depth_;
         status = filter.beforeAttempt(attempt_.request);
+        --chain_depth_;
+        if (spill_requested_) {
+          // The filter refused the attempt (refuseAttempt): the next upstream takes it.
+          spill_requested_ = false;
+          startAttempt(AttemptTarget::nextFallback());
+          return;
+        }
         break;
       case Phase::Done:
         return;
@@ -264,6 +276,30 @@ void Exchange::runChain(size_t from) {
   }
 }
 
+void Exchange::refuseAttempt(CancelReason reason,
+                             std::optional<std::chrono::milliseconds> retry_after) {
+  if (finished_) return;
+  if (!mayFallBackOn(reason)) {
+    cancel(reason, retry_after);
+    return;
+  }
+  // The attempt being prepared was never sent: its filters hear that it
+  // ended (what they hold for it is returned), and it is not an attempt.
+  AttemptEnd end = describeAttempt(AttemptOutcome::cancelled());
+  end.sent = false;
+  const std::string cause(toString(reason));
+  const AttemptVerdict verdict =
+      AttemptVerdict::retry(std::chrono::milliseconds(0), cause, AttemptTarget::nextFallback());
+  for (auto& filter : filters_) filter->onAttemptDone(end, verdict);
+  countFallback(cause);
+  --attempts_;
+  if (chain_depth_ > 0) {
+    spill_requested_ = true;  // runChain() starts it once the filter returned
+    return;
+  }
+  startAttempt(AttemptTarget::nextFallback());
+}
+
 void Exchange::continueDecoding() {
   if (finished_ || !held_) return;
   held_ = false;
@@ -276,43 +312,193 @@ void Exchange::startAttempt(const AttemptTarget& target) {
   assert(attempt_.stream == nullptr && "one attempt at a time");
   assert(body_.replayable() && "a retry needs the whole body");
   ++attempts_;
+  held_ = false;
+  // A retry prefers another endpoint than the one the last attempt failed on.
+  const EndpointRuntime* failed = attempt_.endpoint;
   attempt_ = Attempt{};
   attempt_.target = target;
-  // Every target kind goes to the route's upstream for now: endpoints and
-  // fallback upstreams (DESIGN §5) choose here, from `target`.
+  if (target.kind == AttemptTarget::Kind::NextFallback) {
+    ++chain_index_;
+    failed = nullptr;
+  }
+  for (;;) {
+    const UpstreamRuntime& upstream = *route_->chain[chain_index_];
+    attempt_.upstream = &upstream;
+    const EndpointChoice choice = chooseEndpoint(upstream, failed);
+    attempt_.endpoint = choice.endpoint != nullptr ? choice.endpoint : choice.anyway;
+    // None can take it now: spill over to the next upstream when the route
+    // says so; otherwise go anyway and let the filters answer (503
+    // circuit_open) or wait (the quota).
+    if (choice.endpoint != nullptr || !mayFallBackOn(choice.refusal)) break;
+    countFallback(std::string(toString(choice.refusal)));
+    ++chain_index_;
+    failed = nullptr;
+  }
   attempt_.request = request_;
-  rewriteRequestForUpstream(attempt_.request, *route_->upstream->config,
+  rewriteRequestForUpstream(attempt_.request, *attempt_.upstream->config,
+                            attempt_.endpoint->config->url,
                             downstream_ != nullptr ? downstream_->clientInfo() : ClientInfo{});
   attempt_.request.headers.remove("expect");  // sluice answered it (or reads the body anyway)
+  attempt_.destination = attempt_.endpoint->destination;
+  rewritten_body_.reset();
+  if (chain_index_ > 0) {
+    const std::string& model = route_->config->fallback[chain_index_ - 1].model;
+    std::optional<std::string> body;
+    if (!model.empty()) body = withTopLevelString(body_.prefix(), "model", model);
+    if (body) {
+      // The same bytes with another model: counted against the process-wide cap as well.
+      auto rewritten = std::make_unique<RequestBody>(
+          &runtime_->bodyMemory(), runtime_->config().limits.max_buffered_body_bytes);
+      if (rewritten->append(body->data(), body->size())) {
+        rewritten->markComplete();
+        rewritten_body_ = std::move(rewritten);
+        attempt_.destination.model = model;
+      }
+    }
+  }
   phase_ = Phase::BeforeAttempt;
   runChain(0);
+}
+
+Exchange::EndpointChoice Exchange::chooseEndpoint(const UpstreamRuntime& upstream,
+                                                  const EndpointRuntime* failed) {
+  const auto& endpoints = upstream.endpoints;
+  const bool may_spill = fallbackAllowed();
+  const bool avoid_waiting =
+      may_spill && route_->config->fallback_wait == config::FallbackWait::Avoid;
+  // One endpoint and nowhere else to go: nothing to choose (the common case, no cost).
+  if (endpoints.size() == 1 && !may_spill) return {&endpoints[0], &endpoints[0]};
+
+  // The quota matters to the choice only among several endpoints, or when the
+  // route would rather spill over than wait.
+  const bool check_quota = upstream.config->rate_limit && (endpoints.size() > 1 || avoid_waiting);
+  std::string key;
+  uint64_t need = 0;
+  if (check_quota) {
+    // The key as the provider will see it: the upstream's `headers:` replace the client's.
+    const config::RateLimitConfig& rate_limit = *upstream.config->rate_limit;
+    const HeaderMap* headers = &request_.headers;
+    HeaderMap configured;
+    for (const auto& [name, value] : upstream.config->headers) {
+      if (name == rate_limit.key.header) {
+        configured.add(name, value);
+        headers = &configured;
+      }
+    }
+    key = quotaKeyFor(rate_limit, *headers);
+    need = estimateTokenNeed(body_.prefix());
+  }
+  std::vector<EndpointView> views(endpoints.size());
+  std::vector<bool> circuit_ok(endpoints.size());
+  std::optional<size_t> avoid;
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    const EndpointRuntime& e = endpoints[i];
+    if (&e == failed) avoid = i;
+    circuit_ok[i] = e.breaker->state() != CircuitState::Open;
+    views[i].weight = e.config->weight;
+    views[i].priority = e.config->priority;
+    views[i].outstanding = e.breaker->activeRequests();
+    views[i].available =
+        circuit_ok[i] && (!check_quota || e.quota == nullptr || e.quota->admitsNow(key, need));
+  }
+  const UniformRandom random = threadLocalUniform();
+  if (const auto pick = pickEndpoint(views, avoid, random)) return {&endpoints[*pick], nullptr};
+
+  // None available now. With a healthy circuit left it is the quota: the
+  // throttle may wait for it (or answer 429); otherwise the circuit breaker
+  // answers 503 circuit_open.
+  EndpointChoice choice;
+  bool any_circuit_ok = false;
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    views[i].available = circuit_ok[i];
+    any_circuit_ok = any_circuit_ok || circuit_ok[i];
+  }
+  if (!any_circuit_ok) {
+    for (auto& view : views) view.available = true;
+  }
+  choice.refusal = any_circuit_ok ? CancelReason::RateLimited : CancelReason::CircuitOpen;
+  // With a healthy circuit and the route preferring to wait, waiting is not a refusal.
+  if (any_circuit_ok && !avoid_waiting) {
+    choice.endpoint = &endpoints[*pickEndpoint(views, avoid, random)];
+    return choice;
+  }
+  choice.anyway = &endpoints[*pickEndpoint(views, avoid, random)];
+  return choice;
+}
+
+bool Exchange::fallbackAllowed() const {
+  if (route_->config == nullptr || chain_index_ + 1 >= route_->chain.size()) return false;
+  // The rules of a retry (DESIGN §5): nothing reached the client yet, the
+  // body can be sent again, and the request is safe to repeat.
+  return !finished_ && !response_started_ && !discarding_ && state_ != ExchangeState::Cancelling &&
+         request_complete_ && !body_.streaming() && body_.replayable() &&
+         clock().now() < deadline_ &&
+         isRetrySafe(route_->config->retry.idempotent, request_.method,
+                     request_.headers.has("idempotency-key"));
+}
+
+bool Exchange::mayFallBackOn(CancelReason reason) const {
+  const config::FallbackOn& on =
+      route_->config != nullptr ? route_->config->fallback_on : config::FallbackOn{};
+  const bool listed = (reason == CancelReason::CircuitOpen && on.circuit_open) ||
+                      (reason == CancelReason::RateLimited && on.rate_limited) ||
+                      (reason == CancelReason::Overloaded && on.overloaded);
+  return listed && fallbackAllowed();
+}
+
+bool Exchange::mayFallBackOn(const AttemptOutcome& outcome) const {
+  return outcome.kind != OutcomeKind::Cancelled && fallbackAllowed() &&
+         attempts_ < route_->config->retry.attempts &&
+         outcomeIn(route_->config->fallback_on.outcomes, outcome);
+}
+
+AttemptVerdict Exchange::fallBackIfHelpful(const AttemptEnd& end, AttemptVerdict verdict) {
+  if (!mayRetry(end.outcome) || !mayFallBackOn(end.outcome)) return verdict;
+  if (verdict.isRetry()) {
+    // The filters retry: fine while another endpoint of this upstream can take it.
+    for (const EndpointRuntime& e : attempt_.upstream->endpoints) {
+      if (&e != attempt_.endpoint && e.breaker->state() != CircuitState::Open) return verdict;
+    }
+  }
+  return AttemptVerdict::retry(std::chrono::milliseconds(0),
+                               std::string(toString(attemptResultFor(end.outcome))),
+                               AttemptTarget::nextFallback());
+}
+
+void Exchange::countFallback(const std::string& cause) {
+  ++fallbacks_;
+  route_->metrics
+      ->fallbacks(route_->chain[chain_index_]->name(), route_->chain[chain_index_ + 1]->name(),
+                  cause)
+      .Increment();
 }
 
 void Exchange::sendAttempt() {
   phase_ = Phase::Done;
   if (!transition(ExchangeState::Running)) return;
-  const config::UpstreamConfig& uc = *route_->upstream->config;
+  const config::UpstreamConfig& uc = *attempt_.upstream->config;
   const MonotonicTime now = clock().now();
 
   attempt_.last_upstream_byte = now;
   attempt_.connect_timer = armTimer(now + uc.connect_timeout, [this] {
     attempt_.connect_timer = 0;
     failAttempt(AttemptOutcome::connectError(),
-                makeProblem(problems::kUpstreamConnectTimeout, "no connection to upstream " +
-                                                                   route_->upstream->config->name +
-                                                                   " within connect_timeout"));
+                makeProblem(problems::kUpstreamConnectTimeout,
+                            "no connection to upstream " + attempt_.upstream->name() + " (" +
+                                attempt_.endpoint->name() + ") within connect_timeout"));
   });
   armFirstByteTimer();
 
-  UpstreamStreamSource& pool = host_.pool(*runtime_, route_->upstream_index);
+  UpstreamStreamSource& pool = host_.pool(*runtime_, attempt_.endpoint->pool_index);
   // Waiting for a connection (none idle, or still connecting) takes one of the
-  // upstream's max_pending slots until the stream is connected.
-  if (!pool.hasReadyStream() && !connect_wait_.acquire(*route_->upstream->breaker)) {
+  // endpoint's max_pending slots until the stream is connected.
+  if (!pool.hasReadyStream() && !connect_wait_.acquire(*attempt_.endpoint->breaker)) {
     cancel(CancelReason::Overloaded, kOverloadedRetryAfter);
     return;
   }
   attempt_.stream = pool.acquire();
-  attempt_.stream->sendRequest(attempt_.request, body_, this);  // may report back synchronously
+  // May report back synchronously.
+  attempt_.stream->sendRequest(attempt_.request, attemptBody(), this);
 }
 
 AttemptVerdict Exchange::endAttempt(AttemptOutcome outcome, bool reuse, AttemptVerdict proposed) {
@@ -321,12 +507,13 @@ AttemptVerdict Exchange::endAttempt(AttemptOutcome outcome, bool reuse, AttemptV
   disarmTimer(attempt_.first_byte_timer);
   disarmTimer(attempt_.idle_timer);
   attempt_.connect_timer = attempt_.first_byte_timer = attempt_.idle_timer = 0;
-  route_->upstream->metrics->attempts(attemptResultFor(outcome)).Increment();
+  attempt_.upstream->metrics->attempts(attemptResultFor(outcome)).Increment();
   attempt_.cut = !outcome.isStatus();
   const AttemptEnd end = describeAttempt(outcome);
   AttemptVerdict verdict = proposed;
   for (auto& filter : filters_) verdict = filter->decideAttempt(end, std::move(verdict));
   if (verdict.isRetry() && !mayRetry(outcome)) verdict = std::move(proposed);
+  verdict = fallBackIfHelpful(end, std::move(verdict));
   for (auto& filter : filters_) filter->onAttemptDone(end, verdict);
   if (attempt_.stream != nullptr) {
     UpstreamStream* stream = attempt_.stream;
@@ -367,7 +554,11 @@ bool Exchange::mayRetry(const AttemptOutcome& outcome) const {
 void Exchange::scheduleRetry(const AttemptVerdict::Retry& retry) {
   attempt_.held_head.reset();  // the answer this retry replaces is never sent
   attempt_.held_body.clear();
-  route_->metrics->retries(retry.cause).Increment();
+  if (retry.target.kind == AttemptTarget::Kind::NextFallback) {
+    countFallback(retry.cause);  // a spill-over, not a retry of this upstream
+  } else {
+    route_->metrics->retries(retry.cause).Increment();
+  }
   retry_causes_.push_back(retry.cause);
   transition(ExchangeState::BackingOff);
   // The sleep is a timer of this Exchange: a cancel (client gone, budget)
@@ -413,7 +604,7 @@ void Exchange::onAttemptTimeout() {
   const AttemptVerdict verdict =
       endAttempt(AttemptOutcome::timeout(), /*reuse=*/false,
                  AttemptVerdict::fail(problemFor(CancelReason::UpstreamTimeout, std::nullopt)));
-  route_->upstream->metrics->cancelPropagation().Observe(seconds(clock().now() - decided));
+  attempt_.upstream->metrics->cancelPropagation().Observe(seconds(clock().now() - decided));
   if (finished_) return;
   if (const auto* retry = verdict.asRetry()) {
     scheduleRetry(*retry);
@@ -485,6 +676,8 @@ void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
     hold = filter->encodeHeaders(head, end_stream) == FilterStatus::StopIteration || hold;
     if (finished_) return;
   }
+  // An answer the route falls back on waits too: the next upstream may replace it.
+  hold = hold || mayFallBackOn(AttemptOutcome::fromStatus(head.status));
   if (hold) {
     // Held back until the attempt ends: maybe retried, maybe released.
     attempt_.held_head = std::move(head);
@@ -497,6 +690,7 @@ void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
 
 void Exchange::sendResponseHead(ResponseHead& head) {
   head.headers.set("x-sluice-attempts", std::to_string(attempts_));
+  head.headers.set("x-sluice-upstream", attempt_.upstream->name());
   if (!discarding_ && downstream_ != nullptr) {
     response_started_ = true;
     beginResponse(head, /*from_upstream=*/true);
@@ -688,7 +882,7 @@ void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_wit
     endAttempt(*cancel_reason_ == CancelReason::UpstreamTimeout ? AttemptOutcome::timeout()
                                                                 : AttemptOutcome::cancelled(),
                /*reuse=*/false, AttemptVerdict::fail(problem));
-    route_->upstream->metrics->cancelPropagation().Observe(seconds(clock().now() - decided));
+    attempt_.upstream->metrics->cancelPropagation().Observe(seconds(clock().now() - decided));
   }
   if (!cancel_counted_) {
     route_->metrics->cancellations(*cancel_reason_).Increment();
@@ -770,7 +964,9 @@ void Exchange::noteForwarded(const char* data, size_t len) {
 
 Problem Exchange::problemFor(CancelReason reason,
                              std::optional<std::chrono::milliseconds> retry_after) const {
-  const std::string upstream = route_->upstream ? route_->upstream->config->name : "none";
+  const UpstreamRuntime* current =
+      attempt_.upstream != nullptr ? attempt_.upstream : route_->upstream;
+  const std::string upstream = current != nullptr ? current->name() : "none";
   switch (reason) {
     case CancelReason::BudgetExhausted: {
       std::string budget;
@@ -883,8 +1079,12 @@ void Exchange::logAccess(int status_code, MonotonicTime now) const {
   r.request_id = identity_.request_id;
   r.trace_id = identity_.trace_id;
   r.route = route_->name();
-  r.upstream = route_->upstream ? std::string_view(route_->upstream->config->name) : "none";
-  if (route_->upstream) r.endpoint = route_->upstream->endpoint;
+  // The last attempt's upstream and endpoint: who answered (or failed last).
+  const UpstreamRuntime* upstream =
+      attempt_.upstream != nullptr ? attempt_.upstream : route_->upstream;
+  r.upstream = upstream != nullptr ? std::string_view(upstream->name()) : "none";
+  if (attempt_.endpoint != nullptr) r.endpoint = attempt_.endpoint->name();
+  r.fallbacks = fallbacks_;
   r.method = request_.method;
   r.path = request_.pathOnly();
   r.protocol = request_.version_major == 2   ? "HTTP/2"
@@ -971,7 +1171,11 @@ ExchangeSnapshot Exchange::snapshot() const {
   s.id = id_;
   s.request_id = identity_.request_id;
   s.route = route_->name();
-  s.upstream = route_->upstream ? route_->upstream->config->name : "none";
+  const UpstreamRuntime* upstream =
+      attempt_.upstream != nullptr ? attempt_.upstream : route_->upstream;
+  s.upstream = upstream != nullptr ? upstream->name() : "none";
+  if (attempt_.endpoint != nullptr) s.endpoint = attempt_.endpoint->name();
+  s.fallbacks = fallbacks_;
   s.method = request_.method;
   s.path = std::string(request_.pathOnly());
   s.state = std::string(toString(state_));

@@ -52,7 +52,8 @@ class ExchangeHost {
  public:
   virtual ~ExchangeHost() = default;
   virtual Dispatcher& dispatcher() = 0;
-  /** This worker's pool for `runtime`'s upstream number `index`. */
+  /** This worker's pool number `index` of `runtime` (an endpoint's: EndpointRuntime::pool_index).
+   */
   virtual UpstreamStreamSource& pool(const Runtime& runtime, size_t index) = 0;
   /** The Exchange has finished: the host deletes it (deferred). */
   virtual void retire(Exchange& exchange) = 0;
@@ -69,12 +70,14 @@ struct ExchangeSnapshot {
   uint64_t id = 0;
   std::string request_id;
   std::string route;
-  std::string upstream;
+  std::string upstream;  // the current (or last) attempt's; the route's before the first
+  std::string endpoint;  // the current (or last) attempt's; "" before the first
   std::string method;
   std::string path;
   std::string state;
   std::string cancel_reason;  // "" while none
   uint32_t attempts = 0;
+  uint32_t fallbacks = 0;
   double age_seconds = 0;
   double budget_left_seconds = -1;  // -1 = unbounded
   bool client_attached = true;
@@ -143,6 +146,9 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   const RequestHead& request() const override { return request_; }
   const RouteRuntime& route() const override { return *route_; }
   uint32_t attemptNumber() const override { return attempts_; }
+  const AttemptDestination& destination() const override { return attempt_.destination; }
+  void refuseAttempt(CancelReason reason,
+                     std::optional<std::chrono::milliseconds> retry_after) override;
   bool requestBodyReplayable() const override { return body_.replayable(); }
   std::function<void()> crossThreadWaker(std::function<void()> fn) override;
 
@@ -188,12 +194,38 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
                   std::optional<std::chrono::milliseconds> retry_after = std::nullopt);
   /**
    * Starts the next attempt toward `target`: resets the per-attempt state,
-   * rewrites the request for the upstream and runs the per-attempt chain
+   * chooses the upstream of the route's chain and its endpoint (DESIGN §5:
+   * NextFallback moves one step down the chain; an upstream none of whose
+   * endpoints is available now is skipped when the route falls back on why),
+   * rewrites the request for them and runs the per-attempt chain
    * (beforeAttempt), which sends it. The one place an attempt's destination
-   * is chosen: only the route's upstream exists today (every target kind
-   * goes there); endpoints and fallback upstreams (DESIGN §5) plug in here.
+   * is chosen.
    */
   void startAttempt(const AttemptTarget& target);
+  /** An endpoint of `upstream` for the next attempt, or why none can take it now. */
+  struct EndpointChoice {
+    const EndpointRuntime* endpoint = nullptr;  // null: none available now
+    const EndpointRuntime* anyway = nullptr;    // the best unavailable one, to go to regardless
+    CancelReason refusal = CancelReason::CircuitOpen;  // why none is available
+  };
+  EndpointChoice chooseEndpoint(const UpstreamRuntime& upstream, const EndpointRuntime* failed);
+  /** True while the request may still move down its route's fallback chain. */
+  bool fallbackAllowed() const;
+  /** A fallback is allowed and the route falls back on `reason` (a refusal). */
+  bool mayFallBackOn(CancelReason reason) const;
+  /** A fallback is allowed for another attempt, and the route falls back on `outcome`. */
+  bool mayFallBackOn(const AttemptOutcome& outcome) const;
+  /**
+   * After the filters' verdict: move to the next fallback upstream when the
+   * attempt ended with a `fallback_on` outcome and retrying the current
+   * upstream cannot help (the filters did not retry, or no other endpoint of
+   * it is available).
+   */
+  AttemptVerdict fallBackIfHelpful(const AttemptEnd& end, AttemptVerdict verdict);
+  /** Counts one spill-over from the current upstream to the next, for `cause`. */
+  void countFallback(const std::string& cause);
+  /** The body the attempt sends: the client's, or a copy naming the fallback's `model`. */
+  RequestBody& attemptBody() { return rewritten_body_ ? *rewritten_body_ : body_; }
   void sendAttempt();
   /**
    * Ends the attempt in flight: its timers, its max_pending slot and its
@@ -287,13 +319,16 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   // values, reset in one place: startAttempt(). Its live resources — the
   // stream, the timers — are torn down by endAttempt().
   struct Attempt {
-    AttemptTarget target;                   // where startAttempt() sent it
-    UpstreamStream* stream = nullptr;       // from this worker's pool for the route's upstream
-    RequestHead request;                    // the request as the upstream sees it
-    bool unprocessed = false;               // the upstream said it did not process the attempt
-    bool upstream_paused = false;           // a slow client holds the upstream (backpressure)
-    int status = 0;                         // the response head's status; 0 until it arrived
-    std::optional<ResponseHead> held_head;  // a response a filter is holding back
+    AttemptTarget target;                       // what startAttempt() was asked for
+    const UpstreamRuntime* upstream = nullptr;  // where it went: an upstream of the chain
+    const EndpointRuntime* endpoint = nullptr;  // and one of its endpoints
+    AttemptDestination destination;             // the endpoint's, as the filters see it
+    UpstreamStream* stream = nullptr;           // from this worker's pool for the endpoint
+    RequestHead request;                        // the request as the upstream sees it
+    bool unprocessed = false;                   // the upstream said it did not process the attempt
+    bool upstream_paused = false;               // a slow client holds the upstream (backpressure)
+    int status = 0;                             // the response head's status; 0 until it arrived
+    std::optional<ResponseHead> held_head;      // a response a filter is holding back
     std::string held_body;
     uint64_t forwarded_bytes = 0;  // body bytes handed to the client
     bool cut = false;              // ended without its response's end (cancel, reset, stall)
@@ -307,6 +342,14 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   };
   uint32_t attempts_ = 0;  // attempts started; the current one's number
   Attempt attempt_;
+  // The route's chain (DESIGN §5): route_->chain[chain_index_] takes the attempts.
+  size_t chain_index_ = 0;
+  uint32_t fallbacks_ = 0;  // spill-overs so far
+  // The body naming the current fallback's `model`, when it has one.
+  std::unique_ptr<RequestBody> rewritten_body_;
+  // refuseAttempt() during runChain(): the spill-over waits for the chain to unwind.
+  int chain_depth_ = 0;
+  bool spill_requested_ = false;
   PendingSlot connect_wait_;       // a max_pending slot while the attempt waits for a connection
   bool response_started_ = false;  // something went to the client
   bool discarding_ = false;        // finish mode: client gone, drain and discard

@@ -24,16 +24,19 @@ constexpr FilterEntry kFilterTable[] = {
      [](const RouteRuntime& r) -> StreamFilterPtr {
        return std::make_unique<BudgetFilter>(r.config->budget);
      }},
+    // Circuit and quota are per endpoint: each attempt's come from its
+    // destination (FilterCallbacks::destination()).
     {"circuit_breaker",
-     [](const RouteRuntime& r) -> StreamFilterPtr {
-       return std::make_unique<CircuitBreakerFilter>(*r.upstream->breaker);
+     [](const RouteRuntime&) -> StreamFilterPtr {
+       return std::make_unique<CircuitBreakerFilter>();
      }},
     {"throttle",
      [](const RouteRuntime& r) -> StreamFilterPtr {
-       if (!r.upstream->quota) return nullptr;
-       return std::make_unique<ThrottleFilter>(*r.upstream->config->rate_limit, *r.upstream->quota,
-                                               *r.upstream->breaker, *r.upstream->metrics,
-                                               r.upstream->global_quota.get());
+       // Only where some upstream of the route's chain has a `rate_limit`.
+       for (const UpstreamRuntime* up : r.chain) {
+         if (up->config->rate_limit) return std::make_unique<ThrottleFilter>();
+       }
+       return nullptr;
      }},
     {"retry",
      [](const RouteRuntime& r) -> StreamFilterPtr {

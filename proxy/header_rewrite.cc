@@ -41,7 +41,7 @@ void stripHopByHop(HeaderMap& headers) {
 }
 
 void rewriteRequestForUpstream(RequestHead& head, const config::UpstreamConfig& upstream,
-                               const ClientInfo& client) {
+                               const config::UpstreamUrl& url, const ClientInfo& client) {
   stripHopByHop(head.headers);
   head.headers.remove("content-length");  // the codec re-frames the body
 
@@ -53,7 +53,7 @@ void rewriteRequestForUpstream(RequestHead& head, const config::UpstreamConfig& 
   }
   for (const auto& name : forged) head.headers.remove(name);
 
-  head.headers.set("host", upstream.url.authority());
+  head.headers.set("host", url.authority());
 
   if (!client.address.empty()) {
     const auto prior = head.headers.getAll("x-forwarded-for");
@@ -70,7 +70,7 @@ void rewriteRequestForUpstream(RequestHead& head, const config::UpstreamConfig& 
     head.headers.add("x-forwarded-proto", client.tls ? "https" : "http");
   }
 
-  if (!upstream.url.path_prefix.empty()) head.path = upstream.url.path_prefix + head.path;
+  if (!url.path_prefix.empty()) head.path = url.path_prefix + head.path;
 
   for (const auto& [name, value] : upstream.headers) head.headers.set(name, value);
 }
@@ -84,6 +84,7 @@ void rewriteResponseForDownstream(ResponseHead& head) {
   // x-sluice-* on responses is sluice's own; an upstream (maybe another sluice)
   // must not set ours.
   head.headers.remove("x-sluice-attempts");
+  head.headers.remove("x-sluice-upstream");
   head.headers.remove("x-sluice-upstream-request-id");
 }
 

@@ -19,14 +19,15 @@ struct ClientInfo {
 };
 
 /**
- * Rewrites `head` in place for `upstream`: strips hop-by-hop fields (and the
- * ones the client's Connection header names), strips client-supplied
- * `x-sluice-*` (and `x_sluice_*`), sets Host, appends X-Forwarded-For, sets X-Forwarded-Proto if
- * absent, prefixes the upstream URL's base path and applies `upstream.headers`.
- * Framing (Content-Length / Transfer-Encoding) is the codec's job.
+ * Rewrites `head` in place for `url`, an endpoint of `upstream`: strips
+ * hop-by-hop fields (and the ones the client's Connection header names),
+ * strips client-supplied `x-sluice-*` (and `x_sluice_*`), sets Host, appends
+ * X-Forwarded-For, sets X-Forwarded-Proto if absent, prefixes the endpoint
+ * URL's base path and applies `upstream.headers`. Framing (Content-Length /
+ * Transfer-Encoding) is the codec's job.
  */
 void rewriteRequestForUpstream(RequestHead& head, const config::UpstreamConfig& upstream,
-                               const ClientInfo& client);
+                               const config::UpstreamUrl& url, const ClientInfo& client);
 
 /**
  * Strips hop-by-hop fields from an upstream response before it goes

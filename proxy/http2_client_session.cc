@@ -55,23 +55,27 @@ void Http2ClientStream::reset() { session_.letGo(*this, /*reset=*/true); }
 // --- Http2ClientSession: setup --------------------------------------------------------
 
 Http2ClientSession::Http2ClientSession(Dispatcher& dispatcher,
-                                       const config::UpstreamConfig& upstream, SSL_CTX* ssl_ctx,
+                                       const config::UpstreamConfig& upstream,
+                                       const config::UpstreamUrl& url, SSL_CTX* ssl_ctx,
                                        UpstreamPool& pool)
     : dispatcher_(dispatcher),
       upstream_(upstream),
+      url_(url),
       pool_(pool),
       ping_timer_(dispatcher.base(), [this] { onPingTimer(); }) {
   require_alpn_h2_ = ssl_ctx != nullptr;
-  bev_ = connectUpstream(dispatcher, upstream, ssl_ctx);
+  bev_ = connectUpstream(dispatcher, upstream, url, ssl_ctx);
   init();
   if (!bev_) closed_ = true;  // streams fail with connect_error when submitted
 }
 
 Http2ClientSession::Http2ClientSession(Dispatcher& dispatcher,
                                        const config::UpstreamConfig& upstream,
-                                       BufferEventPtr connected, UpstreamPool& pool)
+                                       const config::UpstreamUrl& url, BufferEventPtr connected,
+                                       UpstreamPool& pool)
     : dispatcher_(dispatcher),
       upstream_(upstream),
+      url_(url),
       pool_(pool),
       bev_(std::move(connected)),
       ping_timer_(dispatcher.base(), [this] { onPingTimer(); }) {
@@ -133,17 +137,16 @@ void Http2ClientSession::submit(Http2ClientStream& stream, const RequestHead& he
     stream.ended_ = true;
     UpstreamCallbacks* cb = stream.callbacks_;
     if (cb != nullptr)
-      cb->onUpstreamError(UpstreamError::ConnectError,
-                          "cannot connect to " + upstream_.url.authority());
+      cb->onUpstreamError(UpstreamError::ConnectError, "cannot connect to " + url_.authority());
     return;
   }
   std::vector<nghttp2_nv> nva;
   std::vector<std::string> lowered;  // owns lower-cased names until submit copies them
   lowered.reserve(head.headers.size());
   nva.reserve(head.headers.size() + 5);
-  const std::string_view scheme = upstream_.url.isTls() ? "https" : "http";
+  const std::string_view scheme = url_.isTls() ? "https" : "http";
   const auto host = head.headers.get("host");
-  const std::string authority = host ? std::string(*host) : upstream_.url.authority();
+  const std::string authority = host ? std::string(*host) : url_.authority();
   nva.push_back(makeNv(":method", head.method));
   nva.push_back(makeNv(":scheme", scheme));
   nva.push_back(makeNv(":authority", authority));
@@ -361,7 +364,7 @@ void Http2ClientSession::onEvent(short events) {
     if (require_alpn_h2_ && negotiatedAlpn(bev_.get()) != "h2") {
       alpn_refused_ = true;
       failAll(UpstreamError::ConnectError,
-              "upstream " + upstream_.url.authority() + " did not negotiate HTTP/2 (ALPN)");
+              "upstream " + url_.authority() + " did not negotiate HTTP/2 (ALPN)");
       return;
     }
     onConnected();
@@ -369,7 +372,7 @@ void Http2ClientSession::onEvent(short events) {
   }
   if (!(events & (BEV_EVENT_EOF | BEV_EVENT_ERROR))) return;
   if (!connected_) {
-    failAll(UpstreamError::ConnectError, connectFailureDetail(bev_.get(), upstream_));
+    failAll(UpstreamError::ConnectError, connectFailureDetail(bev_.get(), url_));
     return;
   }
   onRead();  // whatever arrived with the FIN (a GOAWAY, final DATA) first

@@ -82,10 +82,10 @@ class Http2ClientSession final : public DeferredDeletable {
  public:
   /** Connects a new session; streams may be opened at once (they wait for the connection). */
   Http2ClientSession(Dispatcher& dispatcher, const config::UpstreamConfig& upstream,
-                     SSL_CTX* ssl_ctx, UpstreamPool& pool);
+                     const config::UpstreamUrl& url, SSL_CTX* ssl_ctx, UpstreamPool& pool);
   /** Adopts a connected TLS socket whose ALPN chose h2. */
   Http2ClientSession(Dispatcher& dispatcher, const config::UpstreamConfig& upstream,
-                     BufferEventPtr connected, UpstreamPool& pool);
+                     const config::UpstreamUrl& url, BufferEventPtr connected, UpstreamPool& pool);
   ~Http2ClientSession() override;
 
   /** A new stream on this session (call sendRequest on it). */
@@ -156,6 +156,7 @@ class Http2ClientSession final : public DeferredDeletable {
 
   Dispatcher& dispatcher_;
   const config::UpstreamConfig& upstream_;
+  const config::UpstreamUrl& url_;  // the endpoint's
   UpstreamPool& pool_;
   BufferEventPtr bev_;
   Nghttp2SessionPtr session_;

@@ -7,14 +7,17 @@
 // in-flight ones finish on the old config.
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "config/config.h"
 #include "filters/circuit_breaker/circuit_breaker.h"
+#include "filters/filter.h"
 #include "filters/retry/retry_decision.h"
 #include "filters/spend/pricing.h"
 #include "filters/throttle/global_quota.h"
@@ -25,20 +28,54 @@
 
 namespace sluice {
 
-/** Per-upstream state shared by all workers. */
-struct UpstreamRuntime {
-  const config::UpstreamConfig* config = nullptr;
-  std::string endpoint;  // host:port of the url: the access log's `endpoint` (DESIGN §4, §7)
-  std::unique_ptr<UpstreamMetrics> metrics;
-  SslCtxPtr ssl_ctx;  // null for http://
+/**
+ * sluice_circuit_state{upstream}, derived from its endpoints' circuits
+ * (README "Endpoints and fallback"): closed while any endpoint is closed,
+ * half-open while any is half-open, open only when every endpoint is. One per
+ * upstream name, carried over by reloads with the breakers that update it.
+ */
+class UpstreamCircuitState {
+ public:
+  explicit UpstreamCircuitState(prometheus::Gauge* upstream_gauge) : upstream_(upstream_gauge) {}
+  /** The endpoints' gauges (sluice_endpoint_circuit_state), as the current config lists them. */
+  void setEndpoints(std::vector<prometheus::Gauge*> endpoint_gauges);
+  /** Recomputes the upstream's gauge from its endpoints'. */
+  void refresh();
+
+ private:
+  std::mutex mu_;
+  prometheus::Gauge* const upstream_;
+  std::vector<prometheus::Gauge*> endpoints_;
+};
+
+/** One endpoint of an upstream (DESIGN §5): its state, shared by all workers. */
+struct EndpointRuntime {
+  const config::EndpointConfig* config = nullptr;
+  size_t pool_index = 0;  // this endpoint's pool in each worker (Runtime::poolCount())
   // Shared by every worker's attempts, and carried over by a reload to the
-  // next Runtime when the upstream keeps its name and URL (the breaker takes
-  // the new thresholds; the quota needs an identical `rate_limit`), so a
-  // SIGHUP never closes an open circuit or forgets a spent quota.
+  // next Runtime when the upstream keeps its name and the endpoint its name
+  // and URL (the breaker takes the new thresholds; the quota needs an
+  // identical `rate_limit`), so a SIGHUP never closes an open circuit or
+  // forgets a spent quota.
   std::shared_ptr<CircuitBreaker> breaker;
   std::shared_ptr<QuotaTracker> quota;  // null when `rate_limit` is absent
   // The fleet's side of `quota` (DESIGN §6); null without `shared_state`.
   std::shared_ptr<GlobalQuota> global_quota;
+  // What the filters see of an attempt sent here (pointers into the above).
+  AttemptDestination destination;
+
+  const std::string& name() const { return config->name; }
+};
+
+/** Per-upstream state shared by all workers. */
+struct UpstreamRuntime {
+  const config::UpstreamConfig* config = nullptr;
+  std::unique_ptr<UpstreamMetrics> metrics;
+  SslCtxPtr ssl_ctx;  // null when no endpoint is https://
+  std::vector<EndpointRuntime> endpoints;
+  std::shared_ptr<UpstreamCircuitState> circuit_state;
+
+  const std::string& name() const { return config->name; }
 };
 
 /** Per-route state shared by all workers. */
@@ -49,7 +86,9 @@ struct RouteRuntime {
   const Runtime* runtime = nullptr;             // the runtime this route belongs to
   const config::RouteConfig* config = nullptr;  // null for the "no route" pseudo-route
   const UpstreamRuntime* upstream = nullptr;    // null for the "no route" pseudo-route
-  size_t upstream_index = 0;
+  // The upstream, then its `fallback` upstreams in order (DESIGN §5); empty
+  // for the "no route" pseudo-route.
+  std::vector<const UpstreamRuntime*> chain;
   std::unique_ptr<RouteMetrics> metrics;
   std::unique_ptr<RetryBudget> retry_budget;  // null for the "no route" pseudo-route
 
@@ -80,6 +119,12 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   const config::Config& config() const { return *config_; }
   const config::ConfigPtr& configPtr() const { return config_; }
   const std::vector<UpstreamRuntime>& upstreams() const { return upstreams_; }
+  /** Every endpoint of every upstream has one connection pool per worker: this many. */
+  size_t poolCount() const { return pool_endpoints_.size(); }
+  /** The upstream and endpoint of pool `index`. */
+  std::pair<const UpstreamRuntime*, const EndpointRuntime*> poolEndpoint(size_t index) const {
+    return pool_endpoints_.at(index);
+  }
   const std::vector<RouteRuntime>& routes() const { return routes_; }
   /**
    * Server TLS contexts, one per `listen` entry (same index); null for plain
@@ -106,6 +151,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   config::ConfigPtr config_;
   Metrics* metrics_ = nullptr;
   std::vector<UpstreamRuntime> upstreams_;
+  std::vector<std::pair<const UpstreamRuntime*, const EndpointRuntime*>> pool_endpoints_;
   std::vector<RouteRuntime> routes_;
   std::vector<SslCtxPtr> listener_tls_;
   RouteRuntime no_route_;

@@ -41,12 +41,12 @@ bool isIpLiteral(const std::string& host) {
 }  // namespace
 
 BufferEventPtr connectUpstream(Dispatcher& dispatcher, const config::UpstreamConfig& upstream,
-                               SSL_CTX* ssl_ctx) {
+                               const config::UpstreamUrl& url, SSL_CTX* ssl_ctx) {
   const int options = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
   BufferEventPtr bev;
   if (ssl_ctx != nullptr) {
     SSL* ssl = SSL_new(ssl_ctx);
-    const std::string& sni = upstream.tls.sni.empty() ? upstream.url.host : upstream.tls.sni;
+    const std::string& sni = upstream.tls.sni.empty() ? url.host : upstream.tls.sni;
     if (!isIpLiteral(sni)) SSL_set_tlsext_host_name(ssl, sni.c_str());
     if (upstream.tls.verify) {
       // Verify the name we connect to (or the configured SNI), IP literals as IPs.
@@ -65,8 +65,8 @@ BufferEventPtr connectUpstream(Dispatcher& dispatcher, const config::UpstreamCon
     bev.reset(bufferevent_socket_new(dispatcher.base(), -1, options));
   }
   if (!bev) return nullptr;
-  if (bufferevent_socket_connect_hostname(bev.get(), dispatcher.dns(), AF_UNSPEC,
-                                          upstream.url.host.c_str(), upstream.url.port) != 0) {
+  if (bufferevent_socket_connect_hostname(bev.get(), dispatcher.dns(), AF_UNSPEC, url.host.c_str(),
+                                          url.port) != 0) {
     return nullptr;
   }
   return bev;
@@ -92,8 +92,8 @@ std::string upstreamTlsFailure(bufferevent* bev) {
   return out.empty() ? lastSslError() : out;
 }
 
-std::string connectFailureDetail(bufferevent* bev, const config::UpstreamConfig& upstream) {
-  std::string detail = "connect to " + upstream.url.authority() + " failed";
+std::string connectFailureDetail(bufferevent* bev, const config::UpstreamUrl& url) {
+  std::string detail = "connect to " + url.authority() + " failed";
   if (bev == nullptr) return detail;
   if (const int dns_err = bufferevent_socket_get_dns_error(bev); dns_err != 0) {
     detail += ": " + std::string(evutil_gai_strerror(dns_err));
@@ -115,10 +115,12 @@ std::string_view negotiatedAlpn(bufferevent* bev) {
 }
 
 UpstreamConnection::UpstreamConnection(Dispatcher& dispatcher,
-                                       const config::UpstreamConfig& upstream, SSL_CTX* ssl_ctx,
+                                       const config::UpstreamConfig& upstream,
+                                       const config::UpstreamUrl& url, SSL_CTX* ssl_ctx,
                                        UpstreamPool& pool, uint64_t id, bool negotiating)
     : dispatcher_(dispatcher),
       upstream_(upstream),
+      url_(url),
       pool_(pool),
       id_(id),
       negotiating_(negotiating) {
@@ -132,7 +134,7 @@ UpstreamConnection::UpstreamConnection(Dispatcher& dispatcher,
   settings_.on_body = &UpstreamConnection::onBody;
   settings_.on_message_complete = &UpstreamConnection::onMessageComplete;
 
-  bev_ = connectUpstream(dispatcher, upstream, ssl_ctx);
+  bev_ = connectUpstream(dispatcher, upstream, url, ssl_ctx);
   if (!bev_) {
     // Reported to the holder on sendRequest (connect_error), never synchronously here.
     closed_ = true;
@@ -163,7 +165,7 @@ void UpstreamConnection::sendRequest(const RequestHead& head, RequestBody& body,
   request_written_ = false;
   ++request_count_;
   if (closed_ || !bev_) {
-    fail(UpstreamError::ConnectError, "cannot connect to " + upstream_.url.authority());
+    fail(UpstreamError::ConnectError, "cannot connect to " + url_.authority());
     return;
   }
   http_parser_init(&parser_, HTTP_RESPONSE);
@@ -370,7 +372,7 @@ void UpstreamConnection::onEvent(short events) {
   if (!(events & (BEV_EVENT_EOF | BEV_EVENT_ERROR))) return;
 
   if (!connected_) {
-    fail(UpstreamError::ConnectError, connectFailureDetail(bev_.get(), upstream_));
+    fail(UpstreamError::ConnectError, connectFailureDetail(bev_.get(), url_));
     return;
   }
   if (awaiting_response_ && (events & BEV_EVENT_EOF)) {

@@ -32,15 +32,18 @@ namespace sluice {
 
 class UpstreamPool;
 
-/** Opens a TCP (and, with `ssl_ctx`, TLS) connection to `upstream`, connecting asynchronously. */
+/**
+ * Opens a TCP (and, with `ssl_ctx`, TLS) connection to `url`, an endpoint of
+ * `upstream` (whose `tls` settings apply), connecting asynchronously.
+ */
 BufferEventPtr connectUpstream(Dispatcher& dispatcher, const config::UpstreamConfig& upstream,
-                               SSL_CTX* ssl_ctx);
+                               const config::UpstreamUrl& url, SSL_CTX* ssl_ctx);
 
 /** Why a TLS handshake on `bev` failed, in words ("" when it did not). */
 std::string upstreamTlsFailure(bufferevent* bev);
 
-/** Why connecting `bev` to `upstream` failed, for a problem's detail. */
-std::string connectFailureDetail(bufferevent* bev, const config::UpstreamConfig& upstream);
+/** Why connecting `bev` to `url` failed, for a problem's detail. */
+std::string connectFailureDetail(bufferevent* bev, const config::UpstreamUrl& url);
 
 /** The ALPN protocol the server chose on `bev` ("" for plain TCP or none). */
 std::string_view negotiatedAlpn(bufferevent* bev);
@@ -52,7 +55,8 @@ class UpstreamConnection : public DeferredDeletable, public UpstreamStream {
    * http://. A `negotiating` connection reports its ALPN result to the pool.
    */
   UpstreamConnection(Dispatcher& dispatcher, const config::UpstreamConfig& upstream,
-                     SSL_CTX* ssl_ctx, UpstreamPool& pool, uint64_t id, bool negotiating = false);
+                     const config::UpstreamUrl& url, SSL_CTX* ssl_ctx, UpstreamPool& pool,
+                     uint64_t id, bool negotiating = false);
   ~UpstreamConnection() override;
 
   /** Writes the head, then the body as it comes (UpstreamStream). */
@@ -129,6 +133,7 @@ class UpstreamConnection : public DeferredDeletable, public UpstreamStream {
 
   Dispatcher& dispatcher_;
   const config::UpstreamConfig& upstream_;
+  const config::UpstreamUrl& url_;  // the endpoint's
   UpstreamPool& pool_;
   const uint64_t id_;
   BufferEventPtr bev_;

@@ -70,15 +70,15 @@ class PendingStream final : public DeferredDeletable, public UpstreamStream {
 
 namespace {
 
-UpstreamPool::Protocol initialProtocol(const config::UpstreamConfig& upstream) {
+UpstreamPool::Protocol initialProtocol(const config::UpstreamConfig& upstream,
+                                       const config::UpstreamUrl& url) {
   switch (upstream.http2) {
     case config::Http2Mode::Off:
       return UpstreamPool::Protocol::Http1;
     case config::Http2Mode::On:
       return UpstreamPool::Protocol::Http2;
     case config::Http2Mode::Auto:
-      return upstream.url.isTls() ? UpstreamPool::Protocol::Negotiating
-                                  : UpstreamPool::Protocol::Http1;
+      return url.isTls() ? UpstreamPool::Protocol::Negotiating : UpstreamPool::Protocol::Http1;
   }
   return UpstreamPool::Protocol::Http1;
 }
@@ -86,11 +86,12 @@ UpstreamPool::Protocol initialProtocol(const config::UpstreamConfig& upstream) {
 }  // namespace
 
 UpstreamPool::UpstreamPool(Dispatcher& dispatcher, const config::UpstreamConfig& upstream,
-                           SslCtxPtr ssl_ctx)
+                           const config::EndpointConfig& endpoint, SslCtxPtr ssl_ctx)
     : dispatcher_(dispatcher),
       upstream_(upstream),
-      ssl_ctx_(std::move(ssl_ctx)),
-      protocol_(initialProtocol(upstream)) {}
+      url_(endpoint.url),
+      ssl_ctx_(endpoint.url.isTls() ? std::move(ssl_ctx) : nullptr),
+      protocol_(initialProtocol(upstream, endpoint.url)) {}
 
 UpstreamPool::~UpstreamPool() {
   destroying_ = true;
@@ -117,8 +118,8 @@ UpstreamStream* UpstreamPool::acquireHttp1() {
     if (conn->reusable()) return conn;
     destroy(conn);
   }
-  auto conn = std::make_unique<UpstreamConnection>(dispatcher_, upstream_, ssl_ctx_.get(), *this,
-                                                   ++opened_);
+  auto conn = std::make_unique<UpstreamConnection>(dispatcher_, upstream_, url_, ssl_ctx_.get(),
+                                                   *this, ++opened_);
   UpstreamConnection* raw = conn.get();
   conns_.emplace(raw, std::move(conn));
   return raw;
@@ -130,7 +131,7 @@ UpstreamStream* UpstreamPool::acquireHttp2() {
   }
   ++opened_;
   auto session =
-      std::make_unique<Http2ClientSession>(dispatcher_, upstream_, ssl_ctx_.get(), *this);
+      std::make_unique<Http2ClientSession>(dispatcher_, upstream_, url_, ssl_ctx_.get(), *this);
   Http2ClientSession* raw = session.get();
   sessions_.emplace(raw, std::move(session));
   Http2ClientStream* stream = raw->newStream();
@@ -177,8 +178,8 @@ void UpstreamPool::shedIdle() {
 
 UpstreamStream* UpstreamPool::acquirePending() {
   if (negotiator_ == nullptr) {
-    auto conn = std::make_unique<UpstreamConnection>(dispatcher_, upstream_, ssl_ctx_.get(), *this,
-                                                     ++opened_, /*negotiating=*/true);
+    auto conn = std::make_unique<UpstreamConnection>(dispatcher_, upstream_, url_, ssl_ctx_.get(),
+                                                     *this, ++opened_, /*negotiating=*/true);
     negotiator_ = conn.get();
     conns_.emplace(negotiator_, std::move(conn));
     if (negotiator_->closed()) {
@@ -203,7 +204,7 @@ void UpstreamPool::onNegotiated(UpstreamConnection* conn, bool h2) {
     BufferEventPtr bev = conn->takeBufferEvent();
     destroy(conn);
     auto session =
-        std::make_unique<Http2ClientSession>(dispatcher_, upstream_, std::move(bev), *this);
+        std::make_unique<Http2ClientSession>(dispatcher_, upstream_, url_, std::move(bev), *this);
     sessions_.emplace(session.get(), std::move(session));
   } else {
     protocol_ = Protocol::Http1;

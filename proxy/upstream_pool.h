@@ -42,7 +42,10 @@ class UpstreamPool final : public UpstreamStreamSource {
  public:
   enum class Protocol { Http1, Http2, Negotiating };
 
-  UpstreamPool(Dispatcher& dispatcher, const config::UpstreamConfig& upstream, SslCtxPtr ssl_ctx);
+  /** The pool of one endpoint of `upstream`; `ssl_ctx` is the upstream's (used for https:// only).
+   */
+  UpstreamPool(Dispatcher& dispatcher, const config::UpstreamConfig& upstream,
+               const config::EndpointConfig& endpoint, SslCtxPtr ssl_ctx);
   ~UpstreamPool();
 
   /** A stream for one attempt: an idle connection, room on a session, or a new one. */
@@ -99,6 +102,7 @@ class UpstreamPool final : public UpstreamStreamSource {
 
   Dispatcher& dispatcher_;
   const config::UpstreamConfig& upstream_;
+  const config::UpstreamUrl& url_;  // the endpoint's
   SslCtxPtr ssl_ctx_;
   Protocol protocol_;
   uint64_t opened_ = 0;

@@ -152,8 +152,10 @@ UpstreamPool& Worker::pool(const Runtime& runtime, size_t index) {
     RuntimePools entry;
     // The pools reference this runtime's upstream configs: keep it alive with them.
     entry.runtime = runtime.shared_from_this();
-    for (const auto& up : runtime.upstreams()) {
-      entry.pools.push_back(std::make_unique<UpstreamPool>(dispatcher_, *up.config, up.ssl_ctx));
+    for (size_t i = 0; i < runtime.poolCount(); ++i) {
+      const auto [up, endpoint] = runtime.poolEndpoint(i);
+      entry.pools.push_back(
+          std::make_unique<UpstreamPool>(dispatcher_, *up->config, *endpoint->config, up->ssl_ctx));
     }
     it = pools_.emplace(&runtime, std::move(entry)).first;
     // A retry of an exchange still on a replaced config, after its pools were

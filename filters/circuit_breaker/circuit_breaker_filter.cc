@@ -3,16 +3,18 @@
 namespace sluice {
 
 FilterStatus CircuitBreakerFilter::beforeAttempt(RequestHead&) {
-  const CircuitAdmission admission = breaker_.admit();
+  breaker_ = callbacks_->destination().breaker;
+  if (breaker_ == nullptr) return FilterStatus::Continue;
+  const CircuitAdmission admission = breaker_->admit();
   switch (admission.result) {
     case CircuitAdmission::Result::Admitted:
       admission_ = admission;
       return FilterStatus::Continue;
     case CircuitAdmission::Result::Rejected:
-      callbacks_->cancel(CancelReason::CircuitOpen, admission.retry_after);
+      callbacks_->refuseAttempt(CancelReason::CircuitOpen, admission.retry_after);
       return FilterStatus::StopIteration;
     case CircuitAdmission::Result::Overloaded:
-      callbacks_->cancel(CancelReason::Overloaded, kOverloadedRetryAfter);
+      callbacks_->refuseAttempt(CancelReason::Overloaded, kOverloadedRetryAfter);
       return FilterStatus::StopIteration;
   }
   return FilterStatus::Continue;
@@ -20,7 +22,7 @@ FilterStatus CircuitBreakerFilter::beforeAttempt(RequestHead&) {
 
 FilterStatus CircuitBreakerFilter::encodeHeaders(ResponseHead& response, bool) {
   if (admission_ && admission_->probe &&
-      breaker_.judgeProbe(*admission_, AttemptOutcome::fromStatus(response.status))) {
+      breaker_->judgeProbe(*admission_, AttemptOutcome::fromStatus(response.status))) {
     admission_->probe = false;  // judged: the attempt's end only frees its slot
   }
   return FilterStatus::Continue;
@@ -28,13 +30,13 @@ FilterStatus CircuitBreakerFilter::encodeHeaders(ResponseHead& response, bool) {
 
 void CircuitBreakerFilter::onAttemptDone(const AttemptEnd& end, const AttemptVerdict&) {
   if (!admission_) return;
-  breaker_.onResult(*admission_, end.outcome);
+  breaker_->onResult(*admission_, end.outcome);
   admission_.reset();
 }
 
 void CircuitBreakerFilter::onDestroy() {
   // An admitted attempt that never reported (torn down early) frees its slot.
-  if (admission_) breaker_.onResult(*admission_, AttemptOutcome::cancelled());
+  if (admission_) breaker_->onResult(*admission_, AttemptOutcome::cancelled());
   admission_.reset();
 }
 

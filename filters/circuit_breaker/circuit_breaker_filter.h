@@ -1,10 +1,13 @@
 #pragma once
 
 // The circuit breaker filter (DESIGN.md §3 "Circuit breakers"): asks the
-// upstream's shared CircuitBreaker before every attempt and reports how the
-// attempt ended. An open circuit answers 503 `circuit_open` at once with
-// Retry-After = the cooldown left, and nothing is sent upstream; too many
-// attempts in flight answer 503 `overloaded`. A half-open probe is judged
+// shared CircuitBreaker of the attempt's endpoint (DESIGN §5: state is kept
+// per endpoint; FilterCallbacks::destination()) before every attempt and
+// reports how the attempt ended. An open circuit refuses the attempt
+// (`circuit_open`): the Exchange moves it to the route's next fallback
+// upstream, or answers 503 at once with Retry-After = the cooldown left, and
+// nothing is sent upstream; too many attempts in flight refuse it as
+// `overloaded` the same way. A half-open probe is judged
 // by its response head, not when its (possibly minutes-long) stream ends.
 
 #include <optional>
@@ -16,7 +19,7 @@ namespace sluice {
 
 class CircuitBreakerFilter final : public StreamFilter {
  public:
-  explicit CircuitBreakerFilter(CircuitBreaker& breaker) : breaker_(breaker) {}
+  CircuitBreakerFilter() = default;
 
   std::string_view name() const override { return "circuit_breaker"; }
   FilterStatus beforeAttempt(RequestHead& upstream_request) override;
@@ -25,7 +28,7 @@ class CircuitBreakerFilter final : public StreamFilter {
   void onDestroy() override;
 
  private:
-  CircuitBreaker& breaker_;
+  CircuitBreaker* breaker_ = nullptr;          // the attempt's endpoint's
   std::optional<CircuitAdmission> admission_;  // the attempt in flight, until reported
 };
 

@@ -21,7 +21,16 @@ FilterStatus SpendFilter::decodeComplete(std::string_view body) {
 }
 
 FilterStatus SpendFilter::beforeAttempt(RequestHead&) {
-  if (request_) meter_ = std::make_unique<UsageMeter>(*request_);
+  if (!request_) return FilterStatus::Continue;
+  const std::string_view model = callbacks_->destination().model;
+  if (model.empty()) {
+    meter_ = std::make_unique<UsageMeter>(*request_);
+  } else {
+    // A fallback rewrote the body's model: its usage is priced as that model.
+    MeteredRequest rewritten = *request_;
+    rewritten.model = std::string(model);
+    meter_ = std::make_unique<UsageMeter>(rewritten);
+  }
   return FilterStatus::Continue;
 }
 
@@ -39,6 +48,10 @@ void SpendFilter::encodeData(const char* data, size_t len, bool end_stream) {
 }
 
 void SpendFilter::onAttemptDone(const AttemptEnd& end, const AttemptVerdict& verdict) {
+  if (!end.sent) {
+    meter_.reset();  // refused before it went: nothing was billed
+    return;
+  }
   account(end, spendDisposition(end, verdict));
 }
 

@@ -337,6 +337,18 @@ QuotaTracker::Admission QuotaTracker::admit(const std::string& key_name, uint64_
   return result;
 }
 
+bool QuotaTracker::admitsNow(const std::string& key_name, uint64_t token_need) {
+  std::lock_guard lock(mutex_);
+  auto it = keys_.find(key_name);
+  if (it == keys_.end()) return true;  // never seen: nothing known against it
+  KeyState& key = it->second;
+  const MonotonicTime now = clock_.now();
+  refreshLocked(key, now);
+  const int64_t need =
+      static_cast<int64_t>(std::min<uint64_t>(token_need, static_cast<uint64_t>(kMaxTokenNeed)));
+  return key.queue.empty() && (fitsLocked(key, need) || canProbeLocked(key, need, now));
+}
+
 QuotaTracker::Admission QuotaTracker::poll(uint64_t id) {
   Wakers wakers;
   Admission result = rejected(milliseconds(0));

@@ -177,6 +177,13 @@ class QuotaTracker {
    */
   Admission deferAdmitted(uint64_t ticket, MonotonicTime until);
 
+  /**
+   * True when admit() would admit a request on `key` needing `token_need`
+   * tokens at once (nobody queued, the quota fits or a probe may go). Changes
+   * nothing; the endpoint choice asks it (DESIGN §5).
+   */
+  bool admitsNow(const std::string& key, uint64_t token_need);
+
   /** True when `key`'s responses carry no quota at all (the fleet need not be asked). */
   bool unthrottled(const std::string& key) const;
 

@@ -73,14 +73,23 @@ FilterStatus ThrottleFilter::decodeComplete(std::string_view body) {
 }
 
 FilterStatus ThrottleFilter::beforeAttempt(RequestHead& upstream_request) {
+  // Each attempt's endpoint has its own quota (DESIGN §5); the previous
+  // attempt's ticket ended in onAttemptDone.
+  const AttemptDestination& to = callbacks_->destination();
+  tracker_ = to.quota;
+  if (tracker_ == nullptr) return FilterStatus::Continue;
+  config_ = to.rate_limit;
+  breaker_ = to.breaker;
+  metrics_ = to.metrics;
+  global_ = to.global_quota;
   // The quota is the provider's, so its key is the header as the provider
   // sees it: after the upstream's `headers:` replaced the client's dummy key.
-  key_ = quotaKeyFor(config_, upstream_request.headers);
+  key_ = quotaKeyFor(*config_, upstream_request.headers);
   headers_seen_ = false;
   // The waker may run on any thread; it only posts back to this Exchange's
   // worker, which drops it if the Exchange is gone by then.
   auto waker = callbacks_->crossThreadWaker([this] { poll(); });
-  return apply(tracker_.admit(key_, token_need_, callbacks_->deadline(), std::move(waker)));
+  return apply(tracker_->admit(key_, token_need_, callbacks_->deadline(), std::move(waker)));
 }
 
 FilterStatus ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
@@ -94,7 +103,7 @@ FilterStatus ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
       pending_.release();
       if (queued_) {
         queued_ = false;
-        metrics_.throttleWait().Observe(
+        metrics_->throttleWait().Observe(
             std::chrono::duration<double>(callbacks_->clock().now() - queued_at_).count());
       }
       updateGauges();
@@ -107,12 +116,12 @@ FilterStatus ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
       reject(admission.retry_after);
       return FilterStatus::StopIteration;
     case Kind::Queued:
-      if (!pending_.acquire(breaker_)) {
+      if (!pending_.acquire(*breaker_)) {
         // max_pending requests already wait for this upstream: not one more.
-        tracker_.abandon(admission.ticket);
+        tracker_->abandon(admission.ticket);
         queued_ = false;
         updateGauges();
-        callbacks_->cancel(CancelReason::Overloaded, kOverloadedRetryAfter);
+        callbacks_->refuseAttempt(CancelReason::Overloaded, kOverloadedRetryAfter);
         return FilterStatus::StopIteration;
       }
       if (!queued_) queued_at_ = callbacks_->clock().now();
@@ -136,7 +145,7 @@ FilterStatus ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
 }
 
 FilterStatus ThrottleFilter::confirmGlobally() {
-  if (global_ == nullptr || tracker_.unthrottled(key_)) return FilterStatus::Continue;
+  if (global_ == nullptr || tracker_->unthrottled(key_)) return FilterStatus::Continue;
   // The answer comes on this worker's own loop, on a later turn (GlobalQuota's
   // contract): no cross-thread post is needed, only to drop it if this filter
   // is gone by then (the post was ~7k instructions per admitted request).
@@ -176,11 +185,11 @@ void ThrottleFilter::onGlobalAnswer(const GlobalQuota::Answer& answer) {
   const auto wait = std::max(*answer.wait, std::chrono::milliseconds(1));
   admitted_ = false;
   if (now + wait >= callbacks_->deadline()) {
-    tracker_.abandon(ticket_);
+    tracker_->abandon(ticket_);
     reject(wait);
     return;
   }
-  if (apply(tracker_.deferAdmitted(ticket_, now + wait)) == FilterStatus::Continue) {
+  if (apply(tracker_->deferAdmitted(ticket_, now + wait)) == FilterStatus::Continue) {
     callbacks_->continueDecoding();
   }
 }
@@ -195,7 +204,7 @@ void ThrottleFilter::reject(std::chrono::milliseconds retry_after) {
     callbacks_->cancel(CancelReason::BudgetExhausted, std::nullopt);
     return;
   }
-  callbacks_->cancel(CancelReason::RateLimited, retry_after);
+  callbacks_->refuseAttempt(CancelReason::RateLimited, retry_after);
 }
 
 void ThrottleFilter::endFleetProbe(bool answered_without_quota) {
@@ -219,22 +228,23 @@ void ThrottleFilter::reportGlobally(const QuotaObservation& observation) {
   const auto sent_ago = admitted_
                             ? std::chrono::floor<std::chrono::milliseconds>(now - admitted_at_)
                             : std::chrono::milliseconds(0);
-  global_->report(key_, *observation.requests, reset_in, sent_ago, tracker_.unanswered(key_));
+  global_->report(key_, *observation.requests, reset_in, sent_ago, tracker_->unanswered(key_));
 }
 
 void ThrottleFilter::poll() {
   if (!queued_) return;
-  if (apply(tracker_.poll(ticket_)) == FilterStatus::Continue) callbacks_->continueDecoding();
+  if (apply(tracker_->poll(ticket_)) == FilterStatus::Continue) callbacks_->continueDecoding();
 }
 
 FilterStatus ThrottleFilter::encodeHeaders(ResponseHead& response, bool) {
+  if (tracker_ == nullptr) return FilterStatus::Continue;
   const QuotaObservation observation =
       observeQuota(response.headers, response.status, callbacks_->clock());
   // By ticket: its send time bounds the latency jitter of relative resets.
   if (admitted_) {
-    tracker_.observe(ticket_, observation);
+    tracker_->observe(ticket_, observation);
   } else {
-    tracker_.observe(key_, observation);
+    tracker_->observe(key_, observation);
   }
   reportGlobally(observation);
   headers_seen_ = true;
@@ -243,9 +253,20 @@ FilterStatus ThrottleFilter::encodeHeaders(ResponseHead& response, bool) {
 }
 
 void ThrottleFilter::onAttemptDone(const AttemptEnd&, const AttemptVerdict&) {
+  if (tracker_ == nullptr) return;
+  // Refused (no slot, or a wait beyond the budget) or never sent: nothing to return.
+  if (queued_) tracker_->abandon(ticket_);
+  if (confirming_) {
+    tracker_->abandon(ticket_);
+    confirming_ = admitted_ = false;
+  }
+  queued_ = false;
+  pending_.release();
+  callbacks_->disarmTimer(wake_timer_);
+  wake_timer_ = 0;
   endFleetProbe(/*answered_without_quota=*/false);  // ended before any header
   if (!admitted_) return;
-  tracker_.onAttemptDone(ticket_, headers_seen_);
+  tracker_->onAttemptDone(ticket_, headers_seen_);
   admitted_ = false;
 }
 
@@ -255,13 +276,14 @@ ThrottleFilter::~ThrottleFilter() {
 
 void ThrottleFilter::onDestroy() {
   if (alive_) *alive_ = false;
+  if (tracker_ == nullptr) return;
   callbacks_->disarmTimer(wake_timer_);
   wake_timer_ = 0;
-  if (queued_) tracker_.abandon(ticket_);  // a client that left is never sent
+  if (queued_) tracker_->abandon(ticket_);  // a client that left is never sent
   if (confirming_) {
-    tracker_.abandon(ticket_);  // admitted, never sent: its slot goes back
+    tracker_->abandon(ticket_);  // admitted, never sent: its slot goes back
   } else if (admitted_) {
-    tracker_.onAttemptDone(ticket_, headers_seen_);
+    tracker_->onAttemptDone(ticket_, headers_seen_);
   }
   endFleetProbe(/*answered_without_quota=*/false);
   queued_ = admitted_ = confirming_ = false;
@@ -270,10 +292,10 @@ void ThrottleFilter::onDestroy() {
 }
 
 void ThrottleFilter::updateGauges() {
-  metrics_.throttleQueueDepth().Set(static_cast<double>(tracker_.queueDepth()));
+  metrics_->throttleQueueDepth().Set(static_cast<double>(tracker_->queueDepth()));
   for (const bool tokens : {false, true}) {
-    const auto remaining = tracker_.lastRemaining(tokens);
-    if (remaining) metrics_.setRateLimitRemaining(tokens, static_cast<double>(*remaining));
+    const auto remaining = tracker_->lastRemaining(tokens);
+    if (remaining) metrics_->setRateLimitRemaining(tokens, static_cast<double>(*remaining));
   }
 }
 

@@ -1,18 +1,20 @@
 #pragma once
 
 // The throttle filter (DESIGN.md §3 "Rate-limit throttling"): before each
-// attempt it asks the upstream's shared QuotaTracker for admission, so
+// attempt it asks the shared QuotaTracker of the attempt's endpoint
+// (FilterCallbacks::destination(); none when its upstream has no
+// `rate_limit`) for admission, so
 // sluice holds requests *before* the provider's own 429 when its reported
 // quota is nearly spent. A held request waits FIFO, on a timer of its
 // Exchange (the quota reset) and on a cross-thread wake-up (another
 // response refilled the quota); a client that leaves while queued is
 // dropped, never sent. A wait that cannot fit the budget, or a full queue,
-// answers 429 `rate_limited` with Retry-After. A queued request holds one of
-// the upstream's `circuit_breaker.max_pending` slots while it waits; with
-// none left it is not queued but answered 503 `overloaded`. Every response's
-// quota headers are fed back to the tracker. The quota key (`rate_limit.key`) is
-// read from the request as sent upstream, after the upstream's `headers:`
-// were applied: agents with different dummy keys share the one real quota.
+// refuses the attempt (`rate_limited`): the Exchange moves the request to
+// the route's next fallback upstream, or answers 429 with Retry-After. A queued request holds one
+// of the upstream's `circuit_breaker.max_pending` slots while it waits; with none left it is not
+// queued but answered 503 `overloaded`. Every response's quota headers are fed back to the tracker.
+// The quota key (`rate_limit.key`) is read from the request as sent upstream, after the upstream's
+// `headers:` were applied: agents with different dummy keys share the one real quota.
 //
 // With shared state (DESIGN §6) a request the local tracker admitted also
 // takes a slot of the fleet's quota (GlobalQuota: one Redis round trip,
@@ -40,10 +42,7 @@ uint64_t estimateTokenNeed(std::string_view request_body);
 
 class ThrottleFilter final : public StreamFilter {
  public:
-  /** `global` = the fleet's side of this quota; null = local state only. */
-  ThrottleFilter(const config::RateLimitConfig& config, QuotaTracker& tracker,
-                 CircuitBreaker& breaker, UpstreamMetrics& metrics, GlobalQuota* global = nullptr)
-      : config_(config), tracker_(tracker), breaker_(breaker), metrics_(metrics), global_(global) {}
+  ThrottleFilter() = default;
 
   std::string_view name() const override { return "throttle"; }
   FilterStatus decodeComplete(std::string_view body) override;
@@ -65,12 +64,13 @@ class ThrottleFilter final : public StreamFilter {
   void reject(std::chrono::milliseconds retry_after);
   void updateGauges();
 
-  const config::RateLimitConfig& config_;
-  QuotaTracker& tracker_;
-  CircuitBreaker& breaker_;  // its max_pending bounds the queue across routes and keys
-  UpstreamMetrics& metrics_;
-  GlobalQuota* const global_;
-  PendingSlot pending_;  // held while queued_
+  // The attempt's endpoint (bound in beforeAttempt; tracker_ null = not throttled).
+  const config::RateLimitConfig* config_ = nullptr;
+  QuotaTracker* tracker_ = nullptr;
+  CircuitBreaker* breaker_ = nullptr;  // its max_pending bounds the queue across routes and keys
+  UpstreamMetrics* metrics_ = nullptr;
+  GlobalQuota* global_ = nullptr;  // the fleet's side of the quota; null = local state only
+  PendingSlot pending_;            // held while queued_
   std::string key_;
   uint64_t token_need_ = 0;
   uint64_t ticket_ = 0;

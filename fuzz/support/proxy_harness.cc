@@ -213,8 +213,10 @@ void ProxyHarness::replaceConnection(DownstreamConnection& from, DownstreamConne
 
 UpstreamPool& ProxyHarness::pool(const Runtime& runtime, size_t index) {
   if (pools_.empty()) {
-    for (const auto& up : runtime.upstreams()) {
-      pools_.push_back(std::make_unique<UpstreamPool>(dispatcher_, *up.config, up.ssl_ctx));
+    for (size_t i = 0; i < runtime.poolCount(); ++i) {
+      const auto [up, endpoint] = runtime.poolEndpoint(i);
+      pools_.push_back(
+          std::make_unique<UpstreamPool>(dispatcher_, *up->config, *endpoint->config, up->ssl_ctx));
     }
   }
   return *pools_.at(index);

@@ -88,11 +88,11 @@ TEST(ConfigLoaderTest, FillsEveryDefaultFromTheContract) {
   ASSERT_EQ(c->upstreams.size(), 1u);
   const UpstreamConfig& u = c->upstreams[0];
   EXPECT_EQ(u.name, "openai");
-  EXPECT_EQ(u.raw_url, "https://api.openai.com");
-  EXPECT_TRUE(u.url.isTls());
-  EXPECT_EQ(u.url.host, "api.openai.com");
-  EXPECT_EQ(u.url.port, 443);
-  EXPECT_EQ(u.url.path_prefix, "");
+  EXPECT_EQ(u.endpoints[0].raw_url, "https://api.openai.com");
+  EXPECT_TRUE(u.endpoints[0].url.isTls());
+  EXPECT_EQ(u.endpoints[0].url.host, "api.openai.com");
+  EXPECT_EQ(u.endpoints[0].url.port, 443);
+  EXPECT_EQ(u.endpoints[0].url.path_prefix, "");
   EXPECT_EQ(u.connect_timeout, seconds(2));
   EXPECT_EQ(u.http2, Http2Mode::Auto);
   EXPECT_TRUE(u.tls.verify);
@@ -283,18 +283,18 @@ TEST(ConfigLoaderTest, DecodesEveryKeyOfTheSchema) {
 
   ASSERT_EQ(c->upstreams.size(), 2u);
   const UpstreamConfig& local = c->upstreams[0];
-  EXPECT_FALSE(local.url.isTls());
-  EXPECT_EQ(local.url.port, 9000);
-  EXPECT_EQ(local.url.path_prefix, "/base");
-  EXPECT_EQ(local.url.authority(), "127.0.0.1:9000");
+  EXPECT_FALSE(local.endpoints[0].url.isTls());
+  EXPECT_EQ(local.endpoints[0].url.port, 9000);
+  EXPECT_EQ(local.endpoints[0].url.path_prefix, "/base");
+  EXPECT_EQ(local.endpoints[0].url.authority(), "127.0.0.1:9000");
   EXPECT_EQ(local.http2, Http2Mode::Off);
 
   const UpstreamConfig& u = c->upstreams[1];
-  EXPECT_TRUE(u.url.isTls());
-  EXPECT_EQ(u.url.host, "api.openai.com");
-  EXPECT_EQ(u.url.port, 8443);
-  EXPECT_EQ(u.url.path_prefix, "/v1");
-  EXPECT_EQ(u.url.authority(), "api.openai.com:8443");
+  EXPECT_TRUE(u.endpoints[0].url.isTls());
+  EXPECT_EQ(u.endpoints[0].url.host, "api.openai.com");
+  EXPECT_EQ(u.endpoints[0].url.port, 8443);
+  EXPECT_EQ(u.endpoints[0].url.path_prefix, "/v1");
+  EXPECT_EQ(u.endpoints[0].url.authority(), "api.openai.com:8443");
   EXPECT_EQ(u.connect_timeout, milliseconds(1500));
   EXPECT_EQ(u.http2, Http2Mode::On);
   EXPECT_FALSE(u.tls.verify);
@@ -358,6 +358,73 @@ TEST(ConfigLoaderTest, DecodesEveryKeyOfTheSchema) {
   EXPECT_DOUBLE_EQ(c->pricing[1].output_usd_per_mtok, 15);
 }
 
+TEST(ConfigLoaderTest, DecodesEndpointsAndTheFallbackChain) {
+  const ConfigPtr c = loadOk(R"(listen: 127.0.0.1:8080
+upstreams:
+  - name: openai
+    endpoints:
+      - {name: us, url: http://127.0.0.1:9000, weight: 3}
+      - {url: "http://[::1]:9001/v1"}
+      - {name: spare, url: https://backup.example, priority: 1}
+  - {name: azure, url: http://127.0.0.1:9100}
+  - {name: local, url: http://127.0.0.1:9200}
+routes:
+  - name: chat
+    match: {path_prefix: /v1/chat, model: "gpt-4o*"}
+    upstream: openai
+    fallback:
+      - {upstream: azure, model: gpt-4o-prod}
+      - upstream: local
+    fallback_on: [circuit_open, 429, 5xx, connect_error]
+    fallback_wait: avoid
+  - name: rest
+    match: {path_prefix: /}
+    upstream: openai
+)");
+  ASSERT_NE(c, nullptr);
+  const UpstreamConfig& u = c->upstreams[0];
+  ASSERT_EQ(u.endpoints.size(), 3u);
+  EXPECT_EQ(u.endpoints[0].name, "us");
+  EXPECT_EQ(u.endpoints[0].weight, 3u);
+  EXPECT_EQ(u.endpoints[0].priority, 0u);
+  EXPECT_EQ(u.endpoints[1].name, "[::1]:9001") << "the default name is host:port";
+  EXPECT_EQ(u.endpoints[1].url.path_prefix, "/v1");
+  EXPECT_EQ(u.endpoints[1].weight, 1u);
+  EXPECT_EQ(u.endpoints[2].priority, 1u);
+  EXPECT_TRUE(u.endpoints[2].url.isTls());
+  ASSERT_EQ(c->upstreams[1].endpoints.size(), 1u);
+  EXPECT_EQ(c->upstreams[1].endpoints[0].name, "127.0.0.1:9100");
+
+  const RouteConfig& chat = c->routes[0];
+  EXPECT_EQ(chat.match.model, "gpt-4o*");
+  ASSERT_EQ(chat.fallback.size(), 2u);
+  EXPECT_EQ(chat.fallback[0].upstream, "azure");
+  EXPECT_EQ(chat.fallback[0].upstream_index, 1u);
+  EXPECT_EQ(chat.fallback[0].model, "gpt-4o-prod");
+  EXPECT_EQ(chat.fallback[1].upstream_index, 2u);
+  EXPECT_EQ(chat.fallback[1].model, "");
+  EXPECT_TRUE(chat.fallback_on.circuit_open);
+  EXPECT_FALSE(chat.fallback_on.rate_limited);
+  EXPECT_FALSE(chat.fallback_on.overloaded);
+  EXPECT_TRUE(chat.fallback_on.outcomes.matchesStatus(429));
+  EXPECT_TRUE(chat.fallback_on.outcomes.matchesStatus(502));
+  EXPECT_FALSE(chat.fallback_on.outcomes.matchesStatus(404));
+  EXPECT_TRUE(chat.fallback_on.outcomes.connect_error);
+  EXPECT_FALSE(chat.fallback_on.outcomes.timeout);
+  EXPECT_EQ(chat.fallback_wait, FallbackWait::Avoid);
+
+  // Defaults: no fallback; every refusal, 429, 5xx and the transport failures.
+  const RouteConfig& rest = c->routes[1];
+  EXPECT_TRUE(rest.fallback.empty());
+  EXPECT_EQ(rest.match.model, "");
+  EXPECT_TRUE(rest.fallback_on.circuit_open && rest.fallback_on.rate_limited &&
+              rest.fallback_on.overloaded);
+  EXPECT_TRUE(rest.fallback_on.outcomes.matchesStatus(429));
+  EXPECT_TRUE(rest.fallback_on.outcomes.matchesStatus(503));
+  EXPECT_TRUE(rest.fallback_on.outcomes.reset && rest.fallback_on.outcomes.timeout);
+  EXPECT_EQ(rest.fallback_wait, FallbackWait::Prefer);
+}
+
 TEST(ConfigLoaderTest, RateLimitKeyNoneAndListenAsList) {
   const ConfigPtr c = loadOk(R"(listen: [127.0.0.1:0, {address: "127.0.0.1:0"}]
 admin: 127.0.0.1:0
@@ -369,8 +436,8 @@ upstreams:
   EXPECT_TRUE(c->routes.empty());
   ASSERT_TRUE(c->upstreams[0].rate_limit.has_value());
   EXPECT_EQ(c->upstreams[0].rate_limit->key.kind, RateLimitKey::Kind::None);
-  EXPECT_EQ(c->upstreams[0].url.host, "::1");
-  EXPECT_EQ(c->upstreams[0].url.authority(), "[::1]:9000");
+  EXPECT_EQ(c->upstreams[0].endpoints[0].url.host, "::1");
+  EXPECT_EQ(c->upstreams[0].endpoints[0].url.authority(), "[::1]:9000");
 }
 
 // ---------------------------------------------------------------------------
@@ -420,8 +487,77 @@ routes:
     retry: {attemps: 2}
 )",
      R"(test.yaml:9:13: routes[0].retry.attemps: unknown key (did you mean "attempts"?))"},
+    {"UrlAndEndpoints", R"(listen: 127.0.0.1:8080
+upstreams:
+  - name: openai
+    url: https://api.openai.com
+    endpoints: [{url: https://eu.api.openai.com}]
+)",
+     "test.yaml:5:16: upstreams[0].endpoints: give either `url` (one endpoint) or `endpoints`, not "
+     "both"},
+    {"DuplicateEndpointName", R"(listen: 127.0.0.1:8080
+upstreams:
+  - name: openai
+    endpoints:
+      - {url: http://127.0.0.1:9000}
+      - {url: http://127.0.0.1:9000/v2}
+)",
+     "test.yaml:6:9: upstreams[0].endpoints[1]: duplicate endpoint name \"127.0.0.1:9000\" (first "
+     "at line 5; two endpoints with one url need distinct names)"},
+    {"EndpointWeightZero", R"(listen: 127.0.0.1:8080
+upstreams:
+  - name: openai
+    endpoints: [{url: http://127.0.0.1:9000, weight: 0}]
+)",
+     "test.yaml:4:54: upstreams[0].endpoints[0].weight: must be at least 1"},
+    {"FallbackUnknownUpstream", R"(listen: 127.0.0.1:8080
+upstreams:
+  - {name: openai, url: http://127.0.0.1:9000}
+routes:
+  - name: chat
+    match: {path_prefix: /v1}
+    upstream: openai
+    fallback: [{upstream: azure}]
+)",
+     "test.yaml:8:27: routes[0].fallback[0].upstream: unknown upstream \"azure\" (defined: "
+     "openai)"},
+    {"FallbackToItself", R"(listen: 127.0.0.1:8080
+upstreams:
+  - {name: openai, url: http://127.0.0.1:9000}
+routes:
+  - name: chat
+    match: {path_prefix: /v1}
+    upstream: openai
+    fallback: [{upstream: openai}]
+)",
+     "test.yaml:8:27: routes[0].fallback[0].upstream: upstream \"openai\" is already in this "
+     "route's chain (the route's upstream or an earlier fallback)"},
+    {"FallbackOnUnknownCause", R"(listen: 127.0.0.1:8080
+upstreams:
+  - {name: openai, url: http://127.0.0.1:9000}
+routes:
+  - name: chat
+    match: {path_prefix: /v1}
+    upstream: openai
+    fallback_on: [circuit_open, broken]
+)",
+     "test.yaml:8:33: routes[0].fallback_on[1]: unknown cause \"broken\" (expected circuit_open, "
+     "rate_limited, overloaded, a status code 100..599, 4xx, 5xx, connect_error, reset or "
+     "timeout)"},
+    {"FallbackModelWithAQuote", R"(listen: 127.0.0.1:8080
+upstreams:
+  - {name: openai, url: http://127.0.0.1:9000}
+  - {name: azure, url: http://127.0.0.1:9001}
+routes:
+  - name: chat
+    match: {path_prefix: /v1}
+    upstream: openai
+    fallback: [{upstream: azure, model: 'a"b'}]
+)",
+     "test.yaml:9:41: routes[0].fallback[0].model: a model name must not contain quotes, "
+     "backslashes or control characters"},
     {"UpstreamMissingUrl", "listen: 127.0.0.1:8080\nupstreams:\n  - name: openai\n",
-     "test.yaml:3:5: upstreams[0].url: required key is missing"},
+     "test.yaml:3:5: upstreams[0].url: required key is missing (or give `endpoints`)"},
     {"RouteMissingMatch", R"(listen: 127.0.0.1:8080
 upstreams:
   - name: openai
@@ -1169,7 +1305,10 @@ TEST(ConfigRenderTest, RendersEveryKeyWithDurationsAsStrings) {
                                          {"send_timeout", "15s"}}));
 
   const nlohmann::json& u = j["upstreams"][1];
-  EXPECT_EQ(u["url"], "HTTPS://API.OpenAI.com:8443/v1");
+  EXPECT_EQ(u["endpoints"], (nlohmann::json::array({{{"name", "api.openai.com:8443"},
+                                                     {"url", "HTTPS://API.OpenAI.com:8443/v1"},
+                                                     {"weight", 1},
+                                                     {"priority", 0}}})));
   EXPECT_EQ(u["connect_timeout"], "1500ms");
   EXPECT_EQ(u["http2"], "on");
   EXPECT_EQ(u["tls"],
@@ -1327,8 +1466,8 @@ TEST(ConfigLoaderTest, LocalMockExampleFrontsTheMockOnTheDocumentedPorts) {
   EXPECT_EQ(c.listeners[0].address.toString(), "127.0.0.1:8080");
   EXPECT_EQ(c.admin.toString(), "127.0.0.1:9901");
   ASSERT_EQ(c.upstreams.size(), 1u);
-  EXPECT_EQ(c.upstreams[0].url.authority(), "127.0.0.1:9000");
-  EXPECT_FALSE(c.upstreams[0].url.isTls());
+  EXPECT_EQ(c.upstreams[0].endpoints[0].url.authority(), "127.0.0.1:9000");
+  EXPECT_FALSE(c.upstreams[0].endpoints[0].url.isTls());
   std::vector<std::string> prefixes;
   for (const RouteConfig& route : c.routes) prefixes.push_back(route.match.path_prefix);
   EXPECT_EQ(prefixes, (std::vector<std::string>{"/v1/chat/completions", "/v1/responses",

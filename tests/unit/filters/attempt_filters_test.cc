@@ -51,10 +51,12 @@ class AttemptFiltersTest : public ::testing::Test {
     ASSERT_NE(runtime_, nullptr) << error;
     callbacks_.request_head.method = "POST";
     callbacks_.request_head.path = "/v1/chat/completions";
+    callbacks_.destination_value = endpoint().destination;
   }
 
   const RouteRuntime& route() const { return runtime_->routes().at(0); }
   const UpstreamRuntime& upstream() const { return runtime_->upstreams().at(0); }
+  const EndpointRuntime& endpoint() const { return upstream().endpoints.at(0); }
 
   template <class F>
   F& wire(std::unique_ptr<F> filter) {
@@ -295,9 +297,7 @@ TEST_F(SpendFilterTest, AnAttemptNeverSentLeaksItsInputToTheCancelReason) {
 
 class CircuitBreakerFilterTest : public AttemptFiltersTest {
  protected:
-  CircuitBreakerFilter& breakerFilter() {
-    return wire(std::make_unique<CircuitBreakerFilter>(*upstream().breaker));
-  }
+  CircuitBreakerFilter& breakerFilter() { return wire(std::make_unique<CircuitBreakerFilter>()); }
   FilterStatus admit(CircuitBreakerFilter& f) {
     RequestHead upstream_request = callbacks_.request_head;
     return f.beforeAttempt(upstream_request);
@@ -314,6 +314,7 @@ TEST_F(CircuitBreakerFilterTest, ReportsEachOutcomeAndOpensOnFailures) {
   ASSERT_EQ(callbacks_.cancels.size(), 1u);
   EXPECT_EQ(callbacks_.cancels[0].first, CancelReason::CircuitOpen);
   EXPECT_EQ(callbacks_.cancels[0].second, milliseconds(10s));
+  EXPECT_EQ(callbacks_.refusals, 1) << "a refusal: the Exchange may fall back";
 }
 
 TEST_F(CircuitBreakerFilterTest, SuccessAndTeardownDoNotCountAsFailures) {
@@ -333,9 +334,9 @@ TEST_F(CircuitBreakerFilterTest, SuccessAndTeardownDoNotCountAsFailures) {
 TEST_F(CircuitBreakerFilterTest, AnAdmissionNeverReportedIsFreedOnDestroy) {
   CircuitBreakerFilter& f = breakerFilter();
   ASSERT_EQ(admit(f), FilterStatus::Continue);
-  EXPECT_EQ(upstream().breaker->activeRequests(), 1u);
+  EXPECT_EQ(endpoint().breaker->activeRequests(), 1u);
   f.onDestroy();
-  EXPECT_EQ(upstream().breaker->activeRequests(), 0u);
+  EXPECT_EQ(endpoint().breaker->activeRequests(), 0u);
 }
 
 // --- throttle ------------------------------------------------------------------------------
@@ -343,9 +344,9 @@ TEST_F(CircuitBreakerFilterTest, AnAdmissionNeverReportedIsFreedOnDestroy) {
 class ThrottleFilterTest : public AttemptFiltersTest {
  protected:
   ThrottleFilter& throttle(FakeFilterCallbacks& callbacks, GlobalQuota* global = nullptr) {
-    auto filter =
-        std::make_unique<ThrottleFilter>(*upstream().config->rate_limit, *upstream().quota,
-                                         *upstream().breaker, *upstream().metrics, global);
+    auto filter = std::make_unique<ThrottleFilter>();
+    callbacks.destination_value = endpoint().destination;
+    callbacks.destination_value.global_quota = global;
     filter->setCallbacks(callbacks);
     ThrottleFilter& f = *filter;
     filters_.push_back(std::move(filter));
@@ -365,7 +366,7 @@ TEST_F(ThrottleFilterTest, TheProbeGoesTheNextWaitsForItsHeaders) {
   ASSERT_EQ(admit(probe), FilterStatus::Continue);
   EXPECT_EQ(admit(waiter), FilterStatus::StopIteration);  // queued: no cancel
   EXPECT_TRUE(waiter_callbacks.cancels.empty());
-  EXPECT_EQ(upstream().quota->queueDepth(), 1u);
+  EXPECT_EQ(endpoint().quota->queueDepth(), 1u);
 
   ResponseHead head;
   head.status = 200;
@@ -373,7 +374,7 @@ TEST_F(ThrottleFilterTest, TheProbeGoesTheNextWaitsForItsHeaders) {
   head.headers.add("x-ratelimit-remaining-requests", "99");
   probe.encodeHeaders(head, false);  // the waker (here: direct) re-polls the waiter
   EXPECT_EQ(waiter_callbacks.continue_calls, 1);
-  EXPECT_EQ(upstream().quota->queueDepth(), 0u);
+  EXPECT_EQ(endpoint().quota->queueDepth(), 0u);
   probe.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
   waiter.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
 }
@@ -389,8 +390,9 @@ TEST_F(ThrottleFilterTest, AFullQueueSlotAnswersOverloaded) {
   EXPECT_EQ(admit(second), FilterStatus::StopIteration);  // none left
   ASSERT_EQ(second_callbacks.cancels.size(), 1u);
   EXPECT_EQ(second_callbacks.cancels[0].first, CancelReason::Overloaded);
+  EXPECT_EQ(second_callbacks.refusals, 1);
   first.onDestroy();  // a client that left while queued is never sent
-  EXPECT_EQ(upstream().quota->queueDepth(), 0u);
+  EXPECT_EQ(endpoint().quota->queueDepth(), 0u);
 }
 
 TEST_F(ThrottleFilterTest, AWaiterWhoseBudgetRanOutIsTheBudgetsEndNot429) {
@@ -536,7 +538,7 @@ TEST_F(GlobalThrottleFilterTest, AnUnknownFleetWaitNeverAnswers429BeforeTheDeadl
   EXPECT_TRUE(callbacks_.cancels.empty());
   EXPECT_EQ(callbacks_.continue_calls, 0);
   EXPECT_EQ(callbacks_.armedTimers(), 1u);  // asks the fleet again after a short poll
-  EXPECT_EQ(upstream().quota->queueDepth(), 0u) << "the local queue is not held for it";
+  EXPECT_EQ(endpoint().quota->queueDepth(), 0u) << "the local queue is not held for it";
   global_.next.kind = GlobalQuota::Answer::Kind::Admit;
   clock_.advance(250ms);
   callbacks_.fireDueTimers();

@@ -47,6 +47,13 @@ class FakeFilterCallbacks : public FilterCallbacks {
   const RequestHead& request() const override { return request_head; }
   const RouteRuntime& route() const override { return route_; }
   uint32_t attemptNumber() const override { return attempt; }
+  const AttemptDestination& destination() const override { return destination_value; }
+  /** Recorded with the cancels (what the Exchange does when no fallback is left). */
+  void refuseAttempt(CancelReason reason,
+                     std::optional<std::chrono::milliseconds> retry_after) override {
+    ++refusals;
+    cancels.emplace_back(reason, retry_after);
+  }
   bool requestBodyReplayable() const override { return body_replayable; }
   std::function<void()> crossThreadWaker(std::function<void()> fn) override { return fn; }
   std::optional<CancelReason> cancelReason() const override { return cancel_reason; }
@@ -78,6 +85,8 @@ class FakeFilterCallbacks : public FilterCallbacks {
   int timers_disarmed = 0;
   std::vector<Problem> local_replies;
   std::vector<std::pair<CancelReason, std::optional<std::chrono::milliseconds>>> cancels;
+  int refusals = 0;  // of the cancels, those that came through refuseAttempt
+  AttemptDestination destination_value;
   std::vector<AttemptUsage> usages;
 
  private:

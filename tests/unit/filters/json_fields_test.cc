@@ -217,5 +217,24 @@ TEST(JsonFieldsVerifiedTest, NeverAcceptsWhatTheLibraryRejectsOnRandomInput) {
   EXPECT_GT(accepted, 100u);  // the generator does reach valid texts
 }
 
+TEST(WithTopLevelStringTest, ReplacesTheMemberAndKeepsEverythingElseByteForByte) {
+  const std::string body =
+      R"({"model": "gpt-4o", "stream": true, "messages": [{"model": "nested"}]})";
+  EXPECT_EQ(withTopLevelString(body, "model", "gpt-4o-prod"),
+            R"({"model": "gpt-4o-prod", "stream": true, "messages": [{"model": "nested"}]})");
+}
+
+TEST(WithTopLevelStringTest, ReplacesEveryOccurrenceOfARepeatedKey) {
+  EXPECT_EQ(withTopLevelString(R"({"model":1,"x":2,"model":"b"})", "model", "m"),
+            R"({"model":"m","x":2,"model":"m"})");
+}
+
+TEST(WithTopLevelStringTest, LeavesABodyWithoutTheMemberOrNotAnObjectAlone) {
+  EXPECT_EQ(withTopLevelString(R"({"input": "x"})", "model", "m"), std::nullopt);
+  EXPECT_EQ(withTopLevelString("[1,2]", "model", "m"), std::nullopt);
+  EXPECT_EQ(withTopLevelString("", "model", "m"), std::nullopt);
+  EXPECT_EQ(withTopLevelString(R"({"model": "a")", "model", "m"), std::nullopt);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -544,7 +544,7 @@ TEST_F(ExchangeTest, ARetryWaitsInTheQuotaQueueWhileBackingOff) {
   advance(100ms);  // the retry starts; the throttle holds it until the reset
   EXPECT_EQ(ex.state(), ExchangeState::BackingOff);
   EXPECT_EQ(attemptsSent(), 1u);
-  EXPECT_EQ(runtime_->upstreams().at(0).quota->queueDepth(), 1u);
+  EXPECT_EQ(runtime_->upstreams().at(0).endpoints[0].quota->queueDepth(), 1u);
   advance(3s);  // past the reset (and the tracker's latency margin)
   EXPECT_EQ(ex.state(), ExchangeState::Running);
   ASSERT_EQ(attemptsSent(), 2u);
@@ -558,10 +558,10 @@ TEST_F(ExchangeTest, ClientLeavesWhileARetryWaitsForQuota) {
   Exchange& ex = start();
   upstream().respond(429, {kQuotaSpent.begin(), kQuotaSpent.end()});
   advance(100ms);
-  ASSERT_EQ(runtime_->upstreams().at(0).quota->queueDepth(), 1u);
+  ASSERT_EQ(runtime_->upstreams().at(0).endpoints[0].quota->queueDepth(), 1u);
   ex.onDownstreamDisconnect();
   EXPECT_EQ(ex.state(), ExchangeState::Cancelled);
-  EXPECT_EQ(runtime_->upstreams().at(0).quota->queueDepth(), 0u);
+  EXPECT_EQ(runtime_->upstreams().at(0).endpoints[0].quota->queueDepth(), 0u);
   advance(3s);
   EXPECT_EQ(attemptsSent(), 1u);  // never sent
 }

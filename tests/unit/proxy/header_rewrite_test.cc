@@ -181,7 +181,7 @@ TEST_F(RewriteRequestTest, RemovesHopByHopAndConnectionNamedFields) {
   in.emplace_back("Connection", "X-Internal-Trace");
   in.emplace_back("X-Internal-Trace", "abc");
   auto head = request("POST", "/v1/chat/completions", in);
-  rewriteRequestForUpstream(head, up(), ClientInfo{"10.0.0.1", false});
+  rewriteRequestForUpstream(head, up(), up().endpoints.at(0).url, ClientInfo{"10.0.0.1", false});
   for (const auto& [n, v] : kHopByHop) EXPECT_FALSE(head.headers.has(n)) << n;
   EXPECT_FALSE(head.headers.has("x-internal-trace"));
   EXPECT_EQ(values(head.headers, "accept"), std::vector<std::string_view>{"*/*"});
@@ -193,7 +193,7 @@ TEST_F(RewriteRequestTest, RemovesContentLengthForReframing) {
                        {"content-length", "42"},
                        {"Transfer-Encoding", "chunked"},
                        {"content-type", "application/json"}});
-  rewriteRequestForUpstream(head, up(), ClientInfo{"10.0.0.1", false});
+  rewriteRequestForUpstream(head, up(), up().endpoints.at(0).url, ClientInfo{"10.0.0.1", false});
   EXPECT_FALSE(head.headers.has("content-length"));
   EXPECT_FALSE(head.headers.has("transfer-encoding"));
   EXPECT_EQ(values(head.headers, "content-type"),
@@ -210,7 +210,7 @@ TEST_F(RewriteRequestTest, RemovesClientSuppliedSluiceHeaders) {
                        {"x-sluicer", "not ours"},
                        {"x-my-x-sluice-thing", "not ours"},
                        {"x-budget-ms", "1000"}});
-  rewriteRequestForUpstream(head, up(), ClientInfo{"10.0.0.1", false});
+  rewriteRequestForUpstream(head, up(), up().endpoints.at(0).url, ClientInfo{"10.0.0.1", false});
   for (const auto& [name, value] : head.headers) {
     EXPECT_NE(name.rfind("x-sluice-", 0), 0u) << name << " leaked upstream";
   }
@@ -229,7 +229,7 @@ TEST_F(RewriteRequestTest, RemovesSluiceHeadersSpelledWithUnderscores) {
                        {"x_sluice-mixed", "forged"},
                        {"x_sluicer", "not ours"},
                        {"x_my_sluice_thing", "not ours"}});
-  rewriteRequestForUpstream(head, up(), ClientInfo{"10.0.0.1", false});
+  rewriteRequestForUpstream(head, up(), up().endpoints.at(0).url, ClientInfo{"10.0.0.1", false});
   for (const auto& [name, value] : head.headers) {
     EXPECT_FALSE(isSluiceHeader(name)) << name << " leaked upstream";
   }
@@ -264,14 +264,15 @@ TEST(RewriteRequestHostTest, HostIsTheUpstreamAuthority) {
     ASSERT_NE(cfg, nullptr) << row.url;
     auto head =
         request("GET", "/v1/models", {{"Host", "localhost:8080"}, {"host", "second.example"}});
-    rewriteRequestForUpstream(head, cfg->upstreams.at(0), ClientInfo{"10.0.0.1", false});
+    rewriteRequestForUpstream(head, cfg->upstreams.at(0), cfg->upstreams.at(0).endpoints.at(0).url,
+                              ClientInfo{"10.0.0.1", false});
     EXPECT_EQ(values(head.headers, "host"), std::vector<std::string_view>{row.host}) << row.url;
   }
 }
 
 TEST_F(RewriteRequestTest, HostAddedWhenClientSentNone) {
   auto head = request("GET", "/v1/models", {});  // e.g. HTTP/1.0 client
-  rewriteRequestForUpstream(head, up(), ClientInfo{"10.0.0.1", false});
+  rewriteRequestForUpstream(head, up(), up().endpoints.at(0).url, ClientInfo{"10.0.0.1", false});
   EXPECT_EQ(values(head.headers, "host"), std::vector<std::string_view>{"api.example.com"});
 }
 
@@ -304,7 +305,7 @@ TEST_F(RewriteRequestTest, XForwardedForAppendsTheClient) {
     Entries in;
     for (const auto& p : row.prior) in.emplace_back("X-Forwarded-For", p);
     auto head = request("POST", "/v1/chat/completions", in);
-    rewriteRequestForUpstream(head, up(), ClientInfo{row.client, false});
+    rewriteRequestForUpstream(head, up(), up().endpoints.at(0).url, ClientInfo{row.client, false});
     EXPECT_EQ(values(head.headers, "x-forwarded-for"), row.expected) << row.label;
   }
 }
@@ -326,7 +327,8 @@ TEST_F(RewriteRequestTest, XForwardedProtoSetOnlyIfAbsent) {
     Entries in;
     if (row.prior) in.emplace_back("X-Forwarded-Proto", *row.prior);
     auto head = request("POST", "/v1/chat/completions", in);
-    rewriteRequestForUpstream(head, up(), ClientInfo{"10.0.0.1", row.tls});
+    rewriteRequestForUpstream(head, up(), up().endpoints.at(0).url,
+                              ClientInfo{"10.0.0.1", row.tls});
     EXPECT_EQ(values(head.headers, "x-forwarded-proto"),
               std::vector<std::string_view>{row.expected})
         << row.label;
@@ -351,7 +353,8 @@ TEST(RewriteRequestPathTest, UpstreamBasePathIsPrefixed) {
     const auto cfg = loadUpstream(row.url);
     ASSERT_NE(cfg, nullptr) << row.url;
     auto head = request("POST", row.path, {});
-    rewriteRequestForUpstream(head, cfg->upstreams.at(0), ClientInfo{"10.0.0.1", false});
+    rewriteRequestForUpstream(head, cfg->upstreams.at(0), cfg->upstreams.at(0).endpoints.at(0).url,
+                              ClientInfo{"10.0.0.1", false});
     EXPECT_EQ(head.path, row.expected) << row.url << " + " << row.path;
     EXPECT_EQ(head.method, "POST");
   }
@@ -370,7 +373,8 @@ TEST(RewriteRequestUpstreamHeadersTest, ConfiguredHeadersOverrideTheClients) {
                        {"openai-organization", "org-client"},
                        {"content-type", "application/json"},
                        {"x-sluice-upstream", "forged"}});
-  rewriteRequestForUpstream(head, cfg->upstreams.at(0), ClientInfo{"10.0.0.1", true});
+  rewriteRequestForUpstream(head, cfg->upstreams.at(0), cfg->upstreams.at(0).endpoints.at(0).url,
+                            ClientInfo{"10.0.0.1", true});
   EXPECT_EQ(values(head.headers, "authorization"),
             std::vector<std::string_view>{"Bearer sk-upstream-secret"});
   EXPECT_EQ(values(head.headers, "openai-organization"),
@@ -387,7 +391,8 @@ TEST(RewriteRequestUpstreamHeadersTest, ConfiguredHeadersAddedWhenClientSentNone
                                 "anthropic-version: \"2023-06-01\"}\n");
   ASSERT_NE(cfg, nullptr);
   auto head = request("POST", "/v1/messages", {{"content-type", "application/json"}});
-  rewriteRequestForUpstream(head, cfg->upstreams.at(0), ClientInfo{"10.0.0.1", false});
+  rewriteRequestForUpstream(head, cfg->upstreams.at(0), cfg->upstreams.at(0).endpoints.at(0).url,
+                            ClientInfo{"10.0.0.1", false});
   EXPECT_EQ(values(head.headers, "x-api-key"), std::vector<std::string_view>{"sk-upstream-secret"});
   EXPECT_EQ(values(head.headers, "anthropic-version"), std::vector<std::string_view>{"2023-06-01"});
 }
@@ -399,7 +404,8 @@ TEST(RewriteRequestUpstreamHeadersTest, ConnectionCannotStripAConfiguredHeader) 
   ASSERT_NE(cfg, nullptr);
   auto head = request("POST", "/v1/chat/completions",
                       {{"Connection", "Authorization"}, {"Authorization", "Bearer sk-client"}});
-  rewriteRequestForUpstream(head, cfg->upstreams.at(0), ClientInfo{"10.0.0.1", false});
+  rewriteRequestForUpstream(head, cfg->upstreams.at(0), cfg->upstreams.at(0).endpoints.at(0).url,
+                            ClientInfo{"10.0.0.1", false});
   EXPECT_EQ(values(head.headers, "authorization"),
             std::vector<std::string_view>{"Bearer sk-upstream-secret"});
 }
@@ -420,7 +426,8 @@ TEST(RewriteRequestEndToEndTest, FullRequestExactResult) {
                        {"X-Sluice-Attempts", "3"},
                        {"Keep-Alive", "timeout=5"},
                        {"X-Budget-Ms", "5000"}});
-  rewriteRequestForUpstream(head, cfg->upstreams.at(0), ClientInfo{"192.0.2.1", false});
+  rewriteRequestForUpstream(head, cfg->upstreams.at(0), cfg->upstreams.at(0).endpoints.at(0).url,
+                            ClientInfo{"192.0.2.1", false});
   EXPECT_EQ(head.path, "/openai/v1/chat/completions?x=1");
   EXPECT_EQ(head.headers.entries(), (Entries{{"user-agent", "OpenAI/Python 1.40.0"},
                                              {"content-type", "application/json"},

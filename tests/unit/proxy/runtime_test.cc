@@ -115,7 +115,8 @@ TEST_F(RuntimeTest, MatchedRouteCarriesItsConfigAndUpstream) {
   ASSERT_NE(r->upstream, nullptr);
   ASSERT_NE(r->upstream->config, nullptr);
   EXPECT_EQ(r->upstream->config->name, "anthropic");
-  EXPECT_EQ(r->upstream_index, 1u);
+  ASSERT_EQ(r->chain.size(), 1u);
+  EXPECT_EQ(r->chain[0], r->upstream);
   EXPECT_EQ(r->upstream, &runtime_->upstreams().at(1));
   ASSERT_NE(r->metrics, nullptr);
   // The pointer is into the runtime's own table, stable for its lifetime.
@@ -130,10 +131,11 @@ TEST_F(RuntimeTest, BuildResolvesEveryUpstreamAndRoute) {
   for (const auto& u : runtime_->upstreams()) {
     ASSERT_NE(u.metrics, nullptr);
     EXPECT_EQ(u.metrics->name(), u.config->name);
-    ASSERT_NE(u.breaker, nullptr) << u.config->name;
-    EXPECT_EQ(u.breaker->state(), CircuitState::Closed);
+    ASSERT_NE(u.endpoints.at(0).breaker, nullptr) << u.config->name;
+    EXPECT_EQ(u.endpoints.at(0).breaker->state(), CircuitState::Closed);
   }
-  EXPECT_NE(runtime_->upstreams()[0].breaker, runtime_->upstreams()[1].breaker);
+  EXPECT_NE(runtime_->upstreams()[0].endpoints.at(0).breaker,
+            runtime_->upstreams()[1].endpoints.at(0).breaker);
   ASSERT_EQ(runtime_->routes().size(), 5u);
   const char* kNames[] = {"chat-post", "chat-any", "messages", "models", "v1"};
   for (size_t i = 0; i < 5; ++i) {
@@ -193,21 +195,21 @@ upstreams:
   EXPECT_DOUBLE_EQ(flaky.metrics->circuitState().Value(), 0);  // closed from the start
 
   for (int i = 0; i < 2; ++i) {
-    const CircuitAdmission a = flaky.breaker->admit();
+    const CircuitAdmission a = flaky.endpoints.at(0).breaker->admit();
     ASSERT_TRUE(a.admitted());
-    flaky.breaker->onResult(a, AttemptOutcome::fromStatus(503));
+    flaky.endpoints.at(0).breaker->onResult(a, AttemptOutcome::fromStatus(503));
   }
-  EXPECT_EQ(flaky.breaker->state(), CircuitState::Open);
+  EXPECT_EQ(flaky.endpoints.at(0).breaker->state(), CircuitState::Open);
   EXPECT_DOUBLE_EQ(flaky.metrics->circuitState().Value(), 1);
   EXPECT_DOUBLE_EQ(flaky.metrics->circuitTransitions("open").Value(), 1);
 
   clock.advance(std::chrono::seconds(5));  // the cooldown runs on the injected clock
-  EXPECT_EQ(flaky.breaker->state(), CircuitState::HalfOpen);
+  EXPECT_EQ(flaky.endpoints.at(0).breaker->state(), CircuitState::HalfOpen);
   EXPECT_DOUBLE_EQ(flaky.metrics->circuitState().Value(), 2);
   EXPECT_DOUBLE_EQ(flaky.metrics->circuitTransitions("half_open").Value(), 1);
 
   // The other upstream's breaker and series are untouched.
-  EXPECT_EQ(steady.breaker->state(), CircuitState::Closed);
+  EXPECT_EQ(steady.endpoints.at(0).breaker->state(), CircuitState::Closed);
   EXPECT_DOUBLE_EQ(steady.metrics->circuitState().Value(), 0);
   EXPECT_DOUBLE_EQ(steady.metrics->circuitTransitions("open").Value(), 0);
 }
