@@ -1,0 +1,286 @@
+// Endpoints and fallback end to end (DESIGN §5): real sluice, real mock-llm
+// providers (one process per provider, each with its own ledger and
+// server-side fault schedule), real sockets. What each provider saw comes
+// from its ledger; what sluice decided from its metrics and headers.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/http_client.h"
+#include "tests/support/processes.h"
+
+namespace sluice::test {
+namespace {
+
+const char* kChat = R"({"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]})";
+const char* kStream =
+    R"({"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},)"
+    R"("messages":[{"role":"user","content":"hi"}]})";
+
+/** A schedule file for mock-llm's --schedule, removed with the object. */
+class ScheduleFile {
+ public:
+  explicit ScheduleFile(const std::string& text) {
+    char name[] = "/tmp/sluice-failover-schedule-XXXXXX";
+    const int fd = mkstemp(name);
+    EXPECT_GE(fd, 0);
+    if (fd >= 0) close(fd);
+    path_ = name;
+    std::ofstream(path_) << text;
+  }
+  ~ScheduleFile() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+/** A provider that answers every request with 503 for an hour: a provider outage. */
+std::vector<std::string> outage(const ScheduleFile& file) { return {"--schedule", file.path()}; }
+
+TEST(EndpointTest, ADeadEndpointIsSkippedOnceItsCircuitOpensAndTheOtherServes) {
+  MockLlm live;
+  SluiceUnderTest sluice(substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - name: openai
+    endpoints:
+      - {name: dead, url: "http://127.0.0.1:1"}
+      - {name: live, url: "${LIVE}"}
+    circuit_breaker: {consecutive_failures: 2, cooldown: 60s}
+routes:
+  - name: chat
+    match: {path_prefix: /v1}
+    upstream: openai
+    retry: {attempts: 3, backoff: {base: 1ms, max: 2ms}}
+)",
+                                    {{"LIVE", live.url()}}));
+  for (int i = 0; i < 20; ++i) {
+    auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {}, kChat);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.headers.get("x-sluice-upstream").value_or(""), "openai");
+  }
+  EXPECT_EQ(live.ledger().size(), 20u);
+  // Each refused connect was retried on the other endpoint; after two the
+  // circuit of `dead` is open and nothing tries it again (no connect wait).
+  EXPECT_EQ(sluice.metric("sluice_upstream_attempts_total", {{"result", "connect_error"}}), 2);
+  EXPECT_EQ(sluice.metric("sluice_endpoint_circuit_state", {{"endpoint", "dead"}}), 1);
+  EXPECT_EQ(sluice.metric("sluice_endpoint_circuit_state", {{"endpoint", "live"}}), 0);
+  // The upstream as a whole still serves: its circuit reads closed.
+  EXPECT_EQ(sluice.metric("sluice_circuit_state", {{"upstream", "openai"}}), 0);
+}
+
+TEST(EndpointTest, WeightsSplitTheRequests) {
+  MockLlm heavy;
+  MockLlm light;
+  SluiceUnderTest sluice(substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - name: openai
+    endpoints:
+      - {name: heavy, url: "${HEAVY}", weight: 3}
+      - {name: light, url: "${LIGHT}", weight: 1}
+routes:
+  - name: chat
+    match: {path_prefix: /v1}
+    upstream: openai
+)",
+                                    {{"HEAVY", heavy.url()}, {"LIGHT", light.url()}}));
+  constexpr int kRequests = 2000;
+  TestConnection conn(sluice.port());
+  for (int i = 0; i < kRequests; ++i) {
+    conn.sendRequest("POST", "/v1/chat/completions", {}, kChat);
+    const TestResponse r = conn.readResponse();
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  const double share = static_cast<double>(heavy.ledger().size()) / kRequests;
+  EXPECT_EQ(heavy.ledger().size() + light.ledger().size(), static_cast<size_t>(kRequests));
+  EXPECT_NEAR(share, 0.75, 0.05) << "3:1 weights";
+}
+
+TEST(EndpointTest, APriorityOneEndpointServesOnlyWhileNoPriorityZeroIsAvailable) {
+  MockLlm spare;
+  SluiceUnderTest sluice(substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - name: openai
+    endpoints:
+      - {name: main, url: "http://127.0.0.1:1"}
+      - {name: spare, url: "${SPARE}", priority: 1}
+    circuit_breaker: {consecutive_failures: 1, cooldown: 60s}
+routes:
+  - name: chat
+    match: {path_prefix: /v1}
+    upstream: openai
+    retry: {attempts: 2, backoff: {base: 1ms, max: 1ms}}
+)",
+                                    {{"SPARE", spare.url()}}));
+  // The first request tries `main` (refused), its retry goes to the spare;
+  // then main's circuit is open and every request goes to the spare at once.
+  for (int i = 0; i < 5; ++i) {
+    auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {}, kChat);
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  EXPECT_EQ(spare.ledger().size(), 5u);
+  EXPECT_EQ(sluice.metric("sluice_upstream_attempts_total", {{"result", "connect_error"}}), 1);
+}
+
+std::string fallbackConfig(const std::string& primary, const std::string& backup,
+                           const std::string& route_extra, const std::string& primary_extra = "") {
+  return substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - name: primary
+    url: "${PRIMARY}"
+${PRIMARY_EXTRA}
+  - name: backup
+    url: "${BACKUP}"
+routes:
+  - name: chat
+    match: {path_prefix: /v1}
+    upstream: primary
+    fallback: [{upstream: backup, model: gpt-4o-fallback}]
+    retry: {attempts: 3, backoff: {base: 1ms, max: 2ms}}
+${ROUTE_EXTRA}
+pricing:
+  - {model: "gpt-4o-fallback", input: 1.00, output: 100.00}
+  - {model: "gpt-4o-mini", input: 0.15, output: 0.60}
+)",
+                    {{"PRIMARY", primary},
+                     {"BACKUP", backup},
+                     {"ROUTE_EXTRA", route_extra},
+                     {"PRIMARY_EXTRA", primary_extra}});
+}
+
+TEST(FallbackTest, APrimaryOutageIsAnsweredByTheFallbackWithTheRewrittenModel) {
+  ScheduleFile schedule("0s 1h status 503\n");
+  MockLlm primary("", "", outage(schedule));
+  MockLlm backup;
+  SluiceUnderTest sluice(fallbackConfig(primary.url(), backup.url(), ""));
+  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                       {{"x-mock-request-id", "outage-1"}}, kChat);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers.get("x-sluice-upstream").value_or(""), "backup");
+  EXPECT_EQ(r.headers.get("x-sluice-attempts").value_or(""), "2");
+  // One endpoint on the primary: retrying it cannot help, the fallback goes at once.
+  EXPECT_EQ(primary.ledger("outage-1").size(), 1u);
+  const nlohmann::json served = backup.entry("outage-1");
+  EXPECT_EQ(served.value("model", ""), "gpt-4o-fallback");
+  EXPECT_EQ(nlohmann::json::parse(r.body).value("model", ""), "gpt-4o-fallback");
+  EXPECT_EQ(sluice.metric(
+                "sluice_fallbacks_total",
+                {{"route", "chat"}, {"from", "primary"}, {"to", "backup"}, {"cause", "http_5xx"}}),
+            1);
+  // Priced as the model actually used.
+  EXPECT_GT(sluice.metric("sluice_spend_usd_total", {{"model", "gpt-4o-fallback"}}), 0);
+  EXPECT_EQ(sluice.metric("sluice_spend_usd_total", {{"model", "gpt-4o-mini"}}), 0);
+}
+
+TEST(FallbackTest, AStreamingRequestStaysStreamingOnTheFallback) {
+  ScheduleFile schedule("0s 1h status 503\n");
+  MockLlm primary("", "", outage(schedule));
+  MockLlm backup;
+  SluiceUnderTest sluice(fallbackConfig(primary.url(), backup.url(), ""));
+  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                       {{"x-mock-request-id", "stream-1"}}, kStream);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.headers.get("content-type").value_or("").find("text/event-stream"),
+            std::string::npos);
+  EXPECT_NE(r.body.find("data: [DONE]"), std::string::npos);
+  EXPECT_NE(r.body.find("\"gpt-4o-fallback\""), std::string::npos);
+  const nlohmann::json served = backup.entry("stream-1");
+  EXPECT_EQ(served.value("model", ""), "gpt-4o-fallback");
+  EXPECT_GT(sluice.metric("sluice_tokens_total", {{"model", "gpt-4o-fallback"}}), 0);
+}
+
+TEST(FallbackTest, AnOpenCircuitSpillsOverWithoutTouchingThePrimary) {
+  ScheduleFile schedule("0s 1h status 503\n");
+  MockLlm primary("", "", outage(schedule));
+  MockLlm backup;
+  SluiceUnderTest sluice(fallbackConfig(primary.url(), backup.url(), "",
+                                        "    circuit_breaker: {consecutive_failures: 1, "
+                                        "cooldown: 60s}"));
+  auto first = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {}, kChat);
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(primary.ledger().size(), 1u);
+  ASSERT_EQ(sluice.metric("sluice_endpoint_circuit_state", {{"upstream", "primary"}}), 1);
+  for (int i = 0; i < 3; ++i) {
+    auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {}, kChat);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.headers.get("x-sluice-upstream").value_or(""), "backup");
+    EXPECT_EQ(r.headers.get("x-sluice-attempts").value_or(""), "1") << "a spill-over is no attempt";
+  }
+  EXPECT_EQ(primary.ledger().size(), 1u) << "nothing sent while the circuit is open";
+  EXPECT_EQ(sluice.metric("sluice_fallbacks_total", {{"cause", "circuit_open"}}), 3);
+}
+
+TEST(FallbackTest, WithoutAFallbackOnCauseTheAnswerIsTheUpstreams) {
+  ScheduleFile schedule("0s 1h status 503\n");
+  MockLlm primary("", "", outage(schedule));
+  MockLlm backup;
+  SluiceUnderTest sluice(
+      fallbackConfig(primary.url(), backup.url(), "    fallback_on: [429, connect_error]"));
+  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {}, kChat);
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.headers.get("x-sluice-upstream").value_or(""), "primary");
+  EXPECT_TRUE(backup.ledger().empty());
+  EXPECT_EQ(sluice.metric("sluice_fallbacks_total", {}), 0);
+}
+
+TEST(FallbackTest, ARequestThatIsNotSafeToRepeatNeverFallsBack) {
+  ScheduleFile schedule("0s 1h status 503\n");
+  MockLlm primary("", "", outage(schedule));
+  MockLlm backup;
+  // A route whose requests are never safe to repeat (retry.idempotent: never).
+  SluiceUnderTest strict(substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - {name: primary, url: "${PRIMARY}"}
+  - {name: backup, url: "${BACKUP}"}
+routes:
+  - name: chat
+    match: {path_prefix: /v1}
+    upstream: primary
+    fallback: [{upstream: backup}]
+    retry: {attempts: 3, idempotent: never}
+)",
+                                    {{"PRIMARY", primary.url()}, {"BACKUP", backup.url()}}));
+  auto r = httpRequest(strict.port(), "POST", "/v1/chat/completions", {}, kChat);
+  EXPECT_EQ(r.status, 503);
+  EXPECT_TRUE(backup.ledger().empty());
+}
+
+TEST(FallbackTest, AttemptsAreCappedAcrossTheChain) {
+  ScheduleFile schedule("0s 1h status 503\n");
+  MockLlm primary("", "", outage(schedule));
+  MockLlm backup("", "", outage(schedule));
+  SluiceUnderTest sluice(fallbackConfig(primary.url(), backup.url(), "",
+                                        "    circuit_breaker: {consecutive_failures: 100}"));
+  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {}, kChat);
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.headers.get("x-sluice-attempts").value_or(""), "3");
+  EXPECT_EQ(r.headers.get("x-sluice-upstream").value_or(""), "backup");
+  EXPECT_EQ(primary.ledger().size() + backup.ledger().size(), 3u);
+  EXPECT_EQ(primary.ledger().size(), 1u);
+}
+
+}  // namespace
+}  // namespace sluice::test
