@@ -194,24 +194,27 @@ void AdminServer::handle(evhttp_request* req) {
   } else if (path == "/exchanges") {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& s : server_.exchanges()) {
-      list.push_back({{"id", s.id},
-                      {"request_id", s.request_id},
-                      {"route", s.route},
-                      {"upstream", s.upstream},
-                      {"method", s.method},
-                      {"path", s.path},
-                      {"state", s.state},
-                      {"cancel_reason", s.cancel_reason.empty() ? nlohmann::json(nullptr)
-                                                                : nlohmann::json(s.cancel_reason)},
-                      {"attempts", s.attempts},
-                      {"age_seconds", s.age_seconds},
-                      {"budget_left_seconds", s.budget_left_seconds < 0
-                                                  ? nlohmann::json(nullptr)
-                                                  : nlohmann::json(s.budget_left_seconds)},
-                      {"client_attached", s.client_attached},
-                      {"upstream_paused", s.upstream_paused},
-                      {"downstream_buffered_bytes", s.downstream_buffered_bytes},
-                      {"response_bytes", s.response_bytes}});
+      list.push_back(
+          {{"id", s.id},
+           {"request_id", s.request_id},
+           {"route", s.route},
+           {"upstream", s.upstream},
+           {"endpoint", s.endpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.endpoint)},
+           {"method", s.method},
+           {"path", s.path},
+           {"state", s.state},
+           {"cancel_reason",
+            s.cancel_reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.cancel_reason)},
+           {"attempts", s.attempts},
+           {"fallbacks", s.fallbacks},
+           {"age_seconds", s.age_seconds},
+           {"budget_left_seconds", s.budget_left_seconds < 0
+                                       ? nlohmann::json(nullptr)
+                                       : nlohmann::json(s.budget_left_seconds)},
+           {"client_attached", s.client_attached},
+           {"upstream_paused", s.upstream_paused},
+           {"downstream_buffered_bytes", s.downstream_buffered_bytes},
+           {"response_bytes", s.response_bytes}});
     }
     reply(req, 200, "OK", "application/json",
           nlohmann::json{{"exchanges", list}}.dump(2, ' ', false,

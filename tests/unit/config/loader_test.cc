@@ -1433,7 +1433,7 @@ TEST(ConfigLoaderTest, EveryShippedExampleLoads) {
     if (r.ok()) loaded.insert(entry.path().filename().string());
   }
   for (const char* name : {"minimal.yaml", "openai.yaml", "anthropic.yaml", "local-mock.yaml",
-                           "demo.yaml", "replicas.yaml"}) {
+                           "demo.yaml", "replicas.yaml", "failover.yaml"}) {
     EXPECT_EQ(loaded.count(name), 1u) << name;
   }
 }
