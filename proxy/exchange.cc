@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <charconv>
+#include <nlohmann/json.hpp>
 
 #include "filters/attempt_outcome.h"
 #include "filters/json_fields.h"
@@ -114,6 +115,45 @@ void Exchange::decodeHeaders(RequestHead&& head) {
   }
   if (!planBody()) return;
   phase_ = Phase::DecodeHeaders;
+  if (!route_->config->match.model.empty()) {
+    // The route depends on the body's model: decided once the body is in.
+    awaiting_model_ = true;
+    if (awaitsModel()) routeOnModel();
+    return;
+  }
+  runChain(0);
+}
+
+void Exchange::routeOnModel() {
+  awaiting_model_ = false;
+  std::string model;
+  scanTopLevelMembers(body_.prefix(), [&](std::string_view key, std::string_view value) {
+    if (key != "model") return true;
+    if (const auto plain = plainString(value)) {
+      model = std::string(*plain);
+    } else {
+      const auto j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+      model = j.is_string() ? j.get<std::string>() : std::string();
+    }
+    return true;  // the last one wins, as in a parse
+  });
+  const RouteRuntime* chosen = runtime_->match(request_.method, request_.pathOnly(), &model);
+  if (chosen != route_) {
+    for (auto& filter : filters_) filter->onDestroy();  // none of them ran: nothing to undo
+    filters_.clear();
+    route_->metrics->active().Decrement();
+    route_ = chosen != nullptr ? chosen : &runtime_->noRoute();
+    route_->metrics->active().Increment();
+    if (route_->config == nullptr) {
+      answer(makeProblem(problems::kNoRoute, "no route matches " + request_.method + " " +
+                                                 std::string(request_.pathOnly()) +
+                                                 " for model \"" + model + "\""),
+             ExchangeState::Completed);
+      return;
+    }
+    filters_ = buildFilterChain(*route_);
+    for (auto& filter : filters_) filter->setCallbacks(*this);
+  }
   runChain(0);
 }
 
@@ -158,7 +198,11 @@ void Exchange::decodeData(const char* data, size_t len) {
     if (body_.size() <= stream_above_) return;
     // Too big to replay: stop buffering and start the attempt now.
     body_.startStreaming();
-    if (phase_ == Phase::DecodeComplete && !held_) runChain(0);
+    if (awaitsModel()) {
+      routeOnModel();  // with the model in the body's first block, if it is there
+    } else if (phase_ == Phase::DecodeComplete && !held_) {
+      runChain(0);
+    }
     if (finished_) return;
   }
   if (attempt_.stream != nullptr) attempt_.stream->onRequestBodyData();
@@ -203,6 +247,10 @@ void Exchange::decodeComplete() {
     return;
   }
   if (held_) return;
+  if (awaitsModel()) {
+    routeOnModel();
+    return;
+  }
   if (phase_ == Phase::DecodeComplete) runChain(0);
 }
 

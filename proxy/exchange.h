@@ -173,6 +173,14 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   void onUpstreamError(UpstreamError error, const std::string& detail) override;
 
   bool transition(ExchangeState to);
+  /** The route was matched without the body and has a `match.model` glob. */
+  bool awaitsModel() const { return awaiting_model_ && (request_complete_ || body_.streaming()); }
+  /**
+   * Matches the route again with the body's top-level "model" (DESIGN §5,
+   * `match.model`), switches to the route that matches (or answers 404),
+   * then runs the request's filters from the start.
+   */
+  void routeOnModel();
   void runChain(size_t from);
   /**
    * Reads the request's declared length: a body that will be streamed is
@@ -313,6 +321,7 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   uint64_t stream_above_ = 0;   // planBody(): streamAbove()
   bool client_paused_ = false;  // the client's upload is paused (streamed body backpressure)
   bool request_complete_ = false;
+  bool awaiting_model_ = false;  // routeOnModel() runs once the body (or its start) is in
   std::vector<StreamFilterPtr> filters_;
 
   // The attempt in flight (or the last one, until the next starts). Plain

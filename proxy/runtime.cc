@@ -1,5 +1,7 @@
 #include "proxy/runtime.h"
 
+#include <fnmatch.h>
+
 #include "proxy/log.h"
 #include "proxy/shared_state.h"
 
@@ -226,7 +228,8 @@ void UpstreamCircuitState::refresh() {
   upstream_->Set(gaugeValue(upstream));
 }
 
-const RouteRuntime* Runtime::match(std::string_view method, std::string_view path) const {
+const RouteRuntime* Runtime::match(std::string_view method, std::string_view path,
+                                   const std::string* model) const {
   for (const auto& route : routes_) {
     const auto& m = route.config->match;
     if (path.substr(0, m.path_prefix.size()) != m.path_prefix) continue;
@@ -234,6 +237,10 @@ const RouteRuntime* Runtime::match(std::string_view method, std::string_view pat
       bool ok = false;
       for (const auto& allowed : m.methods) ok = ok || allowed == method;
       if (!ok) continue;
+    }
+    // A shell glob, as the pricing table's (fnmatch(3)).
+    if (model != nullptr && !m.model.empty() && fnmatch(m.model.c_str(), model->c_str(), 0) != 0) {
+      continue;
     }
     return &route;
   }

@@ -110,8 +110,15 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
                                               const Runtime* previous = nullptr,
                                               SharedState* shared = nullptr);
 
-  /** First route whose path prefix and method match (DESIGN §2), else null. */
-  const RouteRuntime* match(std::string_view method, std::string_view path) const;
+  /**
+   * First route whose path prefix and method match (DESIGN §2) and, when it
+   * has a `match.model` glob, whose glob matches `model` (the body's
+   * top-level "model"; "" when it has none), else null. With `model` null
+   * (the body is not in yet) a route with a model glob matches on path and
+   * method alone: the Exchange asks again once it has the body.
+   */
+  const RouteRuntime* match(std::string_view method, std::string_view path,
+                            const std::string* model = nullptr) const;
 
   /** The pseudo-route that counts requests no route matched or that failed to parse. */
   const RouteRuntime& noRoute() const { return no_route_; }

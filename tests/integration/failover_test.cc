@@ -284,3 +284,55 @@ TEST(FallbackTest, AttemptsAreCappedAcrossTheChain) {
 
 }  // namespace
 }  // namespace sluice::test
+
+namespace sluice::test {
+namespace {
+
+TEST(RouteOnModelTest, TheBodysModelPicksTheRoute) {
+  MockLlm gpt;
+  MockLlm llama;
+  SluiceUnderTest sluice(substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - {name: openai, url: "${GPT}"}
+  - {name: vllm, url: "${LLAMA}"}
+routes:
+  - name: gpt
+    match: {path_prefix: /v1/chat/completions, model: "gpt-4o*"}
+    upstream: openai
+  - name: llama
+    match: {path_prefix: /v1/chat/completions, model: "llama-*"}
+    upstream: vllm
+)",
+                                    {{"GPT", gpt.url()}, {"LLAMA", llama.url()}}));
+  auto a = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {},
+                       R"({"messages":[],"model":"llama-3.1-70b","stream":false})");
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.headers.get("x-sluice-upstream").value_or(""), "vllm");
+  auto b = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {}, kChat);
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(b.headers.get("x-sluice-upstream").value_or(""), "openai");
+  // An escaped model name is decoded before it is matched.
+  auto c = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {},
+                       R"({"model":"gpt\u002d4o","messages":[]})");
+  ASSERT_EQ(c.status, 200) << c.body;
+  EXPECT_EQ(c.headers.get("x-sluice-upstream").value_or(""), "openai");
+  // No route for this model (nor for a body without one): 404 no_route.
+  auto d = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {},
+                       R"({"model":"mistral-large","messages":[]})");
+  EXPECT_EQ(d.status, 404);
+  EXPECT_NE(d.body.find("mistral-large"), std::string::npos) << d.body;
+  auto e = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {}, "{}");
+  EXPECT_EQ(e.status, 404);
+  EXPECT_EQ(sluice.metric("sluice_requests_total", {{"route", "llama"}}), 1);
+  EXPECT_EQ(sluice.metric("sluice_requests_total", {{"route", "gpt"}}), 2);
+  EXPECT_EQ(sluice.metric("sluice_requests_total", {{"route", "none"}}), 2);
+  EXPECT_EQ(sluice.metric("sluice_active_requests", {{"route", "gpt"}}), 0);
+  EXPECT_EQ(llama.ledger().size(), 1u);
+  EXPECT_EQ(gpt.ledger().size(), 2u);
+}
+
+}  // namespace
+}  // namespace sluice::test
