@@ -28,7 +28,7 @@ std::string writeTemp(const std::string& name, const std::string& text) {
 }
 
 TEST(CliTest, CheckConfigAcceptsTheExamples) {
-  for (const char* name : {"minimal.yaml", "local-mock.yaml", "container.yaml", "failover.yaml"}) {
+  for (const char* name : {"minimal.yaml", "local-mock.yaml", "container.yaml"}) {
     auto [code, out] =
         runCommand(sluicePath() + " --check-config " + sourceDir() + "/config/examples/" + name);
     EXPECT_EQ(code, 0) << name << ": " << out;
