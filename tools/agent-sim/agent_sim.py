@@ -124,7 +124,7 @@ def phase_at(elapsed, seconds):
     return ""
 
 
-def fault_headers(plan, call_phase, phase, attempt):
+def fault_headers(plan, call_phase, phase, attempt, server_outage=False):
     """mock-llm shaping and fault headers for the agent's `attempt` of a call that
     started during `call_phase`, sent during `phase`. A call that starts while
     streams are slow is slow on every attempt; 429s and 503s hit the requests
@@ -150,8 +150,10 @@ def fault_headers(plan, call_phase, phase, attempt):
         h["x-mock-retry-after"] = "1"
         h["x-mock-fail-times"] = "1"
         h["x-mock-fail-key"] = f"{plan.id}-{attempt}"
-    elif phase == "503 outage":
+    elif phase == "503 outage" and not server_outage:
         # The upstream is down: every request of this attempt (sluice's retries too) gets 503.
+        # (With --server-outage the primary provider's own --schedule fails it instead, so
+        # a fallback provider behind sluice is not hit by a stamped 503.)
         h["x-mock-status"] = "503"
     return h
 
@@ -336,6 +338,7 @@ class CallRecord:
     tokens_read: int = 0
     problem: str = ""            # sluice's cancel_reason on an error it made
     log: list = None             # per attempt: [seconds into the run, status, cancel_reason]
+    ended: float = 0.0           # seconds into the run when the call ended
 
 
 class Run:
@@ -460,7 +463,8 @@ class Run:
             while True:
                 rec.attempts += 1
                 phase = phase_at(time.monotonic() - self.start, self.args.seconds)
-                headers = fault_headers(plan, rec.phase, phase, rec.attempts)
+                headers = fault_headers(plan, rec.phase, phase, rec.attempts,
+                                        self.args.server_outage)
                 r = await self.attempt(agent, rec, headers, body, deadline)
                 if r is None:
                     return
@@ -487,6 +491,7 @@ class Run:
         except asyncio.CancelledError:
             rec.outcome = "stopped"   # the user hit Stop (attempt() closed the socket)
         finally:
+            rec.ended = time.monotonic() - self.start
             self.in_flight -= 1
             self.counts["calls_done"] += 1
             self.counts["outcome_" + (rec.outcome or "stopped")] += 1
@@ -566,12 +571,22 @@ class Run:
         cols = shutil.get_terminal_size((100, 24)).columns
         return line if len(line) < cols else line[: cols - 4] + "..."
 
+    def mocks(self):
+        """Every provider's base URL (--mock may list several: a primary and its fallbacks)."""
+        return [m.rstrip("/") for m in self.args.mock.split(",") if m]
+
     async def ledger_entries(self):
-        status, body = await http_get(self.args.mock.rstrip("/") + "/_ledger", timeout=30)
-        if status != 200:
-            raise SystemExit(f"agent-sim: GET /_ledger answered {status}")
+        out = []
         prefix = self.label + "-"
-        return [e for e in json.loads(body)["requests"] if e.get("id", "").startswith(prefix)]
+        for mock in self.mocks():
+            status, body = await http_get(mock + "/_ledger", timeout=30)
+            if status != 200:
+                raise SystemExit(f"agent-sim: GET {mock}/_ledger answered {status}")
+            for e in json.loads(body)["requests"]:
+                if e.get("id", "").startswith(prefix):
+                    e["provider"] = mock
+                    out.append(e)
+        return out
 
     async def metrics(self):
         if not self.args.metrics:
@@ -587,11 +602,16 @@ class Run:
 
     async def main(self):
         a = self.args
-        mock = a.mock.rstrip("/")
-        if a.reset_ledger:
-            await http_simple("DELETE", mock + "/_ledger")
+        for mock in self.mocks():
+            if a.reset_ledger:
+                await http_simple("DELETE", mock + "/_ledger")
         before = await self.metrics()
         self.plan = make_workload(a.seed, a.agents, a.turns or turns_for(a.seconds), self.label)
+        if a.server_outage:
+            # A provider's --schedule starts over with the run, so its outage falls
+            # in the run's "503 outage" phase.
+            for mock in self.mocks():
+                await http_simple("POST", mock + "/_schedule")
         self.start = time.monotonic()
         self.finished = asyncio.Event()
         prog = asyncio.create_task(self.progress()) if a.progress else None
@@ -671,6 +691,7 @@ class Run:
                 "throttled_queued": metric_sum(d, "sluice_throttle_wait_seconds_count"),
                 "throttle_wait_seconds": metric_sum(d, "sluice_throttle_wait_seconds_sum"),
                 "circuit_opens": metric_sum(d, "sluice_circuit_transitions_total", to="open"),
+                "fallbacks": metric_sum(d, "sluice_fallbacks_total"),
                 "cancellations": dict(metric_sum(d, "sluice_cancellations_total", by="cancel_reason")),
                 "tokens": {f"{kind}_{disp}": metric_sum(d, "sluice_tokens_total", kind=kind, disposition=disp)
                            for kind in ("input", "output") for disp in ("delivered", "leaked")},
@@ -679,6 +700,15 @@ class Run:
             }
 
         outcomes = Counter(r.outcome or "stopped" for r in self.records.values())
+        # The outage window: calls that ended in it, and those of them that got a full answer.
+        lo, hi = next(((f * self.args.seconds, t * self.args.seconds)
+                       for f, t, name in FAULT_SCHEDULE if name == "503 outage"), (0.0, 0.0))
+        during = [r for r in self.records.values() if lo <= r.ended < hi]
+        outage_calls = len(during)
+        outage_ok = sum(1 for r in during if r.outcome == "ok")
+        mocks = self.mocks()
+        fallback_answers = sum(1 for e in entries
+                               if e.get("provider") != mocks[0] and e.get("status") == 200)
         problems = Counter(r.problem for r in self.records.values() if r.problem)
         phases = Counter(r.phase or "steady" for r in self.records.values())
         c = self.counts
@@ -692,8 +722,10 @@ class Run:
                 "retries": c["client_retries"], "seen_429": c["seen_429"], "seen_5xx": c["seen_5xx"],
                 "tokens_read": c["tokens_read"], "leaky_give_ups": c["leaky_give_ups"],
                 "sluice_problems": dict(problems), "calls_by_phase": dict(phases),
+                "outage_calls": outage_calls, "outage_ok": outage_ok,
             },
             "ledger": dict(led), "ledger_statuses": dict(statuses),
+            "fallback_answers": fallback_answers,
             "ledger_unfinished": unfinished,
             "usd": dict(usd),
             "sluice": sluice,
@@ -770,6 +802,11 @@ def report(s, d, out=sys.stdout, columns=("via sluice", "direct")):
         d.get("ledger_statuses", {}).get("429", 0))
     row("  held by sluice until the quota reset", sx.get("throttled_queued"), None)
     row("circuit opens", sx.get("circuit_opens"), None)
+    section("the provider's outage")
+    row("  calls that ended during it", sc.get("outage_calls", 0), dc.get("outage_calls", 0))
+    row("  ... with a full answer", sc.get("outage_ok", 0), dc.get("outage_ok", 0))
+    row("  answered by the fallback provider", s.get("fallback_answers", 0), d.get("fallback_answers", 0))
+    row("  spill-overs to the fallback (sluice)", sx.get("fallbacks"), None)
     section("cancellations by reason (sluice)")
     cancels = sx.get("cancellations") or {}
     for reason in ("client_disconnect", "budget_exhausted", "upstream_timeout", "rate_limited",
@@ -854,7 +891,12 @@ def main(argv=None):
     common(p)
     p.add_argument("--target", required=True, help="base URL the agents call (sluice or the mock); "
                    "several comma-separated: agent i calls the (i mod n)-th")
-    p.add_argument("--mock", required=True, help="mock-llm's base URL, for its /_ledger")
+    p.add_argument("--mock", required=True,
+                   help="mock-llm's base URL, for its /_ledger; several comma-separated "
+                        "(the primary provider first, then its fallbacks): their ledgers are summed")
+    p.add_argument("--server-outage", action="store_true",
+                   help="the outage is the primary provider's own (mock-llm --schedule, restarted "
+                        "with the run): no 503 is stamped into request headers")
     p.add_argument("--metrics", default="", help="sluice's admin /metrics URL (sluice run only); several "
                    "comma-separated (replicas): summed")
     p.add_argument("--label", required=True, help="run name; prefixes every ledger id")
@@ -897,6 +939,17 @@ def main(argv=None):
                   file=sys.stderr)
             return 1
         print(f"  check: leaked USD via sluice ({fmt_usd(ls)}) < direct ({fmt_usd(ld)}): ok")
+        so, do = s["client"].get("outage_ok", 0), d["client"].get("outage_ok", 0)
+        direct_hurt = d["client"].get("outage_calls", 0) - do
+        if direct_hurt <= 0:
+            print("  check: no direct call failed during the outage (a short run): "
+                  "nothing to compare")
+        else:
+            if not so > do:
+                print(f"agent-sim: CHECK FAILED: during the primary's outage sluice answered {so} calls, "
+                      f"direct {do}: not more", file=sys.stderr)
+                return 1
+            print(f"  check: calls answered during the outage via sluice ({so}) > direct ({do}): ok")
     return 0
 
 
