@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -139,6 +140,46 @@ routes:
   EXPECT_EQ(sluice.metric("sluice_upstream_attempts_total", {{"result", "connect_error"}}), 1);
 }
 
+TEST(EndpointTest, ASlowEndpointGetsFewerRequestsThanAFastOne) {
+  ScheduleFile slow_schedule("0s 1h slow 150ms\n");
+  MockLlm slow("", "", {"--schedule", slow_schedule.path()});
+  MockLlm fast;
+  SluiceUnderTest sluice(substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - name: openai
+    endpoints:
+      - {name: slow, url: "${SLOW}"}
+      - {name: fast, url: "${FAST}"}
+routes:
+  - name: chat
+    match: {path_prefix: /v1}
+    upstream: openai
+)",
+                                    {{"SLOW", slow.url()}, {"FAST", fast.url()}}));
+  // Eight agents at once: the slow endpoint's requests stay outstanding, so
+  // the power of two choices sends most of the work to the fast one.
+  constexpr int kAgents = 8;
+  constexpr int kEach = 10;
+  std::vector<std::thread> agents;
+  std::atomic<int> ok{0};
+  for (int a = 0; a < kAgents; ++a) {
+    agents.emplace_back([&] {
+      for (int i = 0; i < kEach; ++i) {
+        ok += httpRequest(sluice.port(), "POST", "/v1/chat/completions", {}, kChat).status == 200;
+      }
+    });
+  }
+  for (auto& t : agents) t.join();
+  EXPECT_EQ(ok.load(), kAgents * kEach);
+  const size_t to_slow = slow.ledger().size();
+  const size_t to_fast = fast.ledger().size();
+  EXPECT_EQ(to_slow + to_fast, static_cast<size_t>(kAgents * kEach));
+  EXPECT_LT(to_slow * 3, to_fast) << "slow " << to_slow << ", fast " << to_fast;
+}
+
 std::string fallbackConfig(const std::string& primary, const std::string& backup,
                            const std::string& route_extra, const std::string& primary_extra = "") {
   return substitute(R"(
@@ -266,6 +307,42 @@ routes:
   auto r = httpRequest(strict.port(), "POST", "/v1/chat/completions", {}, kChat);
   EXPECT_EQ(r.status, 503);
   EXPECT_TRUE(backup.ledger().empty());
+}
+
+TEST(FallbackTest, AQuotaSpentBeyondTheBudgetSpillsOver) {
+  MockLlm primary;
+  MockLlm backup;
+  SluiceUnderTest sluice(
+      fallbackConfig(primary.url(), backup.url(), "", "    rate_limit: {key: none, reserve: 0}"));
+  // One request per minute: the first spends it, the second would wait ~60 s.
+  const std::vector<std::pair<std::string, std::string>> quota = {
+      {"x-mock-quota", "1/60000"}, {"x-mock-quota-key", "spill"}, {"x-budget-ms", "5000"}};
+  auto first = httpRequest(sluice.port(), "POST", "/v1/chat/completions", quota, kChat);
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(first.headers.get("x-sluice-upstream").value_or(""), "primary");
+  auto second = httpRequest(sluice.port(), "POST", "/v1/chat/completions", quota, kChat);
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(second.headers.get("x-sluice-upstream").value_or(""), "backup");
+  EXPECT_EQ(primary.ledger().size(), 1u) << "the provider never saw a request it would refuse";
+  EXPECT_EQ(sluice.metric("sluice_fallbacks_total", {{"cause", "rate_limited"}}), 1);
+}
+
+TEST(FallbackTest, AvoidingTheWaitSpillsOverEvenWhenTheQuotaFreesWithinTheBudget) {
+  MockLlm primary;
+  MockLlm backup;
+  SluiceUnderTest sluice(fallbackConfig(primary.url(), backup.url(), "    fallback_wait: avoid",
+                                        "    rate_limit: {key: none, reserve: 0}"));
+  const std::vector<std::pair<std::string, std::string>> quota = {
+      {"x-mock-quota", "1/3000"}, {"x-mock-quota-key", "avoid"}, {"x-budget-ms", "60000"}};
+  auto first = httpRequest(sluice.port(), "POST", "/v1/chat/completions", quota, kChat);
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto second = httpRequest(sluice.port(), "POST", "/v1/chat/completions", quota, kChat);
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(second.headers.get("x-sluice-upstream").value_or(""), "backup")
+      << "with fallback_wait: prefer it would wait ~3 s for the primary";
+  EXPECT_EQ(primary.ledger().size(), 1u);
+  EXPECT_EQ(sluice.metric("sluice_throttle_wait_seconds_count", {}), 0) << "nothing waited";
+  EXPECT_EQ(sluice.metric("sluice_fallbacks_total", {{"cause", "rate_limited"}}), 1);
 }
 
 TEST(FallbackTest, AttemptsAreCappedAcrossTheChain) {
