@@ -295,6 +295,41 @@ TEST_F(AccessLogTest, OneLinePerRequestWithEveryFieldRight) {
   EXPECT_EQ(sluice.metric("sluice_access_log_dropped_total"), 0);
 }
 
+TEST_F(AccessLogTest, LogsTheUpstreamAndEndpointThatAnsweredAndTheFallbacks) {
+  MockLlm backup;
+  SluiceProcess sluice(substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+access_log: {path: ${LOG}, format: json}
+upstreams:
+  - name: dead
+    endpoints: [{name: gone, url: "http://127.0.0.1:1"}]
+  - name: backup
+    endpoints: [{name: spare, url: "${BACKUP}"}]
+routes:
+  - name: chat
+    match: {path_prefix: /v1/chat/completions}
+    upstream: dead
+    fallback: [{upstream: backup, model: gpt-4o-backup}]
+    retry: {attempts: 3, backoff: {base: 0s, max: 0s}}
+)",
+                                  {{"LOG", log_path_}, {"BACKUP", backup.url()}}));
+  ASSERT_TRUE(sluice.running());
+  const TestResponse r =
+      httpRequest(sluice.port(), "POST", "/v1/chat/completions", {{"x-request-id", "spilled"}},
+                  R"({"model":"gpt-4o","messages":[]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto lines = linesById(1);
+  ASSERT_EQ(lines.count("spilled"), 1u);
+  const nlohmann::json& line = lines["spilled"];
+  EXPECT_EQ(line["upstream"], "backup");
+  EXPECT_EQ(line["endpoint"], "spare");
+  EXPECT_EQ(line["fallbacks"], 1);
+  EXPECT_EQ(line["attempts"], 2);
+  EXPECT_EQ(line["model"], "gpt-4o-backup") << "priced as the model actually used";
+}
+
 TEST_F(AccessLogTest, TimeToFirstByteIsMeasuredFromTheRequestHead) {
   SluiceProcess sluice(fileConfig());
   ASSERT_TRUE(sluice.running());
