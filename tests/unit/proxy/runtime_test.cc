@@ -214,6 +214,95 @@ upstreams:
   EXPECT_DOUBLE_EQ(steady.metrics->circuitTransitions("open").Value(), 0);
 }
 
+TEST(RuntimeBuildTest, EachEndpointHasItsOwnCircuitAndTheUpstreamIsOpenOnlyWhenAllAre) {
+  auto config = load(R"(listen: 127.0.0.1:0
+upstreams:
+  - name: openai
+    endpoints:
+      - {name: us, url: "http://127.0.0.1:9001", weight: 3}
+      - {name: eu, url: "http://127.0.0.1:9002"}
+    circuit_breaker: {consecutive_failures: 1, cooldown: 5s}
+    rate_limit: {key: none}
+routes:
+  - {name: chat, match: {path_prefix: /}, upstream: openai}
+)");
+  ASSERT_NE(config, nullptr);
+  ManualClock clock;
+  Metrics metrics;
+  std::string error;
+  auto rt = Runtime::build(config, metrics, clock, &error);
+  ASSERT_NE(rt, nullptr) << error;
+  const UpstreamRuntime& u = rt->upstreams().at(0);
+  ASSERT_EQ(u.endpoints.size(), 2u);
+  EXPECT_NE(u.endpoints[0].breaker, u.endpoints[1].breaker);
+  EXPECT_NE(u.endpoints[0].quota, u.endpoints[1].quota);
+  EXPECT_EQ(rt->poolCount(), 2u);
+  EXPECT_EQ(rt->poolEndpoint(1).second, &u.endpoints[1]);
+  EXPECT_EQ(u.endpoints[1].destination.endpoint, "eu");
+  EXPECT_EQ(u.endpoints[1].destination.breaker, u.endpoints[1].breaker.get());
+
+  const auto fail = [](CircuitBreaker& b) {
+    const CircuitAdmission a = b.admit();
+    ASSERT_TRUE(a.admitted());
+    b.onResult(a, AttemptOutcome::fromStatus(503));
+  };
+  const auto endpointGauge = [&](const char* name) {
+    return metrics.endpoint_circuit_state.Add({{"upstream", "openai"}, {"endpoint", name}}).Value();
+  };
+  fail(*u.endpoints[0].breaker);
+  EXPECT_DOUBLE_EQ(endpointGauge("us"), 1);
+  EXPECT_DOUBLE_EQ(endpointGauge("eu"), 0);
+  EXPECT_DOUBLE_EQ(u.metrics->circuitState().Value(), 0) << "eu still serves";
+  fail(*u.endpoints[1].breaker);
+  EXPECT_DOUBLE_EQ(u.metrics->circuitState().Value(), 1) << "every endpoint is open";
+  EXPECT_DOUBLE_EQ(u.metrics->circuitTransitions("open").Value(), 2);
+  clock.advance(std::chrono::seconds(5));
+  EXPECT_EQ(u.endpoints[0].breaker->state(), CircuitState::HalfOpen);
+  EXPECT_DOUBLE_EQ(u.metrics->circuitState().Value(), 2);
+}
+
+TEST(RuntimeBuildTest, AReloadKeepsTheStateOfEndpointsThatKeepTheirNameAndUrl) {
+  auto before_config = load(R"(listen: 127.0.0.1:0
+upstreams:
+  - name: openai
+    endpoints:
+      - {name: us, url: "http://127.0.0.1:9001"}
+      - {name: eu, url: "http://127.0.0.1:9002"}
+    circuit_breaker: {consecutive_failures: 1, cooldown: 60s}
+)");
+  auto after_config = load(R"(listen: 127.0.0.1:0
+upstreams:
+  - name: openai
+    endpoints:
+      - {name: us, url: "http://127.0.0.1:9001", weight: 5}
+      - {name: eu, url: "http://127.0.0.1:9003"}
+      - {name: ap, url: "http://127.0.0.1:9004"}
+    circuit_breaker: {consecutive_failures: 1, cooldown: 60s}
+)");
+  ASSERT_NE(before_config, nullptr);
+  ASSERT_NE(after_config, nullptr);
+  ManualClock clock;
+  Metrics metrics;
+  std::string error;
+  auto before = Runtime::build(before_config, metrics, clock, &error);
+  ASSERT_NE(before, nullptr) << error;
+  const CircuitAdmission a = before->upstreams()[0].endpoints[0].breaker->admit();
+  before->upstreams()[0].endpoints[0].breaker->onResult(a, AttemptOutcome::fromStatus(503));
+  ASSERT_EQ(before->upstreams()[0].endpoints[0].breaker->state(), CircuitState::Open);
+
+  auto after = Runtime::build(after_config, metrics, clock, &error, before.get());
+  ASSERT_NE(after, nullptr) << error;
+  const auto& endpoints = after->upstreams()[0].endpoints;
+  // `us` kept its name and url (a new weight is fine): the open circuit stays open.
+  EXPECT_EQ(endpoints[0].breaker, before->upstreams()[0].endpoints[0].breaker);
+  EXPECT_EQ(endpoints[0].breaker->state(), CircuitState::Open);
+  // `eu` moved to another url, `ap` is new: fresh circuits.
+  EXPECT_NE(endpoints[1].breaker, before->upstreams()[0].endpoints[1].breaker);
+  EXPECT_EQ(endpoints[2].breaker->state(), CircuitState::Closed);
+  EXPECT_EQ(after->poolCount(), 3u);
+  EXPECT_DOUBLE_EQ(after->upstreams()[0].metrics->circuitState().Value(), 0);
+}
+
 TEST(RuntimeBuildTest, CatchAllRouteMatchesEverything) {
   auto config = load(R"(listen: 127.0.0.1:0
 upstreams:
