@@ -29,6 +29,10 @@ take a slot, one to report the answer's quota, README "Running several
 replicas"): the difference of the two runs is shared state's cost per
 request in sluice. Redis's own CPU is not counted (another process).
 
+--strace runs sluice natively instead and attaches `strace -f -c` to it
+for the measured requests only (after the warm-up): system calls per
+request, by call.
+
 --memory N runs sluice under valgrind's massif instead, holds N concurrent
 SSE streams open through it (a chunk every 500 ms, so valgrind keeps up),
 and prints the heap at its peak per stream and by allocation site: what
@@ -62,7 +66,8 @@ def start_redis(session):
 def start_under_valgrind(session, tool, tool_args, access_log=False, redis_port=0):
     """mock-llm, then sluice (the bench's sluice.yaml, optionally with its
     access log on, or shared state in the redis at `redis_port`) under a
-    valgrind tool; returns the process and sluice's port once it listens."""
+    valgrind tool (or natively, tool None); returns the process and sluice's
+    port once it listens."""
     session.start_mock()
     port = bench.free_port()
     cfg = bench.render("sluice.yaml", session.params("sluice", port),
@@ -74,8 +79,9 @@ def start_under_valgrind(session, tool, tool_args, access_log=False, redis_port=
         # A long timeout: valgrind slows sluice ~50x, a 50 ms call would time out.
         with open(cfg, "a") as f:
             f.write(f"\nshared_state: {{redis: \"redis://127.0.0.1:{redis_port}/0\", timeout: 2s}}\n")
-    proc = bench.Proc(f"sluice-{tool}", ["valgrind", f"--tool={tool}"] + tool_args +
-                      [session.sluice_bin, "--config", cfg], bench.PROXY_CPU, session.tmp)
+    wrapper = ["valgrind", f"--tool={tool}"] + tool_args if tool else []
+    proc = bench.Proc(f"sluice-{tool or 'native'}", wrapper + [session.sluice_bin, "--config", cfg],
+                      bench.PROXY_CPU, session.tmp)
     session.procs.append(proc)
     bench.wait_port(port, proc, timeout=120)
     return proc, port
@@ -94,6 +100,8 @@ def main():
                     help="answers carry a request quota: the throttle's full work per request")
     ap.add_argument("--shared-state", action="store_true",
                     help="shared_state on, through a redis-server started here (implies --quota)")
+    ap.add_argument("--strace", action="store_true",
+                    help="system calls per request (strace -f -c) instead of callgrind")
     ap.add_argument("--memory", type=int, default=0, metavar="N",
                     help="massif: heap per stream with N concurrent SSE streams")
     args = ap.parse_args()
@@ -107,7 +115,7 @@ def main():
         if args.shared_state:
             args.quota = True
         redis_port = start_redis(session) if args.shared_state else 0
-        proc, port = start_under_valgrind(session, "callgrind",
+        proc, port = start_under_valgrind(session, None if args.strace else "callgrind",
                                           [f"--callgrind-out-file={cg_out}"], args.access_log,
                                           redis_port)
         body = os.path.join(session.tmp, "body.json")
@@ -130,6 +138,8 @@ def main():
             return int(m.group(1)) if m else 0
 
         load(200 if not args.stream or args.tokens <= 10 else 20)  # warm-up: pools, metric series, allocator
+        if args.strace:
+            return strace_count(proc, load, args)
         subprocess.run(["callgrind_control", "-z", str(proc.pid)], capture_output=True, check=True)
         ok = load(args.requests)
         subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True)
@@ -164,6 +174,37 @@ def main():
         print(f"\ncallgrind output: {dump}")
     finally:
         session.close()
+
+
+def strace_count(proc, load, args):
+    """Attaches `strace -f -c` to the running sluice for `args.requests` requests."""
+    out = os.path.join(tempfile.mkdtemp(prefix="sluice-strace-"), "strace.txt")
+    tracer = subprocess.Popen(["strace", "-f", "-c", "-o", out, "-p", str(proc.pid)],
+                              stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # attached to every thread before the first request
+    ok = load(args.requests)
+    tracer.send_signal(signal.SIGINT)
+    tracer.wait(timeout=30)
+    with open(out) as f:
+        text = f.read()
+    mode = ("h2c" if args.h2 else "http/1.1") + (f", SSE {args.tokens} tokens" if args.stream else ", JSON")
+    print(f"requests ok: {ok}/{args.requests} ({mode})")
+    total = 0
+    rows = []
+    for ln in text.splitlines():
+        cols = ln.split()
+        # % time, seconds, usecs/call, calls, [errors], syscall
+        if len(cols) >= 5 and cols[0][0].isdigit() and cols[-1] != "total":
+            calls = int(cols[3])
+            errors = int(cols[4]) if len(cols) == 6 else 0
+            rows.append((calls, errors, cols[-1]))
+        elif cols and cols[-1] == "total":
+            total = int(cols[3])
+    print(f"system calls per request: {total / max(1, ok):.2f}")
+    for calls, errors, name in sorted(rows, reverse=True):
+        err = f" ({errors / max(1, ok):.2f} failed)" if errors else ""
+        print(f"  {name:<16} {calls / max(1, ok):6.2f}{err}")
+    return 0
 
 
 def memory(args):

@@ -71,7 +71,8 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
                                              std::optional<MonotonicTime> accepted_at)
     : host_(host),
       limits_(limits),
-      bev_(std::move(bev)),
+      io_(std::make_unique<SocketIo>(host.dispatcher().base(), std::move(bev),
+                                     static_cast<SocketIoCallbacks&>(*this))),
       peer_address_(std::move(peer_address)),
       read_timer_(host.dispatcher().base(), [this] { onReadTimer(); }),
       send_watch_(host.dispatcher(), limits.send_timeout, [this] { onSendStalled(); }) {
@@ -92,12 +93,10 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
   event_base* base = host.dispatcher().base();
   resume_event_.reset(event_new(base, -1, 0, &Http1ServerConnection::onResumeCb, this));
   body_resume_event_.reset(event_new(base, -1, 0, &Http1ServerConnection::onBodyResumeCb, this));
-  bufferevent_setcb(bev_.get(), &Http1ServerConnection::onReadCb, &Http1ServerConnection::onWriteCb,
-                    &Http1ServerConnection::onEventCb, this);
   // The write callback fires when the client has drained us to the low watermark.
-  bufferevent_setwatermark(bev_.get(), EV_WRITE, limits_.low_watermark, 0);
-  bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
-  send_watch_.watch(bufferevent_get_output(bev_.get()));
+  io_->setWriteLowWatermark(limits_.low_watermark);
+  io_->useSocketIfPlain();  // accepted: connected
+  send_watch_.watch(io_->output());
   // The first head's deadline runs from accept, handshake and sniffing included.
   if (limits_.header_read_timeout.count() > 0) {
     read_deadline_ =
@@ -106,7 +105,7 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
   }
   // Bytes the protocol detector already read will not raise a read event:
   // parse them on the next loop turn (never from inside the constructor).
-  if (evbuffer_get_length(bufferevent_get_input(bev_.get())) > 0) {
+  if (evbuffer_get_length(io_->input()) > 0) {
     event_active(resume_event_.get(), 0, 0);
   }
 }
@@ -121,15 +120,11 @@ Http1ServerConnection::~Http1ServerConnection() {
 
 // --- reading ------------------------------------------------------------------------
 
-void Http1ServerConnection::onReadCb(bufferevent*, void* arg) {
-  static_cast<Http1ServerConnection*>(arg)->onRead();
-}
-
-void Http1ServerConnection::onRead() { parseInput(); }
+void Http1ServerConnection::onIoRead() { parseInput(); }
 
 void Http1ServerConnection::parseInput() {
   if (closed_ || closing_) return;
-  evbuffer* input = bufferevent_get_input(bev_.get());
+  evbuffer* input = io_->input();
   if (evbuffer_get_length(input) > 0) {
     // The next request's first byte: its head must be in within header_read_timeout.
     if (read_phase_ == ReadPhase::Idle) enterReadPhase(ReadPhase::Head);
@@ -188,7 +183,7 @@ void Http1ServerConnection::parseInput() {
   // Pipelined bytes beyond a bound: stop reading until the current request is done.
   if (!closed_ && HTTP_PARSER_ERRNO(&parser_) == HPE_PAUSED &&
       evbuffer_get_length(input) > limits_.max_pipelined_bytes) {
-    bufferevent_disable(bev_.get(), EV_READ);
+    io_->disableRead();
   }
 }
 
@@ -393,7 +388,7 @@ int Http1ServerConnection::onHeadersComplete(http_parser* p) {
     // 413 at once, without it): the body is buffered by sluice, so let the
     // client send it now.
     static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
-    bufferevent_write(self->bev_.get(), kContinue, sizeof(kContinue) - 1);
+    evbuffer_add(self->io_->output(), kContinue, sizeof(kContinue) - 1);
     self->noteOutput({sizeof(kContinue) - 1, 0, 0});
   }
   return 0;
@@ -488,7 +483,7 @@ void Http1ServerConnection::rejectRequest(const Problem& problem) {
     // The request broke mid-body (a bad chunk size, say). Its body was never
     // complete, so nothing went upstream: the Exchange answers 400 itself and
     // the connection closes after it (close_after_response_).
-    bufferevent_disable(bev_.get(), EV_READ);
+    io_->disableRead();
     exchange_->sendLocalReply(problem);
     if (exchange_ != nullptr) {  // it could not answer: drop the client
       Exchange* ex = exchange_;
@@ -504,8 +499,8 @@ void Http1ServerConnection::rejectRequest(const Problem& problem) {
   encodeHeaders(reply.head, false);
   encodeData(reply.body.data(), reply.body.size(), true);
   closing_ = true;
-  bufferevent_disable(bev_.get(), EV_READ);
-  if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
+  io_->disableRead();
+  if (evbuffer_get_length(io_->output()) == 0) close();
 }
 
 // --- writing ------------------------------------------------------------------------
@@ -551,14 +546,14 @@ void Http1ServerConnection::encodeHeaders(const ResponseHead& head, bool end_str
     out += "connection: keep-alive\r\n";
   }
   out += "\r\n";
-  bufferevent_write(bev_.get(), out.data(), out.size());
+  evbuffer_add(io_->output(), out.data(), out.size());
   noteOutput({out.size(), 0, 0});
   if (end_stream) encodeData(nullptr, 0, true);
 }
 
 void Http1ServerConnection::encodeData(const char* data, size_t len, bool end_stream) {
   if (closed_) return;
-  evbuffer* output = bufferevent_get_output(bev_.get());
+  evbuffer* output = io_->output();
   if (len > 0 && !head_request_) {
     if (chunked_response_) {
       char size_line[kChunkSizeLineMax];
@@ -602,25 +597,24 @@ void Http1ServerConnection::resetStreamAfter(std::string_view final_bytes) {
   encodeData(final_bytes.data(), final_bytes.size(), false);
   keep_alive_ = false;
   closing_ = true;
-  if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
+  if (evbuffer_get_length(io_->output()) == 0) close();
 }
 
 bool Http1ServerConnection::canWriteWithoutWaiting(size_t len) const {
   return !closed_ && !closing_ &&
-         evbuffer_get_length(bufferevent_get_output(bev_.get())) + len <= limits_.high_watermark;
+         evbuffer_get_length(io_->output()) + len <= limits_.high_watermark;
 }
 
 bool Http1ServerConnection::aboveHighWatermark() const {
-  return !closed_ &&
-         evbuffer_get_length(bufferevent_get_output(bev_.get())) > limits_.high_watermark;
+  return !closed_ && evbuffer_get_length(io_->output()) > limits_.high_watermark;
 }
 
 size_t Http1ServerConnection::bufferedBytes() const {
   // Also answers inside close(), when the Exchange asks what never reached the
   // client that just left. The buffer holds the tail of what was added: walk
   // the pieces back from the newest and count only their body bytes.
-  if (!bev_) return 0;
-  size_t left = evbuffer_get_length(bufferevent_get_output(bev_.get()));
+  if (!io_) return 0;
+  size_t left = evbuffer_get_length(io_->output());
   size_t body = 0;
   for (auto it = output_pieces_.rbegin(); it != output_pieces_.rend() && left > 0; ++it) {
     const size_t tail = std::min(left, it->wire);
@@ -634,7 +628,7 @@ void Http1ServerConnection::pauseRequestBody() {
   if (closed_ || body_paused_) return;
   body_paused_ = true;
   // The kernel's buffers hold the rest, and TCP flow control stops the client.
-  bufferevent_disable(bev_.get(), EV_READ);
+  io_->disableRead();
   if (read_phase_ == ReadPhase::Body) armReadTimer(MonotonicTime::max());  // not the client's fault
 }
 
@@ -643,7 +637,7 @@ void Http1ServerConnection::resumeRequestBody() {
   body_paused_ = false;
   if (closed_ || closing_) return;
   if (read_phase_ == ReadPhase::Body) enterReadPhase(ReadPhase::Body);  // the gap starts now
-  bufferevent_enable(bev_.get(), EV_READ);
+  io_->enableRead();
   // Bytes already in the input raise no read event: parse them next turn,
   // never from inside the Exchange that resumed us.
   event_active(body_resume_event_.get(), 0, 0);
@@ -657,7 +651,7 @@ void Http1ServerConnection::noteOutput(OutputPiece piece) {
   output_pieces_.push_back(piece);
   output_pieces_wire_ += piece.wire;
   // Forget the pieces already written: those after them cover the whole buffer.
-  const size_t buffered = evbuffer_get_length(bufferevent_get_output(bev_.get()));
+  const size_t buffered = evbuffer_get_length(io_->output());
   while (output_pieces_.size() > 1 &&
          output_pieces_wire_ - output_pieces_.front().wire >= buffered) {
     output_pieces_wire_ -= output_pieces_.front().wire;
@@ -672,7 +666,7 @@ void Http1ServerConnection::onExchangeDone() {
   if (closing_) {
     // encodeData or resetStreamAfter chose to close once the output drains; it
     // may have drained already.
-    if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
+    if (evbuffer_get_length(io_->output()) == 0) close();
     return;
   }
   if (!response_complete_) {
@@ -701,7 +695,7 @@ void Http1ServerConnection::onResumeCb(evutil_socket_t, short, void* arg) {
   http_parser_pause(&self->parser_, 0);
   self->resetRequestState();
   self->enterReadPhase(ReadPhase::Idle);  // parseInput moves on to Head at the first byte
-  bufferevent_enable(self->bev_.get(), EV_READ);
+  self->io_->enableRead();
   self->parseInput();
 }
 
@@ -786,13 +780,9 @@ void Http1ServerConnection::onReadTimer() {
   }
 }
 
-void Http1ServerConnection::onWriteCb(bufferevent*, void* arg) {
-  static_cast<Http1ServerConnection*>(arg)->onWrite();
-}
-
-void Http1ServerConnection::onWrite() {
+void Http1ServerConnection::onIoWrite() {
   if (closed_) return;
-  if (closing_ && evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) {
+  if (closing_ && evbuffer_get_length(io_->output()) == 0) {
     close();
     return;
   }
@@ -801,11 +791,7 @@ void Http1ServerConnection::onWrite() {
 
 // --- connection events ------------------------------------------------------------
 
-void Http1ServerConnection::onEventCb(bufferevent*, short events, void* arg) {
-  static_cast<Http1ServerConnection*>(arg)->onEvent(events);
-}
-
-void Http1ServerConnection::onEvent(short events) {
+void Http1ServerConnection::onIoEvent(short events) {
   if (closed_) return;
   if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
     // EOF or reset: the client is gone. Whatever its Exchange is doing, it learns now.
@@ -835,10 +821,7 @@ void Http1ServerConnection::closeWith(CancelReason reason) {
     exchange_ = nullptr;
     ex->onDownstreamDisconnect(reason);
   }
-  if (bev_) {
-    bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
-    bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);
-  }
+  if (io_) io_->stop();
   event_del(resume_event_.get());
   event_del(body_resume_event_.get());
   read_timer_.disarm();

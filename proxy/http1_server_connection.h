@@ -30,7 +30,9 @@
 // The connection either owns a fresh socket or adopts a bufferevent from the
 // ProtocolDetector (plain listeners sniff for the HTTP/2 preface first; TLS
 // listeners let ALPN decide): bytes already read into that bufferevent's
-// input are parsed as if they had just arrived.
+// input are parsed as if they had just arrived. A plain socket then leaves
+// the bufferevent for SocketIo's own reads and writes (no `epoll_ctl` or
+// `ioctl` per request, proxy/socket_io.h); TLS stays on bufferevent_openssl.
 
 #include <http_parser.h>
 
@@ -49,6 +51,7 @@
 #include "proxy/downstream_stream.h"
 #include "proxy/event_util.h"
 #include "proxy/send_stall_watch.h"
+#include "proxy/socket_io.h"
 
 namespace sluice {
 
@@ -69,7 +72,9 @@ struct Http1Limits {
   std::chrono::milliseconds send_timeout = std::chrono::seconds(60);
 };
 
-class Http1ServerConnection final : public DownstreamConnection, public DownstreamStream {
+class Http1ServerConnection final : public DownstreamConnection,
+                                    public DownstreamStream,
+                                    private SocketIoCallbacks {
  public:
   /** Serves a freshly accepted plain-text socket. */
   Http1ServerConnection(DownstreamConnectionHost& host, evutil_socket_t fd,
@@ -108,14 +113,12 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
   void closeWith(CancelReason reason);
 
  private:
-  static void onReadCb(bufferevent*, void* arg);
-  static void onWriteCb(bufferevent*, void* arg);
-  static void onEventCb(bufferevent*, short events, void* arg);
+  // SocketIoCallbacks
+  void onIoRead() override;
+  void onIoWrite() override;
+  void onIoEvent(short events) override;
   static void onResumeCb(evutil_socket_t, short, void* arg);
   static void onBodyResumeCb(evutil_socket_t, short, void* arg);
-  void onRead();
-  void onWrite();
-  void onEvent(short events);
   void parseInput();
   void rejectRequest(const ProblemKind& kind, std::string detail,
                      std::optional<CancelReason> cancel_reason = std::nullopt);
@@ -167,7 +170,7 @@ class Http1ServerConnection final : public DownstreamConnection, public Downstre
 
   DownstreamConnectionHost& host_;
   Http1Limits limits_;
-  BufferEventPtr bev_;
+  SocketIoPtr io_;  // the socket (plain) or its bufferevent (TLS)
   EventPtr resume_event_;
   EventPtr body_resume_event_;  // parses the rest of a paused body, next loop turn
   std::string peer_address_;

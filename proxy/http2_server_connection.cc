@@ -251,7 +251,8 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
                                              std::string peer_address, bool tls, Http2Limits limits)
     : host_(host),
       limits_(limits),
-      bev_(std::move(bev)),
+      io_(std::make_unique<SocketIo>(host.dispatcher().base(), std::move(bev),
+                                     static_cast<SocketIoCallbacks&>(*this))),
       idle_timer_(host.dispatcher().base(), [this] { onIdleTimer(); }),
       send_watch_(host.dispatcher(), limits.send_timeout, [this] { onSendStalled(); }),
       peer_address_(std::move(peer_address)) {
@@ -288,12 +289,10 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
 
   event_base* base = host.dispatcher().base();
   process_event_.reset(event_new(base, -1, 0, &Http2ServerConnection::onProcessCb, this));
-  bufferevent_setcb(bev_.get(), &Http2ServerConnection::onReadCb, &Http2ServerConnection::onWriteCb,
-                    &Http2ServerConnection::onEventCb, this);
   // The write callback fires when the socket drained to the low watermark: pump more.
-  bufferevent_setwatermark(bev_.get(), EV_WRITE, limits_.output_low_watermark, 0);
-  bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
-  send_watch_.watch(bufferevent_get_output(bev_.get()));
+  io_->setWriteLowWatermark(limits_.output_low_watermark);
+  io_->useSocketIfPlain();  // accepted: connected
+  send_watch_.watch(io_->output());
   // Send our SETTINGS and process the preface the detector already read, next turn.
   scheduleSend();
   armIdleTimer();
@@ -312,10 +311,6 @@ Http2ServerConnection::Stream* Http2ServerConnection::findStream(int32_t stream_
 
 // --- input ------------------------------------------------------------------------------
 
-void Http2ServerConnection::onReadCb(bufferevent*, void* arg) {
-  static_cast<Http2ServerConnection*>(arg)->onRead();
-}
-
 void Http2ServerConnection::onProcessCb(evutil_socket_t, short, void* arg) {
   static_cast<Http2ServerConnection*>(arg)->onRead();
 }
@@ -323,7 +318,7 @@ void Http2ServerConnection::onProcessCb(evutil_socket_t, short, void* arg) {
 void Http2ServerConnection::onRead() {
   if (closed_) return;
   if (!flushing_) {
-    evbuffer* input = bufferevent_get_input(bev_.get());
+    evbuffer* input = io_->input();
     while (!closed_ && evbuffer_get_length(input) > 0) {
       const size_t len = evbuffer_get_contiguous_space(input);
       const unsigned char* data = evbuffer_pullup(input, static_cast<ssize_t>(len));
@@ -517,7 +512,7 @@ void Http2ServerConnection::scheduleSend() {
 void Http2ServerConnection::sendPending() {
   if (closed_ || sending_) return;
   sending_ = true;
-  evbuffer* output = bufferevent_get_output(bev_.get());
+  evbuffer* output = io_->output();
   // Bounded: frames (and the stream bytes they carry) stay inside nghttp2 and
   // the streams' own buffers until the socket drains (onWrite pumps again).
   while (evbuffer_get_length(output) < limits_.output_high_watermark) {
@@ -615,25 +610,17 @@ void Http2ServerConnection::notifyWritable() {
   }
 }
 
-void Http2ServerConnection::onWriteCb(bufferevent*, void* arg) {
-  static_cast<Http2ServerConnection*>(arg)->onWrite();
-}
-
 void Http2ServerConnection::onWrite() {
   if (closed_) return;
   sendPending();
   if (flushing_) {
-    if (!closed_ && evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
+    if (!closed_ && evbuffer_get_length(io_->output()) == 0) close();
     return;
   }
   maybeFinish();
 }
 
 // --- connection lifecycle ---------------------------------------------------------------
-
-void Http2ServerConnection::onEventCb(bufferevent*, short events, void* arg) {
-  static_cast<Http2ServerConnection*>(arg)->onEvent(events);
-}
 
 void Http2ServerConnection::onEvent(short events) {
   if (closed_) return;
@@ -659,9 +646,9 @@ void Http2ServerConnection::closeAfterFlush() {
   if (closed_ || flushing_) return;
   flushing_ = true;
   disconnectAll();
-  bufferevent_disable(bev_.get(), EV_READ);
+  io_->disableRead();
   sendPending();  // what nghttp2 still holds (our GOAWAY)
-  if (!closed_ && evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) close();
+  if (!closed_ && evbuffer_get_length(io_->output()) == 0) close();
 }
 
 void Http2ServerConnection::armIdleTimer() {
@@ -710,10 +697,7 @@ void Http2ServerConnection::closeWith(CancelReason reason) {
   if (closed_) return;
   closed_ = true;
   disconnectAll(reason);
-  if (bev_) {
-    bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
-    bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);
-  }
+  if (io_) io_->stop();
   event_del(process_event_.get());
   idle_timer_.disarm();
   send_watch_.stop();

@@ -1,8 +1,9 @@
 #pragma once
 
 // One downstream HTTP/2 connection (h2 over TLS by ALPN, or cleartext h2c
-// with prior knowledge), served by an nghttp2 server session over a libevent
-// bufferevent. Each stream is one Exchange: the stream object implements
+// with prior knowledge), served by an nghttp2 server session over SocketIo:
+// bufferevent_openssl for TLS, the socket itself for h2c (proxy/socket_io.h).
+// Each stream is one Exchange: the stream object implements
 // DownstreamStream exactly as Http1ServerConnection does for its one request.
 //
 //   HEADERS (request complete)  → host.newExchange() + decodeHeaders
@@ -55,6 +56,7 @@
 #include "proxy/event_util.h"
 #include "proxy/nghttp2_util.h"
 #include "proxy/send_stall_watch.h"
+#include "proxy/socket_io.h"
 
 namespace sluice {
 
@@ -87,7 +89,7 @@ struct Http2Limits {
   std::chrono::milliseconds send_timeout = std::chrono::seconds(60);
 };
 
-class Http2ServerConnection final : public DownstreamConnection {
+class Http2ServerConnection final : public DownstreamConnection, private SocketIoCallbacks {
  public:
   /**
    * Adopts `bev` (plain or TLS, connected; its callbacks are replaced). The
@@ -114,9 +116,10 @@ class Http2ServerConnection final : public DownstreamConnection {
   friend class Stream;
 
   // libevent
-  static void onReadCb(bufferevent*, void* arg);
-  static void onWriteCb(bufferevent*, void* arg);
-  static void onEventCb(bufferevent*, short events, void* arg);
+  // SocketIoCallbacks
+  void onIoRead() override { onRead(); }
+  void onIoWrite() override { onWrite(); }
+  void onIoEvent(short events) override { onEvent(events); }
   static void onProcessCb(evutil_socket_t, short, void* arg);
   void onRead();
   void onWrite();
@@ -162,7 +165,7 @@ class Http2ServerConnection final : public DownstreamConnection {
 
   DownstreamConnectionHost& host_;
   Http2Limits limits_;
-  BufferEventPtr bev_;
+  SocketIoPtr io_;  // the socket (h2c) or its bufferevent (TLS)
   EventPtr process_event_;
   Timer idle_timer_;
   MonotonicTime idle_since_{};

@@ -134,17 +134,17 @@ UpstreamConnection::UpstreamConnection(Dispatcher& dispatcher,
   settings_.on_body = &UpstreamConnection::onBody;
   settings_.on_message_complete = &UpstreamConnection::onMessageComplete;
 
-  bev_ = connectUpstream(dispatcher, upstream, url, ssl_ctx);
-  if (!bev_) {
+  BufferEventPtr bev = connectUpstream(dispatcher, upstream, url, ssl_ctx);
+  if (!bev) {
     // Reported to the holder on sendRequest (connect_error), never synchronously here.
     closed_ = true;
     return;
   }
-  bufferevent_setcb(bev_.get(), &UpstreamConnection::onReadCb, &UpstreamConnection::onWriteCb,
-                    &UpstreamConnection::onEventCb, this);
+  // On its bufferevent until connected (onIoEvent), then a plain socket leaves it.
+  io_ = std::make_unique<SocketIo>(dispatcher.base(), std::move(bev),
+                                   static_cast<SocketIoCallbacks&>(*this));
   // The write callback fires once the socket drained to the low watermark: more body.
-  bufferevent_setwatermark(bev_.get(), EV_WRITE, kOutputLowWatermark, 0);
-  bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
+  io_->setWriteLowWatermark(kOutputLowWatermark);
 }
 
 UpstreamConnection::~UpstreamConnection() = default;
@@ -164,7 +164,7 @@ void UpstreamConnection::sendRequest(const RequestHead& head, RequestBody& body,
   chunked_request_ = false;
   request_written_ = false;
   ++request_count_;
-  if (closed_ || !bev_) {
+  if (closed_ || !io_) {
     fail(UpstreamError::ConnectError, "cannot connect to " + url_.authority());
     return;
   }
@@ -192,7 +192,7 @@ void UpstreamConnection::sendRequest(const RequestHead& head, RequestBody& body,
     out += "transfer-encoding: chunked\r\n";
   }
   out += "\r\n";
-  evbuffer_add(bufferevent_get_output(bev_.get()), out.data(), out.size());
+  evbuffer_add(io_->output(), out.data(), out.size());
   if (connected_ && callbacks_ != nullptr) {
     // A pooled connection is already up: report it so the attempt's
     // connect timer stops the same way as for a fresh connection.
@@ -204,8 +204,8 @@ void UpstreamConnection::sendRequest(const RequestHead& head, RequestBody& body,
 void UpstreamConnection::writeBody() {
   // Not before the connection is up: a connect error must leave a streamed
   // body untouched, so the attempt can still be retried.
-  if (body_ == nullptr || request_written_ || !connected_ || closed_ || !bev_) return;
-  evbuffer* output = bufferevent_get_output(bev_.get());
+  if (body_ == nullptr || request_written_ || !connected_ || closed_ || !io_) return;
+  evbuffer* output = io_->output();
   const uint64_t before = body_sent_;
   while (evbuffer_get_length(output) < kOutputHighWatermark) {
     std::string_view piece = body_->peek(body_sent_);
@@ -230,15 +230,15 @@ void UpstreamConnection::writeBody() {
 }
 
 bool UpstreamConnection::requestFlushed() const {
-  return request_written_ && bev_ && evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0;
+  return request_written_ && io_ && evbuffer_get_length(io_->output()) == 0;
 }
 
 void UpstreamConnection::pauseReading() {
-  if (bev_ && !closed_) bufferevent_disable(bev_.get(), EV_READ);
+  if (io_ && !closed_) io_->disableRead();
 }
 
 void UpstreamConnection::resumeReading() {
-  if (bev_ && !closed_) bufferevent_enable(bev_.get(), EV_READ);
+  if (io_ && !closed_) io_->enableRead();
 }
 
 void UpstreamConnection::close() {
@@ -246,12 +246,12 @@ void UpstreamConnection::close() {
   closed_ = true;
   callbacks_ = nullptr;
   body_ = nullptr;
-  if (bev_) {
-    const evutil_socket_t fd = bufferevent_getfd(bev_.get());
+  if (io_) {
+    const evutil_socket_t fd = io_->fd();
     // shutdown() sends the FIN now, whatever libevent's deferred machinery
     // does with the bufferevent: the upstream must see the close at once.
     if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
-    bev_.reset();
+    io_.reset();
   }
 }
 
@@ -259,7 +259,7 @@ void UpstreamConnection::markIdle() {
   idle_ = true;
   callbacks_ = nullptr;
   body_ = nullptr;
-  if (bev_) bufferevent_enable(bev_.get(), EV_READ);
+  if (io_) io_->enableRead();
 }
 
 void UpstreamConnection::release() { pool_.release(this); }
@@ -270,8 +270,9 @@ BufferEventPtr UpstreamConnection::takeBufferEvent() {
   closed_ = true;
   callbacks_ = nullptr;
   body_ = nullptr;
-  if (bev_) bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);
-  return std::move(bev_);
+  BufferEventPtr bev = io_ ? io_->takeBufferEvent() : nullptr;
+  io_.reset();
+  return bev;
 }
 
 void UpstreamConnection::fail(UpstreamError error, const std::string& detail) {
@@ -293,21 +294,9 @@ void UpstreamConnection::fail(UpstreamError error, const std::string& detail) {
   }
 }
 
-void UpstreamConnection::onReadCb(bufferevent*, void* arg) {
-  static_cast<UpstreamConnection*>(arg)->onRead();
-}
-
-void UpstreamConnection::onWriteCb(bufferevent*, void* arg) {
-  static_cast<UpstreamConnection*>(arg)->writeBody();
-}
-
-void UpstreamConnection::onEventCb(bufferevent*, short events, void* arg) {
-  static_cast<UpstreamConnection*>(arg)->onEvent(events);
-}
-
-void UpstreamConnection::onRead() {
-  if (closed_ || !bev_) return;
-  evbuffer* input = bufferevent_get_input(bev_.get());
+void UpstreamConnection::onIoRead() {
+  if (closed_ || !io_) return;
+  evbuffer* input = io_->input();
   if (idle_ || !awaiting_response_) {
     // Bytes on an idle connection are a protocol violation: never reuse it.
     evbuffer_drain(input, evbuffer_get_length(input));
@@ -348,21 +337,22 @@ void UpstreamConnection::onRead() {
   }
 }
 
-void UpstreamConnection::onEvent(short events) {
+void UpstreamConnection::onIoEvent(short events) {
   if (closed_) return;
   if (events & BEV_EVENT_CONNECTED) {
     connected_ = true;
     // Requests and SSE events are small writes whose latency matters: no
     // Nagle delay behind an unacknowledged segment (nginx does the same for
     // upstream keep-alive connections; downstream sockets have it already).
-    if (const evutil_socket_t fd = bufferevent_getfd(bev_.get()); fd >= 0) {
+    if (const evutil_socket_t fd = io_->fd(); fd >= 0) {
       const int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
+    io_->useSocketIfPlain();  // plain TCP: off the bufferevent from here on
     if (negotiating_) {
       negotiating_ = false;
       reusable_ = true;  // up and unused: the pool may hand it out
-      pool_.onNegotiated(this, negotiatedAlpn(bev_.get()) == "h2");  // may take our socket
+      pool_.onNegotiated(this, negotiatedAlpn(io_->bufferEvent()) == "h2");  // may take our socket
       return;
     }
     if (callbacks_ != nullptr) callbacks_->onUpstreamConnected();
@@ -372,12 +362,12 @@ void UpstreamConnection::onEvent(short events) {
   if (!(events & (BEV_EVENT_EOF | BEV_EVENT_ERROR))) return;
 
   if (!connected_) {
-    fail(UpstreamError::ConnectError, connectFailureDetail(bev_.get(), url_));
+    fail(UpstreamError::ConnectError, connectFailureDetail(io_->bufferEvent(), url_));
     return;
   }
   if (awaiting_response_ && (events & BEV_EVENT_EOF)) {
     // EOF may legitimately end a close-delimited body: tell the parser.
-    onRead();  // drain whatever arrived with the FIN first
+    onIoRead();  // drain whatever arrived with the FIN first
     if (closed_ || !awaiting_response_) return;
     http_parser_execute(&parser_, &settings_, nullptr, 0);
     if (closed_) return;

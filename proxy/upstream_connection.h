@@ -4,6 +4,9 @@
 // UpstreamPool. It connects (async DNS, TCP, TLS handshake with SNI and
 // verification), writes one request at a time, parses the response with
 // http-parser and reports it to whoever holds it through UpstreamCallbacks.
+// Connecting runs on a bufferevent (evdns, connect errors); once connected a
+// plain socket leaves it for SocketIo's own reads and writes
+// (proxy/socket_io.h), TLS stays on bufferevent_openssl.
 // Reading can be paused: that is how a slow client pushes back on the
 // upstream (watermarks, see Exchange).
 //
@@ -26,6 +29,7 @@
 #include "config/config.h"
 #include "proxy/dispatcher.h"
 #include "proxy/event_util.h"
+#include "proxy/socket_io.h"
 #include "proxy/upstream_stream.h"
 
 namespace sluice {
@@ -48,7 +52,9 @@ std::string connectFailureDetail(bufferevent* bev, const config::UpstreamUrl& ur
 /** The ALPN protocol the server chose on `bev` ("" for plain TCP or none). */
 std::string_view negotiatedAlpn(bufferevent* bev);
 
-class UpstreamConnection : public DeferredDeletable, public UpstreamStream {
+class UpstreamConnection : public DeferredDeletable,
+                           public UpstreamStream,
+                           private SocketIoCallbacks {
  public:
   /**
    * Creates and starts connecting to `upstream`; `ssl_ctx` is null for
@@ -95,11 +101,10 @@ class UpstreamConnection : public DeferredDeletable, public UpstreamStream {
   void markIdle();
 
  private:
-  static void onReadCb(bufferevent*, void* arg);
-  static void onEventCb(bufferevent*, short events, void* arg);
-  static void onWriteCb(bufferevent*, void* arg);
-  void onRead();
-  void onEvent(short events);
+  // SocketIoCallbacks
+  void onIoRead() override;
+  void onIoWrite() override { writeBody(); }
+  void onIoEvent(short events) override;
   /** Moves request body bytes into the socket's output while it is below kOutputHighWatermark. */
   void writeBody();
   /** Every request byte, body end included, has left our output buffer. */
@@ -136,7 +141,7 @@ class UpstreamConnection : public DeferredDeletable, public UpstreamStream {
   const config::UpstreamUrl& url_;  // the endpoint's
   UpstreamPool& pool_;
   const uint64_t id_;
-  BufferEventPtr bev_;
+  SocketIoPtr io_;  // null once closed
   UpstreamCallbacks* callbacks_ = nullptr;
 
   http_parser parser_{};

@@ -1,0 +1,214 @@
+#include "proxy/socket_io.h"
+
+#include <event2/bufferevent_ssl.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace sluice {
+
+SocketIo::SocketIo(event_base* base, BufferEventPtr bev, SocketIoCallbacks& callbacks)
+    : base_(base), callbacks_(callbacks), bev_(std::move(bev)) {
+  input_ = bufferevent_get_input(bev_.get());
+  output_ = bufferevent_get_output(bev_.get());
+  bufferevent_setcb(bev_.get(), &SocketIo::onBevRead, &SocketIo::onBevWrite, &SocketIo::onBevEvent,
+                    this);
+  bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
+}
+
+SocketIo::~SocketIo() {
+  stop();
+  // Events first (they name the fd), then the buffers, then the socket.
+  read_event_.reset();
+  write_event_.reset();
+  flush_event_.reset();
+  own_input_.reset();
+  own_output_.reset();
+  if (fd_ >= 0) evutil_closesocket(fd_);
+}
+
+void SocketIo::useSocketIfPlain() {
+  if (!bev_ || stopped_) return;
+  bufferevent* bev = bev_.get();
+  const evutil_socket_t fd = bufferevent_getfd(bev);
+  if (fd < 0 || bufferevent_openssl_get_ssl(bev) != nullptr ||
+      bufferevent_get_underlying(bev) != nullptr) {
+    return;  // TLS, a filter or pair, or no socket yet
+  }
+
+  own_input_.reset(evbuffer_new());
+  own_output_.reset(evbuffer_new());
+  // A socket bufferevent freezes its output's front (only it writes from
+  // there) and its input's end: thawed, as the bytes in them move here.
+  evbuffer* bev_input = bufferevent_get_input(bev);
+  evbuffer* bev_output = bufferevent_get_output(bev);
+  evbuffer_unfreeze(bev_input, 0);
+  evbuffer_unfreeze(bev_output, 1);
+  evbuffer_add_buffer(own_input_.get(), bev_input);
+  evbuffer_add_buffer(own_output_.get(), bev_output);
+  // The bufferevent lets go of the socket without closing it (its events are deleted).
+  bufferevent_setcb(bev, nullptr, nullptr, nullptr, nullptr);
+  bufferevent_disable(bev, EV_READ | EV_WRITE);
+  bufferevent_setfd(bev, -1);
+  bev_.reset();
+
+  fd_ = fd;
+  input_ = own_input_.get();
+  output_ = own_output_.get();
+  read_event_.reset(event_new(base_, fd_, EV_READ | EV_PERSIST, &SocketIo::onReadable, this));
+  write_event_.reset(event_new(base_, fd_, EV_WRITE | EV_PERSIST, &SocketIo::onWritable, this));
+  flush_event_.reset(event_new(base_, -1, 0, &SocketIo::onFlush, this));
+  evbuffer_add_cb(output_, &SocketIo::onOutputChanged, this);
+  if (read_enabled_) event_add(read_event_.get(), nullptr);
+  if (evbuffer_get_length(output_) > 0) {
+    flush_pending_ = true;
+    event_active(flush_event_.get(), EV_WRITE, 0);
+  }
+}
+
+void SocketIo::enableRead() {
+  if (stopped_) return;
+  read_enabled_ = true;
+  if (bev_) {
+    bufferevent_enable(bev_.get(), EV_READ);
+  } else if (read_event_) {
+    event_add(read_event_.get(), nullptr);
+  }
+}
+
+void SocketIo::disableRead() {
+  read_enabled_ = false;
+  if (bev_) {
+    bufferevent_disable(bev_.get(), EV_READ);
+  } else if (read_event_) {
+    event_del(read_event_.get());
+  }
+}
+
+void SocketIo::setWriteLowWatermark(size_t low) {
+  write_low_ = low;
+  if (bev_) bufferevent_setwatermark(bev_.get(), EV_WRITE, low, 0);
+}
+
+BufferEventPtr SocketIo::takeBufferEvent() {
+  if (bev_) bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);
+  input_ = nullptr;
+  output_ = nullptr;
+  stopped_ = true;
+  return std::move(bev_);
+}
+
+evutil_socket_t SocketIo::fd() const { return bev_ ? bufferevent_getfd(bev_.get()) : fd_; }
+
+void SocketIo::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (bev_) {
+    bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
+    bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);
+  }
+  if (read_event_) event_del(read_event_.get());
+  if (write_event_) event_del(write_event_.get());
+  if (flush_event_) event_del(flush_event_.get());
+  if (own_output_) evbuffer_remove_cb(own_output_.get(), &SocketIo::onOutputChanged, this);
+  write_armed_ = false;
+  flush_pending_ = false;
+}
+
+// --- bufferevent mode -----------------------------------------------------------------
+
+void SocketIo::onBevRead(bufferevent*, void* arg) {
+  static_cast<SocketIo*>(arg)->callbacks_.onIoRead();
+}
+
+void SocketIo::onBevWrite(bufferevent*, void* arg) {
+  static_cast<SocketIo*>(arg)->callbacks_.onIoWrite();
+}
+
+void SocketIo::onBevEvent(bufferevent*, short events, void* arg) {
+  static_cast<SocketIo*>(arg)->callbacks_.onIoEvent(events);
+}
+
+// --- plain socket mode ----------------------------------------------------------------
+
+void SocketIo::onOutputChanged(evbuffer*, const evbuffer_cb_info* info, void* arg) {
+  auto* self = static_cast<SocketIo*>(arg);
+  if (info->n_added == 0 || self->write_armed_ || self->flush_pending_ || self->stopped_) return;
+  // Written once the code adding output returns, later in this loop turn:
+  // a head and its body leave in one writev.
+  self->flush_pending_ = true;
+  event_active(self->flush_event_.get(), EV_WRITE, 0);
+}
+
+void SocketIo::onFlush(evutil_socket_t, short, void* arg) {
+  auto* self = static_cast<SocketIo*>(arg);
+  self->flush_pending_ = false;
+  if (self->stopped_ || self->write_armed_) return;
+  self->writeSocket();
+}
+
+void SocketIo::onWritable(evutil_socket_t, short, void* arg) {
+  static_cast<SocketIo*>(arg)->writeSocket();
+}
+
+void SocketIo::writeSocket() {
+  if (stopped_) return;
+  int written = 0;
+  if (evbuffer_get_length(output_) > 0) {
+    written = evbuffer_write(output_, fd_);
+    if (written < 0) {
+      const int err = EVUTIL_SOCKET_ERROR();
+      if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
+        if (write_armed_) event_del(write_event_.get());
+        write_armed_ = false;
+        callbacks_.onIoEvent(BEV_EVENT_WRITING | BEV_EVENT_ERROR);  // last: may destroy us
+        return;
+      }
+      written = 0;
+    }
+  }
+  const size_t left = evbuffer_get_length(output_);
+  if (left > 0 && !write_armed_) {
+    write_armed_ = true;  // the kernel's buffer is full: wait until it takes more
+    event_add(write_event_.get(), nullptr);
+  } else if (left == 0 && write_armed_) {
+    write_armed_ = false;
+    event_del(write_event_.get());
+  }
+  if (written > 0 && left <= write_low_) callbacks_.onIoWrite();  // last: may destroy us
+}
+
+void SocketIo::onReadable(evutil_socket_t, short, void* arg) {
+  static_cast<SocketIo*>(arg)->readSocket();
+}
+
+void SocketIo::readSocket() {
+  if (stopped_ || !read_enabled_) return;
+  evbuffer_iovec vec[2];
+  const int n = evbuffer_reserve_space(input_, static_cast<ev_ssize_t>(kReadSize), vec, 2);
+  if (n <= 0) return;
+  iovec iov[2];
+  for (int i = 0; i < n; ++i) iov[i] = iovec{vec[i].iov_base, vec[i].iov_len};
+  const ssize_t got = ::readv(fd_, iov, n);
+  if (got > 0) {
+    size_t left = static_cast<size_t>(got);
+    int used = 0;
+    for (; used < n && left > 0; ++used) {
+      vec[used].iov_len = std::min(vec[used].iov_len, left);
+      left -= vec[used].iov_len;
+    }
+    evbuffer_commit_space(input_, vec, used);
+    callbacks_.onIoRead();  // last: may destroy us
+    return;
+  }
+  if (got < 0) {
+    const int err = errno;
+    if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) return;
+  }
+  // EOF or an error: no more reading (as a bufferevent does), then tell the owner.
+  disableRead();
+  callbacks_.onIoEvent(BEV_EVENT_READING | (got == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR));
+}
+
+}  // namespace sluice

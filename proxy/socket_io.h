@@ -1,0 +1,121 @@
+#pragma once
+
+// The byte stream under an HTTP/1.1 connection (downstream and upstream):
+// an input and an output evbuffer over either a libevent bufferevent or,
+// for a connected plain TCP socket, the socket itself on the event_base.
+//
+// Why plain sockets leave the bufferevent: per request a bufferevent arms
+// EV_WRITE when output is added and disarms it once drained (two
+// `epoll_ctl` per side and request), and sizes every read with an
+// `ioctl(FIONREAD)` (libevent 2.1's evbuffer_read always asks, whatever
+// `howmuch` says). On a plain socket SocketIo registers the read event once
+// (level-triggered, persistent), writes output once per loop turn (one
+// `writev` for a head and its body, after the code that added them has
+// returned) and arms EV_WRITE only when the kernel did not take it all;
+// reads go straight into a fixed-size reservation of the input buffer.
+// That is what nginx does (minus edge-triggering): per request a read and a
+// write on each side, no `epoll_ctl`, no `ioctl`.
+//
+// TLS stays on bufferevent_openssl, and an upstream socket stays on its
+// bufferevent while it resolves and connects (evdns, connect errors);
+// useSocketIfPlain() moves a connected plain socket over, buffered bytes
+// included.
+//
+// The callbacks mean what a bufferevent's do: onIoRead after bytes were
+// added to input(); onIoWrite after a write left output() at or below the
+// write low watermark; onIoEvent with BEV_EVENT_* flags (EOF, ERROR,
+// CONNECTED). They run from the event loop, never from inside a call into
+// SocketIo, and may destroy the SocketIo.
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "proxy/event_util.h"
+
+namespace sluice {
+
+class SocketIoCallbacks {
+ public:
+  virtual ~SocketIoCallbacks() = default;
+  virtual void onIoRead() = 0;
+  virtual void onIoWrite() = 0;
+  virtual void onIoEvent(short events) = 0;
+};
+
+class SocketIo {
+ public:
+  /**
+   * Takes `bev` (its callbacks are replaced by `callbacks`'), reading and
+   * writing enabled. It stays the transport until useSocketIfPlain().
+   */
+  SocketIo(event_base* base, BufferEventPtr bev, SocketIoCallbacks& callbacks);
+  ~SocketIo();
+  SocketIo(const SocketIo&) = delete;
+  SocketIo& operator=(const SocketIo&) = delete;
+
+  evbuffer* input() const { return input_; }
+  evbuffer* output() const { return output_; }
+
+  void enableRead();
+  void disableRead();
+  /** onIoWrite fires when a write leaves output() at or below `low` bytes. */
+  void setWriteLowWatermark(size_t low);
+
+  /**
+   * Once the socket is connected (accepted, or BEV_EVENT_CONNECTED): a plain
+   * TCP socket moves off its bufferevent, buffered bytes included, and
+   * onIoEvent never reports BEV_EVENT_CONNECTED after it. TLS (or a
+   * bufferevent without a socket) stays. Idempotent.
+   */
+  void useSocketIfPlain();
+
+  /** The bufferevent still in use (TLS, connecting); null on a plain socket. */
+  bufferevent* bufferEvent() const { return bev_.get(); }
+  /** Gives up the bufferevent (HTTP/2 takes a TLS socket over); null on a plain socket. */
+  BufferEventPtr takeBufferEvent();
+  evutil_socket_t fd() const;
+
+  /** No callback after this; the socket stays open until destruction. */
+  void stop();
+
+  /** Bytes reserved per read on a plain socket (libevent's own per-read cap is 16 KiB). */
+  static constexpr size_t kReadSize = 16 * 1024 - 128;
+
+ private:
+  static void onBevRead(bufferevent*, void* arg);
+  static void onBevWrite(bufferevent*, void* arg);
+  static void onBevEvent(bufferevent*, short events, void* arg);
+  static void onReadable(evutil_socket_t, short, void* arg);
+  static void onWritable(evutil_socket_t, short, void* arg);
+  static void onFlush(evutil_socket_t, short, void* arg);
+  static void onOutputChanged(evbuffer*, const evbuffer_cb_info* info, void* arg);
+  void readSocket();
+  void writeSocket();
+
+  event_base* base_;
+  SocketIoCallbacks& callbacks_;
+  BufferEventPtr bev_;  // TLS or connecting; null once on the plain socket
+  evbuffer* input_ = nullptr;
+  evbuffer* output_ = nullptr;
+  size_t write_low_ = 0;
+  bool read_enabled_ = true;
+  bool stopped_ = false;
+
+  // Plain socket mode.
+  evutil_socket_t fd_ = -1;
+  EvBufferPtr own_input_;
+  EvBufferPtr own_output_;
+  EventPtr read_event_;
+  EventPtr write_event_;  // armed only while the kernel did not take all output
+  EventPtr flush_event_;  // activated when output is added: writes later in this loop turn
+  bool write_armed_ = false;
+  bool flush_pending_ = false;
+};
+
+using SocketIoPtr = std::unique_ptr<SocketIo>;
+
+}  // namespace sluice
