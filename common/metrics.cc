@@ -229,12 +229,19 @@ const prometheus::Histogram::BucketBoundaries& Metrics::propagationBuckets() {
   return b;
 }
 
-UpstreamMetrics::UpstreamMetrics(Metrics& m, const std::string& upstream)
-    : name_(upstream), rl_family_(m.ratelimit_remaining) {
+EndpointMetrics::EndpointMetrics(Metrics& m, const std::string& upstream,
+                                 const std::string& endpoint) {
   for (size_t i = 0; i < kAttemptResultCount; ++i) {
     attempts_[i] = &m.upstream_attempts.Add(
-        {{"upstream", upstream}, {"result", std::string(toString(static_cast<AttemptResult>(i)))}});
+        {{"upstream", upstream},
+         {"endpoint", endpoint},
+         {"result", std::string(toString(static_cast<AttemptResult>(i)))}});
   }
+  circuit_state_ = &m.endpoint_circuit_state.Add({{"upstream", upstream}, {"endpoint", endpoint}});
+}
+
+UpstreamMetrics::UpstreamMetrics(Metrics& m, const std::string& upstream)
+    : name_(upstream), rl_family_(m.ratelimit_remaining) {
   cancel_propagation_ =
       &m.cancel_propagation.Add({{"upstream", upstream}}, Metrics::propagationBuckets());
   circuit_state_ = &m.circuit_state.Add({{"upstream", upstream}});

@@ -60,11 +60,28 @@ enum class Disposition { Delivered, Leaked };
 class Metrics;
 
 /** Handles for one upstream. Thread-safe; shared by all workers. */
+/**
+ * Handles for one endpoint of an upstream (DESIGN §5): the series whose
+ * state is kept per endpoint. Thread-safe; shared by all workers.
+ */
+class EndpointMetrics {
+ public:
+  EndpointMetrics(Metrics& m, const std::string& upstream, const std::string& endpoint);
+
+  /** sluice_upstream_attempts_total{upstream,endpoint,result}. */
+  prometheus::Counter& attempts(AttemptResult r) { return *attempts_[static_cast<size_t>(r)]; }
+  /** sluice_endpoint_circuit_state{upstream,endpoint}: alive as long as Metrics. */
+  prometheus::Gauge& circuitState() { return *circuit_state_; }
+
+ private:
+  std::array<prometheus::Counter*, kAttemptResultCount> attempts_{};
+  prometheus::Gauge* circuit_state_;
+};
+
 class UpstreamMetrics {
  public:
   UpstreamMetrics(Metrics& m, const std::string& upstream);
 
-  prometheus::Counter& attempts(AttemptResult r) { return *attempts_[static_cast<size_t>(r)]; }
   prometheus::Histogram& cancelPropagation() { return *cancel_propagation_; }
   prometheus::Gauge& circuitState() { return *circuit_state_; }
   /** `to` ∈ closed, open, half_open. */
@@ -82,7 +99,6 @@ class UpstreamMetrics {
 
  private:
   std::string name_;
-  std::array<prometheus::Counter*, kAttemptResultCount> attempts_{};
   prometheus::Histogram* cancel_propagation_;
   prometheus::Gauge* circuit_state_;
   prometheus::Counter* to_closed_;

@@ -555,7 +555,7 @@ AttemptVerdict Exchange::endAttempt(AttemptOutcome outcome, bool reuse, AttemptV
   disarmTimer(attempt_.first_byte_timer);
   disarmTimer(attempt_.idle_timer);
   attempt_.connect_timer = attempt_.first_byte_timer = attempt_.idle_timer = 0;
-  attempt_.upstream->metrics->attempts(attemptResultFor(outcome)).Increment();
+  attempt_.endpoint->metrics->attempts(attemptResultFor(outcome)).Increment();
   attempt_.cut = !outcome.isStatus();
   const AttemptEnd end = describeAttempt(outcome);
   AttemptVerdict verdict = proposed;

@@ -47,11 +47,11 @@ int gaugeValue(CircuitState state) { return static_cast<int>(state); }
  */
 std::shared_ptr<CircuitBreaker> makeBreaker(const config::UpstreamConfig& up,
                                             const config::EndpointConfig& endpoint,
-                                            UpstreamMetrics& metrics, Metrics& registry,
+                                            UpstreamMetrics& metrics,
+                                            EndpointMetrics& endpoint_metrics,
                                             std::shared_ptr<UpstreamCircuitState> upstream_state,
                                             const Clock& clock) {
-  prometheus::Gauge* state =
-      &registry.endpoint_circuit_state.Add({{"upstream", up.name}, {"endpoint", endpoint.name}});
+  prometheus::Gauge* state = &endpoint_metrics.circuitState();
   prometheus::Counter* to_closed = &metrics.circuitTransitions("closed");
   prometheus::Counter* to_open = &metrics.circuitTransitions("open");
   prometheus::Counter* to_half_open = &metrics.circuitTransitions("half_open");
@@ -136,18 +136,18 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
     for (const auto& endpoint : up.endpoints) {
       EndpointRuntime e;
       e.config = &endpoint;
+      e.metrics = std::make_unique<EndpointMetrics>(metrics, up.name, endpoint.name);
       const EndpointRuntime* old = predecessor(before, endpoint);
       if (old != nullptr) {
         e.breaker = old->breaker;  // new thresholds applied once the build cannot fail
         carried_breakers.emplace_back(e.breaker.get(), &up.circuit_breaker);
       } else {
-        e.breaker = makeBreaker(up, endpoint, *u.metrics, metrics, u.circuit_state, clock);
+        e.breaker = makeBreaker(up, endpoint, *u.metrics, *e.metrics, u.circuit_state, clock);
         if (shared != nullptr) {
           e.breaker->setGlobal(shared->circuit(e.breaker, up.name, endpoint.name));
         }
       }
-      prometheus::Gauge* gauge =
-          &metrics.endpoint_circuit_state.Add({{"upstream", up.name}, {"endpoint", endpoint.name}});
+      prometheus::Gauge* gauge = &e.metrics->circuitState();
       gauge->Set(gaugeValue(e.breaker->state()));
       endpoint_gauges.push_back(gauge);
       if (up.rate_limit) {

@@ -63,6 +63,7 @@ struct EndpointRuntime {
   std::shared_ptr<GlobalQuota> global_quota;
   // What the filters see of an attempt sent here (pointers into the above).
   AttemptDestination destination;
+  std::unique_ptr<EndpointMetrics> metrics;  // its attempts, by result
 
   const std::string& name() const { return config->name; }
 };

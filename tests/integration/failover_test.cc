@@ -345,6 +345,99 @@ TEST(FallbackTest, AvoidingTheWaitSpillsOverEvenWhenTheQuotaFreesWithinTheBudget
   EXPECT_EQ(sluice.metric("sluice_fallbacks_total", {{"cause", "rate_limited"}}), 1);
 }
 
+TEST(FallbackTest, PreferringToWaitWaitsForAQuotaThatFreesWithinTheBudget) {
+  MockLlm primary;
+  MockLlm backup;
+  SluiceUnderTest sluice(
+      fallbackConfig(primary.url(), backup.url(), "", "    rate_limit: {key: none, reserve: 0}"));
+  const std::vector<std::pair<std::string, std::string>> quota = {
+      {"x-mock-quota", "1/1500"}, {"x-mock-quota-key", "prefer"}, {"x-budget-ms", "20000"}};
+  ASSERT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions", quota, kChat).status, 200);
+  auto second = httpRequest(sluice.port(), "POST", "/v1/chat/completions", quota, kChat);
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(second.headers.get("x-sluice-upstream").value_or(""), "primary");
+  EXPECT_TRUE(backup.ledger().empty());
+  EXPECT_EQ(sluice.metric("sluice_throttle_wait_seconds_count", {}), 1);
+  EXPECT_EQ(sluice.metric("sluice_fallbacks_total", {}), 0);
+}
+
+TEST(FallbackTest, AStreamThatSentBytesIsNeverMoved) {
+  MockLlm primary;
+  MockLlm backup;
+  SluiceUnderTest sluice(fallbackConfig(primary.url(), backup.url(), ""));
+  // The primary streams three tokens, then its connection resets.
+  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                       {{"x-mock-tokens", "20"},
+                        {"x-mock-token-interval-ms", "5"},
+                        {"x-mock-reset-after-tokens", "3"},
+                        {"x-mock-request-id", "cut"}},
+                       kStream);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers.get("x-sluice-upstream").value_or(""), "primary");
+  EXPECT_EQ(r.body.find("data: [DONE]"), std::string::npos) << "cut, not completed";
+  EXPECT_TRUE(backup.ledger().empty()) << "the client already had bytes: never moved";
+  EXPECT_EQ(sluice.metric("sluice_fallbacks_total", {}), 0);
+}
+
+TEST(FallbackTest, OneBudgetCoversTheWholeChain) {
+  ScheduleFile hang("0s 1h hang\n");
+  MockLlm a("", "", {"--schedule", hang.path()});
+  MockLlm b("", "", {"--schedule", hang.path()});
+  MockLlm c("", "", {"--schedule", hang.path()});
+  SluiceUnderTest sluice(substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - {name: a, url: "${A}"}
+  - {name: b, url: "${B}"}
+  - {name: c, url: "${C}"}
+routes:
+  - name: chat
+    match: {path_prefix: /v1}
+    upstream: a
+    fallback: [{upstream: b}, {upstream: c}]
+    first_byte_timeout: 400ms
+    retry: {attempts: 3}
+)",
+                                    {{"A", a.url()}, {"B", b.url()}, {"C", c.url()}}));
+  // a and b stall past first_byte_timeout and the request moves on; c stalls
+  // until the budget ends it (1 s in all, not three timeouts more).
+  const auto start = std::chrono::steady_clock::now();
+  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                       {{"x-budget-ms", "1000"}, {"x-mock-request-id", "chain"}}, kChat);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.status, 504) << r.body;
+  EXPECT_NE(r.body.find("budget_exhausted"), std::string::npos) << r.body;
+  EXPECT_GE(took, std::chrono::milliseconds(1000));
+  for (MockLlm* mock : {&a, &b, &c}) {
+    // Each was asked once and torn down (nothing keeps generating).
+    mock->waitForEntry("chain",
+                       [](const nlohmann::json& e) { return e["peer_closed"].get<bool>(); });
+  }
+  EXPECT_EQ(sluice.metric("sluice_fallbacks_total", {{"cause", "timeout"}}), 2);
+}
+
+TEST(FallbackTest, AClientThatLeavesTearsDownTheFallbackAttempt) {
+  ScheduleFile schedule("0s 1h status 503\n");
+  MockLlm primary("", "", outage(schedule));
+  MockLlm backup;
+  SluiceUnderTest sluice(fallbackConfig(primary.url(), backup.url(), ""));
+  TestConnection conn(sluice.port());
+  conn.sendRequest("POST", "/v1/chat/completions",
+                   {{"x-mock-tokens", "500"},
+                    {"x-mock-token-interval-ms", "10"},
+                    {"x-mock-request-id", "leave"}},
+                   kStream);
+  conn.readUntil([](const TestResponse& r) { return r.body.find("data:") != std::string::npos; });
+  conn.close();
+  const nlohmann::json e = backup.waitForEntry(
+      "leave", [](const nlohmann::json& x) { return x["peer_closed"].get<bool>(); });
+  EXPECT_FALSE(e["completed"].get<bool>());
+  EXPECT_LT(e["tokens_emitted"].get<int>(), 500);
+  EXPECT_EQ(primary.ledger("leave").size(), 1u);
+}
+
 TEST(FallbackTest, AttemptsAreCappedAcrossTheChain) {
   ScheduleFile schedule("0s 1h status 503\n");
   MockLlm primary("", "", outage(schedule));

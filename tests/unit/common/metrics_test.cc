@@ -85,7 +85,9 @@ const std::vector<FamilySpec>& designFamilies() {
   static const std::vector<FamilySpec> kFamilies = {
       {"sluice_requests_total", "counter", {"route", "upstream", "code"}},
       {"sluice_request_duration_seconds", "histogram", {"route", "upstream"}},
-      {"sluice_upstream_attempts_total", "counter", {"upstream", "result"}},
+      // DESIGN §4's labels plus `endpoint` (§5: attempts per endpoint; README
+      // "Endpoints and fallback").
+      {"sluice_upstream_attempts_total", "counter", {"upstream", "endpoint", "result"}},
       {"sluice_retries_total", "counter", {"route", "upstream", "cause"}},
       {"sluice_cancellations_total", "counter", {"route", "upstream", "cancel_reason"}},
       {"sluice_cancel_propagation_seconds", "histogram", {"upstream"}},
@@ -106,6 +108,8 @@ const std::vector<FamilySpec>& designFamilies() {
       // DESIGN §4, added with §5–§8.
       {"sluice_time_to_first_byte_seconds", "histogram", {"route", "upstream"}},
       {"sluice_build_info", "gauge", {"version", "commit"}},
+      {"sluice_fallbacks_total", "counter", {"route", "from", "to", "cause"}},
+      {"sluice_endpoint_circuit_state", "gauge", {"upstream", "endpoint"}},
       // Not in DESIGN §4: a documented addition (README "Access log").
       {"sluice_access_log_dropped_total", "counter", {}},
       // The standard process metrics of every Prometheus client (README "Metrics").
@@ -131,7 +135,7 @@ const std::set<std::string> kResults = {
     "ok", "http_429", "http_5xx", "http_4xx", "connect_error", "reset", "timeout", "cancelled"};
 
 // Touches every handle of one route and one upstream so every family has a series.
-void exerciseEverything(RouteMetrics& route, UpstreamMetrics& upstream) {
+void exerciseEverything(RouteMetrics& route, UpstreamMetrics& upstream, EndpointMetrics& endpoint) {
   for (int code : {200, 400, 429, 499, 502, 503, 504}) route.requests(code).Increment();
   route.duration().Observe(0.25);
   route.timeToFirstByte().Observe(0.05);
@@ -149,8 +153,10 @@ void exerciseEverything(RouteMetrics& route, UpstreamMetrics& upstream) {
   for (CancelReason r : kAllCancelReasons) route.leakedSpend("other", toString(r)).Increment(0.5);
 
   for (size_t i = 0; i < kAttemptResultCount; ++i) {
-    upstream.attempts(static_cast<AttemptResult>(i)).Increment();
+    endpoint.attempts(static_cast<AttemptResult>(i)).Increment();
   }
+  route.fallbacks("openai", "azure", "circuit_open").Increment();
+  endpoint.circuitState().Set(1);
   upstream.cancelPropagation().Observe(0.0001);
   upstream.circuitState().Set(1);
   for (const char* to : {"closed", "open", "half_open"})
@@ -173,10 +179,11 @@ class MetricsTest : public ::testing::Test {
   Metrics metrics_;
   RouteMetrics route_{metrics_, "chat", "openai"};
   UpstreamMetrics upstream_{metrics_, "openai"};
+  EndpointMetrics endpoint_{metrics_, "openai", "us"};
 };
 
 TEST_F(MetricsTest, EveryDesignFamilyHasItsNameAndType) {
-  exerciseEverything(route_, upstream_);
+  exerciseEverything(route_, upstream_, endpoint_);
   exerciseSharedState(metrics_);
   const std::string text = metrics_.serialize();
   for (const auto& f : designFamilies()) {
@@ -187,7 +194,7 @@ TEST_F(MetricsTest, EveryDesignFamilyHasItsNameAndType) {
 }
 
 TEST_F(MetricsTest, NoUndocumentedFamilies) {
-  exerciseEverything(route_, upstream_);
+  exerciseEverything(route_, upstream_, endpoint_);
   exerciseSharedState(metrics_);
   std::set<std::string> documented;
   for (const auto& f : designFamilies()) documented.insert(f.name);
@@ -261,7 +268,7 @@ TEST_F(MetricsTest, FamilyReferencesCarryTheDesignNames) {
 }
 
 TEST_F(MetricsTest, EverySeriesHasExactlyTheDocumentedLabelNames) {
-  exerciseEverything(route_, upstream_);
+  exerciseEverything(route_, upstream_, endpoint_);
   exerciseSharedState(metrics_);
   std::map<std::string, std::set<std::string>> expected;
   std::set<std::string> histograms;
@@ -287,7 +294,7 @@ TEST_F(MetricsTest, EverySeriesHasExactlyTheDocumentedLabelNames) {
 }
 
 TEST_F(MetricsTest, LabelValuesStayInTheDocumentedSets) {
-  exerciseEverything(route_, upstream_);
+  exerciseEverything(route_, upstream_, endpoint_);
   exerciseSharedState(metrics_);
   // Unknown inputs are folded into the documented set rather than minted as new values.
   upstream_.circuitTransitions("bogus").Increment();
@@ -421,7 +428,7 @@ TEST_F(MetricsTest, ProcessMetricsAreReadAtScrapeTime) {
 TEST_F(MetricsTest, HandlesAreDistinctPerLabelValue) {
   std::set<const prometheus::Counter*> attempts;
   for (size_t i = 0; i < kAttemptResultCount; ++i) {
-    attempts.insert(&upstream_.attempts(static_cast<AttemptResult>(i)));
+    attempts.insert(&endpoint_.attempts(static_cast<AttemptResult>(i)));
   }
   EXPECT_EQ(attempts.size(), kAttemptResultCount);
   std::set<const prometheus::Counter*> cancels;
@@ -434,12 +441,13 @@ TEST_F(MetricsTest, HandlesAreDistinctPerLabelValue) {
 }
 
 TEST_F(MetricsTest, IncrementsLandOnTheRightSeries) {
-  upstream_.attempts(AttemptResult::Http429).Increment();
-  upstream_.attempts(AttemptResult::Http429).Increment();
+  endpoint_.attempts(AttemptResult::Http429).Increment();
+  endpoint_.attempts(AttemptResult::Http429).Increment();
   route_.cancellations(CancelReason::BudgetExhausted).Increment();
   upstream_.circuitTransitions("half_open").Increment();
   const std::string text = metrics_.serialize();
-  EXPECT_NE(text.find("sluice_upstream_attempts_total{result=\"http_429\",upstream=\"openai\"} 2"),
+  EXPECT_NE(text.find("sluice_upstream_attempts_total{endpoint=\"us\",result=\"http_429\","
+                      "upstream=\"openai\"} 2"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("sluice_cancellations_total{cancel_reason=\"budget_exhausted\","

@@ -242,6 +242,9 @@ class ExchangeTest : public ::testing::Test {
   FakeUpstreamStream& upstream() { return host_.upstreams.last(); }
   RouteMetrics& routeMetrics() { return *runtime_->routes().at(0).metrics; }
   UpstreamMetrics& upstreamMetrics() { return *runtime_->upstreams().at(0).metrics; }
+  EndpointMetrics& endpointMetrics() {
+    return *runtime_->upstreams().at(0).endpoints.at(0).metrics;
+  }
   double cancellations(CancelReason r) { return routeMetrics().cancellations(r).Value(); }
   double requests(int code) { return routeMetrics().requests(code).Value(); }
   double retries(const std::string& cause) { return routeMetrics().retries(cause).Value(); }
@@ -275,7 +278,7 @@ TEST_F(ExchangeTest, ForwardsAResponse) {
   EXPECT_TRUE(down_.done);
   EXPECT_TRUE(upstream().released);  // a clean response returns the connection for reuse
   EXPECT_EQ(requests(200), 1);
-  EXPECT_EQ(upstreamMetrics().attempts(AttemptResult::Ok).Value(), 1);
+  EXPECT_EQ(endpointMetrics().attempts(AttemptResult::Ok).Value(), 1);
   EXPECT_EQ(host_.retired.count(ex.id()), 1u);
 }
 
@@ -334,8 +337,8 @@ TEST_F(ExchangeTest, RetriesA429AfterItsRetryAfter) {
   EXPECT_EQ(down_.status(), 200);
   EXPECT_EQ(down_.header("x-sluice-attempts"), "2");
   EXPECT_EQ(down_.header("x-should-retry"), "false");  // sluice retried: an SDK retry would stack
-  EXPECT_EQ(upstreamMetrics().attempts(AttemptResult::Http429).Value(), 1);
-  EXPECT_EQ(upstreamMetrics().attempts(AttemptResult::Ok).Value(), 1);
+  EXPECT_EQ(endpointMetrics().attempts(AttemptResult::Http429).Value(), 1);
+  EXPECT_EQ(endpointMetrics().attempts(AttemptResult::Ok).Value(), 1);
 }
 
 TEST_F(ExchangeTest, DeliversTheLastHeldAnswerWhenAttemptsRunOut) {
@@ -379,7 +382,7 @@ TEST_F(ExchangeTest, BudgetExpiresDuringTheRetry) {
   EXPECT_EQ(down_.status(), 504);
   EXPECT_TRUE(upstream().was_reset);  // torn down: the upstream stops generating
   EXPECT_EQ(cancellations(CancelReason::BudgetExhausted), 1);
-  EXPECT_EQ(upstreamMetrics().attempts(AttemptResult::Cancelled).Value(), 1);
+  EXPECT_EQ(endpointMetrics().attempts(AttemptResult::Cancelled).Value(), 1);
 }
 
 TEST_F(ExchangeTest, FirstByteTimeoutIsRetried) {
@@ -412,7 +415,7 @@ TEST_F(ExchangeTest, FirstByteTimeoutCancelsWithUpstreamTimeout) {
   EXPECT_EQ(ex.state(), ExchangeState::Cancelled);
   EXPECT_EQ(down_.status(), 504);
   EXPECT_EQ(cancellations(CancelReason::UpstreamTimeout), 1);
-  EXPECT_EQ(upstreamMetrics().attempts(AttemptResult::Timeout).Value(), 3);
+  EXPECT_EQ(endpointMetrics().attempts(AttemptResult::Timeout).Value(), 3);
 }
 
 TEST_F(ExchangeTest, RetryRefusedByTheOpenCircuit) {
@@ -439,7 +442,7 @@ TEST_F(ExchangeTest, ResetOfANonIdempotentRequestFails) {
   EXPECT_EQ(ex.state(), ExchangeState::Failed);
   EXPECT_EQ(down_.status(), 502);
   EXPECT_EQ(attemptsSent(), 1u);
-  EXPECT_EQ(upstreamMetrics().attempts(AttemptResult::Reset).Value(), 1);
+  EXPECT_EQ(endpointMetrics().attempts(AttemptResult::Reset).Value(), 1);
 }
 
 TEST_F(ExchangeTest, RefusedStreamIsRetriedEvenForAPost) {
@@ -587,7 +590,7 @@ TEST_F(ExchangeTest, ClientLeavesWaitingForTheFirstByte) {
   EXPECT_EQ(ex.state(), ExchangeState::Cancelled);
   EXPECT_TRUE(upstream().was_reset);
   EXPECT_FALSE(upstream().attached());
-  EXPECT_EQ(upstreamMetrics().attempts(AttemptResult::Cancelled).Value(), 1);
+  EXPECT_EQ(endpointMetrics().attempts(AttemptResult::Cancelled).Value(), 1);
   EXPECT_EQ(requests(499), 1);
 }
 
