@@ -230,7 +230,8 @@ const prometheus::Histogram::BucketBoundaries& Metrics::propagationBuckets() {
 }
 
 EndpointMetrics::EndpointMetrics(Metrics& m, const std::string& upstream,
-                                 const std::string& endpoint) {
+                                 const std::string& endpoint)
+    : upstream_(upstream), endpoint_(endpoint), rl_family_(m.ratelimit_remaining) {
   for (size_t i = 0; i < kAttemptResultCount; ++i) {
     attempts_[i] = &m.upstream_attempts.Add(
         {{"upstream", upstream},
@@ -238,29 +239,31 @@ EndpointMetrics::EndpointMetrics(Metrics& m, const std::string& upstream,
          {"result", std::string(toString(static_cast<AttemptResult>(i)))}});
   }
   circuit_state_ = &m.endpoint_circuit_state.Add({{"upstream", upstream}, {"endpoint", endpoint}});
+  throttle_queue_depth_ =
+      &m.throttle_queue_depth.Add({{"upstream", upstream}, {"endpoint", endpoint}});
 }
 
-UpstreamMetrics::UpstreamMetrics(Metrics& m, const std::string& upstream)
-    : name_(upstream), rl_family_(m.ratelimit_remaining) {
+void EndpointMetrics::setRateLimitRemaining(bool tokens, double remaining) {
+  std::atomic<prometheus::Gauge*>& slot = rl_remaining_[tokens ? 1 : 0];
+  prometheus::Gauge* gauge = slot.load(std::memory_order_acquire);
+  if (gauge == nullptr) {
+    // Family::Add is thread-safe and returns the existing series for the same labels.
+    gauge = &rl_family_.Add({{"upstream", upstream_},
+                             {"endpoint", endpoint_},
+                             {"kind", tokens ? "tokens" : "requests"}});
+    slot.store(gauge, std::memory_order_release);
+  }
+  gauge->Set(remaining);
+}
+
+UpstreamMetrics::UpstreamMetrics(Metrics& m, const std::string& upstream) : name_(upstream) {
   cancel_propagation_ =
       &m.cancel_propagation.Add({{"upstream", upstream}}, Metrics::propagationBuckets());
   circuit_state_ = &m.circuit_state.Add({{"upstream", upstream}});
   to_closed_ = &m.circuit_transitions.Add({{"upstream", upstream}, {"to", "closed"}});
   to_open_ = &m.circuit_transitions.Add({{"upstream", upstream}, {"to", "open"}});
   to_half_open_ = &m.circuit_transitions.Add({{"upstream", upstream}, {"to", "half_open"}});
-  throttle_queue_depth_ = &m.throttle_queue_depth.Add({{"upstream", upstream}});
   throttle_wait_ = &m.throttle_wait.Add({{"upstream", upstream}}, Metrics::durationBuckets());
-}
-
-void UpstreamMetrics::setRateLimitRemaining(bool tokens, double remaining) {
-  std::atomic<prometheus::Gauge*>& slot = rl_remaining_[tokens ? 1 : 0];
-  prometheus::Gauge* gauge = slot.load(std::memory_order_acquire);
-  if (gauge == nullptr) {
-    // Family::Add is thread-safe and returns the existing series for the same labels.
-    gauge = &rl_family_.Add({{"upstream", name_}, {"kind", tokens ? "tokens" : "requests"}});
-    slot.store(gauge, std::memory_order_release);
-  }
-  gauge->Set(remaining);
 }
 
 prometheus::Counter& UpstreamMetrics::circuitTransitions(std::string_view to) {

@@ -72,10 +72,23 @@ class EndpointMetrics {
   prometheus::Counter& attempts(AttemptResult r) { return *attempts_[static_cast<size_t>(r)]; }
   /** sluice_endpoint_circuit_state{upstream,endpoint}: alive as long as Metrics. */
   prometheus::Gauge& circuitState() { return *circuit_state_; }
+  /**
+   * Sets sluice_ratelimit_remaining{upstream,endpoint,kind} (the quota is kept
+   * per endpoint). The series is created by the first value: an endpoint
+   * that never sent quota headers has none (a 0 would read as "exhausted").
+   */
+  void setRateLimitRemaining(bool tokens, double remaining);
+  /** sluice_throttle_queue_depth{upstream,endpoint}. */
+  prometheus::Gauge& throttleQueueDepth() { return *throttle_queue_depth_; }
 
  private:
+  std::string upstream_;
+  std::string endpoint_;
   std::array<prometheus::Counter*, kAttemptResultCount> attempts_{};
   prometheus::Gauge* circuit_state_;
+  prometheus::Family<prometheus::Gauge>& rl_family_;
+  std::array<std::atomic<prometheus::Gauge*>, 2> rl_remaining_{};  // [tokens]
+  prometheus::Gauge* throttle_queue_depth_;
 };
 
 class UpstreamMetrics {
@@ -86,13 +99,6 @@ class UpstreamMetrics {
   prometheus::Gauge& circuitState() { return *circuit_state_; }
   /** `to` ∈ closed, open, half_open. */
   prometheus::Counter& circuitTransitions(std::string_view to);
-  /**
-   * Sets sluice_ratelimit_remaining{upstream,kind}. The series is created by
-   * the first value: an upstream that never sent quota headers has none
-   * (a 0 would read as "exhausted").
-   */
-  void setRateLimitRemaining(bool tokens, double remaining);
-  prometheus::Gauge& throttleQueueDepth() { return *throttle_queue_depth_; }
   prometheus::Histogram& throttleWait() { return *throttle_wait_; }
 
   const std::string& name() const { return name_; }
@@ -104,9 +110,6 @@ class UpstreamMetrics {
   prometheus::Counter* to_closed_;
   prometheus::Counter* to_open_;
   prometheus::Counter* to_half_open_;
-  prometheus::Family<prometheus::Gauge>& rl_family_;
-  std::array<std::atomic<prometheus::Gauge*>, 2> rl_remaining_{};  // [tokens]
-  prometheus::Gauge* throttle_queue_depth_;
   prometheus::Histogram* throttle_wait_;
 };
 

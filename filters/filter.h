@@ -58,6 +58,7 @@ struct AttemptDestination {
   const config::RateLimitConfig* rate_limit = nullptr;  // null without `rate_limit`
   GlobalQuota* global_quota = nullptr;                  // null without `shared_state`
   UpstreamMetrics* metrics = nullptr;                   // the upstream's handles
+  EndpointMetrics* endpoint_metrics = nullptr;          // the endpoint's (quota gauges)
   // The model the attempt's body names when sluice rewrote it for a fallback
   // (`fallback[].model`); "" = the body is the client's.
   std::string_view model;

@@ -180,6 +180,7 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
           .rate_limit = u.config->rate_limit ? &*u.config->rate_limit : nullptr,
           .global_quota = e.global_quota.get(),
           .metrics = u.metrics.get(),
+          .endpoint_metrics = e.metrics.get(),
           .model = {},
       };
     }

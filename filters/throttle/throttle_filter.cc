@@ -81,6 +81,7 @@ FilterStatus ThrottleFilter::beforeAttempt(RequestHead& upstream_request) {
   config_ = to.rate_limit;
   breaker_ = to.breaker;
   metrics_ = to.metrics;
+  endpoint_metrics_ = to.endpoint_metrics;
   global_ = to.global_quota;
   // The quota is the provider's, so its key is the header as the provider
   // sees it: after the upstream's `headers:` replaced the client's dummy key.
@@ -292,10 +293,13 @@ void ThrottleFilter::onDestroy() {
 }
 
 void ThrottleFilter::updateGauges() {
-  metrics_->throttleQueueDepth().Set(static_cast<double>(tracker_->queueDepth()));
+  if (endpoint_metrics_ == nullptr) return;
+  endpoint_metrics_->throttleQueueDepth().Set(static_cast<double>(tracker_->queueDepth()));
   for (const bool tokens : {false, true}) {
     const auto remaining = tracker_->lastRemaining(tokens);
-    if (remaining) metrics_->setRateLimitRemaining(tokens, static_cast<double>(*remaining));
+    if (remaining) {
+      endpoint_metrics_->setRateLimitRemaining(tokens, static_cast<double>(*remaining));
+    }
   }
 }
 

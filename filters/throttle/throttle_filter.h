@@ -69,6 +69,7 @@ class ThrottleFilter final : public StreamFilter {
   QuotaTracker* tracker_ = nullptr;
   CircuitBreaker* breaker_ = nullptr;  // its max_pending bounds the queue across routes and keys
   UpstreamMetrics* metrics_ = nullptr;
+  EndpointMetrics* endpoint_metrics_ = nullptr;  // its quota gauges
   GlobalQuota* global_ = nullptr;  // the fleet's side of the quota; null = local state only
   PendingSlot pending_;            // held while queued_
   std::string key_;

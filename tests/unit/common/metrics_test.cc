@@ -93,8 +93,9 @@ const std::vector<FamilySpec>& designFamilies() {
       {"sluice_cancel_propagation_seconds", "histogram", {"upstream"}},
       {"sluice_circuit_state", "gauge", {"upstream"}},
       {"sluice_circuit_transitions_total", "counter", {"upstream", "to"}},
-      {"sluice_ratelimit_remaining", "gauge", {"upstream", "kind"}},
-      {"sluice_throttle_queue_depth", "gauge", {"upstream"}},
+      // The quota is kept per endpoint (§5): its gauges carry the endpoint too.
+      {"sluice_ratelimit_remaining", "gauge", {"upstream", "endpoint", "kind"}},
+      {"sluice_throttle_queue_depth", "gauge", {"upstream", "endpoint"}},
       {"sluice_throttle_wait_seconds", "histogram", {"upstream"}},
       {"sluice_tokens_total", "counter", {"route", "upstream", "model", "kind", "disposition"}},
       {"sluice_spend_usd_total", "counter", {"route", "upstream", "model", "disposition"}},
@@ -161,9 +162,9 @@ void exerciseEverything(RouteMetrics& route, UpstreamMetrics& upstream, Endpoint
   upstream.circuitState().Set(1);
   for (const char* to : {"closed", "open", "half_open"})
     upstream.circuitTransitions(to).Increment();
-  upstream.setRateLimitRemaining(false, 99);
-  upstream.setRateLimitRemaining(true, 12345);
-  upstream.throttleQueueDepth().Set(3);
+  endpoint.setRateLimitRemaining(false, 99);
+  endpoint.setRateLimitRemaining(true, 12345);
+  endpoint.throttleQueueDepth().Set(3);
   upstream.throttleWait().Observe(1.5);
 }
 
@@ -354,20 +355,24 @@ TEST_F(MetricsTest, ClosedSetsArePreRegisteredPerRouteAndUpstream) {
 
 TEST_F(MetricsTest, RateLimitRemainingAppearsWithTheFirstValueSeen) {
   EXPECT_EQ(metrics_.serialize().find("sluice_ratelimit_remaining{"), std::string::npos);
-  upstream_.setRateLimitRemaining(true, 0);  // a real 0: exhausted
+  endpoint_.setRateLimitRemaining(true, 0);  // a real 0: exhausted
   std::string text = metrics_.serialize();
-  EXPECT_NE(text.find("sluice_ratelimit_remaining{kind=\"tokens\",upstream=\"openai\"} 0"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find(
+          "sluice_ratelimit_remaining{endpoint=\"us\",kind=\"tokens\",upstream=\"openai\"} 0"),
+      std::string::npos)
       << text;
   EXPECT_EQ(text.find("sluice_ratelimit_remaining{kind=\"requests\""), std::string::npos) << text;
-  upstream_.setRateLimitRemaining(false, 42);
-  upstream_.setRateLimitRemaining(false, 41);
-  // A second UpstreamMetrics for the same upstream (a reload) updates the same series.
-  UpstreamMetrics reloaded(metrics_, "openai");
+  endpoint_.setRateLimitRemaining(false, 42);
+  endpoint_.setRateLimitRemaining(false, 41);
+  // A second EndpointMetrics for the same endpoint (a reload) updates the same series.
+  EndpointMetrics reloaded(metrics_, "openai", "us");
   reloaded.setRateLimitRemaining(false, 40);
   text = metrics_.serialize();
-  EXPECT_NE(text.find("sluice_ratelimit_remaining{kind=\"requests\",upstream=\"openai\"} 40"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find(
+          "sluice_ratelimit_remaining{endpoint=\"us\",kind=\"requests\",upstream=\"openai\"} 40"),
+      std::string::npos)
       << text;
 }
 
