@@ -258,8 +258,9 @@ struct AccessLogConfig {
   bool operator==(const AccessLogConfig&) const = default;
 };
 
-/** A parsed `shared_state.redis` URL: redis://[[user]:password@]host[:port][/db]. */
+/** A parsed `shared_state.redis` URL: redis[s]://[[user]:password@]host[:port][/db]. */
 struct RedisUrl {
+  bool tls = false;  // rediss://
   std::string host;
   uint16_t port = 6379;
   std::string username;  // empty = AUTH with the password only (Redis < 6 style)
@@ -279,9 +280,11 @@ struct SharedStateConfig {
   std::string raw_redis;  // as written, for reload comparison (it may hold a password)
   std::string prefix = "sluice:";
   Duration timeout = std::chrono::milliseconds(50);  // per Redis call
+  UpstreamTlsConfig tls;                             // for rediss://, as upstreams[].tls
 
   bool operator==(const SharedStateConfig& o) const {
-    return raw_redis == o.raw_redis && prefix == o.prefix && timeout == o.timeout;
+    return raw_redis == o.raw_redis && prefix == o.prefix && timeout == o.timeout &&
+           tls.verify == o.tls.verify && tls.ca_file == o.tls.ca_file && tls.sni == o.tls.sni;
   }
 };
 

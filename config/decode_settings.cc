@@ -85,6 +85,7 @@ SharedStateConfig Decoder::sharedState(const Field& f) {
                    if (shared.prefix.size() > 64) fail(v, "must be at most 64 characters");
                  }},
                 {"timeout", [&](const Field& v) { shared.timeout = duration(v, false); }},
+                {"tls", [&](const Field& v) { shared.tls = clientTls(v); }},
             },
             {"redis"});
   return shared;

@@ -39,16 +39,7 @@ UpstreamConfig Decoder::upstream(const Field& f) {
              u.http2 = oneOf<Http2Mode>(
                  v, {{"auto", Http2Mode::Auto}, {"on", Http2Mode::On}, {"off", Http2Mode::Off}});
            }},
-          {"tls",
-           [&](const Field& v) {
-             decodeMap(
-                 v, {
-                        {"verify", [&](const Field& x) { u.tls.verify = boolean(x); }},
-                        // "" = the default (system CA store / the URL's host), as rendered.
-                        {"ca_file", [&](const Field& x) { u.tls.ca_file = scalar(x, "a path"); }},
-                        {"sni", [&](const Field& x) { u.tls.sni = scalar(x, "a host name"); }},
-                    });
-           }},
+          {"tls", [&](const Field& v) { u.tls = clientTls(v); }},
           {"headers", [&](const Field& v) { headers(v, u); }},
           {"rate_limit", [&](const Field& v) { u.rate_limit = rateLimit(v); }},
           {"circuit_breaker", [&](const Field& v) { u.circuit_breaker = circuitBreaker(v); }},
@@ -75,6 +66,17 @@ void Decoder::endpointUrl(const Field& f, EndpointConfig& e) {
   const std::optional<UpstreamUrl> url = parseUpstreamUrl(e.raw_url, &why);
   if (!url) fail(f, why);
   e.url = *url;
+}
+
+UpstreamTlsConfig Decoder::clientTls(const Field& f) {
+  UpstreamTlsConfig tls;
+  decodeMap(f, {
+                   {"verify", [&](const Field& x) { tls.verify = boolean(x); }},
+                   // "" = the default (system CA store / the URL's host), as rendered.
+                   {"ca_file", [&](const Field& x) { tls.ca_file = scalar(x, "a path"); }},
+                   {"sni", [&](const Field& x) { tls.sni = scalar(x, "a host name"); }},
+               });
+  return tls;
 }
 
 std::vector<EndpointConfig> Decoder::endpoints(const Field& f) {

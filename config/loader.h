@@ -147,9 +147,8 @@ std::optional<UpstreamUrl> parseUpstreamUrl(std::string_view text, std::string* 
 
 /**
  * Parses a `shared_state.redis` URL: `redis://[[user]:password@]host[:port][/db]`
- * (port 6379 by default, db 0..15 by default 0). `rediss://` is refused: the
- * packaged hiredis (0.14) has no TLS (README "Running several replicas").
- * Error messages never contain the password.
+ * (port 6379 by default, db 0..15 by default 0); `rediss://` is the same over
+ * TLS (`shared_state.tls`). Error messages never contain the password.
  */
 std::optional<RedisUrl> parseRedisUrl(std::string_view text, std::string* error = nullptr);
 

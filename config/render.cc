@@ -198,11 +198,14 @@ nlohmann::json accessLogToJson(const AccessLogConfig& a) {
 nlohmann::json sharedStateToJson(const std::optional<SharedStateConfig>& shared) {
   if (!shared) return nullptr;
   // The URL without its credentials: they are a secret.
-  std::string redis = "redis://";
+  std::string redis = shared->redis.tls ? "rediss://" : "redis://";
   if (!shared->redis.password.empty()) redis += "<redacted>@";
   redis += shared->redis.address() + "/" + std::to_string(shared->redis.db);
-  return {
-      {"redis", redis}, {"prefix", shared->prefix}, {"timeout", formatDuration(shared->timeout)}};
+  const UpstreamTlsConfig& tls = shared->tls;
+  return {{"redis", redis},
+          {"prefix", shared->prefix},
+          {"timeout", formatDuration(shared->timeout)},
+          {"tls", {{"verify", tls.verify}, {"ca_file", tls.ca_file}, {"sni", tls.sni}}}};
 }
 
 nlohmann::json toRedactedJson(const Config& config) {

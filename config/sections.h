@@ -40,6 +40,7 @@ class Decoder : private FieldReader {
   // config/decode_upstreams.cc: `upstreams[]`.
   UpstreamConfig upstream(const Field& f);
   void headers(const Field& f, UpstreamConfig& u);
+  UpstreamTlsConfig clientTls(const Field& f);  // also shared_state.tls
   std::vector<EndpointConfig> endpoints(const Field& f);
   void endpointUrl(const Field& f, EndpointConfig& e);
   RateLimitConfig rateLimit(const Field& f);

@@ -471,12 +471,13 @@ std::optional<RedisUrl> parseRedisUrl(std::string_view text, std::string* error)
   const std::string lower = toLower(text);
   std::string_view rest = text;
   if (lower.rfind("rediss://", 0) == 0) {
-    return fail(error, prefix +
-                           "rediss:// (TLS) is not supported: the packaged hiredis 0.14 has no "
-                           "TLS; reach Redis over a private network or a TLS tunnel (stunnel)");
+    url.tls = true;
+    rest.remove_prefix(9);
+  } else if (lower.rfind("redis://", 0) == 0) {
+    rest.remove_prefix(8);
+  } else {
+    return fail(error, prefix + "must start with redis:// or rediss://");
   }
-  if (lower.rfind("redis://", 0) != 0) return fail(error, prefix + "must start with redis://");
-  rest.remove_prefix(8);
   if (std::any_of(rest.begin(), rest.end(), [](char c) { return c <= 0x20 || c == 0x7f; })) {
     return fail(error, prefix + "must not contain spaces or control characters");
   }

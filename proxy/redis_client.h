@@ -1,14 +1,20 @@
 #pragma once
 
-// An asynchronous Redis connection on one worker's event loop (DESIGN §6),
-// built on hiredis and its libevent adapter. Nothing here ever blocks the
-// loop: the host name is resolved with the dispatcher's evdns, the connect,
-// the handshake (AUTH, SELECT, SCRIPT LOAD, PING) and every command are
-// bounded by `shared_state.timeout`.
+// An asynchronous Redis connection on one worker's event loop (DESIGN §6).
+// Nothing here ever blocks the loop: the host name is resolved with the
+// dispatcher's evdns, and the connect, the handshake (AUTH, SELECT, SCRIPT
+// LOAD, PING) and every command are bounded by `shared_state.timeout`.
 //
 //   down ──connect+handshake ok──► up ──a call timed out / connection lost──► down
 //    ▲                                                                          │
 //    └──────────── reconnect after a backoff (100 ms doubling to 2 s) ◄─────────┘
+//
+// The bytes move through SocketIo, the transport of the HTTP/1.1
+// connections: plain TCP, or TLS for `rediss://` (bufferevent_openssl).
+// hiredis reads the replies (its redisReader); its async context is not
+// used: the packaged hiredis 0.14 has no TLS, and its libevent adapter arms
+// and disarms EV_WRITE around every command (two epoll_ctl per call). Here
+// the commands of one loop turn go out in one write.
 //
 // A call that times out fails at once (its callback gets nullptr) and the
 // connection is dropped: replies come in order, so a Redis that stopped
@@ -18,12 +24,14 @@
 // Not thread-safe: construct, use and destroy it on its dispatcher's thread
 // (or after that thread stopped).
 
-#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <openssl/ssl.h>
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,16 +40,15 @@
 #include "config/config.h"
 #include "proxy/dispatcher.h"
 #include "proxy/event_util.h"
-
-struct evdns_getaddrinfo_request;
-struct evutil_addrinfo;
+#include "proxy/socket_io.h"
 
 namespace sluice {
 
 /** Appends `argv` as a RESP array of bulk strings (what Redis reads as a command). */
+void appendRespArray(std::string& out, std::initializer_list<std::string_view> argv);
 void appendRespArray(std::string& out, const std::vector<std::string>& argv);
 
-class RedisClient {
+class RedisClient final : private SocketIoCallbacks {
  public:
   /** A call's reply; nullptr when it failed (timeout, connection lost). Error replies are passed
    * on. */
@@ -55,16 +62,17 @@ class RedisClient {
   };
 
   /**
-   * `init` are commands sent after AUTH/SELECT on every (re)connect, before
-   * the client counts as up (e.g. SCRIPT LOAD); a failing one fails the
+   * `ssl_ctx` set = TLS (`rediss://`, `tls` as shared_state.tls). `init`
+   * are commands sent after AUTH/SELECT on every (re)connect, before the
+   * client counts as up (e.g. SCRIPT LOAD); a failing one fails the
    * handshake. With `subscribe_to` set the connection is a subscriber: after
    * the handshake it SUBSCRIBEs and hands every message to `on_message`.
    */
-  RedisClient(Dispatcher& dispatcher, const config::RedisUrl& url,
-              std::chrono::milliseconds timeout, Hooks hooks,
+  RedisClient(Dispatcher& dispatcher, const config::RedisUrl& url, SSL_CTX* ssl_ctx,
+              const config::UpstreamTlsConfig& tls, std::chrono::milliseconds timeout, Hooks hooks,
               std::vector<std::vector<std::string>> init = {}, std::string subscribe_to = {},
               Message on_message = {});
-  ~RedisClient();
+  ~RedisClient() override;
   RedisClient(const RedisClient&) = delete;
   RedisClient& operator=(const RedisClient&) = delete;
 
@@ -74,32 +82,44 @@ class RedisClient {
 
   /**
    * Sends one command. False when the client is not up (nothing sent, `done`
-   * never called). Otherwise `done` is called exactly once on this thread:
-   * with the reply, or with nullptr within the timeout. `op` names the call
-   * in sluice_shared_state_errors_total when it fails.
+   * never called). Otherwise `done` (may be empty) is called exactly once on
+   * this thread, from the event loop: with the reply, or with nullptr within
+   * the timeout. `op` names the call in sluice_shared_state_errors_total
+   * when it fails.
    */
-  bool command(const std::vector<std::string>& argv, Reply done, std::string_view op);
+  bool command(std::initializer_list<std::string_view> argv, Reply done, std::string_view op);
+  /** The same for a command already formatted as RESP (appendRespArray). */
+  bool commandFormatted(std::string_view resp, Reply done, std::string_view op);
 
  private:
-  enum class State { Idle, Resolving, Connecting, Handshake, Up, Backoff };
+  enum class State { Idle, Connecting, Handshake, Up, Backoff };
 
   struct Pending {
-    uint64_t id = 0;
     MonotonicTime deadline;
     Reply done;
-    std::string op;
+    std::string_view op;  // a literal ("quota", "circuit"), or "" for the handshake
+  };
+  struct ReaderDeleter {
+    void operator()(redisReader* r) const { redisReaderFree(r); }
   };
 
-  static void onResolved(int result, evutil_addrinfo* res, void* arg);
-  static void onConnect(const redisAsyncContext* ac, int status);
-  static void onDisconnect(const redisAsyncContext* ac, int status);
-  static void onReply(redisAsyncContext* ac, void* reply, void* privdata);
-  static void onMessageReply(redisAsyncContext* ac, void* reply, void* privdata);
+  // SocketIoCallbacks
+  void onIoRead() override;
+  void onIoWrite() override {}
+  void onIoEvent(short events) override;
 
-  void connectTo(const std::string& ip);
   void handshake();
-  bool send(const std::vector<std::string>& argv, Reply done, std::string_view op);
-  std::string format_buffer_;  // send()'s RESP, reused
+  /** Queues `resp` (one command) with its reply callback; false when there is no connection. */
+  bool send(std::string_view resp, Reply done, std::string_view op);
+  bool sendArgv(std::initializer_list<std::string_view> argv, Reply done, std::string_view op);
+  /** One reply (owned by the caller) for the oldest pending call, or a pushed message. */
+  void dispatch(const redisReply* reply);
+  void onPushed(const redisReply* reply);
+  /**
+   * The timer is armed lazily: never moved later while armed (each call's
+   * deadline is later than the one before it), so a busy connection arms
+   * it about once per timeout, not once per call.
+   */
   void armTimer();
   void expire();
   /**
@@ -108,11 +128,13 @@ class RedisClient {
    * pending calls are the cause) is counted once.
    */
   void fail(std::string_view cause);
-  void dropContext();
+  void dropConnection();
   void setState(State state);
 
   Dispatcher& dispatcher_;
   const config::RedisUrl url_;
+  SSL_CTX* const ssl_ctx_;
+  const config::UpstreamTlsConfig tls_;
   const std::chrono::milliseconds timeout_;
   const Hooks hooks_;
   const std::vector<std::vector<std::string>> init_;
@@ -121,14 +143,15 @@ class RedisClient {
 
   State state_ = State::Idle;
   bool reported_up_ = false;
-  redisAsyncContext* ac_ = nullptr;
-  evdns_getaddrinfo_request* resolving_ = nullptr;
+  SocketIoPtr io_;
+  std::unique_ptr<redisReader, ReaderDeleter> reader_;
+  std::string format_buffer_;  // sendArgv()'s RESP, reused
   Timer timer_;
+  MonotonicTime timer_at_ = MonotonicTime::max();  // when the armed timer fires; max = disarmed
   MonotonicTime connect_deadline_{};
   MonotonicTime reconnect_at_{};
   std::chrono::milliseconds backoff_{0};
   std::deque<Pending> pending_;
-  uint64_t next_id_ = 1;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -92,8 +92,18 @@ Server::Server(config::ConfigPtr config, const Clock& clock)
     : clock_(clock), access_log_(metrics_.accessLogDropped()), admin_(*this) {
   std::string error;
   if (config && config->shared_state) {
-    shared_ = std::make_unique<SharedState>(*config->shared_state, metrics_);
+    const config::SharedStateConfig& shared = *config->shared_state;
+    SslCtxPtr ssl_ctx;
+    if (shared.redis.tls) {
+      TlsError tls_error;
+      ssl_ctx = makeClientSslCtx(shared.tls, &tls_error);
+      if (!ssl_ctx) init_error_ = "shared_state: " + tls_error.message;
+    }
+    if (init_error_.empty()) {
+      shared_ = std::make_unique<SharedState>(shared, metrics_, clock_, std::move(ssl_ctx));
+    }
   }
+  if (!init_error_.empty()) return;
   runtime_ = Runtime::build(std::move(config), metrics_, clock_, &error, nullptr, shared_.get());
   if (!runtime_) init_error_ = error;
 }

@@ -2,9 +2,11 @@
 
 #include <openssl/evp.h>
 
+#include <charconv>
 #include <random>
 
 #include "proxy/log.h"
+#include "proxy/quota_report_gate.h"
 
 namespace sluice {
 
@@ -13,8 +15,9 @@ namespace {
 using std::chrono::milliseconds;
 
 // A reserve: KEYS[1] the quota's hash, ARGV[1] the reserve (rate_limit.reserve).
-// Returns {kind, wait_ms}: 0 unknown (decide locally), 1 admitted, 2 wait
-// (wait_ms, -1 = unknown: the fleet's probe is out), 3 the fleet's probe.
+// Returns {kind, wait_ms}: 0 unknown (decide locally), 1 admitted (then also
+// the count left and the reset, in ms from now or -1: QuotaReportGate), 2
+// wait (wait_ms, -1 = unknown: the fleet's probe is out), 3 the fleet's probe.
 // Refills a passed reset lazily, as QuotaTracker does. A key nobody has seen
 // admits one probe for the fleet; the others wait for its report or its
 // release (kProbeEndScript). avail = -1 marks a key whose responses carry no
@@ -48,7 +51,9 @@ local reserve = tonumber(ARGV[1])
 if limit > 0 and reserve > limit - 1 then reserve = limit - 1 end
 if avail > reserve then
   redis.call('HSET', KEYS[1], 'avail', avail - 1)
-  return {1, 0}
+  local reset_in = -1
+  if reset >= 0 then reset_in = reset - now end
+  return {1, 0, avail - 1, reset_in}
 end
 if reset < 0 then return {2, -1} end
 return {2, reset - now}
@@ -153,17 +158,32 @@ int64_t integerAt(const redisReply* reply, size_t i) {
   return e->type == REDIS_REPLY_INTEGER ? e->integer : -2;
 }
 
+// An integer as text on the stack (the scripts' arguments).
+class IntText {
+ public:
+  explicit IntText(int64_t v) : end_(std::to_chars(buf_, buf_ + sizeof(buf_), v).ptr) {}
+  std::string_view view() const { return {buf_, static_cast<size_t>(end_ - buf_)}; }
+
+ private:
+  char buf_[24];
+  char* end_;
+};
+
 class RedisQuota final : public GlobalQuota {
  public:
-  RedisQuota(SharedState& shared, std::string key_prefix, int64_t reserve)
-      : shared_(shared), key_prefix_(std::move(key_prefix)), reserve_(std::to_string(reserve)) {}
+  RedisQuota(SharedState& shared, const Clock& clock, std::string key_prefix, int64_t reserve)
+      : shared_(shared),
+        clock_(clock),
+        key_prefix_(std::move(key_prefix)),
+        reserve_(std::to_string(reserve)),
+        gate_(reserve, kReportRefresh) {}
 
   bool reserve(const std::string& key, Done done) override {
     RedisClient* client = shared_.client();
     if (client == nullptr) return false;
     return client->command(
         {"EVALSHA", shared_.reserveSha(), "1", key_prefix_ + key, reserve_},
-        [done = std::move(done)](const redisReply* reply) {
+        [this, key, done = std::move(done)](const redisReply* reply) {
           Answer answer;
           const int64_t kind = integerAt(reply, 0);
           const int64_t wait = integerAt(reply, 1);
@@ -171,6 +191,7 @@ class RedisQuota final : public GlobalQuota {
             answer.kind = Answer::Kind::Unknown;
           } else if (kind == 1) {
             answer.kind = Answer::Kind::Admit;
+            learn(key, reply);
           } else if (kind == 2) {
             answer.kind = Answer::Kind::Wait;
             if (wait >= 0) answer.wait = milliseconds(wait);
@@ -184,20 +205,22 @@ class RedisQuota final : public GlobalQuota {
 
   void report(const std::string& key, const Quota& requests, std::optional<milliseconds> reset_in,
               milliseconds sent_ago, int64_t unanswered) override {
-    std::vector<std::string> argv{
-        "EVALSHA",
-        shared_.observeSha(),
-        "1",
-        key_prefix_ + key,
-        std::to_string(requests.limit),
-        std::to_string(requests.remaining),
-        std::to_string(reset_in ? std::max<int64_t>(reset_in->count(), 0) : -1),
-        std::to_string(std::max<int64_t>(sent_ago.count(), 0)),
-        std::to_string(unanswered)};
+    const MonotonicTime now = clock_.now();
+    std::optional<MonotonicTime> reset_at;
+    if (reset_in) reset_at = now + *reset_in;
+    if (!gate_.shouldReport(key, requests.remaining, unanswered, reset_at, now)) return;
+    const IntText limit(requests.limit);
+    const IntText remaining(requests.remaining);
+    const IntText reset(reset_in ? std::max<int64_t>(reset_in->count(), 0) : -1);
+    const IntText ago(std::max<int64_t>(sent_ago.count(), 0));
+    const IntText in_flight(unanswered);
+    std::string redis_key = key_prefix_ + key;
+    std::string resp;
+    appendRespArray(resp, {"EVALSHA", shared_.observeSha(), "1", redis_key, limit.view(),
+                           remaining.view(), reset.view(), ago.view(), in_flight.view()});
     RedisClient* client = shared_.client();
-    if (client == nullptr || !client->command(argv, nullptr, "quota")) {
-      std::string redis_key = argv[3];  // before argv is moved away
-      shared_.keepForLater(redis_key, std::move(argv));
+    if (client == nullptr || !client->commandFormatted(resp, nullptr, "quota")) {
+      shared_.keepForLater(std::move(redis_key), std::move(resp));
     }
   }
 
@@ -205,15 +228,30 @@ class RedisQuota final : public GlobalQuota {
     RedisClient* client = shared_.client();
     // Down: the permit expires by itself (2 s).
     if (client == nullptr) return;
-    client->command({"EVAL", std::string(kProbeEndScript), "1", key_prefix_ + key,
-                     answered_without_quota ? "1" : "0"},
-                    nullptr, "quota");
+    client->command(
+        {"EVAL", kProbeEndScript, "1", key_prefix_ + key, answered_without_quota ? "1" : "0"},
+        nullptr, "quota");
   }
 
  private:
+  // One report per key and second goes even when it changes nothing (QuotaReportGate).
+  static constexpr milliseconds kReportRefresh{1000};
+
+  void learn(const std::string& key, const redisReply* reply) {
+    const int64_t avail = integerAt(reply, 2);
+    const int64_t reset_in = integerAt(reply, 3);
+    if (avail < 0) return;  // an older script's reply: nothing learned
+    const MonotonicTime now = clock_.now();
+    std::optional<MonotonicTime> reset_at;
+    if (reset_in >= 0) reset_at = now + milliseconds(reset_in);
+    gate_.learned(key, avail, reset_at, now);
+  }
+
   SharedState& shared_;
+  const Clock& clock_;
   const std::string key_prefix_;
   const std::string reserve_;
+  QuotaReportGate gate_;
 };
 
 class RedisCircuit final : public GlobalCircuit {
@@ -272,8 +310,11 @@ std::string sharedScope(std::string_view upstream, std::string_view endpoint) {
   return hexDigest(EVP_sha256(), text, 16);
 }
 
-SharedState::SharedState(const config::SharedStateConfig& config, Metrics& metrics)
+SharedState::SharedState(const config::SharedStateConfig& config, Metrics& metrics,
+                         const Clock& clock, SslCtxPtr ssl_ctx)
     : config_(config),
+      clock_(clock),
+      ssl_ctx_(std::move(ssl_ctx)),
       series_(metrics.sharedState()),
       instance_(randomInstanceId()),
       channel_(config.prefix + "circuit"),
@@ -298,8 +339,8 @@ void SharedState::attach(const std::vector<Dispatcher*>& loops) {
       RedisClient::Hooks hooks;
       hooks.on_error = [this](std::string_view op) { countError(op); };
       hooks.on_state = [this, loop](bool up) { onClientState(loop->client.get(), up); };
-      loop->client = std::make_unique<RedisClient>(*loop->dispatcher, config_.redis,
-                                                   config_.timeout, hooks, scripts);
+      loop->client = std::make_unique<RedisClient>(*loop->dispatcher, config_.redis, ssl_ctx_.get(),
+                                                   config_.tls, config_.timeout, hooks, scripts);
       t_current = CurrentClient{this, loop->client.get()};
       loop->client->start();
       if (with_subscriber) {
@@ -307,8 +348,8 @@ void SharedState::attach(const std::vector<Dispatcher*>& loops) {
         sub_hooks.on_error = [this](std::string_view op) { countError(op); };
         sub_hooks.on_state = [this](bool up) { onClientState(nullptr, up); };
         loop->subscriber = std::make_unique<RedisClient>(
-            *loop->dispatcher, config_.redis, config_.timeout, sub_hooks,
-            std::vector<std::vector<std::string>>{}, channel_,
+            *loop->dispatcher, config_.redis, ssl_ctx_.get(), config_.tls, config_.timeout,
+            sub_hooks, std::vector<std::vector<std::string>>{}, channel_,
             [this](std::string_view, std::string_view message) { onMessage(message); });
         loop->subscriber->start();
       }
@@ -354,28 +395,28 @@ void SharedState::onClientState(RedisClient* client, bool up) {
   if (up && client != nullptr) flushKept(*client);
 }
 
-void SharedState::keepForLater(const std::string& key, std::vector<std::string> argv) {
+void SharedState::keepForLater(std::string key, std::string resp) {
   std::lock_guard lock(mu_);
   // Bounded: past this many keys the newest reports are the ones lost.
   constexpr size_t kMaxKept = 4096;
   if (kept_.size() >= kMaxKept && kept_.count(key) == 0) return;
-  kept_[key] = std::move(argv);
+  kept_[std::move(key)] = std::move(resp);
 }
 
 void SharedState::flushKept(RedisClient& client) {
-  std::map<std::string, std::vector<std::string>> kept;
+  std::map<std::string, std::string> kept;
   {
     std::lock_guard lock(mu_);
     kept.swap(kept_);
   }
   // Merged by the same script: the newest report (by reset time) wins.
-  for (auto& [key, argv] : kept) client.command(argv, nullptr, "quota");
+  for (const auto& [key, resp] : kept) client.commandFormatted(resp, nullptr, "quota");
 }
 
 std::shared_ptr<GlobalQuota> SharedState::quota(std::string_view upstream,
                                                 std::string_view endpoint, int64_t reserve) {
   return std::make_shared<RedisQuota>(
-      *this, config_.prefix + "q:" + sharedScope(upstream, endpoint) + ":", reserve);
+      *this, clock_, config_.prefix + "q:" + sharedScope(upstream, endpoint) + ":", reserve);
 }
 
 std::shared_ptr<GlobalCircuit> SharedState::circuit(const std::shared_ptr<CircuitBreaker>& breaker,

@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "config/config.h"
 #include "filters/circuit_breaker/circuit_breaker.h"
@@ -33,6 +34,7 @@
 #include "filters/throttle/global_quota.h"
 #include "proxy/dispatcher.h"
 #include "proxy/redis_client.h"
+#include "proxy/tls.h"
 
 namespace sluice {
 
@@ -41,7 +43,9 @@ std::string sharedScope(std::string_view upstream, std::string_view endpoint);
 
 class SharedState {
  public:
-  SharedState(const config::SharedStateConfig& config, Metrics& metrics);
+  /** `ssl_ctx`: for `rediss://` (null for redis://); `clock` times the quota reports. */
+  SharedState(const config::SharedStateConfig& config, Metrics& metrics, const Clock& clock,
+              SslCtxPtr ssl_ctx);
   ~SharedState();
   SharedState(const SharedState&) = delete;
   SharedState& operator=(const SharedState&) = delete;
@@ -80,10 +84,11 @@ class SharedState {
   const std::string& observeSha() const { return observe_sha_; }
 
   /**
-   * Called by the quotas: `argv` (an observe call) could not be sent; it is
-   * kept (the latest per key) and sent when a client is up again.
+   * Called by the quotas: `resp` (an observe call, formatted) could not be
+   * sent; it is kept (the latest per Redis key) and sent when a client is up
+   * again.
    */
-  void keepForLater(const std::string& key, std::vector<std::string> argv);
+  void keepForLater(std::string key, std::string resp);
 
  private:
   struct Loop {
@@ -97,6 +102,8 @@ class SharedState {
   void flushKept(RedisClient& client);
 
   const config::SharedStateConfig config_;
+  const Clock& clock_;
+  const SslCtxPtr ssl_ctx_;
   const Metrics::SharedStateSeries& series_;
   const std::string instance_;
   const std::string channel_;
@@ -109,7 +116,7 @@ class SharedState {
 
   std::mutex mu_;  // guards circuits_ and kept_
   std::map<std::string, std::vector<std::weak_ptr<CircuitBreaker>>> circuits_;  // by scope
-  std::map<std::string, std::vector<std::string>> kept_;  // observe calls, by Redis key
+  std::map<std::string, std::string> kept_;  // observe calls (RESP), by Redis key
 };
 
 }  // namespace sluice

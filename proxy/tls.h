@@ -2,7 +2,7 @@
 
 // OpenSSL contexts. Upstream (client) contexts verify against the system CA
 // store by default, or a configured `ca_file`; per-connection SNI and
-// hostname/IP verification are set per connection (connectUpstream).
+// hostname/IP verification are set per connection (newClientSsl, connectClient).
 
 #include <openssl/ssl.h>
 
@@ -10,6 +10,8 @@
 #include <string>
 
 #include "config/config.h"
+#include "proxy/dispatcher.h"
+#include "proxy/event_util.h"
 
 namespace sluice {
 
@@ -31,6 +33,24 @@ struct TlsError {
  */
 SslCtxPtr makeUpstreamSslCtx(const config::UpstreamTlsConfig& tls, config::Http2Mode http2,
                              TlsError* error);
+
+/** A client context without ALPN (shared_state's `rediss://`); otherwise as makeUpstreamSslCtx. */
+SslCtxPtr makeClientSslCtx(const config::UpstreamTlsConfig& tls, TlsError* error);
+
+/**
+ * One client connection's SSL for `host` (or `tls.sni` when set): SNI unless
+ * it is an IP literal, and with `tls.verify` the certificate must name it
+ * (an IP literal as an IP). Null when SSL_new fails.
+ */
+SSL* newClientSsl(SSL_CTX* ctx, const std::string& host, const config::UpstreamTlsConfig& tls);
+
+/**
+ * A bufferevent connecting to host:port (resolved by the loop's evdns, never
+ * blocking), over TLS (newClientSsl) when `ssl_ctx` is set. Null when it
+ * cannot even start; a failed connect is reported as a bufferevent event.
+ */
+BufferEventPtr connectClient(Dispatcher& dispatcher, const std::string& host, uint16_t port,
+                             SSL_CTX* ssl_ctx, const config::UpstreamTlsConfig& tls);
 
 /** The last OpenSSL error as text ("" if none), clearing the error queue. */
 std::string lastSslError();

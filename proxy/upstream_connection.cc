@@ -31,45 +31,9 @@ std::string_view toString(UpstreamError e) {
   return "reset";
 }
 
-namespace {
-
-bool isIpLiteral(const std::string& host) {
-  unsigned char buf[sizeof(in6_addr)];
-  return inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
-}
-
-}  // namespace
-
 BufferEventPtr connectUpstream(Dispatcher& dispatcher, const config::UpstreamConfig& upstream,
                                const config::UpstreamUrl& url, SSL_CTX* ssl_ctx) {
-  const int options = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
-  BufferEventPtr bev;
-  if (ssl_ctx != nullptr) {
-    SSL* ssl = SSL_new(ssl_ctx);
-    const std::string& sni = upstream.tls.sni.empty() ? url.host : upstream.tls.sni;
-    if (!isIpLiteral(sni)) SSL_set_tlsext_host_name(ssl, sni.c_str());
-    if (upstream.tls.verify) {
-      // Verify the name we connect to (or the configured SNI), IP literals as IPs.
-      X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
-      X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-      if (isIpLiteral(sni)) {
-        X509_VERIFY_PARAM_set1_ip_asc(param, sni.c_str());
-      } else {
-        X509_VERIFY_PARAM_set1_host(param, sni.c_str(), 0);
-      }
-    }
-    bev.reset(bufferevent_openssl_socket_new(dispatcher.base(), -1, ssl, BUFFEREVENT_SSL_CONNECTING,
-                                             options));
-    if (bev) bufferevent_openssl_set_allow_dirty_shutdown(bev.get(), 1);
-  } else {
-    bev.reset(bufferevent_socket_new(dispatcher.base(), -1, options));
-  }
-  if (!bev) return nullptr;
-  if (bufferevent_socket_connect_hostname(bev.get(), dispatcher.dns(), AF_UNSPEC, url.host.c_str(),
-                                          url.port) != 0) {
-    return nullptr;
-  }
-  return bev;
+  return connectClient(dispatcher, url.host, url.port, ssl_ctx, upstream.tls);
 }
 
 std::string upstreamTlsFailure(bufferevent* bev) {

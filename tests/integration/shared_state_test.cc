@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "tests/support/processes.h"
 #include "tests/support/redis_process.h"
 #include "tests/support/sluice_process.h"
+#include "tests/support/test_pki.h"
 #include "tests/support/wait.h"
 
 namespace sluice::test {
@@ -32,13 +34,14 @@ struct Options {
   std::string prefix = "t:";
   std::string timeout = "500ms";  // generous: a loaded CI machine must not fall back by accident
   std::string breaker = "{consecutive_failures: 1000}";
+  std::string tls = "";  // shared_state.tls, "" = not written
 };
 
 std::string replicaConfig(const std::string& mock_url, const Options& o) {
   std::string yaml = "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nworkers: 2\n";
   if (!o.redis_url.empty()) {
     yaml += "shared_state: {redis: \"" + o.redis_url + "\", prefix: \"" + o.prefix +
-            "\", timeout: " + o.timeout + "}\n";
+            "\", timeout: " + o.timeout + (o.tls.empty() ? "" : ", tls: " + o.tls) + "}\n";
   }
   yaml += "upstreams:\n  - name: mock\n    url: " + mock_url +
           "\n    rate_limit: {key: none, reserve: 0, max_queue: 100}\n"
@@ -69,11 +72,21 @@ struct AgentsResult {
   int ok = 0;
   int rate_limited = 0;
   int other = 0;
+  std::string others;  // their statuses and bodies
+  milliseconds took{0};
 };
+
+// 12 requests at 3 per 2 s take four windows (~8 s) when the fleet shares the
+// quota; a loaded machine adds to each. The budget is 60 s; the client waits
+// long enough that only the proxy's own verdict ends a request.
+constexpr milliseconds kAgentWait{45000};
 
 /** 12 concurrent agents spread over the replicas, one request each, quota 3 per 2 s. */
 AgentsResult runAgents(const Replicas& replicas, const std::string& quota_key) {
   std::atomic<int> ok{0}, limited{0}, other{0};
+  std::mutex mu;
+  std::string others;
+  const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> agents;
   for (int i = 0; i < 12; ++i) {
     const uint16_t port = replicas[static_cast<size_t>(i) % replicas.size()]->port();
@@ -83,12 +96,17 @@ AgentsResult runAgents(const Replicas& replicas, const std::string& quota_key) {
                             {"x-mock-quota-key", quota_key},
                             {"x-mock-quota-style", "openai"},
                             {"x-mock-request-id", quota_key + "-" + std::to_string(i)}},
-                           kChat);
+                           kChat, kAgentWait);
       (r.status == 200 ? ok : r.status == 429 ? limited : other)++;
+      if (r.status != 200 && r.status != 429) {
+        std::lock_guard lock(mu);
+        others += " " + std::to_string(r.status) + " " + r.body.substr(0, 200);
+      }
     });
   }
   for (auto& t : agents) t.join();
-  return {ok.load(), limited.load(), other.load()};
+  return {ok.load(), limited.load(), other.load(), others,
+          std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start)};
 }
 
 TEST(SharedStateTest, ThreeReplicasShareOneQuotaAndTheProviderBarelySays429) {
@@ -99,7 +117,8 @@ TEST(SharedStateTest, ThreeReplicasShareOneQuotaAndTheProviderBarelySays429) {
   const AgentsResult with_shared = runAgents(shared, "shared");
   const int shared_429s = mock.answeredWith(429);
   EXPECT_EQ(with_shared.ok, 12) << "429s: " << with_shared.rate_limited
-                                << " other: " << with_shared.other;
+                                << " other: " << with_shared.other << with_shared.others
+                                << " after " << with_shared.took.count() << " ms";
   EXPECT_LE(shared_429s, 1) << mock.ledger().dump();
   // Nothing fell back to local state on the way.
   for (const auto& r : shared) {
@@ -112,8 +131,9 @@ TEST(SharedStateTest, ThreeReplicasShareOneQuotaAndTheProviderBarelySays429) {
   const AgentsResult with_local = runAgents(local, "local");
   const int local_429s = mock.answeredWith(429);
   EXPECT_GT(local_429s, shared_429s) << "local state should have met the provider's 429s";
-  std::cout << "provider 429s: 3 replicas shared state " << shared_429s << ", local state "
-            << local_429s << " (client 429s " << with_local.rate_limited << ")\n";
+  std::cout << "provider 429s: 3 replicas shared state " << shared_429s << " ("
+            << with_shared.took.count() << " ms), local state " << local_429s << " (client 429s "
+            << with_local.rate_limited << ")\n";
 }
 
 TEST(SharedStateTest, ATripOnOneReplicaOpensTheCircuitOnItsPeersAndTheFleetProbesOnce) {
@@ -254,6 +274,37 @@ TEST(SharedStateTest, RedisThatStopsAnsweringMidRunCostsARequestAtMostTheTimeout
   redis.resume();
   EXPECT_TRUE(waitUntil([&] { return sluice.metric("sluice_shared_state_up") == 1; },
                         std::chrono::seconds(15)));
+}
+
+TEST(SharedStateTest, RedissVerifiesTheServerAndSharesTheQuotaOverTls) {
+  TestPki pki;
+  MockLlm mock;
+  RedisProcess redis(RedisTls{pki.path("server.pem"), pki.path("server.key"), pki.path("ca.pem")});
+  const auto quota_request = [&](const SluiceProcess& replica, const std::string& id) {
+    return httpRequest(replica.port(), "POST", "/v1/chat/completions",
+                       {{"x-mock-quota", "1000/60000"}, {"x-mock-request-id", id}}, kChat);
+  };
+
+  // Trusting the test CA: up, and the quota reaches Redis over TLS.
+  Options trusted{redis.url()};
+  trusted.tls = "{ca_file: \"" + pki.path("ca.pem") + "\"}";
+  const Replicas fleet = startReplicas(1, replicaConfig(mock.url(), trusted));
+  ASSERT_TRUE(waitUntil([&] { return allUp(fleet); })) << fleet[0]->stderrText();
+  EXPECT_EQ(quota_request(*fleet[0], "tls-1").status, 200);
+  EXPECT_TRUE(waitUntil([&] { return redis.cli("--scan --pattern 't:q:*'") != ""; }))
+      << "the quota never reached Redis";
+  EXPECT_EQ(fleet[0]->metric("sluice_shared_state_errors_total"), 0) << fleet[0]->stderrText();
+
+  // Not trusting it (the system CA store): never up, and requests flow on local state.
+  Options untrusted{redis.url()};
+  untrusted.prefix = "u:";
+  const Replicas other = startReplicas(1, replicaConfig(mock.url(), untrusted));
+  ASSERT_TRUE(waitUntil([&] {
+    return other[0]->metric("sluice_shared_state_errors_total", {{"op", "connect"}}) > 0;
+  })) << other[0]->stderrText();
+  EXPECT_EQ(other[0]->metric("sluice_shared_state_up"), 0);
+  EXPECT_EQ(quota_request(*other[0], "untrusted-1").status, 200);
+  EXPECT_EQ(redis.cli("--scan --pattern 'u:*'"), "");
 }
 
 }  // namespace

@@ -14,36 +14,10 @@
 
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
+#include "tests/support/test_pki.h"
 
 namespace sluice::test {
 namespace {
-
-/** A throwaway CA and a server certificate for localhost / 127.0.0.1. */
-class TestPki {
- public:
-  TestPki() {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("sluice-pki-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    std::filesystem::create_directories(dir_);
-    const std::string d = dir_.string();
-    std::ofstream(d + "/san.ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
-    const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-    const std::string script =
-        "cd " + d + " && openssl req -x509 " + ec +
-        " -keyout ca.key -out ca.pem -days 2 -subj /CN=sluice-test-ca && openssl req " + ec +
-        " -keyout server.key -out server.csr -subj /CN=localhost && openssl x509 -req -in "
-        "server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile "
-        "san.ext";
-    auto [code, out] = runCommand(script);
-    EXPECT_EQ(code, 0) << out;
-  }
-  ~TestPki() { std::filesystem::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
- private:
-  static inline int counter_ = 0;
-  std::filesystem::path dir_;
-};
 
 std::string tlsConfig(uint16_t port, const std::string& tls_block,
                       const std::string& http2 = "auto") {

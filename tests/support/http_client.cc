@@ -198,10 +198,10 @@ int TestConnection::onMessageComplete(http_parser* p) {
 
 TestResponse httpRequest(uint16_t port, const std::string& method, const std::string& path,
                          const std::vector<std::pair<std::string, std::string>>& headers,
-                         const std::string& body) {
+                         const std::string& body, std::chrono::milliseconds timeout) {
   TestConnection conn(port);
   conn.sendRequest(method, path, headers, body);
-  return conn.readResponse();
+  return conn.readResponse(timeout);
 }
 
 std::string withoutVolatileFields(const std::string& body) {

@@ -108,7 +108,8 @@ class TestConnection {
 /** One-shot helper: opens a connection, sends, reads one response. */
 TestResponse httpRequest(uint16_t port, const std::string& method, const std::string& path,
                          const std::vector<std::pair<std::string, std::string>>& headers = {},
-                         const std::string& body = "");
+                         const std::string& body = "",
+                         std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 /**
  * `body` with what differs between two identical mock-llm answers (the

@@ -37,7 +37,7 @@ std::string redisServerPath() {
 
 }  // namespace
 
-RedisProcess::RedisProcess() {
+RedisProcess::RedisProcess(std::optional<RedisTls> tls) : tls_(std::move(tls)) {
   std::random_device rd;
   std::uniform_int_distribution<int> pick(kFirstPort, kLastPort);
   for (int attempt = 0; attempt < 20; ++attempt) {
@@ -52,15 +52,25 @@ RedisProcess::~RedisProcess() { resume(); }
 
 bool RedisProcess::startOn(uint16_t port) {
   port_ = port;
-  proc_ = std::make_unique<ChildProcess>(
-      std::vector<std::string>{redisServerPath(), "--port", std::to_string(port), "--bind",
-                               "127.0.0.1", "--save", "", "--appendonly", "no", "--logfile", "",
-                               "--daemonize", "no"},
-      "Ready to accept connections");
+  std::vector<std::string> argv{
+      redisServerPath(), "--port", std::to_string(port), "--bind", "127.0.0.1",   "--save", "",
+      "--appendonly",    "no",     "--logfile",          "",       "--daemonize", "no"};
+  if (tls_) {
+    argv[2] = "0";  // TLS only
+    for (const std::string& arg :
+         {std::string("--tls-port"), std::to_string(port), std::string("--tls-cert-file"),
+          tls_->cert_file, std::string("--tls-key-file"), tls_->key_file,
+          std::string("--tls-ca-cert-file"), tls_->ca_file, std::string("--tls-auth-clients"),
+          std::string("no")}) {
+      argv.push_back(arg);
+    }
+  }
+  proc_ = std::make_unique<ChildProcess>(argv, "Ready to accept connections");
   return proc_->running();
 }
 
 std::string RedisProcess::url(int db) const {
+  if (tls_) return "rediss://localhost:" + std::to_string(port_) + "/" + std::to_string(db);
   return "redis://127.0.0.1:" + std::to_string(port_) + "/" + std::to_string(db);
 }
 
@@ -86,7 +96,9 @@ void RedisProcess::restart() {
 }
 
 std::string RedisProcess::cli(const std::string& args) const {
-  auto [code, out] = runCommand("redis-cli -p " + std::to_string(port_) + " " + args);
+  std::string command = "redis-cli -p " + std::to_string(port_) + " ";
+  if (tls_) command += "--tls --cacert " + tls_->ca_file + " ";
+  auto [code, out] = runCommand(command + args);
   while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
   return out;
 }

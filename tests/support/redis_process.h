@@ -9,22 +9,34 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tests/support/processes.h"
 
 namespace sluice::test {
 
+/** A TLS-only redis-server's certificate files (TestPki's). */
+struct RedisTls {
+  std::string cert_file;
+  std::string key_file;
+  std::string ca_file;
+};
+
 class RedisProcess {
  public:
-  /** Starts redis-server on 127.0.0.1 (no persistence); fails the test when it cannot. */
-  RedisProcess();
+  /**
+   * Starts redis-server on 127.0.0.1 (no persistence); fails the test when it
+   * cannot. With `tls` it listens for TLS only (clients are not asked for a
+   * certificate).
+   */
+  explicit RedisProcess(std::optional<RedisTls> tls = std::nullopt);
   ~RedisProcess();
   RedisProcess(const RedisProcess&) = delete;
   RedisProcess& operator=(const RedisProcess&) = delete;
 
   uint16_t port() const { return port_; }
-  /** redis://127.0.0.1:PORT/`db`. */
+  /** redis://127.0.0.1:PORT/`db` (rediss://localhost:PORT/`db` with TLS). */
   std::string url(int db = 0) const;
   bool running() const { return proc_ && proc_->running(); }
 
@@ -43,6 +55,7 @@ class RedisProcess {
  private:
   bool startOn(uint16_t port);
 
+  std::optional<RedisTls> tls_;
   uint16_t port_ = 0;
   std::unique_ptr<ChildProcess> proc_;
 };

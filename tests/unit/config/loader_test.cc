@@ -953,10 +953,12 @@ routes:
     // --- shared_state (DESIGN §6)
     {"SharedStateNoRedis", "listen: 127.0.0.1:8080\nshared_state: {prefix: \"x:\"}\n",
      "test.yaml:2:15: shared_state.redis: required key is missing"},
-    {"SharedStateTls", "listen: 127.0.0.1:8080\nshared_state: {redis: \"rediss://h:6380\"}\n",
-     "test.yaml:2:23: shared_state.redis: invalid Redis URL: rediss:// (TLS) is not supported: the "
-     "packaged hiredis 0.14 has no TLS; reach Redis over a private network or a TLS tunnel "
-     "(stunnel)"},
+    {"SharedStateScheme", "listen: 127.0.0.1:8080\nshared_state: {redis: \"http://h:6380\"}\n",
+     "test.yaml:2:23: shared_state.redis: invalid Redis URL: must start with redis:// or "
+     "rediss://"},
+    {"SharedStateTlsUnknownKey",
+     "listen: 127.0.0.1:8080\nshared_state: {redis: \"rediss://h\", tls: {cafile: x}}\n",
+     R"(test.yaml:2:43: shared_state.tls.cafile: unknown key (did you mean "ca_file"?))"},
     {"SharedStateBadDbHidesPassword",
      "listen: 127.0.0.1:8080\nshared_state: {redis: \"redis://:hunter2@h/99\"}\n",
      R"(test.yaml:2:23: shared_state.redis: invalid Redis URL: the database must be a number 0..15 (got "99"))"},
@@ -1547,8 +1549,15 @@ TEST(ConfigLoaderTest, ParsesRedisUrls) {
   EXPECT_EQ(url->username, "app");
   EXPECT_EQ(url->password, "p@ss:w");
   EXPECT_EQ(url->host, "::1");
+  EXPECT_FALSE(url->tls);
+  url = parseRedisUrl("REDISS://:k@cache.example:6380/1");
+  ASSERT_TRUE(url.has_value());
+  EXPECT_TRUE(url->tls);
+  EXPECT_EQ(url->host, "cache.example");
+  EXPECT_EQ(url->port, 6380);
+  EXPECT_EQ(url->db, 1);
   for (const char* bad : {"", "http://h", "redis://", "redis://h:0", "redis://h/16", "redis://h/x",
-                          "redis://h?db=1", "rediss://h", "redis://h /1"}) {
+                          "redis://h?db=1", "rediss://", "redis://h /1", "redisss://h"}) {
     std::string why;
     EXPECT_EQ(parseRedisUrl(bad, &why), std::nullopt) << bad;
   }
@@ -1570,6 +1579,17 @@ TEST(ConfigLoaderTest, SharedStateDefaultsAndRendersWithoutThePassword) {
   const std::string rendered = toRedactedJson(*r.config).dump();
   EXPECT_EQ(rendered.find("hunter2"), std::string::npos) << rendered;
   EXPECT_NE(rendered.find("redis://<redacted>@10.0.0.5:6379/2"), std::string::npos) << rendered;
+  EXPECT_TRUE(r.config->shared_state->tls.verify);
+  auto tls = loadConfigString(
+      "listen: 127.0.0.1:8080\nshared_state:\n  redis: rediss://r.internal:6380\n"
+      "  tls: {ca_file: /etc/ca.pem, sni: redis.example}\n",
+      "test.yaml");
+  ASSERT_TRUE(tls.ok()) << tls.error->toString();
+  EXPECT_TRUE(tls.config->shared_state->redis.tls);
+  EXPECT_EQ(tls.config->shared_state->tls.ca_file, "/etc/ca.pem");
+  EXPECT_EQ(tls.config->shared_state->tls.sni, "redis.example");
+  EXPECT_NE(toRedactedJson(*tls.config).dump().find("rediss://r.internal:6380/0"),
+            std::string::npos);
   auto none = loadConfigString("listen: 127.0.0.1:8080\n", "test.yaml");
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none.config->shared_state.has_value());
