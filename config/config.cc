@@ -1,7 +1,5 @@
 #include "config/config.h"
 
-#include <algorithm>
-
 namespace sluice::config {
 
 namespace {
@@ -17,12 +15,6 @@ std::string SocketAddress::toString() const {
 
 std::string RedisUrl::address() const {
   return hostForAuthority(host) + ":" + std::to_string(port);
-}
-
-bool OutcomeSet::matchesStatus(int status) const {
-  if (any_4xx && status >= 400 && status <= 499) return true;
-  if (any_5xx && status >= 500 && status <= 599) return true;
-  return std::find(statuses.begin(), statuses.end(), status) != statuses.end();
 }
 
 std::string UpstreamUrl::authority() const {

@@ -6,6 +6,12 @@
 // validates it strictly; everything downstream reads these structs and never
 // touches YAML. Defaults here are the defaults of the contract. Durations are
 // std::chrono types, sizes are bytes.
+//
+// Each filter's section is declared, with its decoder, beside the filter
+// (as Envoy's per-filter config.cc): BudgetConfig, RetryConfig,
+// RateLimitConfig, CircuitBreakerConfig, PriceConfig and the OutcomeSet they
+// share come from the headers below; this file composes them into the
+// document.
 
 #include <chrono>
 #include <cstdint>
@@ -15,9 +21,15 @@
 #include <string>
 #include <vector>
 
-namespace sluice::config {
+#include "common/yaml/value_parsers.h"
+#include "filters/budget/budget_config.h"
+#include "filters/circuit_breaker/circuit_breaker_config.h"
+#include "filters/outcome_set.h"
+#include "filters/retry/retry_config.h"
+#include "filters/spend/price_config.h"
+#include "filters/throttle/rate_limit_config.h"
 
-using Duration = std::chrono::milliseconds;
+namespace sluice::config {
 
 /** A host and port as written in `listen` / `admin` ("0.0.0.0:8080", "[::1]:0"). */
 struct SocketAddress {
@@ -46,55 +58,6 @@ struct UpstreamTlsConfig {
   bool verify = true;
   std::string ca_file;  // empty = the system CA store
   std::string sni;      // empty = the URL's host
-};
-
-/** Where a quota is keyed: one per upstream, or one per value of a request header. */
-struct RateLimitKey {
-  enum class Kind { None, Header };
-  Kind kind = Kind::Header;
-  std::string header = "authorization";  // lower-case; only for Kind::Header
-};
-
-/**
- * `upstreams[].rate_limit`: proactive throttling from the upstream's quota
- * headers. Absent in YAML = throttling off for that upstream.
- */
-struct RateLimitConfig {
-  RateLimitKey key;
-  int64_t reserve = 1;
-  uint32_t max_queue = 1000;
-};
-
-/** `failure_rate` of a circuit breaker; threshold in [0, 1]. */
-struct FailureRateConfig {
-  double threshold = 0.5;
-  Duration window = std::chrono::seconds(10);
-  uint32_t min_requests = 20;
-};
-
-/** The outcome kinds a circuit breaker's `failure_on` and a retry's `on` can name. */
-struct OutcomeSet {
-  std::vector<int> statuses;  // exact status codes, e.g. 429, 503
-  bool any_4xx = false;       // "4xx"
-  bool any_5xx = false;       // "5xx"
-  bool connect_error = false;
-  bool reset = false;
-  bool timeout = false;
-
-  /** True when `status` is in the set (exact code or class). */
-  bool matchesStatus(int status) const;
-};
-
-/** `upstreams[].circuit_breaker`. Always present; defaults as in the contract. */
-struct CircuitBreakerConfig {
-  uint32_t consecutive_failures = 5;
-  FailureRateConfig failure_rate;
-  Duration cooldown = std::chrono::seconds(5);
-  Duration max_cooldown = std::chrono::seconds(60);
-  uint32_t half_open_probes = 1;
-  OutcomeSet failure_on{{}, false, true, true, true, true};
-  uint32_t max_requests = 1000;
-  uint32_t max_pending = 1000;
 };
 
 /** A parsed upstream `url`. */
@@ -172,33 +135,6 @@ struct FallbackOn {
  */
 enum class FallbackWait { Prefer, Avoid };
 
-/** `routes[].budget`. */
-struct BudgetConfig {
-  std::string header = "x-budget-ms";  // lower-case
-  Duration default_budget = std::chrono::seconds(120);
-  Duration max = std::chrono::seconds(600);
-  bool propagate = true;
-};
-
-struct BackoffConfig {
-  Duration base = std::chrono::milliseconds(250);
-  Duration max = std::chrono::seconds(8);
-};
-
-enum class IdempotencyMode { Auto, Always, Never };
-
-/** `routes[].retry`. */
-struct RetryConfig {
-  uint32_t attempts = 3;  // total, the first included; 1 = no retries
-  // 529 is Anthropic's "overloaded" (a contract addition: DESIGN §2's example omits it).
-  OutcomeSet on{{429, 500, 502, 503, 504, 529}, false, false, true, true, true};
-  BackoffConfig backoff;
-  bool respect_retry_after = true;
-  IdempotencyMode idempotent = IdempotencyMode::Always;
-  uint32_t budget_percent = 20;
-  uint64_t max_body = 8ull * 1024 * 1024;
-};
-
 enum class ClientDisconnectMode { Cancel, Finish };
 
 /** One `routes[]` entry. `upstream_index` points into Config::upstreams. */
@@ -216,13 +152,6 @@ struct RouteConfig {
   std::vector<FallbackTarget> fallback;  // tried in order once the primary cannot serve
   FallbackOn fallback_on;
   FallbackWait fallback_wait = FallbackWait::Prefer;
-};
-
-/** One `pricing[]` entry: USD per million tokens for models matching a glob. */
-struct PriceConfig {
-  std::string model_glob;
-  double input_usd_per_mtok = 0;
-  double output_usd_per_mtok = 0;
 };
 
 /**

@@ -1,5 +1,6 @@
 // Decodes `routes[]`: name, match (path_prefix, methods, model), upstream,
-// fallback, budget, retry and the per-route timeouts.
+// fallback and the per-route timeouts; `budget` and `retry` through their
+// filters' decoders.
 
 #include <algorithm>
 #include <set>
@@ -26,8 +27,8 @@ RouteConfig Decoder::route(const Field& f) {
              r.upstream = nonEmptyString(v);
              upstream_field.emplace(v);
            }},
-          {"budget", [&](const Field& v) { r.budget = budget(v); }},
-          {"retry", [&](const Field& v) { r.retry = retry(v); }},
+          {"budget", [&](const Field& v) { r.budget = decodeBudget(*this, v); }},
+          {"retry", [&](const Field& v) { r.retry = decodeRetry(*this, v); }},
           {"first_byte_timeout", [&](const Field& v) { r.first_byte_timeout = duration(v, true); }},
           {"idle_timeout", [&](const Field& v) { r.idle_timeout = duration(v, true); }},
           {"on_client_disconnect",
@@ -100,7 +101,7 @@ FallbackOn Decoder::fallbackOn(const Field& f) {
       on.rate_limited = true;
     } else if (s == "overloaded") {
       on.overloaded = true;
-    } else if (!outcome(item, s, on.outcomes)) {
+    } else if (!addOutcome(*this, item, s, on.outcomes)) {
       fail(item, "unknown cause " + inQuotes(s) +
                      " (expected circuit_open, rate_limited, overloaded, a status code 100..599, "
                      "4xx, 5xx, connect_error, reset or timeout)");
@@ -139,66 +140,6 @@ RouteMatch Decoder::routeMatch(const Field& f, std::optional<Field>& prefix_fiel
                 {"model", [&](const Field& v) { m.model = nonEmptyString(v); }},
             });
   return m;
-}
-
-BudgetConfig Decoder::budget(const Field& f) {
-  BudgetConfig b;
-  std::optional<Field> default_field, max_field;
-  decodeMap(f, {
-                   {"header", [&](const Field& v) { b.header = headerName(v); }},
-                   {"default",
-                    [&](const Field& v) {
-                      b.default_budget = duration(v, false);
-                      default_field.emplace(v);
-                    }},
-                   {"max",
-                    [&](const Field& v) {
-                      b.max = duration(v, false);
-                      max_field.emplace(v);
-                    }},
-                   {"propagate", [&](const Field& v) { b.propagate = boolean(v); }},
-               });
-  requireOrdered(b.default_budget, b.max, default_field, max_field, "budget.default", "budget.max");
-  return b;
-}
-
-RetryConfig Decoder::retry(const Field& f) {
-  RetryConfig r;
-  std::optional<Field> base_field, max_field;
-  decodeMap(
-      f,
-      {
-          {"attempts", [&](const Field& v) { r.attempts = u32(v, 1); }},
-          {"on", [&](const Field& v) { r.on = outcomes(v); }},
-          {"backoff",
-           [&](const Field& v) {
-             decodeMap(v, {
-                              {"base",
-                               [&](const Field& x) {
-                                 r.backoff.base = duration(x, true);
-                                 base_field.emplace(x);
-                               }},
-                              {"max",
-                               [&](const Field& x) {
-                                 r.backoff.max = duration(x, true);
-                                 max_field.emplace(x);
-                               }},
-                          });
-           }},
-          {"respect_retry_after", [&](const Field& v) { r.respect_retry_after = boolean(v); }},
-          {"idempotent",
-           [&](const Field& v) {
-             r.idempotent = oneOf<IdempotencyMode>(v, {{"auto", IdempotencyMode::Auto},
-                                                       {"always", IdempotencyMode::Always},
-                                                       {"never", IdempotencyMode::Never}});
-           }},
-          {"budget_percent",
-           [&](const Field& v) { r.budget_percent = static_cast<uint32_t>(integer(v, 0, 100)); }},
-          {"max_body", [&](const Field& v) { r.max_body = size(v); }},
-      });
-  requireOrdered(r.backoff.base, r.backoff.max, base_field, max_field, "backoff.base",
-                 "backoff.max");
-  return r;
 }
 
 }  // namespace sluice::config::detail

@@ -5,9 +5,18 @@
 #include <algorithm>
 
 #include "common/http_headers.h"
+#include "config/address_parsers.h"
 #include "config/sections.h"
 
 namespace sluice::config::detail {
+
+SocketAddress Decoder::address(const Field& f) {
+  const std::string s = scalar(f, "an address (host:port)");
+  std::string why;
+  const std::optional<SocketAddress> a = parseSocketAddress(s, &why);
+  if (!a) fail(f, why);
+  return *a;
+}
 
 std::vector<ListenerConfig> Decoder::listeners(const Field& f) {
   std::vector<ListenerConfig> out;

@@ -1,7 +1,6 @@
-// Decodes the process-wide settings: `limits`, `access_log`,
-// `shared_state` (Redis) and `pricing[]`.
-
-#include <limits>
+// Decodes the process-wide settings: `limits`, `access_log` and
+// `shared_state` (Redis). `pricing[]` is the spend filter's
+// (filters/spend/price_config.h).
 
 #include "config/render.h"
 #include "config/sections.h"
@@ -89,19 +88,6 @@ SharedStateConfig Decoder::sharedState(const Field& f) {
             },
             {"redis"});
   return shared;
-}
-
-PriceConfig Decoder::price(const Field& f) {
-  PriceConfig p;
-  const double kNoMax = std::numeric_limits<double>::max();
-  decodeMap(f,
-            {
-                {"model", [&](const Field& v) { p.model_glob = labelName(v); }},
-                {"input", [&](const Field& v) { p.input_usd_per_mtok = number(v, 0, kNoMax); }},
-                {"output", [&](const Field& v) { p.output_usd_per_mtok = number(v, 0, kNoMax); }},
-            },
-            {"model", "input", "output"});
-  return p;
 }
 
 }  // namespace sluice::config::detail

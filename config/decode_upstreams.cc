@@ -1,5 +1,6 @@
-// Decodes `upstreams[]`: name, url or endpoints, timeouts, http2, tls,
-// static headers, rate_limit and circuit_breaker.
+// Decodes `upstreams[]`: name, url or endpoints, timeouts, http2, tls and
+// static headers; `rate_limit` and `circuit_breaker` through their filters'
+// decoders.
 
 #include <map>
 #include <set>
@@ -41,8 +42,9 @@ UpstreamConfig Decoder::upstream(const Field& f) {
            }},
           {"tls", [&](const Field& v) { u.tls = clientTls(v); }},
           {"headers", [&](const Field& v) { headers(v, u); }},
-          {"rate_limit", [&](const Field& v) { u.rate_limit = rateLimit(v); }},
-          {"circuit_breaker", [&](const Field& v) { u.circuit_breaker = circuitBreaker(v); }},
+          {"rate_limit", [&](const Field& v) { u.rate_limit = decodeRateLimit(*this, v); }},
+          {"circuit_breaker",
+           [&](const Field& v) { u.circuit_breaker = decodeCircuitBreaker(*this, v); }},
       },
       {"name"});
   if (url_field && endpoints_field) {
@@ -135,67 +137,6 @@ void Decoder::headers(const Field& f, UpstreamConfig& u) {
     }
     u.headers.emplace_back(name, std::move(text));
   });
-}
-
-RateLimitConfig Decoder::rateLimit(const Field& f) {
-  RateLimitConfig r;
-  decodeMap(f, {
-                   {"key",
-                    [&](const Field& v) {
-                      const std::string s = scalar(v, "\"none\" or \"header:<name>\"");
-                      constexpr std::string_view kHeader = "header:";
-                      if (s == "none") {
-                        r.key.kind = RateLimitKey::Kind::None;
-                        r.key.header.clear();
-                      } else if (s.compare(0, kHeader.size(), kHeader) == 0) {
-                        const std::string name = s.substr(kHeader.size());
-                        if (!isToken(name)) fail(v, "invalid header name " + inQuotes(name));
-                        r.key.kind = RateLimitKey::Kind::Header;
-                        r.key.header = toLower(name);
-                      } else {
-                        fail(v, "must be \"none\" or \"header:<name>\" (got " + inQuotes(s) + ")");
-                      }
-                    }},
-                   {"reserve", [&](const Field& v) { r.reserve = integer(v, 0, kI64Max); }},
-                   {"max_queue", [&](const Field& v) { r.max_queue = u32(v, 0); }},
-               });
-  return r;
-}
-
-CircuitBreakerConfig Decoder::circuitBreaker(const Field& f) {
-  CircuitBreakerConfig cb;
-  std::optional<Field> cooldown_field, max_cooldown_field;
-  decodeMap(
-      f, {
-             {"consecutive_failures", [&](const Field& v) { cb.consecutive_failures = u32(v, 1); }},
-             {"failure_rate",
-              [&](const Field& v) {
-                FailureRateConfig& fr = cb.failure_rate;
-                decodeMap(
-                    v, {
-                           {"threshold", [&](const Field& x) { fr.threshold = number(x, 0, 1); }},
-                           {"window", [&](const Field& x) { fr.window = duration(x, false); }},
-                           {"min_requests", [&](const Field& x) { fr.min_requests = u32(x, 1); }},
-                       });
-              }},
-             {"cooldown",
-              [&](const Field& v) {
-                cb.cooldown = duration(v, false);
-                cooldown_field.emplace(v);
-              }},
-             {"max_cooldown",
-              [&](const Field& v) {
-                cb.max_cooldown = duration(v, false);
-                max_cooldown_field.emplace(v);
-              }},
-             {"half_open_probes", [&](const Field& v) { cb.half_open_probes = u32(v, 1); }},
-             {"failure_on", [&](const Field& v) { cb.failure_on = outcomes(v); }},
-             {"max_requests", [&](const Field& v) { cb.max_requests = u32(v, 1); }},
-             {"max_pending", [&](const Field& v) { cb.max_pending = u32(v, 0); }},
-         });
-  requireOrdered(cb.cooldown, cb.max_cooldown, cooldown_field, max_cooldown_field, "cooldown",
-                 "max_cooldown");
-  return cb;
 }
 
 }  // namespace sluice::config::detail

@@ -2,7 +2,8 @@
 // parses the YAML document, dispatches its top-level keys to the section
 // decoders (config/sections.h) and runs the checks that span sections
 // (route -> upstream, listener/admin address clashes, path warnings).
-// Values are parsed in config/value_parsers.cc and config/field_reader.cc.
+// Values are read by the YAML toolkit (common/yaml/); each filter's section
+// by that filter's decoder (filters/*/…_config.cc).
 
 #include "config/loader.h"
 
@@ -24,15 +25,6 @@
 #include "config/sections.h"
 
 namespace sluice::config {
-
-std::string ConfigError::toString() const {
-  std::string out = file;
-  if (line > 0) out += ":" + std::to_string(line) + ":" + std::to_string(column);
-  out += ": ";
-  if (!key_path.empty()) out += key_path + ": ";
-  out += message;
-  return out;
-}
 
 EnvLookup processEnvironment() {
   return [](const std::string& name) -> std::optional<std::string> {
@@ -71,7 +63,7 @@ Config Decoder::decode(const YAML::Node& root) {
                  }},
                 {"pricing",
                  [&](const Field& f) {
-                   for (const Field& item : items(f)) c.pricing.push_back(price(item));
+                   for (const Field& item : items(f)) c.pricing.push_back(decodePrice(*this, item));
                  }},
                 {"limits", [&](const Field& f) { c.limits = limits(f); }},
                 {"access_log", [&](const Field& f) { c.access_log = accessLog(f); }},

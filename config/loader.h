@@ -65,27 +65,14 @@
 #include <string>
 #include <string_view>
 
+#include "common/yaml/field_reader.h"
+#include "common/yaml/value_parsers.h"
 #include "config/config.h"
 
 namespace sluice::config {
 
-/** Why a config was rejected, with the position of the offending YAML node. */
-struct ConfigError {
-  std::string file;      // the path or source name given to the loader
-  int line = 0;          // 1-based; 0 when the error has no position (unreadable file)
-  int column = 0;        // 1-based
-  std::string key_path;  // e.g. "routes[1].match.path_prefix"; empty for file-level errors
-  std::string message;
-
-  /**
-   * "FILE:LINE:COL: KEY.PATH: message". Parts that are unknown are left out:
-   * no position gives "FILE: KEY.PATH: message", no key path "FILE:LINE:COL: message".
-   */
-  std::string toString() const;
-};
-
-/** Resolves `${NAME}`: the variable's value, or nullopt when it is unset. */
-using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+// ConfigError, EnvLookup, parseDuration() and parseSize() are the YAML
+// toolkit's (common/yaml/), shared with the filters' section decoders.
 
 /** The process environment (getenv). */
 EnvLookup processEnvironment();
@@ -117,21 +104,6 @@ LoadResult loadConfigFile(const std::string& path, const EnvLookup& env = proces
  */
 LoadResult loadConfigString(const std::string& yaml_text, const std::string& source_name,
                             const EnvLookup& env = processEnvironment());
-
-/**
- * Parses a duration: one or more `<number><unit>` parts with units h, m, s, ms
- * in decreasing order ("250ms", "1.5s", "5m", "1h30m", "0s"). A bare number is
- * rejected (no unit to guess), as are negative values and sub-millisecond
- * precision. On failure returns nullopt and, if `error` is given, says why.
- */
-std::optional<Duration> parseDuration(std::string_view text, std::string* error = nullptr);
-
-/**
- * Parses a byte size: a plain integer of bytes, or a number with a unit —
- * B, KB/MB/GB/TB (powers of 1000) or KiB/MiB/GiB/TiB (powers of 1024), e.g.
- * "8MiB", "1.5KiB", "10MB". The result must be a whole number of bytes.
- */
-std::optional<uint64_t> parseSize(std::string_view text, std::string* error = nullptr);
 
 /** Parses "host:port" or "[v6]:port" (port 0..65535; 0 = pick an ephemeral port). */
 std::optional<SocketAddress> parseSocketAddress(std::string_view text,

@@ -145,23 +145,6 @@ json routeToJson(const RouteConfig& r) {
 
 }  // namespace
 
-std::string formatDuration(Duration d) {
-  const int64_t ms = d.count();
-  if (ms % 1'000 == 0) return std::to_string(ms / 1'000) + "s";
-  return std::to_string(ms) + "ms";
-}
-
-std::string formatSize(uint64_t bytes) {
-  static constexpr std::pair<uint64_t, const char*> kUnits[] = {
-      {1ULL << 40, "TiB"}, {1ULL << 30, "GiB"}, {1ULL << 20, "MiB"}, {1ULL << 10, "KiB"}};
-  if (bytes != 0) {
-    for (const auto& [unit, name] : kUnits) {
-      if (bytes % unit == 0) return std::to_string(bytes / unit) + name;
-    }
-  }
-  return std::to_string(bytes) + "B";
-}
-
 nlohmann::json outcomeSetToJson(const OutcomeSet& set) {
   json out = json::array();
   for (int status : set.statuses) out.push_back(status);

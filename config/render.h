@@ -1,7 +1,8 @@
 #pragma once
 
-// Renders a loaded Config back out: as JSON for the admin `/config` endpoint,
-// and the duration/size formatting shared with the loader's messages.
+// Renders a loaded Config back out as JSON for the admin `/config` endpoint.
+// Durations and sizes are written by formatDuration() / formatSize()
+// (common/yaml/value_parsers.h), the loader's messages' syntax.
 //
 // The JSON uses the YAML schema's key names (DESIGN.md §2), so what an
 // operator reads on `/config` maps one-to-one onto the file they wrote,
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/yaml/value_parsers.h"
 #include "config/config.h"
 
 namespace sluice::config {
@@ -24,20 +26,6 @@ namespace sluice::config {
  * as null when throttling is off.
  */
 nlohmann::json toRedactedJson(const Config& config);
-
-/**
- * A duration in the loader's syntax, as DESIGN.md writes them: whole seconds
- * as "0s", "30s", "120s", "3600s"; anything finer in milliseconds ("250ms",
- * "1500ms"). One unit only, so values compare easily. Round-trips through
- * parseDuration().
- */
-std::string formatDuration(Duration d);
-
-/**
- * A byte size in the largest binary unit that represents it exactly:
- * "8MiB", "512KiB", "1GiB", "100B". Round-trips through parseSize().
- */
-std::string formatSize(uint64_t bytes);
 
 /** The `limits` section, every key spelled out. */
 nlohmann::json limitsToJson(const LimitsConfig& limits);

@@ -3,7 +3,10 @@
 // The config loader's section decoders: one Decoder turns one YAML document
 // into a Config. decode() (config/loader.cc) dispatches the top-level keys to
 // the decoders below and then runs the checks that span sections; each group
-// of sections is decoded in its own file, named beside its declarations.
+// of sections is decoded in its own file, named beside its declarations. A
+// filter's own section (`budget`, `retry`, `rate_limit`, `circuit_breaker`,
+// `pricing[]`) is decoded by that filter's decoder (filters/*/…_config.h),
+// which the Decoder calls with itself as the FieldReader.
 
 #include <yaml-cpp/yaml.h>
 
@@ -15,8 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/yaml/field_reader.h"
 #include "config/config.h"
-#include "config/field_reader.h"
 #include "config/loader.h"
 
 namespace sluice::config::detail {
@@ -31,6 +34,7 @@ class Decoder : private FieldReader {
 
  private:
   // config/decode_server.cc: `listen`, `admin`, `workers`.
+  SocketAddress address(const Field& f);
   std::vector<ListenerConfig> listeners(const Field& f);
   ListenerConfig listener(const Field& f);
   void admin(const Field& f, Config& c);
@@ -43,22 +47,17 @@ class Decoder : private FieldReader {
   UpstreamTlsConfig clientTls(const Field& f);  // also shared_state.tls
   std::vector<EndpointConfig> endpoints(const Field& f);
   void endpointUrl(const Field& f, EndpointConfig& e);
-  RateLimitConfig rateLimit(const Field& f);
-  CircuitBreakerConfig circuitBreaker(const Field& f);
 
   // config/decode_routes.cc: `routes[]`.
   RouteConfig route(const Field& f);
   RouteMatch routeMatch(const Field& f, std::optional<Field>& prefix_field);
-  BudgetConfig budget(const Field& f);
-  RetryConfig retry(const Field& f);
   std::vector<FallbackTarget> fallback(const Field& f, std::vector<Field>& upstream_fields);
   FallbackOn fallbackOn(const Field& f);
 
-  // config/decode_settings.cc: `limits`, `access_log`, `shared_state`, `pricing[]`.
+  // config/decode_settings.cc: `limits`, `access_log`, `shared_state`.
   LimitsConfig limits(const Field& f);
   AccessLogConfig accessLog(const Field& f);
   SharedStateConfig sharedState(const Field& f);
-  PriceConfig price(const Field& f);
 
   // config/loader.cc: a warning that needs both a route and its upstream.
   void warnIfPathDoubles(const Config& c, size_t route_index);

@@ -5,7 +5,7 @@
 // the same value against a config::OutcomeSet.
 
 #include "common/attempt.h"
-#include "config/config.h"
+#include "filters/outcome_set.h"
 
 namespace sluice {
 

@@ -14,7 +14,7 @@
 #include <optional>
 #include <string_view>
 
-#include "config/config.h"
+#include "filters/budget/budget_config.h"
 #include "filters/filter.h"
 
 namespace sluice {

@@ -37,8 +37,8 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "config/config.h"
 #include "filters/attempt_outcome.h"
+#include "filters/circuit_breaker/circuit_breaker_config.h"
 #include "filters/circuit_breaker/global_circuit.h"
 
 namespace sluice {

@@ -12,7 +12,7 @@
 #include <optional>
 #include <random>
 
-#include "config/config.h"
+#include "filters/retry/retry_config.h"
 
 namespace sluice {
 

@@ -23,9 +23,9 @@
 
 #include "common/clock.h"
 #include "common/http_headers.h"
-#include "config/config.h"
 #include "filters/attempt_outcome.h"
 #include "filters/retry/backoff.h"
+#include "filters/retry/retry_config.h"
 
 namespace sluice {
 

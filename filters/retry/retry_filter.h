@@ -13,8 +13,8 @@
 
 #include <string>
 
-#include "config/config.h"
 #include "filters/filter.h"
+#include "filters/retry/retry_config.h"
 #include "filters/retry/retry_decision.h"
 
 namespace sluice {

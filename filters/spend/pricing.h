@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "config/config.h"
+#include "filters/spend/price_config.h"
 
 namespace sluice {
 

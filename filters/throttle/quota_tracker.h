@@ -62,8 +62,8 @@
 
 #include "common/clock.h"
 #include "common/http_headers.h"
-#include "config/config.h"
 #include "filters/throttle/quota_headers.h"
+#include "filters/throttle/rate_limit_config.h"
 
 namespace sluice {
 

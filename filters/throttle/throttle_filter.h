@@ -29,11 +29,11 @@
 #include <string>
 
 #include "common/metrics.h"
-#include "config/config.h"
 #include "filters/circuit_breaker/circuit_breaker.h"
 #include "filters/filter.h"
 #include "filters/throttle/global_quota.h"
 #include "filters/throttle/quota_tracker.h"
+#include "filters/throttle/rate_limit_config.h"
 
 namespace sluice {
 

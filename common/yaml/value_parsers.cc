@@ -1,16 +1,13 @@
-// The config loader's text -> value parsers: durations, sizes, socket
-// addresses, upstream and Redis URLs (declared in config/loader.h), and the
-// shared helpers of config/value_parsers.h (integers, hosts, `${VAR}`
-// expansion, redaction of expanded values in messages).
+// The YAML toolkit's text -> value parsers: durations and sizes (and their
+// formatting back), and the helpers of common/yaml/value_parsers.h
+// (integers, `${VAR}` expansion, redaction of expanded values in messages).
 
-#include "config/value_parsers.h"
+#include "common/yaml/value_parsers.h"
 
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <sstream>
-
-#include "common/http_headers.h"
 
 namespace sluice::config {
 namespace detail {
@@ -51,22 +48,6 @@ std::optional<int64_t> parseInt64(std::string_view s) {
     value = value * 10 + (c - '0');
   }
   return negative ? -value : value;
-}
-
-bool isHostname(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return isDigit(c) || isAlpha(c) || c == '-' || c == '.' || c == '_';
-  });
-}
-
-bool isIpv6Literal(std::string_view s) {
-  const size_t zone = s.find('%');  // fe80::1%eth0
-  const std::string_view addr = s.substr(0, zone);
-  if (addr.find(':') == std::string_view::npos) return false;
-  if (zone != std::string_view::npos && zone + 1 == s.size()) return false;
-  return std::all_of(addr.begin(), addr.end(), [](char c) {
-    return isDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == ':' || c == '.';
-  });
 }
 
 std::string formatNumber(double v) {
@@ -131,6 +112,11 @@ bool expandEnv(std::string_view in, const EnvLookup& env, std::string& out, std:
     i = close + 1;
   }
   return true;
+}
+
+std::nullopt_t parseError(std::string* error, std::string message) {
+  if (error != nullptr) *error = std::move(message);
+  return std::nullopt;
 }
 
 namespace {
@@ -217,16 +203,9 @@ namespace {
 
 using detail::inQuotes;
 using detail::isDigit;
-using detail::isHostname;
-using detail::isIpv6Literal;
-using detail::parseInt64;
+using detail::parseError;
 
 constexpr int64_t kMaxDurationMs = 10LL * 365 * 24 * 3600 * 1000;  // 10 years
-
-std::nullopt_t fail(std::string* error, std::string message) {
-  if (error != nullptr) *error = std::move(message);
-  return std::nullopt;
-}
 
 // An unsigned decimal "12" or "1.5" split into exact integer parts.
 struct Decimal {
@@ -277,67 +256,12 @@ std::optional<uint64_t> scale(const Decimal& d, uint64_t unit, bool* inexact) {
   return total;
 }
 
-std::optional<uint16_t> parsePort(std::string_view s, bool allow_zero, std::string& why) {
-  if (s.empty()) {
-    why = "missing port";
-    return std::nullopt;
-  }
-  const auto value = s.size() <= 5 ? parseInt64(s) : std::nullopt;
-  if (!value || s[0] == '-' || *value > 65535 || (!allow_zero && *value == 0)) {
-    why = allow_zero ? "port must be 0..65535" : "port must be 1..65535";
-    return std::nullopt;
-  }
-  return static_cast<uint16_t>(*value);
-}
-
-// Splits "host:port" / "[v6]:port" / "host" into host and (possibly empty) port text.
-bool splitHostPort(std::string_view text, std::string& host, std::optional<std::string_view>& port,
-                   std::string& why) {
-  if (!text.empty() && text[0] == '[') {
-    const size_t close = text.find(']');
-    if (close == std::string_view::npos) {
-      why = "missing \"]\" after an IPv6 address";
-      return false;
-    }
-    host = std::string(text.substr(1, close - 1));
-    if (!isIpv6Literal(host)) {
-      why = "invalid IPv6 address " + inQuotes(host);
-      return false;
-    }
-    const std::string_view rest = text.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest[0] != ':') {
-        why = "expected \":\" and a port after \"]\"";
-        return false;
-      }
-      port = rest.substr(1);
-    }
-    return true;
-  }
-  const size_t colon = text.rfind(':');
-  host = std::string(text.substr(0, colon));
-  if (colon != std::string_view::npos) port = text.substr(colon + 1);
-  if (host.find(':') != std::string::npos) {
-    why = "IPv6 addresses must be in brackets, e.g. [::1]:8080";
-    return false;
-  }
-  if (host.empty()) {
-    why = "missing host";
-    return false;
-  }
-  if (!isHostname(host)) {
-    why = "invalid host " + inQuotes(host);
-    return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 std::optional<Duration> parseDuration(std::string_view text, std::string* error) {
   const std::string prefix = "invalid duration " + inQuotes(text) + ": ";
-  if (text.empty()) return fail(error, prefix + "empty");
-  if (text[0] == '-') return fail(error, prefix + "must not be negative");
+  if (text.empty()) return parseError(error, prefix + "empty");
+  if (text[0] == '-') return parseError(error, prefix + "must not be negative");
   struct Unit {
     std::string_view name;
     uint64_t ms;
@@ -350,10 +274,11 @@ std::optional<Duration> parseDuration(std::string_view text, std::string* error)
   while (pos < text.size()) {
     Decimal number;
     if (!readDecimal(text, pos, number)) {
-      return fail(error, prefix + "expected a number and a unit" + std::string(kHint));
+      return parseError(error, prefix + "expected a number and a unit" + std::string(kHint));
     }
     if (pos == text.size()) {
-      return fail(error, prefix + "missing unit; a bare number is ambiguous" + std::string(kHint));
+      return parseError(error,
+                        prefix + "missing unit; a bare number is ambiguous" + std::string(kHint));
     }
     int unit = -1;
     if (text.substr(pos, 2) == "ms") {
@@ -361,20 +286,21 @@ std::optional<Duration> parseDuration(std::string_view text, std::string* error)
     } else if (text[pos] == 'h' || text[pos] == 'm' || text[pos] == 's') {
       unit = text[pos] == 'h' ? 0 : text[pos] == 'm' ? 1 : 2;
     }
-    if (unit < 0) return fail(error, prefix + "unknown unit" + std::string(kHint));
+    if (unit < 0) return parseError(error, prefix + "unknown unit" + std::string(kHint));
     if (unit <= previous_unit) {
-      return fail(error, prefix + "units must appear once each, largest first (e.g. \"1m30s\")");
+      return parseError(error,
+                        prefix + "units must appear once each, largest first (e.g. \"1m30s\")");
     }
     pos += kUnits[unit].name.size();
     previous_unit = unit;
     bool inexact = false;
     const std::optional<uint64_t> ms = scale(number, kUnits[unit].ms, &inexact);
     if (!ms) {
-      return fail(error, prefix + (inexact ? "finer than a millisecond" : "too large"));
+      return parseError(error, prefix + (inexact ? "finer than a millisecond" : "too large"));
     }
     if (__builtin_add_overflow(total, *ms, &total) ||
         total > static_cast<uint64_t>(kMaxDurationMs)) {
-      return fail(error, prefix + "too large (at most 87600h)");
+      return parseError(error, prefix + "too large (at most 87600h)");
     }
   }
   return Duration(static_cast<int64_t>(total));
@@ -382,8 +308,8 @@ std::optional<Duration> parseDuration(std::string_view text, std::string* error)
 
 std::optional<uint64_t> parseSize(std::string_view text, std::string* error) {
   const std::string prefix = "invalid size " + inQuotes(text) + ": ";
-  if (text.empty()) return fail(error, prefix + "empty");
-  if (text[0] == '-') return fail(error, prefix + "must not be negative");
+  if (text.empty()) return parseError(error, prefix + "empty");
+  if (text[0] == '-') return parseError(error, prefix + "must not be negative");
   static const std::map<std::string_view, uint64_t> kUnits = {
       {"", 1},
       {"B", 1},
@@ -399,127 +325,35 @@ std::optional<uint64_t> parseSize(std::string_view text, std::string* error) {
   size_t pos = 0;
   Decimal number;
   if (!readDecimal(text, pos, number)) {
-    return fail(error, prefix + "expected a number of bytes or a number and a unit, e.g. \"8MiB\"");
+    return parseError(error,
+                      prefix + "expected a number of bytes or a number and a unit, e.g. \"8MiB\"");
   }
   const auto unit = kUnits.find(text.substr(pos));
   if (unit == kUnits.end()) {
-    return fail(error, prefix + "unknown unit (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)");
+    return parseError(error, prefix + "unknown unit (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)");
   }
   bool inexact = false;
   const std::optional<uint64_t> bytes = scale(number, unit->second, &inexact);
-  if (!bytes) return fail(error, prefix + (inexact ? "not a whole number of bytes" : "too large"));
+  if (!bytes)
+    return parseError(error, prefix + (inexact ? "not a whole number of bytes" : "too large"));
   return bytes;
 }
 
-std::optional<SocketAddress> parseSocketAddress(std::string_view text, std::string* error) {
-  const std::string prefix = "invalid address " + inQuotes(text) + ": ";
-  std::string host, why;
-  std::optional<std::string_view> port_text;
-  if (!splitHostPort(text, host, port_text, why)) return fail(error, prefix + why);
-  if (!port_text) return fail(error, prefix + "missing port (expected host:port)");
-  const std::optional<uint16_t> port = parsePort(*port_text, /*allow_zero=*/true, why);
-  if (!port) return fail(error, prefix + why);
-  return SocketAddress{host, *port};
+std::string formatDuration(Duration d) {
+  const int64_t ms = d.count();
+  if (ms % 1'000 == 0) return std::to_string(ms / 1'000) + "s";
+  return std::to_string(ms) + "ms";
 }
 
-std::optional<UpstreamUrl> parseUpstreamUrl(std::string_view text, std::string* error) {
-  const std::string prefix = "invalid URL " + inQuotes(text) + ": ";
-  UpstreamUrl url;
-  const std::string lower = toLower(text);
-  std::string_view rest = text;
-  if (lower.rfind("http://", 0) == 0) {
-    url.scheme = UpstreamUrl::Scheme::Http;
-    rest.remove_prefix(7);
-  } else if (lower.rfind("https://", 0) == 0) {
-    url.scheme = UpstreamUrl::Scheme::Https;
-    rest.remove_prefix(8);
-  } else {
-    return fail(error, prefix + "must start with http:// or https://");
-  }
-  if (std::any_of(rest.begin(), rest.end(), [](char c) { return c <= 0x20 || c == 0x7f; })) {
-    return fail(error, prefix + "must not contain spaces or control characters");
-  }
-  if (rest.find_first_of("?#") != std::string_view::npos) {
-    return fail(error, prefix + "must not have a query or fragment");
-  }
-  const size_t slash = rest.find('/');
-  const std::string_view authority = rest.substr(0, slash);
-  if (authority.find('@') != std::string_view::npos) {
-    return fail(error, prefix + "must not contain credentials; set them in headers");
-  }
-  if (authority.empty()) return fail(error, prefix + "missing host");
-  std::string host, why;
-  std::optional<std::string_view> port_text;
-  if (!splitHostPort(authority, host, port_text, why)) return fail(error, prefix + why);
-  url.host = toLower(host);
-  url.port = url.isTls() ? 443 : 80;
-  if (port_text) {
-    const std::optional<uint16_t> port = parsePort(*port_text, /*allow_zero=*/false, why);
-    if (!port) return fail(error, prefix + why);
-    url.port = *port;
-  }
-  std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
-  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
-  url.path_prefix = std::string(path);
-  return url;
-}
-
-std::optional<RedisUrl> parseRedisUrl(std::string_view text, std::string* error) {
-  // The text may hold a password: messages quote only the parts without it.
-  const std::string prefix = "invalid Redis URL: ";
-  RedisUrl url;
-  const std::string lower = toLower(text);
-  std::string_view rest = text;
-  if (lower.rfind("rediss://", 0) == 0) {
-    url.tls = true;
-    rest.remove_prefix(9);
-  } else if (lower.rfind("redis://", 0) == 0) {
-    rest.remove_prefix(8);
-  } else {
-    return fail(error, prefix + "must start with redis:// or rediss://");
-  }
-  if (std::any_of(rest.begin(), rest.end(), [](char c) { return c <= 0x20 || c == 0x7f; })) {
-    return fail(error, prefix + "must not contain spaces or control characters");
-  }
-  if (rest.find_first_of("?#") != std::string_view::npos) {
-    return fail(error, prefix + "must not have a query or fragment");
-  }
-  const size_t at = rest.rfind('@');
-  if (at != std::string_view::npos) {
-    const std::string_view userinfo = rest.substr(0, at);
-    const size_t colon = userinfo.find(':');
-    if (colon == std::string_view::npos) {
-      url.password = std::string(userinfo);  // redis://secret@host: the password alone
-    } else {
-      url.username = std::string(userinfo.substr(0, colon));
-      url.password = std::string(userinfo.substr(colon + 1));
-    }
-    rest.remove_prefix(at + 1);
-  }
-  const size_t slash = rest.find('/');
-  const std::string_view authority = rest.substr(0, slash);
-  if (authority.empty()) return fail(error, prefix + "missing host");
-  std::string host, why;
-  std::optional<std::string_view> port_text;
-  if (!splitHostPort(authority, host, port_text, why)) return fail(error, prefix + why);
-  url.host = toLower(host);
-  if (port_text) {
-    const std::optional<uint16_t> port = parsePort(*port_text, /*allow_zero=*/false, why);
-    if (!port) return fail(error, prefix + why);
-    url.port = *port;
-  }
-  if (slash != std::string_view::npos) {
-    std::string_view db = rest.substr(slash + 1);
-    if (!db.empty()) {
-      const std::optional<int64_t> n = parseInt64(db);
-      if (!n || *n < 0 || *n > 15) {
-        return fail(error,
-                    prefix + "the database must be a number 0..15 (got " + inQuotes(db) + ")");
-      }
-      url.db = static_cast<int>(*n);
+std::string formatSize(uint64_t bytes) {
+  static constexpr std::pair<uint64_t, const char*> kUnits[] = {
+      {1ULL << 40, "TiB"}, {1ULL << 30, "GiB"}, {1ULL << 20, "MiB"}, {1ULL << 10, "KiB"}};
+  if (bytes != 0) {
+    for (const auto& [unit, name] : kUnits) {
+      if (bytes % unit == 0) return std::to_string(bytes / unit) + name;
     }
   }
-  return url;
+  return std::to_string(bytes) + "B";
 }
 
 }  // namespace sluice::config

@@ -1,10 +1,11 @@
 #pragma once
 
-// Reads typed values out of YAML nodes for the config loader's section
-// decoders (config/sections.h). Each reader expands `${VAR}`, converts and
+// The YAML toolkit: reads typed values out of YAML nodes for the config
+// decoders — each filter's section (filters/*/…_config.cc) and config/'s own
+// (config/sections.h). Each reader expands `${VAR}`, converts and
 // range-checks, and at the first problem throws DecodeFailure: file, line,
 // column, key path and a message that never shows an expanded value
-// (config/loader.h lists the rules).
+// (config/loader.h lists the rules). It knows no section of sluice's schema.
 
 #include <yaml-cpp/yaml.h>
 
@@ -18,9 +19,26 @@
 #include <utility>
 #include <vector>
 
-#include "config/config.h"
-#include "config/loader.h"
-#include "config/value_parsers.h"
+#include "common/yaml/value_parsers.h"
+
+namespace sluice::config {
+
+/** Why a config was rejected, with the position of the offending YAML node. */
+struct ConfigError {
+  std::string file;      // the path or source name given to the loader
+  int line = 0;          // 1-based; 0 when the error has no position (unreadable file)
+  int column = 0;        // 1-based
+  std::string key_path;  // e.g. "routes[1].match.path_prefix"; empty for file-level errors
+  std::string message;
+
+  /**
+   * "FILE:LINE:COL: KEY.PATH: message". Parts that are unknown are left out:
+   * no position gives "FILE: KEY.PATH: message", no key path "FILE:LINE:COL: message".
+   */
+  std::string toString() const;
+};
+
+}  // namespace sluice::config
 
 namespace sluice::config::detail {
 
@@ -49,11 +67,15 @@ struct DecodeFailure {
 /**
  * The generic readers the section decoders are built from: mappings with a
  * fixed set of keys, lists, scalars of each type, and the errors about them.
- * Keeps every `${VAR}` expanded so far, to redact their values from errors.
+ * Keeps every `${VAR}` expanded so far, to redact their values from errors,
+ * so one reader serves a whole document: config/'s Decoder is one, and hands
+ * itself to each filter's decoder.
  */
 class FieldReader {
- protected:
+ public:
   FieldReader(const std::string& file, const EnvLookup& env) : file_(file), env_(env) {}
+  FieldReader(const FieldReader&) = delete;  // a copy would lose the expansions to redact
+  FieldReader& operator=(const FieldReader&) = delete;
 
   using Handler = std::function<void(const Field&)>;
   /** One key a mapping may hold and how its value is decoded. */
@@ -115,7 +137,6 @@ class FieldReader {
   double number(const Field& f, double min, double max);
   Duration duration(const Field& f, bool allow_zero);
   uint64_t size(const Field& f);
-  SocketAddress address(const Field& f);
   /** A header name, lower-cased. */
   std::string headerName(const Field& f);
 
@@ -131,11 +152,6 @@ class FieldReader {
     }
     fail(f, "must be one of " + names + " (got " + inQuotes(s) + ")");
   }
-
-  /** An outcome list (`retry.on`, `circuit_breaker.failure_on`): status codes and names. */
-  OutcomeSet outcomes(const Field& f);
-  /** Adds one `outcomes` entry `s` (read from `item`) to `set`; false when `s` names none. */
-  bool outcome(const Field& item, const std::string& s, OutcomeSet& set);
 
   /** Fails at whichever of two related fields was written when `first` > `second`. */
   void requireOrdered(Duration first, Duration second, const std::optional<Field>& first_field,

@@ -1,14 +1,26 @@
-// The generic YAML readers of config/field_reader.h: mappings, lists and
-// typed scalars, with errors that name file:line:col and the key path.
+// The generic YAML readers of common/yaml/field_reader.h: mappings, lists
+// and typed scalars, with errors that name file:line:col and the key path.
 
-#include "config/field_reader.h"
+#include "common/yaml/field_reader.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
 #include "common/http_headers.h"
-#include "config/render.h"
+
+namespace sluice::config {
+
+std::string ConfigError::toString() const {
+  std::string out = file;
+  if (line > 0) out += ":" + std::to_string(line) + ":" + std::to_string(column);
+  out += ": ";
+  if (!key_path.empty()) out += key_path + ": ";
+  out += message;
+  return out;
+}
+
+}  // namespace sluice::config
 
 namespace sluice::config::detail {
 
@@ -192,54 +204,10 @@ uint64_t FieldReader::size(const Field& f) {
   return *bytes;
 }
 
-SocketAddress FieldReader::address(const Field& f) {
-  const std::string s = scalar(f, "an address (host:port)");
-  std::string why;
-  const std::optional<SocketAddress> a = parseSocketAddress(s, &why);
-  if (!a) fail(f, why);
-  return *a;
-}
-
 std::string FieldReader::headerName(const Field& f) {
   const std::string s = scalar(f, "a header name");
   if (!isToken(s)) fail(f, "invalid header name " + inQuotes(s));
   return toLower(s);
-}
-
-OutcomeSet FieldReader::outcomes(const Field& f) {
-  OutcomeSet set;
-  std::set<std::string> seen;
-  for (const Field& item : items(f)) {
-    const std::string s = scalar(item, "a status code or outcome name");
-    if (!seen.insert(s).second) fail(item, "duplicate entry " + inQuotes(s));
-    if (!outcome(item, s, set)) {
-      fail(item,
-           "unknown outcome " + inQuotes(s) +
-               " (expected a status code 100..599, 4xx, 5xx, connect_error, reset or timeout)");
-    }
-  }
-  return set;
-}
-
-bool FieldReader::outcome(const Field& item, const std::string& s, OutcomeSet& set) {
-  if (!s.empty() && std::all_of(s.begin(), s.end(), isDigit)) {
-    const std::optional<int64_t> code = parseInt64(s);
-    if (!code || *code < 100 || *code > 599) fail(item, "status code must be 100..599");
-    set.statuses.push_back(static_cast<int>(*code));
-  } else if (s == "4xx") {
-    set.any_4xx = true;
-  } else if (s == "5xx") {
-    set.any_5xx = true;
-  } else if (s == "connect_error") {
-    set.connect_error = true;
-  } else if (s == "reset") {
-    set.reset = true;
-  } else if (s == "timeout") {
-    set.timeout = true;
-  } else {
-    return false;
-  }
-  return true;
 }
 
 void FieldReader::requireOrdered(Duration first, Duration second,
