@@ -254,24 +254,49 @@ class RedisQuota final : public GlobalQuota {
   QuotaReportGate gate_;
 };
 
+// The open circuit of one scope as Redis keeps it for replicas that missed
+// the message: `<prefix>c:<scope>:open` = "<instance> <open ms>", expiring
+// when the circuit's cooldown ends.
+std::string openKey(const std::string& prefix, const std::string& scope) {
+  return prefix + "c:" + scope + ":open";
+}
+
+// Reads an open key: {value or "", PTTL}.
+constexpr std::string_view kOpenStateScript =
+    "return {redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1])}";
+
+/** Sends the trip of `scope` (open for `open_for`) to the peers and keeps it for late ones. */
+void announceOpen(RedisClient& client, const std::string& channel, const std::string& key,
+                  const std::string& scope, const std::string& instance, milliseconds open_for) {
+  const std::string ms = std::to_string(std::max<int64_t>(open_for.count(), 1));
+  client.command({"PUBLISH", channel, scope + " " + instance + " open " + ms}, nullptr, "circuit");
+  client.command({"SET", key, instance + " " + ms, "PX", ms}, nullptr, "circuit");
+}
+
 class RedisCircuit final : public GlobalCircuit {
  public:
   RedisCircuit(SharedState& shared, std::string scope, std::string channel)
       : shared_(shared),
         scope_(std::move(scope)),
         probe_key_(shared.config().prefix + "c:" + scope_ + ":probe"),
+        open_key_(openKey(shared.config().prefix, scope_)),
         channel_(std::move(channel)) {}
 
   void publish(CircuitState to, milliseconds open_for) override {
     RedisClient* client = shared_.client();
     if (client == nullptr) {
+      // Not lost for good: an open circuit is announced again on reconnect
+      // (SharedState::replayCircuits).
       shared_.countError("circuit");
       return;
     }
-    const std::string message = scope_ + " " + shared_.instance() + " " +
-                                (to == CircuitState::Open ? "open " : "closed ") +
-                                std::to_string(open_for.count());
-    client->command({"PUBLISH", channel_, message}, nullptr, "circuit");
+    if (to == CircuitState::Open) {
+      announceOpen(*client, channel_, open_key_, scope_, shared_.instance(), open_for);
+    } else {
+      client->command({"PUBLISH", channel_, scope_ + " " + shared_.instance() + " closed 0"},
+                      nullptr, "circuit");
+      client->command({"DEL", open_key_}, nullptr, "circuit");
+    }
     // A probe's verdict (or a trip) ends any permit: the next half-open asks again.
     client->command({"DEL", probe_key_}, nullptr, "circuit");
   }
@@ -298,6 +323,7 @@ class RedisCircuit final : public GlobalCircuit {
   SharedState& shared_;
   const std::string scope_;
   const std::string probe_key_;
+  const std::string open_key_;
   const std::string channel_;
 };
 
@@ -393,6 +419,56 @@ void SharedState::onClientState(RedisClient* client, bool up) {
             {{"event", "shared_state_down"}, {"redis", config_.redis.address()}});
   }
   if (up && client != nullptr) flushKept(*client);
+  if (up && client != nullptr && !loops_.empty() && client == loops_[0].client.get()) {
+    replayCircuits(*client);
+  }
+}
+
+std::vector<std::pair<std::string, std::vector<std::shared_ptr<CircuitBreaker>>>>
+SharedState::liveCircuits(const std::string* only_scope) {
+  std::vector<std::pair<std::string, std::vector<std::shared_ptr<CircuitBreaker>>>> out;
+  std::lock_guard lock(mu_);
+  for (const auto& [scope, list] : circuits_) {
+    if (only_scope != nullptr && scope != *only_scope) continue;
+    std::vector<std::shared_ptr<CircuitBreaker>> live;
+    for (const auto& weak : list) {
+      if (auto breaker = weak.lock()) live.push_back(std::move(breaker));
+    }
+    if (!live.empty()) out.emplace_back(scope, std::move(live));
+  }
+  return out;
+}
+
+void SharedState::replayCircuits(RedisClient& client) {
+  // Pub/sub keeps nothing: what was published while this process was
+  // disconnected (or before it started) is read back from the open keys, and
+  // its own trips made meanwhile (never published) are announced now.
+  for (const auto& [scope, breakers] : liveCircuits(nullptr)) {
+    const std::string key = openKey(config_.prefix, scope);
+    for (const auto& breaker : breakers) {
+      if (breaker->state() != CircuitState::Open) continue;
+      announceOpen(client, channel_, key, scope, instance_, breaker->cooldownLeft());
+      break;
+    }
+    client.command(
+        {"EVAL", kOpenStateScript, "1", key},
+        [this, scope](const redisReply* reply) { applyStoredOpen(scope, reply); }, "circuit");
+  }
+}
+
+void SharedState::applyStoredOpen(const std::string& scope, const redisReply* reply) {
+  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) return;
+  const redisReply* value = reply->element[0];
+  const int64_t left_ms = integerAt(reply, 1);
+  if (value->type != REDIS_REPLY_STRING || left_ms <= 0) return;
+  const std::string_view text(value->str, value->len);
+  const size_t space = text.find(' ');
+  if (space == std::string_view::npos || text.substr(0, space) == instance_) return;
+  for (const auto& [unused, breakers] : liveCircuits(&scope)) {
+    for (const auto& breaker : breakers) {
+      breaker->applyPeer(CircuitState::Open, milliseconds(left_ms));
+    }
+  }
 }
 
 void SharedState::keepForLater(std::string key, std::string resp) {

@@ -13,6 +13,8 @@
 // Keys (nothing secret: the quota key is already a hash of the API key):
 //   <prefix>q:<scope>:<quota key>   hash: limit, avail, reset, wend, probe
 //   <prefix>c:<scope>:probe         the fleet's half-open probe permit
+//   <prefix>c:<scope>:open          an open circuit ("<instance> <ms>"), expiring with
+//                                   its cooldown: read back on (re)connect
 //   <prefix>circuit                 pub/sub channel of circuit transitions
 // <scope> is the first 16 hex chars of SHA-256(upstream "\n" endpoint). Times
 // in Redis are Redis's own clock (TIME inside the scripts), so replicas'
@@ -24,6 +26,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -98,6 +101,12 @@ class SharedState {
   };
 
   void onClientState(RedisClient* client, bool up);
+  /** The registered breakers still alive, by scope (all scopes, or only `only_scope`). */
+  std::vector<std::pair<std::string, std::vector<std::shared_ptr<CircuitBreaker>>>> liveCircuits(
+      const std::string* only_scope);
+  /** On worker 0's (re)connect: announce this process's open circuits, learn the peers'. */
+  void replayCircuits(RedisClient& client);
+  void applyStoredOpen(const std::string& scope, const redisReply* reply);
   void onMessage(std::string_view message);
   void flushKept(RedisClient& client);
 

@@ -191,6 +191,48 @@ TEST(SharedStateTest, ATripOnOneReplicaOpensTheCircuitOnItsPeersAndTheFleetProbe
   EXPECT_EQ(mock.ledger().size(), 1u) << "probes for the fleet: " << mock.ledger().dump();
 }
 
+TEST(SharedStateTest, AReplicaThatMissedATripLearnsItWhenItConnects) {
+  MockLlm mock;
+  RedisProcess redis;
+  Options o{redis.url()};
+  o.breaker = "{consecutive_failures: 3, cooldown: 20s, max_cooldown: 20s}";
+  const std::string yaml = replicaConfig(mock.url(), o);
+  const auto circuit = [](const SluiceProcess& replica) {
+    return replica.metric("sluice_circuit_state", {{"upstream", "mock"}});
+  };
+  const auto trip = [&](const SluiceProcess& replica) {
+    for (int i = 0; i < 3; ++i) {
+      httpRequest(replica.port(), "POST", "/v1/chat/completions", {{"x-mock-status", "503"}},
+                  kChat);
+    }
+    ASSERT_EQ(circuit(replica), 1);
+  };
+
+  // Started after A's trip: pub/sub kept nothing for it, the open key did.
+  const Replicas first = startReplicas(1, yaml);
+  ASSERT_TRUE(waitUntil([&] { return allUp(first); })) << first[0]->stderrText();
+  trip(*first[0]);
+  const Replicas late = startReplicas(1, yaml);
+  ASSERT_TRUE(waitUntil([&] { return allUp(late); })) << late[0]->stderrText();
+  EXPECT_TRUE(waitUntil([&] { return circuit(*late[0]) == 1; }, milliseconds(1000)))
+      << "a replica started during a peer's open circuit should open too";
+  EXPECT_EQ(mock.ledger().size(), 3u) << "the late replica sent nothing";
+
+  // A trip made while Redis was down is announced when it returns.
+  Options other = o;
+  other.prefix = "v:";  // a fleet of its own, both closed
+  const Replicas pair = startReplicas(2, replicaConfig(mock.url(), other));
+  ASSERT_TRUE(waitUntil([&] { return allUp(pair); })) << pair[0]->stderrText();
+  redis.kill();
+  ASSERT_TRUE(waitUntil([&] { return allUp(pair, 0); }));
+  trip(*pair[0]);
+  EXPECT_EQ(circuit(*pair[1]), 0);  // nothing could tell it
+  redis.restart();
+  ASSERT_TRUE(waitUntil([&] { return allUp(pair); }, std::chrono::seconds(15)));
+  EXPECT_TRUE(waitUntil([&] { return circuit(*pair[1]) == 1; }, milliseconds(1000)))
+      << "the trip made while Redis was down never reached the peer";
+}
+
 TEST(SharedStateTest, RedisKilledMidRunRequestsFlowOnLocalStateThenShareAgain) {
   MockLlm mock;
   RedisProcess redis;
