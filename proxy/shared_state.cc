@@ -176,14 +176,16 @@ class RedisQuota final : public GlobalQuota {
         clock_(clock),
         key_prefix_(std::move(key_prefix)),
         reserve_(std::to_string(reserve)),
-        gate_(reserve, kReportRefresh) {}
+        gate_(std::make_shared<QuotaReportGate>(reserve, kReportRefresh)) {}
 
   bool reserve(const std::string& key, Done done) override {
     RedisClient* client = shared_.client();
     if (client == nullptr) return false;
     return client->command(
         {"EVALSHA", shared_.reserveSha(), "1", key_prefix_ + key, reserve_},
-        [this, key, done = std::move(done)](const redisReply* reply) {
+        // The reply may come after this quota's Runtime was replaced by a
+        // reload: nothing of `this` is used, the gate is shared.
+        [gate = gate_, &clock = clock_, key, done = std::move(done)](const redisReply* reply) {
           Answer answer;
           const int64_t kind = integerAt(reply, 0);
           const int64_t wait = integerAt(reply, 1);
@@ -191,7 +193,7 @@ class RedisQuota final : public GlobalQuota {
             answer.kind = Answer::Kind::Unknown;
           } else if (kind == 1) {
             answer.kind = Answer::Kind::Admit;
-            learn(key, reply);
+            learn(*gate, clock, key, reply);
           } else if (kind == 2) {
             answer.kind = Answer::Kind::Wait;
             if (wait >= 0) answer.wait = milliseconds(wait);
@@ -208,7 +210,7 @@ class RedisQuota final : public GlobalQuota {
     const MonotonicTime now = clock_.now();
     std::optional<MonotonicTime> reset_at;
     if (reset_in) reset_at = now + *reset_in;
-    if (!gate_.shouldReport(key, requests.remaining, unanswered, reset_at, now)) return;
+    if (!gate_->shouldReport(key, requests.remaining, unanswered, reset_at, now)) return;
     const IntText limit(requests.limit);
     const IntText remaining(requests.remaining);
     const IntText reset(reset_in ? std::max<int64_t>(reset_in->count(), 0) : -1);
@@ -237,21 +239,22 @@ class RedisQuota final : public GlobalQuota {
   // One report per key and second goes even when it changes nothing (QuotaReportGate).
   static constexpr milliseconds kReportRefresh{1000};
 
-  void learn(const std::string& key, const redisReply* reply) {
+  static void learn(QuotaReportGate& gate, const Clock& clock, const std::string& key,
+                    const redisReply* reply) {
     const int64_t avail = integerAt(reply, 2);
     const int64_t reset_in = integerAt(reply, 3);
     if (avail < 0) return;  // an older script's reply: nothing learned
-    const MonotonicTime now = clock_.now();
+    const MonotonicTime now = clock.now();
     std::optional<MonotonicTime> reset_at;
     if (reset_in >= 0) reset_at = now + milliseconds(reset_in);
-    gate_.learned(key, avail, reset_at, now);
+    gate.learned(key, avail, reset_at, now);
   }
 
   SharedState& shared_;
   const Clock& clock_;
   const std::string key_prefix_;
   const std::string reserve_;
-  QuotaReportGate gate_;
+  const std::shared_ptr<QuotaReportGate> gate_;
 };
 
 // The open circuit of one scope as Redis keeps it for replicas that missed
