@@ -629,7 +629,8 @@ void Http1ServerConnection::pauseRequestBody() {
   body_paused_ = true;
   // The kernel's buffers hold the rest, and TCP flow control stops the client.
   io_->disableRead();
-  if (read_phase_ == ReadPhase::Body) armReadTimer(MonotonicTime::max());  // not the client's fault
+  // Not the client's fault: a read timer firing meanwhile finds the body
+  // paused and waits for resumeRequestBody() to start the gap anew.
 }
 
 void Http1ServerConnection::resumeRequestBody() {
@@ -728,18 +729,26 @@ void Http1ServerConnection::enterReadPhase(ReadPhase phase) {
 }
 
 void Http1ServerConnection::armReadTimer(MonotonicTime deadline) {
-  if (deadline == MonotonicTime::max()) {
-    read_timer_.disarm();
-    return;
-  }
+  // Lazily: a timer already due no later stays, and onReadTimer re-arms for
+  // what is left of the phase then in force. A keep-alive connection's
+  // Head -> Busy -> Idle phases move the timer about once per
+  // header_read_timeout instead of three times per request.
+  if (deadline >= read_timer_at_) return;
+  read_timer_at_ = deadline;
   read_timer_.arm(deadline - host_.dispatcher().clock().now());
 }
 
 void Http1ServerConnection::onReadTimer() {
+  read_timer_at_ = MonotonicTime::max();  // fired: nothing armed now
   if (closed_ || closing_ || read_phase_ == ReadPhase::Busy) return;
   // The body deadline slides with every byte; onBody only notes the time, so
   // an early wake re-arms for what is left instead of re-arming per read.
-  if (read_phase_ == ReadPhase::Body) read_deadline_ = last_body_byte_ + limits_.body_read_timeout;
+  if (read_phase_ == ReadPhase::Body) {
+    if (body_paused_) return;  // resumeRequestBody() starts the gap anew
+    read_deadline_ = limits_.body_read_timeout.count() > 0
+                         ? last_body_byte_ + limits_.body_read_timeout
+                         : MonotonicTime::max();
+  }
   if (host_.dispatcher().clock().now() < read_deadline_) {
     armReadTimer(read_deadline_);
     return;

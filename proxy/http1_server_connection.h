@@ -137,7 +137,11 @@ class Http1ServerConnection final : public DownstreamConnection,
     Busy,       // the request is read; the Exchange is answering
   };
   void enterReadPhase(ReadPhase phase);
-  /** Arms the timer for `deadline` (or disarms it for MonotonicTime::max()). */
+  /**
+   * Makes sure the read timer fires by `deadline` (MonotonicTime::max(): no
+   * need). Never moves an armed timer later: onReadTimer re-checks the phase's
+   * deadline when it fires and re-arms for what is left.
+   */
   void armReadTimer(MonotonicTime deadline);
   void onReadTimer();
   /** send_timeout: the client stopped reading. */
@@ -245,6 +249,7 @@ class Http1ServerConnection final : public DownstreamConnection,
   bool chunked_request_ = false;  // the current request's body is chunked
 
   Timer read_timer_;
+  MonotonicTime read_timer_at_ = MonotonicTime::max();  // when it fires; max = not armed
   ReadPhase read_phase_ = ReadPhase::FirstHead;
   MonotonicTime read_deadline_ = MonotonicTime::max();  // of the current phase
   MonotonicTime last_body_byte_{};

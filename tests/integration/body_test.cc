@@ -226,6 +226,63 @@ TEST(RequestBodyTest, ABodyAboveRetryMaxBodyStreamsUpstreamWhileTheClientIsStill
   }
 }
 
+TEST(RequestBodyTest, AnUploadPausedForAnUpstreamThatDoesNotReadIsNotCutByBodyReadTimeout) {
+  // An upstream that accepts and never reads: once its socket buffers are
+  // full, sluice stops reading the client (backpressure). That pause is not
+  // the client's fault: body_read_timeout (short here) must not end the
+  // request with 408; the budget ends it (504).
+  const LoopbackListener never_reads = listenOnLoopback(4);
+  SluiceProcess sluice(substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - {name: up, url: "${URL}", http2: off}
+routes:
+  - name: upload
+    match: {path_prefix: /}
+    upstream: up
+    retry: {attempts: 1, max_body: 256KiB}
+    budget: {default: 2s}
+limits:
+  max_body: 64MiB
+  header_read_timeout: 300ms
+  body_read_timeout: 200ms
+)",
+                                  {{"URL", never_reads.url()}}));
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(sluice.port());
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  // The sender blocks once sluice stops reading; shutdown() below frees it.
+  std::thread sender([fd] {
+    const size_t kBody = 48 * kMiB;
+    const std::string head = uploadHead(kBody);
+    if (::send(fd, head.data(), head.size(), MSG_NOSIGNAL) <= 0) return;
+    const std::string block(64 * 1024, 'x');
+    for (size_t sent = 0; sent < kBody; sent += block.size()) {
+      if (::send(fd, block.data(), block.size(), MSG_NOSIGNAL) <= 0) return;
+    }
+  });
+  std::string response;
+  char buf[4096];
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (response.find("\r\n\r\n") == std::string::npos &&
+         std::chrono::steady_clock::now() < give_up) {
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    response.append(buf, static_cast<size_t>(n));
+  }
+  ::shutdown(fd, SHUT_RDWR);
+  sender.join();
+  ::close(fd);
+  ::close(never_reads.fd);
+  EXPECT_EQ(response.rfind("HTTP/1.1 504", 0), 0u) << response;
+  EXPECT_EQ(sluice.metric("sluice_downstream_rejections_total", {{"reason", "body_timeout"}}), 0);
+}
+
 TEST(RequestBodyTest, AChunkedBodyAboveRetryMaxBodyIsStreamedChunked) {
   CountingUpstream upstream;
   SluiceProcess sluice(
