@@ -585,7 +585,8 @@ def redis_rtt(port, n, cpu=PROXY_CPU, interval_s=0.0, stop=None):
 
 
 def scrape_metrics(admin_port):
-    """sluice's /metrics as {name: value summed over label sets}."""
+    """sluice's /metrics as {name: value summed over label sets, and
+    "name{labels}": value for each series}."""
     with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/metrics", timeout=10) as r:
         text = r.read().decode()
     out = {}
@@ -593,21 +594,32 @@ def scrape_metrics(admin_port):
         m = re.match(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)", ln)
         if m and not ln.startswith("#"):
             try:
-                out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
+                v = float(m.group(3))
             except ValueError:
-                pass
+                continue
+            out[m.group(1)] = out.get(m.group(1), 0.0) + v
+            if m.group(2):
+                out[m.group(1) + m.group(2)] = v
     return out
+
+
+def shared_state_errors(session, tag):
+    """sluice_shared_state_errors_total of peer `tag`, all ops."""
+    return scrape_metrics(session.peers[tag]["admin_port"]).get("sluice_shared_state_errors_total")
 
 
 def scenario_r_cpu(session, tag, duration, tmp, redis=None):
     """R's closed loop: wrk as in A (64 connections, 1 KiB POST) with
-    R_HEADERS. With `redis` (port, Proc): Redis's own CPU and the commands
-    it ran per request as well."""
+    R_HEADERS. With `redis` (port, Proc): Redis's own CPU, the commands it
+    ran per request and sluice's shared-state errors in the run as well."""
     calls0 = redis_calls(redis[0]) if redis else None
     rcpu0 = cpu_seconds(redis[1].pid) if redis else None
+    err0 = shared_state_errors(session, tag) if redis else None
     res = scenario_a(session, tag, duration, tmp, headers=R_HEADERS, lua_name="post-r")
     res["errors"] = res["non_2xx"] + (1 if res["socket_errors"] else 0)
     if redis:
+        err1 = shared_state_errors(session, tag)
+        res["shared_state_errors"] = None if None in (err0, err1) else err1 - err0
         calls1 = redis_calls(redis[0])
         n = max(1, res["requests"])
         res["redis_cpu_us_per_req"] = (cpu_seconds(redis[1].pid) - rcpu0) * 1e6 / n
@@ -642,7 +654,8 @@ def run_scenario_r(session, rounds, dur, lat_dur, rtt_n, work):
                 x = scenario_r_cpu(session, tags[k], dur, work, redis if k == "on" else None)
                 cpu_runs[k].append(x)
                 extra = (f", redis {x['redis_cpu_us_per_req']:.1f}us cpu/req, "
-                         f"{x['redis_evalsha_per_req']:.3f} EVALSHA/req") if k == "on" else ""
+                         f"{x['redis_evalsha_per_req']:.3f} EVALSHA/req, "
+                         f"shared-state errors {fmt(x['shared_state_errors'])}") if k == "on" else ""
                 log(f"R round {r + 1} closed loop, shared state {k}: {x['rps']:.0f} req/s cpu/req "
                     f"{x.get('proxy_cpu_us_per_req', 0):.1f}us errors {x['errors']}{extra}")
             session.check_alive()
@@ -662,16 +675,21 @@ def run_scenario_r(session, rounds, dur, lat_dur, rtt_n, work):
                     pinger = threading.Thread(target=lambda: loaded.update(
                         redis_rtt(redis_port, 0, interval_s=0.002, stop=done)))
                     pinger.start()
+                    err0 = shared_state_errors(session, tags[k])
                 try:
                     x = scenario_b(session, tags[k], rate, lat_dur, work, headers=R_HEADERS)
                 finally:
                     if pinger:
                         done.set()
                         pinger.join()
+                if k == "on":
+                    err1 = shared_state_errors(session, tags[k])
+                    x["shared_state_errors"] = None if None in (err0, err1) else err1 - err0
                 x["errors"] = x["failed"] + x["errored"] + x["non_2xx"]
                 lat_runs[k].append(x)
                 log(f"R round {r + 1} at {rate} req/s, shared state {k}: p50 {x['p50_us']}us "
-                    f"p99 {x['p99_us']}us ({x['samples']} samples, errors {x['errors']})")
+                    f"p99 {x['p99_us']}us ({x['samples']} samples, errors {x['errors']}"
+                    + (f", shared-state errors {fmt(x['shared_state_errors'])})" if k == "on" else ")"))
             rtt = redis_rtt(redis_port, rtt_n)
             rtt.update({"loaded_" + q: v for q, v in loaded.items()})
             rtt_runs.append(rtt)
@@ -697,8 +715,9 @@ def run_scenario_r(session, rounds, dur, lat_dur, rtt_n, work):
             "added_p99_us": (l_on["p99_us"] - l_off["p99_us"]
                              if None not in (l_on["p99_us"], l_off["p99_us"]) else None)})
     keys_cpu = ["rps", "proxy_cpu_us_per_req", "proxy_cpu_util", "mock_cpu_util", "errors",
-                "redis_cpu_us_per_req", "redis_evalsha_per_req", "redis_calls_per_req"]
-    keys_lat = ["p50_us", "p99_us", "p999_us", "errors", "rps"]
+                "redis_cpu_us_per_req", "redis_evalsha_per_req", "redis_calls_per_req",
+                "shared_state_errors"]
+    keys_lat = ["p50_us", "p99_us", "p999_us", "errors", "rps", "shared_state_errors"]
     return {
         "rate": rate, "redis_timeout": R_REDIS_TIMEOUT, "quota_header": R_HEADERS["x-mock-quota"],
         "closed_loop": {k: collect(cpu_runs[k], keys_cpu) for k in cpu_runs},
@@ -708,6 +727,8 @@ def run_scenario_r(session, rounds, dur, lat_dur, rtt_n, work):
                                         "loaded_rtt_p50_us", "loaded_rtt_p99_us", "loaded_rtt_p999_us",
                                         "loaded_samples"]),
         "shared_state_errors_total": metrics.get("sluice_shared_state_errors_total"),
+        "shared_state_errors_by_op": {k[k.index("{"):]: v for k, v in metrics.items()
+                                      if k.startswith("sluice_shared_state_errors_total{")},
         "shared_state_up": metrics.get("sluice_shared_state_up"),
     }
 
@@ -1154,8 +1175,9 @@ def write_report(results, out_dir, smoke):
                   f"`shared_state.timeout` {rr['redis_timeout']}; redis-server on CPU {LOAD_CPU})", "",
                   f"| shared state | closed loop req/s | proxy CPU µs / request | proxy CPU use | "
                   f"p50 µs at {rr['rate']:,} req/s | p99 µs | p99.9 µs | Redis CPU µs / request | "
-                  f"EVALSHA / request | errors (closed loop / fixed rate) |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  f"EVALSHA / request | errors (closed loop / fixed rate) | shared-state errors "
+                  f"(closed loop / fixed rate, per run) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for k in ("off", "on"):
             c, lt = rr["closed_loop"].get(k, {}), rr["fixed_rate"].get(k, {})
             lines.append(f"| {k} | {spread(c.get('rps'))} | {spread(c.get('proxy_cpu_us_per_req'), 1)} | "
@@ -1163,7 +1185,9 @@ def write_report(results, out_dir, smoke):
                          f"{spread(lt.get('p99_us'))} | {spread(lt.get('p999_us'))} | "
                          f"{spread(c.get('redis_cpu_us_per_req'), 1)} | "
                          f"{spread(c.get('redis_evalsha_per_req'), 3)} | "
-                         f"{fmt(med(c, 'errors'))} / {fmt(med(lt, 'errors'))} |")
+                         f"{fmt(med(c, 'errors'))} / {fmt(med(lt, 'errors'))} | "
+                         f"{spread(c.get('shared_state_errors')) if k == 'on' else '–'} / "
+                         f"{spread(lt.get('shared_state_errors')) if k == 'on' else '–'} |")
         pr, rt = rr["paired"], rr["redis_rtt"]
         lines += ["", f"- CPU per request, on / off (per round, the two back to back): "
                       f"{spread(pr.get('cpu_ratio'), 3)}×",
@@ -1175,8 +1199,10 @@ def write_report(results, out_dir, smoke):
                   f"{fmt(med(rt, 'loaded_samples'))} samples) p50 {spread(rt.get('loaded_rtt_p50_us'), 1)} µs, "
                   f"p99 {spread(rt.get('loaded_rtt_p99_us'), 1)} µs",
                   f"- at the end, the shared-state instance's admin port: "
-                  f"sluice_shared_state_errors_total {fmt(rr.get('shared_state_errors_total'))}, "
-                  f"sluice_shared_state_up {fmt(rr.get('shared_state_up'))}"]
+                  f"sluice_shared_state_errors_total {fmt(rr.get('shared_state_errors_total'))} ("
+                  + (", ".join(f"{k} {fmt(v)}" for k, v in sorted(rr.get("shared_state_errors_by_op", {}).items()))
+                     or "no series") + f"; warm-up included), sluice_shared_state_up "
+                  f"{fmt(rr.get('shared_state_up'))}"]
     lines += ["", "## Notes", ""] + [f"- {n}" for n in results["notes"]] + [""]
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write("\n".join(lines))
