@@ -89,15 +89,21 @@ def process_tree(pid):
 
 def cpu_seconds(pid):
     """User + system CPU of the process tree (all threads)."""
-    total = 0
+    return sum(cpu_user_sys(pid))
+
+
+def cpu_user_sys(pid):
+    """(user, system) CPU seconds of the process tree (all threads)."""
+    user = system = 0
     for p in process_tree(pid):
         try:
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
+            user += int(fields[11])
+            system += int(fields[12])
         except OSError:
             pass
-    return total / CLK_TCK
+    return user / CLK_TCK, system / CLK_TCK
 
 
 def fd_limit():
@@ -615,7 +621,12 @@ def scenario_r_cpu(session, tag, duration, tmp, redis=None):
     calls0 = redis_calls(redis[0]) if redis else None
     rcpu0 = cpu_seconds(redis[1].pid) if redis else None
     err0 = shared_state_errors(session, tag) if redis else None
+    user0, sys0 = cpu_user_sys(session.pid(tag))
     res = scenario_a(session, tag, duration, tmp, headers=R_HEADERS, lua_name="post-r")
+    user1, sys1 = cpu_user_sys(session.pid(tag))
+    n = max(1, res["requests"])
+    res["proxy_user_us_per_req"] = (user1 - user0) * 1e6 / n
+    res["proxy_sys_us_per_req"] = (sys1 - sys0) * 1e6 / n
     res["errors"] = res["non_2xx"] + (1 if res["socket_errors"] else 0)
     if redis:
         err1 = shared_state_errors(session, tag)
@@ -657,7 +668,8 @@ def run_scenario_r(session, rounds, dur, lat_dur, rtt_n, work):
                          f"{x['redis_evalsha_per_req']:.3f} EVALSHA/req, "
                          f"shared-state errors {fmt(x['shared_state_errors'])}") if k == "on" else ""
                 log(f"R round {r + 1} closed loop, shared state {k}: {x['rps']:.0f} req/s cpu/req "
-                    f"{x.get('proxy_cpu_us_per_req', 0):.1f}us errors {x['errors']}{extra}")
+                    f"{x.get('proxy_cpu_us_per_req', 0):.1f}us (user {x['proxy_user_us_per_req']:.1f}, "
+                    f"system {x['proxy_sys_us_per_req']:.1f}) errors {x['errors']}{extra}")
             session.check_alive()
         slower = min(statistics.median(x["rps"] for x in cpu_runs[k]) for k in cpu_runs)
         rate = max(16, int(slower * R_RATE_FRACTION))
@@ -714,7 +726,8 @@ def run_scenario_r(session, rounds, dur, lat_dur, rtt_n, work):
                              if None not in (l_on["p50_us"], l_off["p50_us"]) else None),
             "added_p99_us": (l_on["p99_us"] - l_off["p99_us"]
                              if None not in (l_on["p99_us"], l_off["p99_us"]) else None)})
-    keys_cpu = ["rps", "proxy_cpu_us_per_req", "proxy_cpu_util", "mock_cpu_util", "errors",
+    keys_cpu = ["rps", "proxy_cpu_us_per_req", "proxy_user_us_per_req", "proxy_sys_us_per_req",
+                "proxy_cpu_util", "mock_cpu_util", "errors",
                 "redis_cpu_us_per_req", "redis_evalsha_per_req", "redis_calls_per_req",
                 "shared_state_errors"]
     keys_lat = ["p50_us", "p99_us", "p999_us", "errors", "rps", "shared_state_errors"]
@@ -1173,14 +1186,16 @@ def write_report(results, out_dir, smoke):
         lines += ["", f"## R. Shared state (Redis) on vs off (1 KiB JSON POST, HTTP/1.1, every answer "
                   f"with a request quota `{rr['quota_header']}`, `rate_limit` on the upstream; "
                   f"`shared_state.timeout` {rr['redis_timeout']}; redis-server on CPU {LOAD_CPU})", "",
-                  f"| shared state | closed loop req/s | proxy CPU µs / request | proxy CPU use | "
+                  f"| shared state | closed loop req/s | proxy CPU µs / request (user + system) | proxy CPU use | "
                   f"p50 µs at {rr['rate']:,} req/s | p99 µs | p99.9 µs | Redis CPU µs / request | "
                   f"EVALSHA / request | errors (closed loop / fixed rate) | shared-state errors "
                   f"(closed loop / fixed rate, per run) |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for k in ("off", "on"):
             c, lt = rr["closed_loop"].get(k, {}), rr["fixed_rate"].get(k, {})
-            lines.append(f"| {k} | {spread(c.get('rps'))} | {spread(c.get('proxy_cpu_us_per_req'), 1)} | "
+            lines.append(f"| {k} | {spread(c.get('rps'))} | {spread(c.get('proxy_cpu_us_per_req'), 1)} "
+                         f"({fmt(med(c, 'proxy_user_us_per_req'), '', 1)} + "
+                         f"{fmt(med(c, 'proxy_sys_us_per_req'), '', 1)}) | "
                          f"{spread(c.get('proxy_cpu_util'), 0, 100)}% | {spread(lt.get('p50_us'))} | "
                          f"{spread(lt.get('p99_us'))} | {spread(lt.get('p999_us'))} | "
                          f"{spread(c.get('redis_cpu_us_per_req'), 1)} | "
