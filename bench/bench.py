@@ -19,9 +19,13 @@ round by round so machine drift hits all peers equally:
   E  HTTP/2 multiplexed streams (h2load) through sluice and nghttpx
   S  SSE at full speed: 5 streams x 20,000 chunks, no interval (h2load):
      proxy CPU per streamed chunk (sluice meters spend; nginx proxy_buffering off)
+  R  replicas / shared state: sluice with `shared_state` (a redis-server
+     started here) vs without, every answer carrying a request quota: CPU
+     per request closed-loop (wrk), p50 / p99 at a fixed rate (h2load), one
+     Redis round trip (PING), shared-state errors and up from the admin port
 
-Proxies run on CPU 0, the mock and the load generators (wrk, h2load, this
-script) on CPU 1. Python standard library only.
+Proxies run on CPU 0, the mock, redis-server and the load generators (wrk,
+h2load, this script) on CPU 1. Python standard library only.
 """
 
 import argparse
@@ -41,6 +45,7 @@ import string
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -84,15 +89,21 @@ def process_tree(pid):
 
 def cpu_seconds(pid):
     """User + system CPU of the process tree (all threads)."""
-    total = 0
+    return sum(cpu_user_sys(pid))
+
+
+def cpu_user_sys(pid):
+    """(user, system) CPU seconds of the process tree (all threads)."""
+    user = system = 0
     for p in process_tree(pid):
         try:
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
+            user += int(fields[11])
+            system += int(fields[12])
         except OSError:
             pass
-    return total / CLK_TCK
+    return user / CLK_TCK, system / CLK_TCK
 
 
 def fd_limit():
@@ -245,6 +256,17 @@ class Session:
         self.static = proc
         return port
 
+    def start_redis(self):
+        """redis-server on a free loopback port, no persistence, pinned to the
+        load core like the mock; returns (port, Proc)."""
+        port = free_port()
+        proc = Proc(f"redis-{port}", ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                                      "--save", "", "--appendonly", "no", "--dir", self.tmp],
+                    LOAD_CPU, self.tmp)
+        self.procs.append(proc)
+        wait_port(port, proc)
+        return port, proc
+
     def params(self, name, port):
         return {
             "tmp": self.tmp, "listen_host": "127.0.0.1", "listen_port": port,
@@ -257,9 +279,10 @@ class Session:
             "haproxy_maxconn": (fd_limit() - 100) // 2,
         }
 
-    def start_peer(self, name, instance="", upstream_port=None):
+    def start_peer(self, name, instance="", upstream_port=None, extra_config=""):
         """Starts one proxy peer on a fresh port (to the mock, or to
-        `upstream_port`); returns its tag."""
+        `upstream_port`; sluice: `extra_config` YAML appended to its config);
+        returns its tag."""
         port = free_port()
         p = self.params(name, port)
         if upstream_port:
@@ -267,6 +290,9 @@ class Session:
         tag = name + instance
         if name == "sluice":
             cfg = render("sluice.yaml", p, os.path.join(self.tmp, f"{tag}.yaml"))
+            if extra_config:
+                with open(cfg, "a") as f:
+                    f.write("\n" + extra_config + "\n")
             argv = [self.sluice_bin, "--config", cfg]
         elif name == "nginx":
             cfg = render("nginx.conf", p, os.path.join(self.tmp, f"{tag}.conf"))
@@ -282,7 +308,7 @@ class Session:
         proc = Proc(tag, argv, PROXY_CPU, self.tmp)
         self.procs.append(proc)
         wait_port(port, proc)
-        self.peers[tag] = {"port": port, "proc": proc, "kind": name}
+        self.peers[tag] = {"port": port, "proc": proc, "kind": name, "admin_port": p["admin_port"]}
         return tag
 
     def stop_peer(self, tag):
@@ -353,17 +379,19 @@ def proc_cpu(session, peer):
     return cpu_seconds(pid) if pid else None
 
 
-def scenario_a(session, peer, duration, tmp, connections=64, upstream=None):
+def scenario_a(session, peer, duration, tmp, connections=64, upstream=None, headers=None,
+               lua_name="post"):
     """wrk, 64 connections, 1 KiB JSON POST, keep-alive. `upstream` (a Proc)
-    is the upstream whose CPU is reported (default: the mock)."""
+    is the upstream whose CPU is reported (default: the mock); `headers`
+    (default COMMON_HEADERS) go into tmp/`lua_name`.lua."""
     upstream = upstream or session.mock
-    lua = os.path.join(tmp, "post.lua")
+    lua = os.path.join(tmp, f"{lua_name}.lua")
     if not os.path.exists(lua):
         body = json_body(False).decode()
         with open(lua, "w") as f:
             f.write('wrk.method = "POST"\n')
             f.write("wrk.body = '%s'\n" % body)
-            for k, v in COMMON_HEADERS.items():
+            for k, v in (headers or COMMON_HEADERS).items():
                 f.write('wrk.headers["%s"] = "%s"\n' % (k, v))
     url = f"http://127.0.0.1:{session.port(peer)}/v1/chat/completions"
     cpu0, mock0, t0 = proc_cpu(session, peer), cpu_seconds(upstream.pid), time.monotonic()
@@ -383,13 +411,13 @@ def scenario_a(session, peer, duration, tmp, connections=64, upstream=None):
     return res
 
 
-def h2load(session, peer, args, duration, tmp, h1, log_file=None):
+def h2load(session, peer, args, duration, tmp, h1, log_file=None, headers=None):
     body = os.path.join(tmp, "body.json")
     if not os.path.exists(body):
         with open(body, "wb") as f:
             f.write(json_body(False))
     argv = ["h2load", "-D", str(duration), "-d", body]
-    for k, v in COMMON_HEADERS.items():
+    for k, v in (headers or COMMON_HEADERS).items():
         argv += ["-H", f"{k}: {v}"]
     if h1:
         argv.append("--h1")
@@ -412,12 +440,12 @@ def h2load(session, peer, args, duration, tmp, h1, log_file=None):
     return res
 
 
-def scenario_b(session, peer, rate, duration, tmp):
+def scenario_b(session, peer, rate, duration, tmp, headers=None):
     """h2load --rps over HTTP/1.1, 16 connections, per-request latency log."""
     clients = 16
     log_file = os.path.join(tmp, f"b-{peer}.log")
     res = h2load(session, peer, ["-c", str(clients), "-m", "1", "--rps", str(max(1, rate // clients))],
-                 duration, tmp, True, log_file)
+                 duration, tmp, True, log_file, headers)
     lat = []
     with open(log_file) as f:
         for line in f:
@@ -466,6 +494,256 @@ def scenario_s(session, peer, streams, tokens, tmp):
 def scenario_e(session, peer, duration, tmp):
     """h2load over h2c: 4 connections x 32 concurrent streams."""
     return h2load(session, peer, ["-c", "4", "-m", "32"], duration, tmp, False)
+
+
+# ---------------------------------------------------------------- R: shared state
+
+# R's requests: COMMON_HEADERS with the quota bench/profile.py --quota uses
+# (never exhausted), so every answer feeds the throttle a request quota and,
+# with shared state on, every admitted request takes its slot in Redis.
+R_HEADERS = dict(COMMON_HEADERS, **{"x-mock-quota": "100000000/60000"})
+# shared_state.timeout: DESIGN §6's default.
+R_REDIS_TIMEOUT = "50ms"
+# R's latency phase runs at this fraction of the slower instance's closed-loop
+# req/s: well below saturation (B uses 0.5; here redis-server shares the load
+# core with the load generator and the mock as well).
+R_RATE_FRACTION = 0.25
+
+
+def redis_command(sock, *args):
+    """One RESP command on a blocking socket; returns the reply's raw bytes
+    (simple string, integer, error or bulk string: what PING and INFO answer)."""
+    out = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in
+                                             (x.encode() if isinstance(x, str) else x for x in args))
+    sock.sendall(out)
+    buf = b""
+    while b"\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise RuntimeError("redis closed the connection")
+        buf += chunk
+    if buf[:1] == b"$":
+        head, rest = buf.split(b"\r\n", 1)
+        need = int(head[1:]) + 2
+        while len(rest) < need:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("redis closed the connection")
+            rest += chunk
+        return rest[:need - 2]
+    return buf
+
+
+def redis_info(port, section):
+    """`INFO section` as {key: value}."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        text = redis_command(s, "INFO", section).decode(errors="replace")
+    return dict(ln.split(":", 1) for ln in text.splitlines() if ":" in ln and not ln.startswith("#"))
+
+
+def redis_calls(port):
+    """Commands Redis has executed since it started, by name ({"evalsha": n, ...})."""
+    out = {}
+    for k, v in redis_info(port, "commandstats").items():
+        m = re.match(r"calls=(\d+)", v)
+        if k.startswith("cmdstat_") and m:
+            out[k[len("cmdstat_"):]] = int(m.group(1))
+    return out
+
+
+def redis_rtt(port, n, cpu=PROXY_CPU, interval_s=0.0, stop=None):
+    """One Redis round trip: n PINGs (or until `stop`, a threading.Event, is
+    set) over one TCP_NODELAY socket, one at a time, `interval_s` apart,
+    timed by the calling thread pinned to `cpu` (the proxy core: the path
+    sluice's calls take to a redis-server on the load core). Microseconds;
+    includes this client's own send/recv, so it is an upper bound."""
+    prev = os.sched_getaffinity(0)  # pid 0: this thread
+    os.sched_setaffinity(0, {int(cpu)})
+    lat = []
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            ping = b"*1\r\n$4\r\nPING\r\n"
+            i = 0
+            while (stop is None and i < n + 100) or (stop is not None and not stop.is_set()):
+                i += 1  # the first 100: warm-up
+                if interval_s:
+                    time.sleep(interval_s)
+                t0 = time.perf_counter_ns()
+                s.sendall(ping)
+                buf = b""
+                while not buf.endswith(b"\r\n"):
+                    chunk = s.recv(64)
+                    if not chunk:
+                        raise RuntimeError("redis closed the connection")
+                    buf += chunk
+                t1 = time.perf_counter_ns()
+                if buf != b"+PONG\r\n":
+                    raise RuntimeError(f"redis answered PING with {buf!r}")
+                if i > 100 or (stop is not None and interval_s):
+                    lat.append((t1 - t0) / 1000.0)
+    finally:
+        os.sched_setaffinity(0, prev)
+    if not lat:
+        return {}
+    return {"rtt_p50_us": pct(lat, 50), "rtt_p99_us": pct(lat, 99), "rtt_p999_us": pct(lat, 99.9),
+            "rtt_mean_us": statistics.mean(lat), "samples": len(lat)}
+
+
+def scrape_metrics(admin_port):
+    """sluice's /metrics as {name: value summed over label sets, and
+    "name{labels}": value for each series}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for ln in text.splitlines():
+        m = re.match(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)", ln)
+        if m and not ln.startswith("#"):
+            try:
+                v = float(m.group(3))
+            except ValueError:
+                continue
+            out[m.group(1)] = out.get(m.group(1), 0.0) + v
+            if m.group(2):
+                out[m.group(1) + m.group(2)] = v
+    return out
+
+
+def shared_state_errors(session, tag):
+    """sluice_shared_state_errors_total of peer `tag`, all ops."""
+    return scrape_metrics(session.peers[tag]["admin_port"]).get("sluice_shared_state_errors_total")
+
+
+def scenario_r_cpu(session, tag, duration, tmp, redis=None):
+    """R's closed loop: wrk as in A (64 connections, 1 KiB POST) with
+    R_HEADERS. With `redis` (port, Proc): Redis's own CPU, the commands it
+    ran per request and sluice's shared-state errors in the run as well."""
+    calls0 = redis_calls(redis[0]) if redis else None
+    rcpu0 = cpu_seconds(redis[1].pid) if redis else None
+    err0 = shared_state_errors(session, tag) if redis else None
+    user0, sys0 = cpu_user_sys(session.pid(tag))
+    res = scenario_a(session, tag, duration, tmp, headers=R_HEADERS, lua_name="post-r")
+    user1, sys1 = cpu_user_sys(session.pid(tag))
+    n = max(1, res["requests"])
+    res["proxy_user_us_per_req"] = (user1 - user0) * 1e6 / n
+    res["proxy_sys_us_per_req"] = (sys1 - sys0) * 1e6 / n
+    res["errors"] = res["non_2xx"] + (1 if res["socket_errors"] else 0)
+    if redis:
+        err1 = shared_state_errors(session, tag)
+        res["shared_state_errors"] = None if None in (err0, err1) else err1 - err0
+        calls1 = redis_calls(redis[0])
+        n = max(1, res["requests"])
+        res["redis_cpu_us_per_req"] = (cpu_seconds(redis[1].pid) - rcpu0) * 1e6 / n
+        res["redis_evalsha_per_req"] = (calls1.get("evalsha", 0) - calls0.get("evalsha", 0)) / n
+        res["redis_calls_per_req"] = (sum(calls1.values()) - sum(calls0.values())) / n
+    return res
+
+
+def run_scenario_r(session, rounds, dur, lat_dur, rtt_n, work):
+    """R: the bench's sluice (every filter, a rate_limit on the upstream)
+    without and with shared_state to a redis-server started here, side by
+    side, interleaved round by round. Each round: a closed-loop run of each
+    (CPU per request), then, after every round's closed loop, a fixed-rate
+    run of each (p50 / p99) and one Redis round trip. Ends with the metrics
+    of the shared-state instance."""
+    redis_port, redis_proc = session.start_redis()
+    redis = (redis_port, redis_proc)
+    off = session.start_peer("sluice", "-r-off")
+    on = session.start_peer("sluice", "-r-on", extra_config=(
+        f'shared_state: {{redis: "redis://127.0.0.1:{redis_port}/0", timeout: {R_REDIS_TIMEOUT}}}'))
+    tags = {"off": off, "on": on}
+    log(f"R: redis-server :{redis_port}; sluice without shared state :{session.port(off)}, "
+        f"with :{session.port(on)}")
+    try:
+        # Warm-up: pools, metric series, the quota key's first (probe) request
+        # and its first report in Redis.
+        for k in ("off", "on"):
+            scenario_a(session, tags[k], 1, work, headers=R_HEADERS, lua_name="post-r")
+        cpu_runs = {"off": [], "on": []}
+        for r in range(rounds):
+            for k in (["off", "on"] if r % 2 == 0 else ["on", "off"]):
+                x = scenario_r_cpu(session, tags[k], dur, work, redis if k == "on" else None)
+                cpu_runs[k].append(x)
+                extra = (f", redis {x['redis_cpu_us_per_req']:.1f}us cpu/req, "
+                         f"{x['redis_evalsha_per_req']:.3f} EVALSHA/req, "
+                         f"shared-state errors {fmt(x['shared_state_errors'])}") if k == "on" else ""
+                log(f"R round {r + 1} closed loop, shared state {k}: {x['rps']:.0f} req/s cpu/req "
+                    f"{x.get('proxy_cpu_us_per_req', 0):.1f}us (user {x['proxy_user_us_per_req']:.1f}, "
+                    f"system {x['proxy_sys_us_per_req']:.1f}) errors {x['errors']}{extra}")
+            session.check_alive()
+        slower = min(statistics.median(x["rps"] for x in cpu_runs[k]) for k in cpu_runs)
+        rate = max(16, int(slower * R_RATE_FRACTION))
+        lat_runs = {"off": [], "on": []}
+        rtt_runs = []
+        for r in range(rounds):
+            for k in (["off", "on"] if r % 2 == 0 else ["on", "off"]):
+                pinger = None
+                if k == "on":
+                    # Redis's round trip under the same load: a PING every
+                    # 2 ms from the proxy core while sluice's own calls run
+                    # (its cost, ~2% of that core, lands on the "on" side).
+                    done = threading.Event()
+                    loaded = {}
+                    pinger = threading.Thread(target=lambda: loaded.update(
+                        redis_rtt(redis_port, 0, interval_s=0.002, stop=done)))
+                    pinger.start()
+                    err0 = shared_state_errors(session, tags[k])
+                try:
+                    x = scenario_b(session, tags[k], rate, lat_dur, work, headers=R_HEADERS)
+                finally:
+                    if pinger:
+                        done.set()
+                        pinger.join()
+                if k == "on":
+                    err1 = shared_state_errors(session, tags[k])
+                    x["shared_state_errors"] = None if None in (err0, err1) else err1 - err0
+                x["errors"] = x["failed"] + x["errored"] + x["non_2xx"]
+                lat_runs[k].append(x)
+                log(f"R round {r + 1} at {rate} req/s, shared state {k}: p50 {x['p50_us']}us "
+                    f"p99 {x['p99_us']}us ({x['samples']} samples, errors {x['errors']}"
+                    + (f", shared-state errors {fmt(x['shared_state_errors'])})" if k == "on" else ")"))
+            rtt = redis_rtt(redis_port, rtt_n)
+            rtt.update({"loaded_" + q: v for q, v in loaded.items()})
+            rtt_runs.append(rtt)
+            log(f"R round {r + 1} Redis round trip (PING): idle p50 {rtt['rtt_p50_us']:.1f}us "
+                f"p99 {rtt['rtt_p99_us']:.1f}us; during the shared-state run p50 "
+                f"{rtt.get('loaded_rtt_p50_us') or 0:.1f}us p99 {rtt.get('loaded_rtt_p99_us') or 0:.1f}us "
+                f"({rtt.get('loaded_samples', 0)} samples)")
+            session.check_alive()
+        metrics = scrape_metrics(session.peers[on]["admin_port"])
+    finally:
+        session.stop_peer(on)
+        session.stop_peer(off)
+    # Per round, off and on ran back to back: their ratio / difference per
+    # round, then the median over rounds.
+    paired = []
+    for r in range(rounds):
+        c_off, c_on = cpu_runs["off"][r], cpu_runs["on"][r]
+        l_off, l_on = lat_runs["off"][r], lat_runs["on"][r]
+        paired.append({
+            "cpu_ratio": ratio(c_on.get("proxy_cpu_us_per_req"), c_off.get("proxy_cpu_us_per_req")),
+            "added_p50_us": (l_on["p50_us"] - l_off["p50_us"]
+                             if None not in (l_on["p50_us"], l_off["p50_us"]) else None),
+            "added_p99_us": (l_on["p99_us"] - l_off["p99_us"]
+                             if None not in (l_on["p99_us"], l_off["p99_us"]) else None)})
+    keys_cpu = ["rps", "proxy_cpu_us_per_req", "proxy_user_us_per_req", "proxy_sys_us_per_req",
+                "proxy_cpu_util", "mock_cpu_util", "errors",
+                "redis_cpu_us_per_req", "redis_evalsha_per_req", "redis_calls_per_req",
+                "shared_state_errors"]
+    keys_lat = ["p50_us", "p99_us", "p999_us", "errors", "rps", "shared_state_errors"]
+    return {
+        "rate": rate, "redis_timeout": R_REDIS_TIMEOUT, "quota_header": R_HEADERS["x-mock-quota"],
+        "closed_loop": {k: collect(cpu_runs[k], keys_cpu) for k in cpu_runs},
+        "fixed_rate": {k: collect(lat_runs[k], keys_lat) for k in lat_runs},
+        "paired": collect(paired, ["cpu_ratio", "added_p50_us", "added_p99_us"]),
+        "redis_rtt": collect(rtt_runs, ["rtt_p50_us", "rtt_p99_us", "rtt_p999_us", "rtt_mean_us",
+                                        "loaded_rtt_p50_us", "loaded_rtt_p99_us", "loaded_rtt_p999_us",
+                                        "loaded_samples"]),
+        "shared_state_errors_total": metrics.get("sluice_shared_state_errors_total"),
+        "shared_state_errors_by_op": {k[k.index("{"):]: v for k, v in metrics.items()
+                                      if k.startswith("sluice_shared_state_errors_total{")},
+        "shared_state_up": metrics.get("sluice_shared_state_up"),
+    }
 
 
 # ---------------------------------------------------------------- SSE client
@@ -783,7 +1061,8 @@ def machine_info():
             "git_commit": commit + ("-dirty" if dirty else ""), "loadavg_start": os.getloadavg(),
             "versions": {"nginx": ver(["nginx", "-v"]), "haproxy": ver(["haproxy", "-v"]),
                          "nghttpx": ver(["nghttpx", "--version"]), "wrk": ver(["wrk", "-v"]),
-                         "h2load": ver(["h2load", "--version"])}}
+                         "h2load": ver(["h2load", "--version"]),
+                         "redis-server": ver(["redis-server", "--version"])}}
 
 
 def med(d, *path):
@@ -822,8 +1101,8 @@ def write_report(results, out_dir, smoke):
              f"- date: {m['date']}, commit {m['git_commit']}",
              f"- load average at start / end: {m['loadavg_start']} / {m.get('loadavg_end')}",
              f"- conditions: {results['conditions']}",
-             f"- pinning: proxies on CPU {PROXY_CPU}; mock-llm (1 thread), wrk / h2load and the "
-             f"Python SSE client on CPU {LOAD_CPU}",
+             f"- pinning: proxies on CPU {PROXY_CPU}; mock-llm (1 thread), redis-server (R), wrk / h2load "
+             f"and the Python SSE client on CPU {LOAD_CPU}",
              f"- every figure: median of {results['rounds']} interleaved rounds, (min–max) in brackets",
              ""]
     t = results["targets"]
@@ -902,6 +1181,43 @@ def write_report(results, out_dir, smoke):
             lines.append(f"| {peer} | {spread(r.get('chunks_per_s'))} | "
                          f"{spread(r.get('proxy_cpu_us_per_chunk'), 2)} | {spread(r.get('proxy_cpu_s'), 2)} | "
                          f"{spread(r.get('proxy_cpu_util'), 0, 100)}% | {fmt(med(r, 'errors'))} |")
+    rr = results.get("R")
+    if rr:
+        lines += ["", f"## R. Shared state (Redis) on vs off (1 KiB JSON POST, HTTP/1.1, every answer "
+                  f"with a request quota `{rr['quota_header']}`, `rate_limit` on the upstream; "
+                  f"`shared_state.timeout` {rr['redis_timeout']}; redis-server on CPU {LOAD_CPU})", "",
+                  f"| shared state | closed loop req/s | proxy CPU µs / request (user + system) | proxy CPU use | "
+                  f"p50 µs at {rr['rate']:,} req/s | p99 µs | p99.9 µs | Redis CPU µs / request | "
+                  f"EVALSHA / request | errors (closed loop / fixed rate) | shared-state errors "
+                  f"(closed loop / fixed rate, per run) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for k in ("off", "on"):
+            c, lt = rr["closed_loop"].get(k, {}), rr["fixed_rate"].get(k, {})
+            lines.append(f"| {k} | {spread(c.get('rps'))} | {spread(c.get('proxy_cpu_us_per_req'), 1)} "
+                         f"({fmt(med(c, 'proxy_user_us_per_req'), '', 1)} + "
+                         f"{fmt(med(c, 'proxy_sys_us_per_req'), '', 1)}) | "
+                         f"{spread(c.get('proxy_cpu_util'), 0, 100)}% | {spread(lt.get('p50_us'))} | "
+                         f"{spread(lt.get('p99_us'))} | {spread(lt.get('p999_us'))} | "
+                         f"{spread(c.get('redis_cpu_us_per_req'), 1)} | "
+                         f"{spread(c.get('redis_evalsha_per_req'), 3)} | "
+                         f"{fmt(med(c, 'errors'))} / {fmt(med(lt, 'errors'))} | "
+                         f"{spread(c.get('shared_state_errors')) if k == 'on' else '–'} / "
+                         f"{spread(lt.get('shared_state_errors')) if k == 'on' else '–'} |")
+        pr, rt = rr["paired"], rr["redis_rtt"]
+        lines += ["", f"- CPU per request, on / off (per round, the two back to back): "
+                      f"{spread(pr.get('cpu_ratio'), 3)}×",
+                  f"- added p50 (on − off): {spread(pr.get('added_p50_us'))} µs; added p99: "
+                  f"{spread(pr.get('added_p99_us'))} µs",
+                  f"- one Redis round trip (PING over one socket from CPU {PROXY_CPU}): between the runs "
+                  f"p50 {spread(rt.get('rtt_p50_us'), 1)} µs, p99 {spread(rt.get('rtt_p99_us'), 1)} µs; "
+                  f"during the shared-state fixed-rate run (a PING every 2 ms, "
+                  f"{fmt(med(rt, 'loaded_samples'))} samples) p50 {spread(rt.get('loaded_rtt_p50_us'), 1)} µs, "
+                  f"p99 {spread(rt.get('loaded_rtt_p99_us'), 1)} µs",
+                  f"- at the end, the shared-state instance's admin port: "
+                  f"sluice_shared_state_errors_total {fmt(rr.get('shared_state_errors_total'))} ("
+                  + (", ".join(f"{k} {fmt(v)}" for k, v in sorted(rr.get("shared_state_errors_by_op", {}).items()))
+                     or "no series") + f"; warm-up included), sluice_shared_state_up "
+                  f"{fmt(rr.get('shared_state_up'))}"]
     lines += ["", "## Notes", ""] + [f"- {n}" for n in results["notes"]] + [""]
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write("\n".join(lines))
@@ -930,7 +1246,8 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="seconds-long version of every scenario")
     ap.add_argument("--out", help="results directory (default bench/results, smoke: a temp dir)")
     ap.add_argument("--rounds", type=int)
-    ap.add_argument("--only", default="APBCDES", help="scenarios to run, e.g. AB (P = A′)")
+    ap.add_argument("--only", default="APBCDESR",
+                    help="scenarios to run, e.g. AB (P = A′, R = shared state on vs off)")
     ap.add_argument("--conditions", default=os.environ.get("BENCH_CONDITIONS", ""),
                     help="free text recorded with the results (e.g. machine load)")
     args = ap.parse_args()
@@ -944,6 +1261,8 @@ def main():
     d_rounds = 1 if smoke else 2
     leaky_n, leaky_budget, leaky_hold = (2, 300, 0.8) if smoke else (10, 1000, 3.0)
     s_streams, s_tokens = (5, 2000) if smoke else (5, 20000)
+    # R, per instance and round: closed loop r_dur s, fixed rate r_lat_dur s; r_rtt_n PINGs per round
+    r_dur, r_lat_dur, r_rtt_n = (1, 1, 500) if smoke else (10, 10, 5000)
 
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (200000, 200000))
@@ -1133,6 +1452,9 @@ def main():
                 session.check_alive()
         results["E"] = {p: collect(e_runs[p], ["rps", "proxy_cpu_us_per_req", "proxy_cpu_util", "errors"])
                         for p in e_peers if e_runs[p]}
+        # R: shared state (Redis) on vs off
+        if "R" in args.only:
+            results["R"] = run_scenario_r(session, rounds, r_dur, r_lat_dur, r_rtt_n, work)
         session.check_alive()
     finally:
         session.close()
@@ -1206,6 +1528,27 @@ def evaluate(res):
                   "result": f"sluice {fmt(s_cpu, '', 2)} µs, nginx {fmt(n_cpu, '', 2)} µs per chunk; "
                             f"ratio (nginx / sluice) {fmt(r, '', 2)}×",
                   "verdict": verdict(None if r is None else r >= 1.0)}
+    rr = res.get("R")
+    if rr:
+        cr = med(rr["paired"], "cpu_ratio")
+        added = med(rr["paired"], "added_p99_us")
+        # The comparator: the round trip under the same load (sluice's calls
+        # met that Redis); the one between the runs is reported beside it.
+        rtt99 = med(rr["redis_rtt"], "loaded_rtt_p99_us")
+        idle99 = med(rr["redis_rtt"], "rtt_p99_us")
+        errs, up = rr.get("shared_state_errors_total"), rr.get("shared_state_up")
+        cmp = ("–" if added is None or rtt99 is None else
+               f"{'≤' if added <= rtt99 else '>'} one Redis round trip p99 under the same load "
+               f"{fmt(rtt99, '', 1)} µs (between the runs {fmt(idle99, '', 1)} µs)")
+        ok = (None if cr is None or added is None or rtt99 is None else
+              cr <= 1.10 and added <= rtt99 and errs == 0 and up == 1)
+        t["R"] = {"target": "shared state on: CPU per request ≤ 1.10× off; added p99 ≤ one Redis round trip "
+                            "p99; no shared-state errors, up 1",
+                  "result": f"CPU per request {fmt(med(rr['closed_loop'], 'on', 'proxy_cpu_us_per_req'), '', 1)}"
+                            f" vs {fmt(med(rr['closed_loop'], 'off', 'proxy_cpu_us_per_req'), '', 1)} µs, "
+                            f"ratio {fmt(cr, '', 3)}×; added p99 {fmt(added)} µs {cmp}; "
+                            f"shared-state errors {fmt(errs)}, up {fmt(up)}",
+                  "verdict": verdict(ok)}
     e = res.get("E", {})
     if e:
         r1 = ratio(med(e, "sluice", "rps"), med(e, "nghttpx", "rps"))
@@ -1218,8 +1561,10 @@ def evaluate(res):
 
 def bottleneck_notes(res):
     notes = []
-    for scen in ("A", "A_prime", "E"):
-        for p, r in res.get(scen, {}).items():
+    r_cl = (res.get("R") or {}).get("closed_loop", {})
+    for scen, peers in (("A", res.get("A", {})), ("A_prime", res.get("A_prime", {})), ("E", res.get("E", {})),
+                        ("R", {f"sluice, shared state {k}": v for k, v in r_cl.items()})):
+        for p, r in peers.items():
             if p == "direct":
                 continue
             u = med(r, "proxy_cpu_util")
