@@ -1,6 +1,9 @@
 #include "proxy/redis_client.h"
 
 #include <event2/buffer.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <charconv>
@@ -93,6 +96,12 @@ void RedisClient::start() {
 
 void RedisClient::onIoEvent(short events) {
   if ((events & BEV_EVENT_CONNECTED) != 0) {
+    // Small commands, each awaited: Nagle would hold one back until the
+    // previous one's ACK (hiredis sets TCP_NODELAY too).
+    if (const evutil_socket_t fd = io_->fd(); fd >= 0) {
+      const int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
     io_->useSocketIfPlain();  // plain TCP: off the bufferevent from here on
     if (state_ == State::Connecting) handshake();
     return;
