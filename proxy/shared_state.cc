@@ -455,7 +455,10 @@ void SharedState::replayCircuits(RedisClient& client) {
     }
     client.command(
         {"EVAL", kOpenStateScript, "1", key},
-        [this, scope](const redisReply* reply) { applyStoredOpen(scope, reply); }, "circuit");
+        [this, scope = std::string(scope)](const redisReply* reply) {
+          applyStoredOpen(scope, reply);
+        },
+        "circuit");
   }
 }
 
