@@ -275,9 +275,10 @@ class RedisQuota final : public GlobalQuota {
     const IntText ago(std::max<int64_t>(report.sent_ago.count(), 0));
     std::string redis_key = key_prefix_ + key;
     std::string resp;
-    appendRespArray(resp, {"EVALSHA", shared_.observeSha(), "1", redis_key, ago.view(),
-                           r.limit.view(), r.remaining.view(), r.reset.view(), r.unanswered.view(),
-                           t.limit.view(), t.remaining.view(), t.reset.view(), t.unanswered.view()});
+    appendRespArray(resp,
+                    {"EVALSHA", shared_.observeSha(), "1", redis_key, ago.view(), r.limit.view(),
+                     r.remaining.view(), r.reset.view(), r.unanswered.view(), t.limit.view(),
+                     t.remaining.view(), t.reset.view(), t.unanswered.view()});
     if (client == nullptr || !client->commandFormatted(resp, nullptr, "quota")) {
       shared_.keepForLater(std::move(redis_key), std::move(resp));
     }

@@ -2,8 +2,8 @@
 
 // Cross-connection counters behind the mock's scripted faults: the
 // `x-mock-fail-key` attempt counter and the `x-mock-quota` /
-// `x-mock-token-quota` fixed-window request and token quotas, plus the formatting of the rate-limit headers each provider
-// family sends. Both counters are shared by all worker threads (mutex).
+// `x-mock-token-quota` fixed-window request and token quotas, plus the formatting of the rate-limit
+// headers each provider family sends. Both counters are shared by all worker threads (mutex).
 
 #include <chrono>
 #include <cstdint>

@@ -396,12 +396,12 @@ ResponsePlan planUnscheduled(const Request& req, SharedState& state) {
         error = "mock-llm: invalid " + std::string(name) + " header (want LIMIT/WINDOW_MS): '" +
                 *q + "'";
       }
-      asks.push_back({unit, key ? *key : "default", limit, std::chrono::milliseconds(window), cost});
+      asks.push_back(
+          {unit, key ? *key : "default", limit, std::chrono::milliseconds(window), cost});
     };
     ask("x-mock-quota", QuotaUnit::kRequests, 1);
     // A token quota counts what the answer's `usage` reports: prompt + completion tokens.
-    ask("x-mock-token-quota", QuotaUnit::kTokens,
-        inputTokens(req) + outputTokens(req, tokens));
+    ask("x-mock-token-quota", QuotaUnit::kTokens, inputTokens(req) + outputTokens(req, tokens));
     if (error.empty()) {
       const std::vector<QuotaStatus> statuses = state.quotas.admitAll(asks, now);
       for (size_t i = 0; i < asks.size(); ++i) {
@@ -430,7 +430,7 @@ ResponsePlan planUnscheduled(const Request& req, SharedState& state) {
   } else if (refusing != nullptr) {
     status = 429;
     message = quota && refusing == &*quota ? "Rate limit reached for requests (mock-llm quota)"
-                                  : "Rate limit reached for tokens (mock-llm token quota)";
+                                           : "Rate limit reached for tokens (mock-llm token quota)";
     if (!retry_after)
       extra.emplace_back("Retry-After", std::to_string(ceilSeconds(refusing->reset_in)));
   } else if (fail_times >= 0 ? failing_attempt : status_override != 0) {
