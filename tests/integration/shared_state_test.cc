@@ -116,21 +116,29 @@ AgentsResult runAgents(const Replicas& replicas, const std::string& quota_key,
           std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start)};
 }
 
+/**
+ * What a shared quota promises: every agent succeeded within its budget, the
+ * provider said 429 at most once, and nothing fell back to local state on the
+ * way. Returns the provider's 429s.
+ */
+int expectTheFleetKeptTheQuota(MockLlm& mock, const Replicas& fleet, const AgentsResult& result) {
+  const int provider_429s = mock.answeredWith(429);
+  EXPECT_EQ(result.ok, 12) << "429s: " << result.rate_limited << " other: " << result.other
+                           << result.others << " after " << result.took.count() << " ms";
+  EXPECT_LE(provider_429s, 1) << mock.ledger().dump();
+  for (const auto& r : fleet) {
+    EXPECT_EQ(r->metric("sluice_shared_state_errors_total"), 0) << r->stderrText();
+  }
+  return provider_429s;
+}
+
 TEST(SharedStateTest, ThreeReplicasShareOneQuotaAndTheProviderBarelySays429) {
   MockLlm mock;
   RedisProcess redis;
   const Replicas shared = startReplicas(3, replicaConfig(mock.url(), {redis.url()}));
   ASSERT_TRUE(waitUntil([&] { return allUp(shared); })) << shared[0]->stderrText();
   const AgentsResult with_shared = runAgents(shared, "shared");
-  const int shared_429s = mock.answeredWith(429);
-  EXPECT_EQ(with_shared.ok, 12) << "429s: " << with_shared.rate_limited
-                                << " other: " << with_shared.other << with_shared.others
-                                << " after " << with_shared.took.count() << " ms";
-  EXPECT_LE(shared_429s, 1) << mock.ledger().dump();
-  // Nothing fell back to local state on the way.
-  for (const auto& r : shared) {
-    EXPECT_EQ(r->metric("sluice_shared_state_errors_total"), 0) << r->stderrText();
-  }
+  const int shared_429s = expectTheFleetKeptTheQuota(mock, shared, with_shared);
 
   // The same run with local state: each replica believes it owns the whole quota.
   mock.clearLedger();
@@ -160,14 +168,7 @@ TEST(SharedStateTest, ThreeReplicasShareOneTokenQuotaAndTheProviderBarelySays429
   const Replicas shared = startReplicas(3, replicaConfig(mock.url(), {redis.url()}));
   ASSERT_TRUE(waitUntil([&] { return allUp(shared); })) << shared[0]->stderrText();
   const AgentsResult with_shared = runAgents(shared, "tshared", quota, kTenTokenChat);
-  const int shared_429s = mock.answeredWith(429);
-  EXPECT_EQ(with_shared.ok, 12) << "429s: " << with_shared.rate_limited
-                                << " other: " << with_shared.other << with_shared.others
-                                << " after " << with_shared.took.count() << " ms";
-  EXPECT_LE(shared_429s, 1) << mock.ledger().dump();
-  for (const auto& r : shared) {
-    EXPECT_EQ(r->metric("sluice_shared_state_errors_total"), 0) << r->stderrText();
-  }
+  const int shared_429s = expectTheFleetKeptTheQuota(mock, shared, with_shared);
   // The fleet's count is the token counter; the request counter stays local.
   const std::string key = redis.cli("--scan --pattern 't:q:*'");
   ASSERT_NE(key, "") << "the token quota never reached Redis";
@@ -197,11 +198,7 @@ TEST(SharedStateTest, AnthropicRequestAndTokenQuotasAreBothSharedAndTheTokensBin
                          {"x-mock-tokens", "10"}};
   const Replicas shared = startReplicas(3, replicaConfig(mock.url(), {redis.url()}));
   ASSERT_TRUE(waitUntil([&] { return allUp(shared); })) << shared[0]->stderrText();
-  const AgentsResult with_shared = runAgents(shared, "both", quota, kTenTokenChat);
-  EXPECT_EQ(with_shared.ok, 12) << "429s: " << with_shared.rate_limited
-                                << " other: " << with_shared.other << with_shared.others
-                                << " after " << with_shared.took.count() << " ms";
-  EXPECT_LE(mock.answeredWith(429), 1) << mock.ledger().dump();
+  expectTheFleetKeptTheQuota(mock, shared, runAgents(shared, "both", quota, kTenTokenChat));
   const std::string key = redis.cli("--scan --pattern 't:q:*'");
   ASSERT_NE(key, "");
   EXPECT_EQ(redis.cli("HGET " + key + " limit"), "100");
