@@ -5,7 +5,8 @@
 namespace sluice {
 
 QuotaReportGate::Counters& QuotaReportGate::entryLocked(const std::string& key) {
-  if (known_.size() >= kMaxKeys && known_.count(key) == 0) known_.clear();
+  if (const auto it = known_.find(key); it != known_.end()) return it->second;
+  if (known_.size() >= kMaxKeys) known_.clear();
   return known_[key];
 }
 

@@ -24,12 +24,11 @@ using std::chrono::milliseconds;
 // clamped to the limit: a bigger one waits for a full window). Returns
 // {kind, wait_ms}: 0 unknown (no counter is global: decide locally), 1
 // admitted (then also the request count left and its reset, in ms from now
-// or -1, then the same for tokens: QuotaReportGate; -1 -1 for a counter that
-// is not global), 2 wait (wait_ms: until the latest reset among the counters
-// that refuse; -1 = unknown: the fleet's probe is out, or a refill with no
-// reset since), 3 the fleet's probe. Refills a passed reset lazily, per
-// counter, as QuotaTracker does. A key nobody has seen admits one probe for
-// the fleet; the others wait for its report or its release
+// or -1, then the same for tokens: QuotaReportGate; -1 -1 for requests that
+// are not global, nothing for tokens that are not), 2 wait (wait_ms: until the latest reset among
+// the counters that refuse; -1 = unknown: the fleet's probe is out, or a refill with no reset
+// since), 3 the fleet's probe. Refills a passed reset lazily, per counter, as QuotaTracker does. A
+// key nobody has seen admits one probe for the fleet; the others wait for its report or its release
 // (kProbeEndScript). avail = -1 (or absent, once the key is known) marks a
 // counter the responses do not carry (or whose last window had no limit):
 // every replica decides it locally until a report says otherwise.
@@ -70,7 +69,9 @@ if not req and not tok then return {0, 0} end
 local function fits(c) return not c or c.avail - c.need >= c.floor end
 if fits(req) and fits(tok) then
   local reply = {1, 0}
-  for _, c in ipairs({req or false, tok or false}) do
+  -- {avail, reset_in} of requests, then of tokens only when they are global
+  -- (every element of the reply costs the replica a parse).
+  for _, c in ipairs({req or false, tok}) do
     if c then
       if c.need > 0 then
         c.avail = c.avail - c.need
@@ -101,9 +102,9 @@ return {2, wait}
 )lua";
 
 // An observe: KEYS[1] the quota's hash; ARGV[1] sent_ago_ms, then per counter
-// (ARGV[2..5] requests, ARGV[6..9] tokens) limit, remaining (-1 = not
-// reported: the counter is left as it is), reset_in_ms (-1 = none),
-// unanswered. Newest wins, by reset time, per counter: a report of a window
+// (ARGV[2..5] requests, ARGV[6..9] tokens, which may be left out) limit,
+// remaining (-1 = not reported: the counter is left as it is), reset_in_ms
+// (-1 = none), unanswered. Newest wins, by reset time, per counter: a report of a window
 // already refilled, or of one that is over, is ignored; within one window (or
 // right after a refill) the available count only goes down; a report of a
 // later window replaces it.
@@ -116,7 +117,7 @@ local h = redis.call('HMGET', KEYS[1], 'limit', 'avail', 'reset', 'wend',
 -- One counter's report: p its field prefix, h[i..i+3] its fields, ARGV[a..a+3]
 -- its report. Returns the reset it keeps, or nil when nothing was written.
 local function observe(p, i, a)
-  local remaining = tonumber(ARGV[a + 1])
+  local remaining = tonumber(ARGV[a + 1] or -1)
   if remaining < 0 then return nil end
   local limit = tonumber(ARGV[a])
   local fresh = remaining - tonumber(ARGV[a + 3])
@@ -275,10 +276,16 @@ class RedisQuota final : public GlobalQuota {
     const IntText ago(std::max<int64_t>(report.sent_ago.count(), 0));
     std::string redis_key = key_prefix_ + key;
     std::string resp;
-    appendRespArray(resp,
-                    {"EVALSHA", shared_.observeSha(), "1", redis_key, ago.view(), r.limit.view(),
-                     r.remaining.view(), r.reset.view(), r.unanswered.view(), t.limit.view(),
-                     t.remaining.view(), t.reset.view(), t.unanswered.view()});
+    if (tokens || (all && report.tokens)) {
+      appendRespArray(resp,
+                      {"EVALSHA", shared_.observeSha(), "1", redis_key, ago.view(), r.limit.view(),
+                       r.remaining.view(), r.reset.view(), r.unanswered.view(), t.limit.view(),
+                       t.remaining.view(), t.reset.view(), t.unanswered.view()});
+    } else {  // no token counter: its arguments are left out
+      appendRespArray(resp,
+                      {"EVALSHA", shared_.observeSha(), "1", redis_key, ago.view(), r.limit.view(),
+                       r.remaining.view(), r.reset.view(), r.unanswered.view()});
+    }
     if (client == nullptr || !client->commandFormatted(resp, nullptr, "quota")) {
       shared_.keepForLater(std::move(redis_key), std::move(resp));
     }
