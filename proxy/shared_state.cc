@@ -240,8 +240,11 @@ class RedisQuota final : public GlobalQuota {
     RedisClient* client = shared_.client();
     if (client == nullptr) return false;
     const IntText need(static_cast<int64_t>(std::min<uint64_t>(token_need, kMaxTokenNeed)));
+    // The Redis key in a per-thread buffer: no allocation per call.
+    thread_local std::string redis_key;
+    redis_key.assign(key_prefix_).append(key);
     return client->command(
-        {"EVALSHA", shared_.reserveSha(), "1", key_prefix_ + key, reserve_, need.view()},
+        {"EVALSHA", shared_.reserveSha(), "1", redis_key, reserve_, need.view()},
         [this, key, done = std::move(done)](const redisReply* reply) {
           Answer answer;
           const int64_t kind = integerAt(reply, 0);
