@@ -19,7 +19,13 @@
 // `refresh` (it refreshes the key's expiry and a reset that moved). The
 // entries are bounded (kMaxKeys); past it they are forgotten, which only
 // means more reports. Thread-safe: one gate serves every worker of a process.
+//
+// A key has two counters, requests and tokens, each gated on its own by the
+// same rules (a token count's `reserve` is 0: the fleet admits while the
+// need fits). A report goes when either counter could change; the caller
+// sends only the counters that could.
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -37,36 +43,46 @@ class QuotaReportGate {
   /** Resets within this of each other belong to one window (clock and header jitter). */
   static constexpr std::chrono::milliseconds kSameWindow{100};
 
+  /** Which count of a key. */
+  enum class Counter { kRequests = 0, kTokens = 1 };
+
   QuotaReportGate(int64_t reserve, std::chrono::milliseconds refresh)
       : reserve_(reserve), refresh_(refresh) {}
 
   /**
-   * A reserve admitted a request on `key`: the fleet has `avail` left, its
-   * window resets at `reset_at` (nullopt: unknown, e.g. just refilled).
+   * A reserve admitted a request on `key`: the fleet has `avail` of
+   * `counter` left, its window resets at `reset_at` (nullopt: unknown, e.g.
+   * just refilled).
    */
   void learned(const std::string& key, int64_t avail, std::optional<MonotonicTime> reset_at,
-               MonotonicTime now);
+               MonotonicTime now, Counter counter = Counter::kRequests);
 
   /**
    * Whether a report of `remaining` (the response's) with `unanswered`
-   * requests of this replica in flight, for a window resetting at
-   * `reset_at`, can change the fleet's state. When it returns true the report
-   * is taken as sent.
+   * requests (or, for tokens, their token needs) of this replica in flight,
+   * for a window resetting at `reset_at`, can change the fleet's `counter`.
+   * When it returns true the report is taken as sent.
    */
   bool shouldReport(const std::string& key, int64_t remaining, int64_t unanswered,
-                    std::optional<MonotonicTime> reset_at, MonotonicTime now);
+                    std::optional<MonotonicTime> reset_at, MonotonicTime now,
+                    Counter counter = Counter::kRequests);
 
  private:
   struct Known {
+    bool seen = false;                      // anything learned or reported yet
     int64_t avail = 0;                      // the lowest count the fleet is known to have
     std::optional<MonotonicTime> reset_at;  // its window's reset
     MonotonicTime reported_at;              // the last report sent (or first learned)
   };
+  using Counters = std::array<Known, 2>;  // by Counter
+
+  /** `key`'s counters, created (forgetting every key past kMaxKeys) when absent. */
+  Counters& entryLocked(const std::string& key);
 
   const int64_t reserve_;
   const std::chrono::milliseconds refresh_;
   std::mutex mu_;
-  std::unordered_map<std::string, Known> known_;
+  std::unordered_map<std::string, Counters> known_;
 };
 
 }  // namespace sluice

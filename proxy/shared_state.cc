@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <charconv>
 #include <random>
 
@@ -14,103 +15,160 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// A reserve: KEYS[1] the quota's hash, ARGV[1] the reserve (rate_limit.reserve).
-// Returns {kind, wait_ms}: 0 unknown (decide locally), 1 admitted (then also
-// the count left and the reset, in ms from now or -1: QuotaReportGate), 2
-// wait (wait_ms, -1 = unknown: the fleet's probe is out), 3 the fleet's probe.
-// Refills a passed reset lazily, as QuotaTracker does. A key nobody has seen
-// admits one probe for the fleet; the others wait for its report or its
-// release (kProbeEndScript). avail = -1 marks a key whose responses carry no
-// request quota (or whose last window had no limit): every replica decides
-// locally until a report says otherwise.
+// A reserve: KEYS[1] the quota's hash, ARGV[1] the reserve (rate_limit.reserve),
+// ARGV[2] the request's token need (0 = unknown: tokens are not checked).
+// The hash holds two counters, requests (limit, avail, reset, wend) and
+// tokens (tlimit, tavail, treset, twend); one local function serves both.
+// A request is admitted when every counter the fleet knows allows it:
+// requests while avail > reserve, tokens while tavail >= need (the need
+// clamped to the limit: a bigger one waits for a full window). Returns
+// {kind, wait_ms}: 0 unknown (no counter is global: decide locally), 1
+// admitted (then also the request count left and its reset, in ms from now
+// or -1, then the same for tokens: QuotaReportGate; -1 -1 for requests that
+// are not global, nothing for tokens that are not), 2 wait (wait_ms: until the latest reset among
+// the counters that refuse; -1 = unknown: the fleet's probe is out, or a refill with no reset
+// since), 3 the fleet's probe. Refills a passed reset lazily, per counter, as QuotaTracker does. A
+// key nobody has seen admits one probe for the fleet; the others wait for its report or its release
+// (kProbeEndScript). avail = -1 (or absent, once the key is known) marks a
+// counter the responses do not carry (or whose last window had no limit):
+// every replica decides it locally until a report says otherwise.
 constexpr std::string_view kReserveScript = R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local h = redis.call('HMGET', KEYS[1], 'limit', 'avail', 'reset')
-if not h[2] then
+local h = redis.call('HMGET', KEYS[1], 'limit', 'avail', 'reset', 'tlimit', 'tavail', 'treset')
+if not h[2] and not h[5] then
   if redis.call('HSETNX', KEYS[1], 'probe', 1) == 1 then
     redis.call('PEXPIRE', KEYS[1], 2000)
     return {3, 0}
   end
   return {2, -1}
 end
-local limit = tonumber(h[1])
-local avail = tonumber(h[2])
-local reset = tonumber(h[3])
-if avail < 0 then return {0, 0} end
-if reset >= 0 and now >= reset then
-  if limit <= 0 then
-    redis.call('HSET', KEYS[1], 'avail', -1, 'reset', -1)
-    return {0, 0}
+-- One counter (p: the field prefix) after its lazy refill: {avail, reset, need,
+-- floor}, admitting while avail - need >= floor; nil when it is not global.
+local function counter(p, limit, avail, reset, need, floor)
+  avail = tonumber(avail)
+  if not avail or avail < 0 then return nil end
+  limit = tonumber(limit) or -1
+  reset = tonumber(reset) or -1
+  if reset >= 0 and now >= reset then
+    if limit <= 0 then
+      redis.call('HSET', KEYS[1], p .. 'avail', -1, p .. 'reset', -1)
+      return nil
+    end
+    redis.call('HSET', KEYS[1], p .. 'avail', limit, p .. 'reset', -1, p .. 'wend', reset)
+    avail, reset = limit, -1
   end
-  avail = limit
-  redis.call('HSET', KEYS[1], 'avail', avail, 'reset', -1, 'wend', reset)
-  reset = -1
+  if limit > 0 and need > limit then need = limit end
+  if limit > 0 and floor > limit - need then floor = limit - need end
+  return {p = p, avail = avail, reset = reset, need = need, floor = floor}
 end
 local reserve = tonumber(ARGV[1])
-if limit > 0 and reserve > limit - 1 then reserve = limit - 1 end
-if avail > reserve then
-  redis.call('HSET', KEYS[1], 'avail', avail - 1)
-  local reset_in = -1
-  if reset >= 0 then reset_in = reset - now end
-  return {1, 0, avail - 1, reset_in}
+local req = counter('', h[1], h[2], h[3], 1, reserve)
+local tok = counter('t', h[4], h[5], h[6], tonumber(ARGV[2]), 0)
+if not req and not tok then return {0, 0} end
+local function fits(c) return not c or c.avail - c.need >= c.floor end
+if fits(req) and fits(tok) then
+  local reply = {1, 0}
+  -- {avail, reset_in} of requests, then of tokens only when they are global
+  -- (every element of the reply costs the replica a parse).
+  for _, c in ipairs({req or false, tok}) do
+    if c then
+      if c.need > 0 then
+        c.avail = c.avail - c.need
+        redis.call('HSET', KEYS[1], c.p .. 'avail', c.avail)
+      end
+      local reset_in = -1
+      if c.reset >= 0 then reset_in = c.reset - now end
+      reply[#reply + 1] = c.avail
+      reply[#reply + 1] = reset_in
+    else
+      reply[#reply + 1] = -1
+      reply[#reply + 1] = -1
+    end
+  end
+  return reply
 end
-if reset < 0 then return {2, -1} end
-return {2, reset - now}
+local wait = 0
+for _, c in ipairs({req or false, tok or false}) do
+  if c and not fits(c) then
+    if c.reset < 0 then
+      wait = -1
+    elseif wait >= 0 and c.reset - now > wait then
+      wait = c.reset - now
+    end
+  end
+end
+return {2, wait}
 )lua";
 
-// An observe: KEYS[1] the quota's hash; ARGV limit, remaining, reset_in_ms
-// (-1 = none), sent_ago_ms, unanswered. Newest wins, by reset time: a report
-// of a window already refilled, or of one that is over, is ignored; within one
-// window (or right after a refill) the available count only goes down; a
-// report of a later window replaces it.
+// An observe: KEYS[1] the quota's hash; ARGV[1] sent_ago_ms, then per counter
+// (ARGV[2..5] requests, ARGV[6..9] tokens, which may be left out) limit,
+// remaining (-1 = not reported: the counter is left as it is), reset_in_ms
+// (-1 = none), unanswered. Newest wins, by reset time, per counter: a report of a window
+// already refilled, or of one that is over, is ignored; within one window (or
+// right after a refill) the available count only goes down; a report of a
+// later window replaces it.
 constexpr std::string_view kObserveScript = R"lua(
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local limit = tonumber(ARGV[1])
-local fresh = tonumber(ARGV[2]) - tonumber(ARGV[5])
-if fresh < 0 then fresh = 0 end
-local reset_in = tonumber(ARGV[3])
-local reset, earliest = -1, -1
-if reset_in >= 0 then
-  reset = now + reset_in
-  earliest = reset - tonumber(ARGV[4])
-end
-local h = redis.call('HMGET', KEYS[1], 'limit', 'avail', 'reset', 'wend')
-local old_limit = tonumber(h[1]) or -1
-if limit <= 0 then limit = old_limit end
-local avail = tonumber(h[2])
-local cur = tonumber(h[3]) or -1
-local wend = tonumber(h[4]) or -1
-if avail then
-  if cur >= 0 and now >= cur then
-    wend = cur
-    cur = -1
-    if old_limit > 0 then avail = old_limit end
+local ago = tonumber(ARGV[1])
+local h = redis.call('HMGET', KEYS[1], 'limit', 'avail', 'reset', 'wend',
+                     'tlimit', 'tavail', 'treset', 'twend')
+-- One counter's report: p its field prefix, h[i..i+3] its fields, ARGV[a..a+3]
+-- its report. Returns the reset it keeps, or nil when nothing was written.
+local function observe(p, i, a)
+  local remaining = tonumber(ARGV[a + 1] or -1)
+  if remaining < 0 then return nil end
+  local limit = tonumber(ARGV[a])
+  local fresh = remaining - tonumber(ARGV[a + 3])
+  if fresh < 0 then fresh = 0 end
+  local reset_in = tonumber(ARGV[a + 2])
+  local reset, earliest = -1, -1
+  if reset_in >= 0 then
+    reset = now + reset_in
+    earliest = reset - ago
   end
-  if earliest >= 0 and wend >= 0 and earliest <= wend then return 0 end
-  if reset >= 0 and reset <= now then return 0 end
-  if (cur >= 0 and (earliest < 0 or earliest <= cur)) or (cur < 0 and wend >= 0) then
-    if fresh < avail then avail = fresh end
-    if reset > cur then cur = reset end
+  local old_limit = tonumber(h[i]) or -1
+  if limit <= 0 then limit = old_limit end
+  local avail = tonumber(h[i + 1])
+  local cur = tonumber(h[i + 2]) or -1
+  local wend = tonumber(h[i + 3]) or -1
+  if avail then
+    if cur >= 0 and now >= cur then
+      wend = cur
+      cur = -1
+      if old_limit > 0 then avail = old_limit end
+    end
+    if earliest >= 0 and wend >= 0 and earliest <= wend then return nil end
+    if reset >= 0 and reset <= now then return nil end
+    if (cur >= 0 and (earliest < 0 or earliest <= cur)) or (cur < 0 and wend >= 0) then
+      if fresh < avail then avail = fresh end
+      if reset > cur then cur = reset end
+    else
+      avail = fresh
+      if reset >= 0 then cur = reset end
+    end
   else
     avail = fresh
-    if reset >= 0 then cur = reset end
+    cur = reset
   end
-else
-  avail = fresh
-  cur = reset
+  redis.call('HSET', KEYS[1], p .. 'limit', limit, p .. 'avail', avail, p .. 'reset', cur,
+             p .. 'wend', wend)
+  return cur
 end
-redis.call('HSET', KEYS[1], 'limit', limit, 'avail', avail, 'reset', cur, 'wend', wend)
+local r = observe('', 1, 2)
+local tr = observe('t', 5, 6)
+if not r and not tr then return 0 end
 redis.call('HDEL', KEYS[1], 'probe')
+local last = math.max(r or tonumber(h[3]) or -1, tr or tonumber(h[7]) or -1)
 local ttl = 600000
-if cur > now then ttl = ttl + cur - now end
+if last > now then ttl = ttl + last - now end
 redis.call('PEXPIRE', KEYS[1], ttl)
 return 1
 )lua";
 
 // The fleet's probe ended without a report: KEYS[1] the quota's hash, ARGV[1]
-// 1 when its response came without a request quota (the key is marked
+// 1 when its response came without a request or token quota (the key is marked
 // avail = -1, decided locally by every replica until a quota shows up), 0
 // when it ended before any header (nothing learned: the next request probes).
 constexpr std::string_view kProbeEndScript = R"lua(
@@ -178,11 +236,15 @@ class RedisQuota final : public GlobalQuota {
         reserve_(std::to_string(reserve)),
         gate_(std::make_shared<QuotaReportGate>(reserve, kReportRefresh)) {}
 
-  bool reserve(const std::string& key, Done done) override {
+  bool reserve(const std::string& key, uint64_t token_need, Done done) override {
     RedisClient* client = shared_.client();
     if (client == nullptr) return false;
+    const IntText need(static_cast<int64_t>(std::min<uint64_t>(token_need, kMaxTokenNeed)));
+    // The Redis key in a per-thread buffer: no allocation per call.
+    thread_local std::string redis_key;
+    redis_key.assign(key_prefix_).append(key);
     return client->command(
-        {"EVALSHA", shared_.reserveSha(), "1", key_prefix_ + key, reserve_},
+        {"EVALSHA", shared_.reserveSha(), "1", redis_key, reserve_, need.view()},
         // The reply may come after this quota's Runtime was replaced by a
         // reload: nothing of `this` is used, the gate is shared.
         [gate = gate_, &clock = clock_, key, done = std::move(done)](const redisReply* reply) {
@@ -205,22 +267,30 @@ class RedisQuota final : public GlobalQuota {
         "quota");
   }
 
-  void report(const std::string& key, const Quota& requests, std::optional<milliseconds> reset_in,
-              milliseconds sent_ago, int64_t unanswered) override {
+  void report(const std::string& key, const Report& report) override {
     const MonotonicTime now = clock_.now();
-    std::optional<MonotonicTime> reset_at;
-    if (reset_in) reset_at = now + *reset_in;
-    if (!gate_->shouldReport(key, requests.remaining, unanswered, reset_at, now)) return;
-    const IntText limit(requests.limit);
-    const IntText remaining(requests.remaining);
-    const IntText reset(reset_in ? std::max<int64_t>(reset_in->count(), 0) : -1);
-    const IntText ago(std::max<int64_t>(sent_ago.count(), 0));
-    const IntText in_flight(unanswered);
+    // Each counter goes only when it could change the fleet's count.
+    const bool requests = report.requests && passes(key, *report.requests, Counter::kRequests, now);
+    const bool tokens = report.tokens && passes(key, *report.tokens, Counter::kTokens, now);
+    if (!requests && !tokens) return;
+    RedisClient* client = shared_.client();
+    // Kept for later (the latest per key): then it carries every counter it has.
+    const bool all = client == nullptr;
+    const CounterArgs r(requests || all ? report.requests : std::nullopt);
+    const CounterArgs t(tokens || all ? report.tokens : std::nullopt);
+    const IntText ago(std::max<int64_t>(report.sent_ago.count(), 0));
     std::string redis_key = key_prefix_ + key;
     std::string resp;
-    appendRespArray(resp, {"EVALSHA", shared_.observeSha(), "1", redis_key, limit.view(),
-                           remaining.view(), reset.view(), ago.view(), in_flight.view()});
-    RedisClient* client = shared_.client();
+    if (tokens || (all && report.tokens)) {
+      appendRespArray(resp,
+                      {"EVALSHA", shared_.observeSha(), "1", redis_key, ago.view(), r.limit.view(),
+                       r.remaining.view(), r.reset.view(), r.unanswered.view(), t.limit.view(),
+                       t.remaining.view(), t.reset.view(), t.unanswered.view()});
+    } else {  // no token counter: its arguments are left out
+      appendRespArray(resp,
+                      {"EVALSHA", shared_.observeSha(), "1", redis_key, ago.view(), r.limit.view(),
+                       r.remaining.view(), r.reset.view(), r.unanswered.view()});
+    }
     if (client == nullptr || !client->commandFormatted(resp, nullptr, "quota")) {
       shared_.keepForLater(std::move(redis_key), std::move(resp));
     }
@@ -238,16 +308,40 @@ class RedisQuota final : public GlobalQuota {
  private:
   // One report per key and second goes even when it changes nothing (QuotaReportGate).
   static constexpr milliseconds kReportRefresh{1000};
+  // Token needs are estimates; larger ones are clamped to the quota's limit anyway.
+  static constexpr uint64_t kMaxTokenNeed = uint64_t{1} << 40;
+  using Counter = QuotaReportGate::Counter;
+
+  // One counter of an observe call; absent: remaining -1 (the script leaves it as it is).
+  struct CounterArgs {
+    explicit CounterArgs(const std::optional<GlobalQuota::Counter>& c)
+        : limit(c ? c->limit : -1),
+          remaining(c ? c->remaining : -1),
+          reset(c && c->reset_in ? std::max<int64_t>(c->reset_in->count(), 0) : -1),
+          unanswered(c ? c->unanswered : 0) {}
+    IntText limit, remaining, reset, unanswered;
+  };
+
+  bool passes(const std::string& key, const GlobalQuota::Counter& c, Counter counter,
+              MonotonicTime now) {
+    std::optional<MonotonicTime> reset_at;
+    if (c.reset_in) reset_at = now + *c.reset_in;
+    return gate_->shouldReport(key, c.remaining, c.unanswered, reset_at, now, counter);
+  }
 
   static void learn(QuotaReportGate& gate, const Clock& clock, const std::string& key,
                     const redisReply* reply) {
-    const int64_t avail = integerAt(reply, 2);
-    const int64_t reset_in = integerAt(reply, 3);
-    if (avail < 0) return;  // an older script's reply: nothing learned
     const MonotonicTime now = clock.now();
-    std::optional<MonotonicTime> reset_at;
-    if (reset_in >= 0) reset_at = now + milliseconds(reset_in);
-    gate.learned(key, avail, reset_at, now);
+    // {1, 0, avail, reset_in, tavail, treset_in}; avail -1: not global.
+    for (const Counter counter : {Counter::kRequests, Counter::kTokens}) {
+      const size_t at = counter == Counter::kRequests ? 2 : 4;
+      const int64_t avail = integerAt(reply, at);
+      const int64_t reset_in = integerAt(reply, at + 1);
+      if (avail < 0) continue;
+      std::optional<MonotonicTime> reset_at;
+      if (reset_in >= 0) reset_at = now + milliseconds(reset_in);
+      gate.learned(key, avail, reset_at, now, counter);
+    }
   }
 
   SharedState& shared_;

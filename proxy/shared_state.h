@@ -11,7 +11,8 @@
 // slow or down each decision falls back to the local state at once.
 //
 // Keys (nothing secret: the quota key is already a hash of the API key):
-//   <prefix>q:<scope>:<quota key>   hash: limit, avail, reset, wend, probe
+//   <prefix>q:<scope>:<quota key>   hash: limit, avail, reset, wend (requests),
+//                                   tlimit, tavail, treset, twend (tokens), probe
 //   <prefix>c:<scope>:probe         the fleet's half-open probe permit
 //   <prefix>c:<scope>:open          an open circuit ("<instance> <ms>"), expiring with
 //                                   its cooldown: read back on (re)connect

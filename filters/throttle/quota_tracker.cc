@@ -554,6 +554,12 @@ int64_t QuotaTracker::unanswered(const std::string& key) const {
   return it == keys_.end() ? 0 : it->second.unanswered;
 }
 
+int64_t QuotaTracker::unansweredTokens(const std::string& key) const {
+  std::lock_guard lock(mutex_);
+  const auto it = keys_.find(key);
+  return it == keys_.end() ? 0 : it->second.unanswered_tokens;
+}
+
 size_t QuotaTracker::queueDepth() const {
   std::lock_guard lock(mutex_);
   return queued_;

@@ -189,6 +189,8 @@ class QuotaTracker {
 
   /** `key`'s admitted requests still awaiting their response headers. */
   int64_t unanswered(const std::string& key) const;
+  /** Their token needs (estimated: see observe()). */
+  int64_t unansweredTokens(const std::string& key) const;
 
   /** Requests queued, all keys (the sluice_throttle_queue_depth gauge). */
   size_t queueDepth() const;

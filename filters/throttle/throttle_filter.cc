@@ -151,9 +151,10 @@ FilterStatus ThrottleFilter::confirmGlobally() {
   // contract): no cross-thread post is needed, only to drop it if this filter
   // is gone by then (the post was ~7k instructions per admitted request).
   if (!alive_) alive_ = std::make_shared<bool>(true);
-  const bool asked = global_->reserve(key_, [this, alive = alive_](const GlobalQuota::Answer& a) {
-    if (*alive) onGlobalAnswer(a);
-  });
+  const bool asked =
+      global_->reserve(key_, token_need_, [this, alive = alive_](const GlobalQuota::Answer& a) {
+        if (*alive) onGlobalAnswer(a);
+      });
   if (!asked) return FilterStatus::Continue;  // Redis down: the local decision stands
   confirming_ = true;
   return FilterStatus::StopIteration;
@@ -216,20 +217,30 @@ void ThrottleFilter::endFleetProbe(bool answered_without_quota) {
 
 void ThrottleFilter::reportGlobally(const QuotaObservation& observation) {
   if (global_ == nullptr) return;
-  if (!observation.requests) {
+  if (!observation.requests && !observation.tokens) {
     endFleetProbe(/*answered_without_quota=*/true);
     return;
   }
   fleet_probe_ = false;  // the report (below) ends the fleet's probe
   const MonotonicTime now = callbacks_->clock().now();
-  std::optional<std::chrono::milliseconds> reset_in;
-  if (observation.requests->reset_at) {
-    reset_in = std::chrono::ceil<std::chrono::milliseconds>(*observation.requests->reset_at - now);
+  const auto counter = [&](const Quota& quota, int64_t unanswered) {
+    GlobalQuota::Counter c{quota.limit, quota.remaining, std::nullopt, unanswered};
+    if (quota.reset_at) {
+      c.reset_in = std::chrono::ceil<std::chrono::milliseconds>(*quota.reset_at - now);
+    }
+    return c;
+  };
+  GlobalQuota::Report report;
+  if (observation.requests) {
+    report.requests = counter(*observation.requests, tracker_->unanswered(key_));
   }
-  const auto sent_ago = admitted_
-                            ? std::chrono::floor<std::chrono::milliseconds>(now - admitted_at_)
-                            : std::chrono::milliseconds(0);
-  global_->report(key_, *observation.requests, reset_in, sent_ago, tracker_->unanswered(key_));
+  if (observation.tokens) {
+    report.tokens = counter(*observation.tokens, tracker_->unansweredTokens(key_));
+  }
+  if (admitted_) {
+    report.sent_ago = std::chrono::floor<std::chrono::milliseconds>(now - admitted_at_);
+  }
+  global_->report(key_, report);
 }
 
 void ThrottleFilter::poll() {

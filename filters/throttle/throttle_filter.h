@@ -18,9 +18,10 @@
 //
 // With shared state (DESIGN §6) a request the local tracker admitted also
 // takes a slot of the fleet's quota (GlobalQuota: one Redis round trip,
-// bounded by shared_state.timeout) before it goes; when the fleet's quota is
-// spent it goes back to the head of the local FIFO until the global reset.
-// Every response's request quota is reported to the fleet too. No answer in
+// bounded by shared_state.timeout; one request and its estimated token need)
+// before it goes; when the fleet's quota is spent it goes back to the head of
+// the local FIFO until the global reset. Every response's request and token
+// quota (the most restrictive one) is reported to the fleet too. No answer in
 // time, or Redis down: the local decision stands.
 
 #include <cstdint>

@@ -81,8 +81,17 @@ struct AgentsResult {
 // long enough that only the proxy's own verdict ends a request.
 constexpr milliseconds kAgentWait{45000};
 
-/** 12 concurrent agents spread over the replicas, one request each, quota 3 per 2 s. */
-AgentsResult runAgents(const Replicas& replicas, const std::string& quota_key) {
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+/** The request quota of runAgents: 3 requests per 2 s. */
+Headers requestQuota() { return {{"x-mock-quota", "3/2000"}, {"x-mock-quota-style", "openai"}}; }
+
+/**
+ * 12 concurrent agents spread over the replicas, one request each (`body`),
+ * against the mock's quota `quota` (requestQuota() unless told).
+ */
+AgentsResult runAgents(const Replicas& replicas, const std::string& quota_key,
+                       const Headers& quota = requestQuota(), const std::string& body = kChat) {
   std::atomic<int> ok{0}, limited{0}, other{0};
   std::mutex mu;
   std::string others;
@@ -91,12 +100,10 @@ AgentsResult runAgents(const Replicas& replicas, const std::string& quota_key) {
   for (int i = 0; i < 12; ++i) {
     const uint16_t port = replicas[static_cast<size_t>(i) % replicas.size()]->port();
     agents.emplace_back([&, i, port] {
-      auto r = httpRequest(port, "POST", "/v1/chat/completions",
-                           {{"x-mock-quota", "3/2000"},
-                            {"x-mock-quota-key", quota_key},
-                            {"x-mock-quota-style", "openai"},
-                            {"x-mock-request-id", quota_key + "-" + std::to_string(i)}},
-                           kChat, kAgentWait);
+      Headers headers = quota;
+      headers.emplace_back("x-mock-quota-key", quota_key);
+      headers.emplace_back("x-mock-request-id", quota_key + "-" + std::to_string(i));
+      auto r = httpRequest(port, "POST", "/v1/chat/completions", headers, body, kAgentWait);
       (r.status == 200 ? ok : r.status == 429 ? limited : other)++;
       if (r.status != 200 && r.status != 429) {
         std::lock_guard lock(mu);
@@ -109,21 +116,29 @@ AgentsResult runAgents(const Replicas& replicas, const std::string& quota_key) {
           std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start)};
 }
 
+/**
+ * What a shared quota promises: every agent succeeded within its budget, the
+ * provider said 429 at most once, and nothing fell back to local state on the
+ * way. Returns the provider's 429s.
+ */
+int expectTheFleetKeptTheQuota(MockLlm& mock, const Replicas& fleet, const AgentsResult& result) {
+  const int provider_429s = mock.answeredWith(429);
+  EXPECT_EQ(result.ok, 12) << "429s: " << result.rate_limited << " other: " << result.other
+                           << result.others << " after " << result.took.count() << " ms";
+  EXPECT_LE(provider_429s, 1) << mock.ledger().dump();
+  for (const auto& r : fleet) {
+    EXPECT_EQ(r->metric("sluice_shared_state_errors_total"), 0) << r->stderrText();
+  }
+  return provider_429s;
+}
+
 TEST(SharedStateTest, ThreeReplicasShareOneQuotaAndTheProviderBarelySays429) {
   MockLlm mock;
   RedisProcess redis;
   const Replicas shared = startReplicas(3, replicaConfig(mock.url(), {redis.url()}));
   ASSERT_TRUE(waitUntil([&] { return allUp(shared); })) << shared[0]->stderrText();
   const AgentsResult with_shared = runAgents(shared, "shared");
-  const int shared_429s = mock.answeredWith(429);
-  EXPECT_EQ(with_shared.ok, 12) << "429s: " << with_shared.rate_limited
-                                << " other: " << with_shared.other << with_shared.others
-                                << " after " << with_shared.took.count() << " ms";
-  EXPECT_LE(shared_429s, 1) << mock.ledger().dump();
-  // Nothing fell back to local state on the way.
-  for (const auto& r : shared) {
-    EXPECT_EQ(r->metric("sluice_shared_state_errors_total"), 0) << r->stderrText();
-  }
+  const int shared_429s = expectTheFleetKeptTheQuota(mock, shared, with_shared);
 
   // The same run with local state: each replica believes it owns the whole quota.
   mock.clearLedger();
@@ -134,6 +149,60 @@ TEST(SharedStateTest, ThreeReplicasShareOneQuotaAndTheProviderBarelySays429) {
   std::cout << "provider 429s: 3 replicas shared state " << shared_429s << " ("
             << with_shared.took.count() << " ms), local state " << local_429s << " (client 429s "
             << with_local.rate_limited << ")\n";
+}
+
+// Each agent's request caps its answer at 10 tokens and the mock writes 10: the
+// token need sluice estimates (body bytes / 4 + max_tokens) is exactly what the
+// mock's token quota counts (prompt + completion tokens of its usage).
+const std::string kTenTokenChat =
+    R"({"model":"gpt-4o-mini","max_tokens":10,"messages":[{"role":"user","content":"hi"}]})";
+
+TEST(SharedStateTest, ThreeReplicasShareOneTokenQuotaAndTheProviderBarelySays429) {
+  MockLlm mock;
+  RedisProcess redis;
+  const int64_t need = static_cast<int64_t>((kTenTokenChat.size() + 3) / 4) + 10;
+  // A token quota only (no request quota): 3 requests' tokens per 2 s.
+  const Headers quota = {{"x-mock-token-quota", std::to_string(3 * need) + "/2000"},
+                         {"x-mock-quota-style", "openai"},
+                         {"x-mock-tokens", "10"}};
+  const Replicas shared = startReplicas(3, replicaConfig(mock.url(), {redis.url()}));
+  ASSERT_TRUE(waitUntil([&] { return allUp(shared); })) << shared[0]->stderrText();
+  const AgentsResult with_shared = runAgents(shared, "tshared", quota, kTenTokenChat);
+  const int shared_429s = expectTheFleetKeptTheQuota(mock, shared, with_shared);
+  // The fleet's count is the token counter; the request counter stays local.
+  const std::string key = redis.cli("--scan --pattern 't:q:*'");
+  ASSERT_NE(key, "") << "the token quota never reached Redis";
+  EXPECT_EQ(redis.cli("HGET " + key + " tlimit"), std::to_string(3 * need));
+  EXPECT_EQ(redis.cli("HGET " + key + " avail"), "") << "no request quota was ever reported";
+
+  // The same run with local state: each replica spends the whole token budget.
+  mock.clearLedger();
+  const Replicas local = startReplicas(3, replicaConfig(mock.url(), {}));
+  const AgentsResult with_local = runAgents(local, "tlocal", quota, kTenTokenChat);
+  const int local_429s = mock.answeredWith(429);
+  EXPECT_GT(local_429s, shared_429s) << "local state should have met the provider's 429s";
+  std::cout << "provider 429s (token quota): 3 replicas shared state " << shared_429s << " ("
+            << with_shared.took.count() << " ms), local state " << local_429s << " (client 429s "
+            << with_local.rate_limited << ")\n";
+}
+
+TEST(SharedStateTest, AnthropicRequestAndTokenQuotasAreBothSharedAndTheTokensBind) {
+  MockLlm mock;
+  RedisProcess redis;
+  const int64_t need = static_cast<int64_t>((kTenTokenChat.size() + 3) / 4) + 10;
+  // Plenty of requests, tokens for 3 of them per 2 s: the fleet admits while
+  // BOTH counters allow, so the token counter holds the agents back.
+  const Headers quota = {{"x-mock-quota", "100/2000"},
+                         {"x-mock-token-quota", std::to_string(3 * need) + "/2000"},
+                         {"x-mock-quota-style", "anthropic"},
+                         {"x-mock-tokens", "10"}};
+  const Replicas shared = startReplicas(3, replicaConfig(mock.url(), {redis.url()}));
+  ASSERT_TRUE(waitUntil([&] { return allUp(shared); })) << shared[0]->stderrText();
+  expectTheFleetKeptTheQuota(mock, shared, runAgents(shared, "both", quota, kTenTokenChat));
+  const std::string key = redis.cli("--scan --pattern 't:q:*'");
+  ASSERT_NE(key, "");
+  EXPECT_EQ(redis.cli("HGET " + key + " limit"), "100");
+  EXPECT_EQ(redis.cli("HGET " + key + " tlimit"), std::to_string(3 * need));
 }
 
 TEST(SharedStateTest, ATripOnOneReplicaOpensTheCircuitOnItsPeersAndTheFleetProbesOnce) {

@@ -81,17 +81,19 @@ std::optional<unsigned> parseQuotaStyles(std::string_view text) {
 }
 
 HeaderList quotaHeaders(const QuotaStatus& q, unsigned styles,
-                        std::chrono::system_clock::time_point wall_now) {
+                        std::chrono::system_clock::time_point wall_now, QuotaUnit unit) {
   const std::string limit = std::to_string(q.limit);
   const std::string remaining = std::to_string(q.remaining);
   const int64_t reset_s = ceilSeconds(q.reset_in);
+  const bool tokens = unit == QuotaUnit::kTokens;
+  const std::string counted = tokens ? "tokens" : "requests";
   HeaderList out;
   if (styles & kQuotaOpenAi) {
-    out.emplace_back("x-ratelimit-limit-requests", limit);
-    out.emplace_back("x-ratelimit-remaining-requests", remaining);
-    out.emplace_back("x-ratelimit-reset-requests", formatGoDuration(q.reset_in));
+    out.emplace_back("x-ratelimit-limit-" + counted, limit);
+    out.emplace_back("x-ratelimit-remaining-" + counted, remaining);
+    out.emplace_back("x-ratelimit-reset-" + counted, formatGoDuration(q.reset_in));
   }
-  if (styles & kQuotaGeneric) {
+  if ((styles & kQuotaGeneric) && !tokens) {
     out.emplace_back("x-ratelimit-limit", limit);
     out.emplace_back("x-ratelimit-remaining", remaining);
     out.emplace_back("x-ratelimit-reset", std::to_string(reset_s));
@@ -99,11 +101,11 @@ HeaderList quotaHeaders(const QuotaStatus& q, unsigned styles,
   if (styles & kQuotaAnthropic) {
     // Round up to the whole second so the advertised reset is never early.
     const auto reset_at = std::chrono::ceil<std::chrono::seconds>(wall_now + q.reset_in);
-    out.emplace_back("anthropic-ratelimit-requests-limit", limit);
-    out.emplace_back("anthropic-ratelimit-requests-remaining", remaining);
-    out.emplace_back("anthropic-ratelimit-requests-reset", formatRfc3339Utc(reset_at));
+    out.emplace_back("anthropic-ratelimit-" + counted + "-limit", limit);
+    out.emplace_back("anthropic-ratelimit-" + counted + "-remaining", remaining);
+    out.emplace_back("anthropic-ratelimit-" + counted + "-reset", formatRfc3339Utc(reset_at));
   }
-  if (styles & kQuotaIetf) {
+  if ((styles & kQuotaIetf) && !tokens) {
     const int64_t window_s = std::max<int64_t>(1, ceilSeconds(q.window));
     out.emplace_back("RateLimit", "\"default\";r=" + remaining + ";t=" + std::to_string(reset_s));
     out.emplace_back("RateLimit-Policy",
@@ -114,27 +116,43 @@ HeaderList quotaHeaders(const QuotaStatus& q, unsigned styles,
 
 QuotaStatus QuotaBook::admit(const std::string& key, int64_t limit, milliseconds window,
                              std::chrono::steady_clock::time_point now) {
+  return admitAll({QuotaAsk{QuotaUnit::kRequests, key, limit, window, 1}}, now).front();
+}
+
+std::vector<QuotaStatus> QuotaBook::admitAll(const std::vector<QuotaAsk>& asks,
+                                             std::chrono::steady_clock::time_point now) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto [it, inserted] = windows_.try_emplace(key);
-  Window& w = it->second;
-  if (inserted) w.start = now;
-  if (now - w.start >= window) {
-    // Windows follow back to back from the key's first request.
-    const auto elapsed = now - w.start;
-    w.start += (elapsed / window) * window;
-    w.used = 0;
+  std::vector<Window*> windows;
+  std::vector<QuotaStatus> out;
+  bool admitted = true;
+  for (const QuotaAsk& ask : asks) {
+    // Each unit counts in its own windows ("\n" cannot occur in a header value).
+    const std::string name = (ask.unit == QuotaUnit::kTokens ? "t\n" : "r\n") + ask.key;
+    auto [it, inserted] = windows_.try_emplace(name);
+    Window& w = it->second;
+    if (inserted) w.start = now;
+    if (now - w.start >= ask.window) {
+      // Windows follow back to back from the key's first request.
+      const auto elapsed = now - w.start;
+      w.start += (elapsed / ask.window) * ask.window;
+      w.used = 0;
+    }
+    QuotaStatus status;
+    status.limit = ask.limit;
+    status.window = ask.window;
+    status.reset_in = std::chrono::ceil<milliseconds>(w.start + ask.window - now);
+    if (status.reset_in.count() <= 0) status.reset_in = milliseconds(1);
+    status.fits = ask.cost <= ask.limit - w.used;
+    admitted = admitted && status.fits;
+    windows.push_back(&w);
+    out.push_back(status);
   }
-  QuotaStatus status;
-  status.limit = limit;
-  status.window = window;
-  status.reset_in = std::chrono::ceil<milliseconds>(w.start + window - now);
-  if (status.reset_in.count() <= 0) status.reset_in = milliseconds(1);
-  if (w.used < limit) {
-    ++w.used;
-    status.admitted = true;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (admitted) windows[i]->used += asks[i].cost;
+    out[i].admitted = admitted;
+    out[i].remaining = out[i].limit > windows[i]->used ? out[i].limit - windows[i]->used : 0;
   }
-  status.remaining = limit > w.used ? limit - w.used : 0;
-  return status;
+  return out;
 }
 
 void QuotaBook::clear() {

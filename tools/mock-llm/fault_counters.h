@@ -1,9 +1,9 @@
 #pragma once
 
 // Cross-connection counters behind the mock's scripted faults: the
-// `x-mock-fail-key` attempt counter and the `x-mock-quota` fixed-window
-// request quotas, plus the formatting of the rate-limit headers each provider
-// family sends. Both counters are shared by all worker threads (mutex).
+// `x-mock-fail-key` attempt counter and the `x-mock-quota` /
+// `x-mock-token-quota` fixed-window request and token quotas, plus the formatting of the rate-limit
+// headers each provider family sends. Both counters are shared by all worker threads (mutex).
 
 #include <chrono>
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "tools/mock-llm/header_list.h"
 
@@ -41,7 +42,8 @@ class FailCounter {
 
 /** The quota a response reports, as seen right after admitting (or refusing) a request. */
 struct QuotaStatus {
-  bool admitted = false;
+  bool admitted = false;  // the request was admitted (by every quota it asked)
+  bool fits = false;      // this quota had room for the request's cost
   int64_t limit = 0;
   int64_t remaining = 0;
   std::chrono::milliseconds window{0};
@@ -60,26 +62,50 @@ enum QuotaStyle : unsigned {
 /** Parses `openai|generic|anthropic|ietf|all`, or a comma-separated list of them. */
 std::optional<unsigned> parseQuotaStyles(std::string_view text);
 
+/** What a quota counts. */
+enum class QuotaUnit { kRequests, kTokens };
+
 /**
  * The rate-limit response headers for `status` in the selected styles.
- * `wall_now` anchors Anthropic's absolute reset timestamp.
+ * `wall_now` anchors Anthropic's absolute reset timestamp. A token quota
+ * (kTokens) has headers in the openai (`x-ratelimit-*-tokens`) and anthropic
+ * (`anthropic-ratelimit-tokens-*`) styles only: the generic and IETF fields
+ * name one quota, the request quota.
  */
 HeaderList quotaHeaders(const QuotaStatus& status, unsigned styles,
-                        std::chrono::system_clock::time_point wall_now);
+                        std::chrono::system_clock::time_point wall_now,
+                        QuotaUnit unit = QuotaUnit::kRequests);
 
 /** Whole seconds, rounded up (so a client waiting this long never wakes early). */
 int64_t ceilSeconds(std::chrono::milliseconds d);
 
+/** One quota a request asks for: `cost` of `key`'s LIMIT per WINDOW (1 for a request quota). */
+struct QuotaAsk {
+  QuotaUnit unit = QuotaUnit::kRequests;
+  std::string key;
+  int64_t limit = 0;
+  std::chrono::milliseconds window{0};
+  int64_t cost = 1;
+};
+
 /**
- * Fixed-window request quotas, one per key. A key's first window starts at its
- * first request; windows follow back to back. Refused requests do not consume
- * quota. The latest request's LIMIT/WINDOW configure the key.
+ * Fixed-window quotas (of requests or tokens), one per key and unit. A key's
+ * first window starts at its first request; windows follow back to back.
+ * Refused requests do not consume quota. The latest request's LIMIT/WINDOW
+ * configure the key.
  */
 class QuotaBook {
  public:
   /** Admits one request against `key` at `now` if the window has room. */
   QuotaStatus admit(const std::string& key, int64_t limit, std::chrono::milliseconds window,
                     std::chrono::steady_clock::time_point now);
+  /**
+   * Admits one request against every quota in `asks` at once: only when each
+   * has room for its cost (cost <= what is left), and then each is consumed;
+   * a refused request consumes none. Returns each quota's status, in order.
+   */
+  std::vector<QuotaStatus> admitAll(const std::vector<QuotaAsk>& asks,
+                                    std::chrono::steady_clock::time_point now);
   void clear();
 
  private:

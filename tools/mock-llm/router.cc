@@ -189,6 +189,13 @@ Request withScheduledFault(const Request& req, const ScheduledFault& fault) {
 
 ResponsePlan planUnscheduled(const Request& req, SharedState& state);
 
+// The tokens an answer's `usage` reports: the prompt as body bytes / 4 (rounded
+// up), the completion as `tokens` (x-mock-tokens) capped by the request's max_tokens.
+int64_t inputTokens(const Request& req) { return static_cast<int64_t>((req.body.size() + 3) / 4); }
+int64_t outputTokens(const Request& req, int64_t tokens) {
+  return req.info.max_tokens ? std::min(*req.info.max_tokens, tokens) : tokens;
+}
+
 ResponsePlan controlPlan(const Request& req, Endpoint e, SharedState& state) {
   const bool ka = req.keep_alive;
   const auto ok = [&](std::string body) {
@@ -363,15 +370,9 @@ ResponsePlan planUnscheduled(const Request& req, SharedState& state) {
     return plan;
   }
 
-  // Quota: admitted requests consume it; every answer reports it.
-  std::optional<QuotaStatus> quota;
-  if (const std::string* q = ok ? req.header("x-mock-quota") : nullptr) {
-    const size_t slash = q->find('/');
-    int64_t limit = -1, window = -1;
-    if (slash != std::string::npos) {
-      limit = parseInt(std::string_view(*q).substr(0, slash)).value_or(-1);
-      window = parseInt(std::string_view(*q).substr(slash + 1)).value_or(-1);
-    }
+  // Quotas: admitted requests consume them; every answer reports them.
+  std::optional<QuotaStatus> quota, token_quota;
+  if (ok && (req.header("x-mock-quota") || req.header("x-mock-token-quota"))) {
     unsigned styles = kQuotaAll;
     if (const std::string* s = req.header("x-mock-quota-style")) {
       if (auto parsed = parseQuotaStyles(*s)) {
@@ -380,13 +381,40 @@ ResponsePlan planUnscheduled(const Request& req, SharedState& state) {
         error = "mock-llm: invalid x-mock-quota-style header: '" + *s + "'";
       }
     }
-    if (limit < 0 || window <= 0 || window > kMaxMillis) {
-      error = "mock-llm: invalid x-mock-quota header (want LIMIT/WINDOW_MS): '" + *q + "'";
-    } else if (error.empty()) {
-      const std::string* key = req.header("x-mock-quota-key");
-      quota =
-          state.quotas.admit(key ? *key : "default", limit, std::chrono::milliseconds(window), now);
-      append(extra, quotaHeaders(*quota, styles, wall_now));
+    const std::string* key = req.header("x-mock-quota-key");
+    std::vector<QuotaAsk> asks;
+    const auto ask = [&](const char* name, QuotaUnit unit, int64_t cost) {
+      const std::string* q = req.header(name);
+      if (q == nullptr) return;
+      const size_t slash = q->find('/');
+      int64_t limit = -1, window = -1;
+      if (slash != std::string::npos) {
+        limit = parseInt(std::string_view(*q).substr(0, slash)).value_or(-1);
+        window = parseInt(std::string_view(*q).substr(slash + 1)).value_or(-1);
+      }
+      if (limit < 0 || window <= 0 || window > kMaxMillis) {
+        error = "mock-llm: invalid " + std::string(name) + " header (want LIMIT/WINDOW_MS): '" +
+                *q + "'";
+      }
+      asks.push_back(
+          {unit, key ? *key : "default", limit, std::chrono::milliseconds(window), cost});
+    };
+    ask("x-mock-quota", QuotaUnit::kRequests, 1);
+    // A token quota counts what the answer's `usage` reports: prompt + completion tokens.
+    ask("x-mock-token-quota", QuotaUnit::kTokens, inputTokens(req) + outputTokens(req, tokens));
+    if (error.empty()) {
+      const std::vector<QuotaStatus> statuses = state.quotas.admitAll(asks, now);
+      for (size_t i = 0; i < asks.size(); ++i) {
+        (asks[i].unit == QuotaUnit::kTokens ? token_quota : quota) = statuses[i];
+        append(extra, quotaHeaders(statuses[i], styles, wall_now, asks[i].unit));
+      }
+    }
+  }
+  const QuotaStatus* refusing = nullptr;  // the quota whose window frees latest among those full
+  for (const auto& q : {&quota, &token_quota}) {
+    if (*q && !(*q)->admitted && !(*q)->fits &&
+        (refusing == nullptr || (*q)->reset_in > refusing->reset_in)) {
+      refusing = &**q;
     }
   }
 
@@ -399,11 +427,12 @@ ResponsePlan planUnscheduled(const Request& req, SharedState& state) {
   } else if (!error.empty()) {
     status = 400;
     message = error;
-  } else if (quota && !quota->admitted) {
+  } else if (refusing != nullptr) {
     status = 429;
-    message = "Rate limit reached for requests (mock-llm quota)";
+    message = quota && refusing == &*quota ? "Rate limit reached for requests (mock-llm quota)"
+                                           : "Rate limit reached for tokens (mock-llm token quota)";
     if (!retry_after)
-      extra.emplace_back("Retry-After", std::to_string(ceilSeconds(quota->reset_in)));
+      extra.emplace_back("Retry-After", std::to_string(ceilSeconds(refusing->reset_in)));
   } else if (fail_times >= 0 ? failing_attempt : status_override != 0) {
     status = status_override != 0 ? static_cast<int>(status_override) : 503;
     message = "mock-llm: injected status " + std::to_string(status);
@@ -453,12 +482,9 @@ ResponsePlan planUnscheduled(const Request& req, SharedState& state) {
                     : req.info.model;
     gen.created =
         std::chrono::duration_cast<std::chrono::seconds>(wall_now.time_since_epoch()).count();
-    gen.input_tokens = static_cast<int64_t>((req.body.size() + 3) / 4);
-    gen.output_tokens = tokens;
-    if (req.info.max_tokens && *req.info.max_tokens < tokens) {
-      gen.output_tokens = *req.info.max_tokens;
-      gen.truncated = true;
-    }
+    gen.input_tokens = inputTokens(req);
+    gen.output_tokens = outputTokens(req, tokens);
+    gen.truncated = gen.output_tokens < tokens;
     gen.include_usage = req.info.include_usage;
     if (req.info.stream) {
       plan.keep_alive = keep_alive && !req.http10;

@@ -442,8 +442,9 @@ TEST_F(ThrottleFilterTest, AnExhaustedQuotaWaitsForItsResetOnATimer) {
 // on a later turn of the loop).
 class ScriptedGlobalQuota final : public GlobalQuota {
  public:
-  bool reserve(const std::string&, Done done) override {
+  bool reserve(const std::string&, uint64_t token_need, Done done) override {
     ++reserves;
+    token_needs.push_back(token_need);
     pending = std::move(done);
     return true;
   }
@@ -453,9 +454,9 @@ class ScriptedGlobalQuota final : public GlobalQuota {
     ASSERT_TRUE(done) << "nobody asked";
     done(next);
   }
-  void report(const std::string&, const Quota&, std::optional<milliseconds>, milliseconds,
-              int64_t) override {
+  void report(const std::string&, const Report& report) override {
     ++reports;
+    last_report = report;
   }
   void endProbe(const std::string&, bool answered_without_quota) override {
     probe_ends.push_back(answered_without_quota);
@@ -465,6 +466,8 @@ class ScriptedGlobalQuota final : public GlobalQuota {
   Done pending;
   int reserves = 0;
   int reports = 0;
+  std::vector<uint64_t> token_needs;
+  Report last_report;
   std::vector<bool> probe_ends;
 };
 
@@ -515,6 +518,32 @@ TEST_F(GlobalThrottleFilterTest, TheFleetsProbeWithAQuotaReportsIt) {
   probe.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
   EXPECT_EQ(global_.reports, 1);
   EXPECT_TRUE(global_.probe_ends.empty()) << "the report ends the probe";
+}
+
+TEST_F(GlobalThrottleFilterTest, TheFleetIsAskedForTheTokenNeedAndToldTheTokenQuota) {
+  global_.next.kind = GlobalQuota::Answer::Kind::Probe;
+  ThrottleFilter& probe = throttle(callbacks_);
+  const std::string body = R"({"max_tokens":100,"messages":[]})";
+  probe.decodeComplete(body);
+  admit(probe);
+  ASSERT_EQ(global_.token_needs.size(), 1u);
+  EXPECT_EQ(global_.token_needs[0], estimateTokenNeed(body));
+  global_.answer();
+  ResponseHead head;
+  head.status = 200;  // a token quota only: reported, and it ends the fleet's probe
+  head.headers.add("x-ratelimit-limit-tokens", "1000");
+  head.headers.add("x-ratelimit-remaining-tokens", "900");
+  head.headers.add("x-ratelimit-reset-tokens", "2s");
+  probe.encodeHeaders(head, false);
+  probe.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
+  EXPECT_EQ(global_.reports, 1);
+  EXPECT_TRUE(global_.probe_ends.empty());
+  EXPECT_FALSE(global_.last_report.requests);
+  ASSERT_TRUE(global_.last_report.tokens);
+  EXPECT_EQ(global_.last_report.tokens->limit, 1000);
+  EXPECT_EQ(global_.last_report.tokens->remaining, 900);
+  EXPECT_EQ(global_.last_report.tokens->reset_in, 2000ms);
+  EXPECT_EQ(global_.last_report.tokens->unanswered, 0) << "its own answer is in the report";
 }
 
 TEST_F(GlobalThrottleFilterTest, AnAnswerForARequestThatIsGoneIsDropped) {

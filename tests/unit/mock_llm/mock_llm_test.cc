@@ -693,6 +693,98 @@ TEST_F(MockLlmTest, QuotaWindowRefills) {
   EXPECT_EQ(r->header("x-ratelimit-remaining-requests"), "0");
 }
 
+TEST_F(MockLlmTest, TokenQuotaCountsWhatUsageReportsAndRefusesWhatDoesNotFit) {
+  // Each answer's usage: prompt = body bytes / 4 (rounded up), completion = 10.
+  const int64_t cost = static_cast<int64_t>(ceilDiv4(kChatBody.size())) + 10;
+  const int64_t limit = 2 * cost + cost / 2;  // room for two requests and a half
+  const Headers h = {{"x-mock-token-quota", std::to_string(limit) + "/60000"},
+                     {"x-mock-quota-key", "t1"},
+                     {"x-mock-tokens", "10"}};
+  const std::regex rfc3339(R"(^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$)");
+  for (int i = 0; i < 3; ++i) {
+    Headers hi = h;
+    hi.emplace_back("x-mock-request-id", "t" + std::to_string(i));
+    auto r = post("/v1/chat/completions", kChatBody, hi);
+    ASSERT_TRUE(r);
+    const std::string remaining = std::to_string(limit - std::min(i + 1, 2) * cost);
+    EXPECT_EQ(r->status, i < 2 ? 200 : 429);
+    if (i < 2) {
+      const json usage = r->jsonBody()["usage"];
+      EXPECT_EQ(usage["prompt_tokens"].get<int64_t>() + usage["completion_tokens"].get<int64_t>(),
+                cost);
+    }
+    EXPECT_EQ(r->header("x-ratelimit-limit-tokens"), std::to_string(limit));
+    EXPECT_EQ(r->header("x-ratelimit-remaining-tokens"), remaining);
+    EXPECT_TRUE(r->header("x-ratelimit-reset-tokens"));
+    EXPECT_EQ(r->header("anthropic-ratelimit-tokens-limit"), std::to_string(limit));
+    EXPECT_EQ(r->header("anthropic-ratelimit-tokens-remaining"), remaining);
+    ASSERT_TRUE(r->header("anthropic-ratelimit-tokens-reset"));
+    EXPECT_TRUE(std::regex_match(*r->header("anthropic-ratelimit-tokens-reset"), rfc3339));
+    // The generic and IETF fields name the request quota: none here.
+    EXPECT_FALSE(r->header("x-ratelimit-remaining"));
+    EXPECT_FALSE(r->header("ratelimit"));
+    EXPECT_FALSE(r->header("x-ratelimit-remaining-requests"));
+    if (i == 2) {
+      EXPECT_EQ(r->header("retry-after"), "60");
+      EXPECT_EQ(r->jsonBody()["error"]["code"], "rate_limit_exceeded");
+    }
+  }
+  EXPECT_EQ(waitFinished("t2").status, 429);
+  // A smaller request still fits what is left.
+  const std::string tiny = R"({"model":"m","messages":[]})";
+  auto r = post("/v1/chat/completions", tiny,
+                {{"x-mock-token-quota", std::to_string(limit) + "/60000"},
+                 {"x-mock-quota-key", "t1"},
+                 {"x-mock-tokens", "1"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST_F(MockLlmTest, TokenQuotaWithARequestQuotaRefusedByEitherConsumesNeither) {
+  const int64_t cost = static_cast<int64_t>(ceilDiv4(kChatBody.size())) + 10;
+  const Headers h = {{"x-mock-quota", "5/60000"},
+                     {"x-mock-token-quota", std::to_string(cost) + "/60000"},
+                     {"x-mock-quota-key", "both"},
+                     {"x-mock-quota-style", "openai"},
+                     {"x-mock-tokens", "10"}};
+  auto r = post("/v1/chat/completions", kChatBody, h);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->header("x-ratelimit-remaining-requests"), "4");
+  EXPECT_EQ(r->header("x-ratelimit-remaining-tokens"), "0");
+  r = post("/v1/chat/completions", kChatBody, h);  // the tokens do not fit
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  EXPECT_EQ(r->header("retry-after"), "60");
+  EXPECT_EQ(r->header("x-ratelimit-remaining-requests"), "4") << "a refusal consumes nothing";
+  EXPECT_NE(r->body.find("tokens"), std::string::npos) << r->body;
+  r = post("/v1/chat/completions", kChatBody,
+           {{"x-mock-token-quota", "0/60000"}, {"x-mock-quota-key", "bad"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  r = post("/v1/chat/completions", kChatBody, {{"x-mock-token-quota", "12"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+}
+
+TEST_F(MockLlmTest, TokenQuotaWindowRefills) {
+  const Headers h = {{"x-mock-token-quota", "100/50"},
+                     {"x-mock-quota-key", "tshort"},
+                     {"x-mock-tokens", "60"},
+                     {"x-mock-quota-style", "openai"}};
+  auto r = post("/v1/chat/completions", kChatBody, h);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  r = post("/v1/chat/completions", kChatBody, h);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  EXPECT_EQ(r->header("retry-after"), "1");
+  std::this_thread::sleep_for(milliseconds(60));  // let the 50 ms window pass
+  r = post("/v1/chat/completions", kChatBody, h);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
 // --- connection faults ----------------------------------------------------------------
 
 TEST_F(MockLlmTest, ResetAfterTokensResetsTheConnection) {

@@ -79,5 +79,55 @@ TEST_F(GateTest, ForgettingKeysPastTheBoundOnlyMeansMoreReports) {
   EXPECT_TRUE(gate.shouldReport("k", 90, 0, reset, clock.now()));
 }
 
+// --- the token counter -------------------------------------------------------------
+
+constexpr auto kTokens = QuotaReportGate::Counter::kTokens;
+
+TEST_F(GateTest, TheTokenCounterIsGatedOnItsOwn) {
+  const auto reset = at(milliseconds(60000));
+  // The first token report of a key goes even though its requests are known.
+  gate.learned("k", 90, reset, clock.now());
+  EXPECT_TRUE(gate.shouldReport("k", 5000, 0, reset, clock.now(), kTokens));
+  EXPECT_FALSE(gate.shouldReport("k", 5000, 0, reset, clock.now(), kTokens));
+  // A request report that changes nothing is still held back.
+  EXPECT_FALSE(gate.shouldReport("k", 90, 0, reset, clock.now()));
+  // A lower token count goes, and is what the gate compares with from now on.
+  EXPECT_TRUE(gate.shouldReport("k", 4000, 0, reset, clock.now(), kTokens));
+  EXPECT_FALSE(gate.shouldReport("k", 4500, 0, reset, clock.now(), kTokens));
+  EXPECT_TRUE(gate.shouldReport("k", 3999, 0, reset, clock.now(), kTokens));
+}
+
+TEST_F(GateTest, WhatTheFleetHasLeftOfTokensIsLearnedFromAReserve) {
+  const auto reset = at(milliseconds(60000));
+  gate.learned("k", 3000, reset, clock.now(), kTokens);
+  clock.advance(milliseconds(10));
+  EXPECT_FALSE(gate.shouldReport("k", 3000, 0, reset, clock.now(), kTokens));
+  EXPECT_TRUE(gate.shouldReport("k", 2999, 0, reset, clock.now(), kTokens));
+  // Learning the token count says nothing of the request count: its first report goes.
+  EXPECT_TRUE(gate.shouldReport("k", 90, 0, reset, clock.now()));
+}
+
+TEST_F(GateTest, TokensInFlightAreSlackOnlyFarFromEmpty) {
+  const auto reset = at(milliseconds(60000));
+  gate.learned("k", 5000, reset, clock.now(), kTokens);
+  // 5200 remaining, 400 tokens unanswered: fresh 4800, possibly counted twice: no news.
+  EXPECT_FALSE(gate.shouldReport("k", 5200, 400, reset, clock.now(), kTokens));
+  // Near empty (tokens have no reserve) every lower count goes.
+  gate.learned("k", 600, reset, clock.now(), kTokens);
+  EXPECT_TRUE(gate.shouldReport("k", 900, 400, reset, clock.now(), kTokens));
+}
+
+TEST_F(GateTest, ALaterTokenWindowAndTheRefreshGoAnyway) {
+  const auto reset = at(milliseconds(2000));
+  gate.learned("k", 0, reset, clock.now(), kTokens);
+  EXPECT_TRUE(gate.shouldReport("k", 6000, 0, reset + milliseconds(2000), clock.now(), kTokens));
+  EXPECT_FALSE(gate.shouldReport("k", 6000, 0, reset + milliseconds(2000), clock.now(), kTokens));
+  clock.advance(kRefresh);
+  EXPECT_TRUE(gate.shouldReport("k", 6000, 0, reset + milliseconds(2000), clock.now(), kTokens));
+
+  gate.learned("j", 10, std::nullopt, clock.now(), kTokens);  // just refilled
+  EXPECT_TRUE(gate.shouldReport("j", 10, 0, at(milliseconds(2000)), clock.now(), kTokens));
+}
+
 }  // namespace
 }  // namespace sluice
