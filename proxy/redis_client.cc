@@ -219,9 +219,13 @@ void RedisClient::onPushed(const redisReply* reply) {
   // ["message", channel, payload]; the subscribe confirmation is ["subscribe", channel, n].
   if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3) return;
   const redisReply* kind = reply->element[0];
-  if (kind->type != REDIS_REPLY_STRING || std::string_view(kind->str, kind->len) != "message") {
+  if (kind->type != REDIS_REPLY_STRING) return;
+  const std::string_view what(kind->str, kind->len);
+  if (what == "subscribe") {
+    if (hooks_.on_subscribed) hooks_.on_subscribed();
     return;
   }
+  if (what != "message") return;
   const redisReply* channel = reply->element[1];
   const redisReply* payload = reply->element[2];
   if (channel->type != REDIS_REPLY_STRING || payload->type != REDIS_REPLY_STRING) return;

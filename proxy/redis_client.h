@@ -59,6 +59,7 @@ class RedisClient final : private SocketIoCallbacks {
   struct Hooks {
     std::function<void(bool up)> on_state;              // every up/down change
     std::function<void(std::string_view op)> on_error;  // one failed call or connect ("connect")
+    std::function<void()> on_subscribed;  // a subscriber's SUBSCRIBE took effect (each connect)
   };
 
   /**

@@ -366,8 +366,10 @@ constexpr std::string_view kOpenStateScript =
 void announceOpen(RedisClient& client, const std::string& channel, const std::string& key,
                   const std::string& scope, const std::string& instance, milliseconds open_for) {
   const std::string ms = std::to_string(std::max<int64_t>(open_for.count(), 1));
-  client.command({"PUBLISH", channel, scope + " " + instance + " open " + ms}, nullptr, "circuit");
+  // The key first: a peer that subscribes after the message reads the key
+  // after its subscription took effect (SharedState::replayCircuits).
   client.command({"SET", key, instance + " " + ms, "PX", ms}, nullptr, "circuit");
+  client.command({"PUBLISH", channel, scope + " " + instance + " open " + ms}, nullptr, "circuit");
 }
 
 class RedisCircuit final : public GlobalCircuit {
@@ -470,6 +472,12 @@ void SharedState::attach(const std::vector<Dispatcher*>& loops) {
         RedisClient::Hooks sub_hooks;
         sub_hooks.on_error = [this](std::string_view op) { countError(op); };
         sub_hooks.on_state = [this](bool up) { onClientState(nullptr, up); };
+        // What was published before the subscription took effect is in the
+        // open keys: read them now (and again whenever worker 0's client
+        // comes up), so no trip falls between the two.
+        sub_hooks.on_subscribed = [loop, this] {
+          if (loop->client != nullptr && loop->client->up()) replayCircuits(*loop->client);
+        };
         loop->subscriber = std::make_unique<RedisClient>(
             *loop->dispatcher, config_.redis, ssl_ctx_.get(), config_.tls, config_.timeout,
             sub_hooks, std::vector<std::vector<std::string>>{}, channel_,

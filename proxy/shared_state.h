@@ -105,7 +105,10 @@ class SharedState {
   /** The registered breakers still alive, by scope (all scopes, or only `only_scope`). */
   std::vector<std::pair<std::string, std::vector<std::shared_ptr<CircuitBreaker>>>> liveCircuits(
       const std::string* only_scope);
-  /** On worker 0's (re)connect: announce this process's open circuits, learn the peers'. */
+  /**
+   * On worker 0's (re)connect and when the subscription takes effect: announce
+   * this process's open circuits, learn the peers' from their open keys.
+   */
   void replayCircuits(RedisClient& client);
   void applyStoredOpen(const std::string& scope, const redisReply* reply);
   void onMessage(std::string_view message);
