@@ -15,15 +15,21 @@
 #include "proxy/dispatcher.h"
 #include "proxy/downstream_connection.h"
 #include "proxy/exchange.h"
+#include "proxy/in_flight_gauge.h"
 #include "proxy/runtime.h"
 
 namespace sluice {
 
 class HostRegistry {
  public:
-  /** `first_id`: exchange ids count up from it (the Worker puts its index in the top bits). */
-  explicit HostRegistry(Dispatcher& dispatcher, uint64_t first_id = 1)
-      : dispatcher_(dispatcher), next_exchange_id_(first_id) {}
+  /**
+   * `first_id`: exchange ids count up from it (the Worker puts its index in
+   * the top bits). `open_connections`, when given, counts the connections
+   * held here (the process's drain waits for it).
+   */
+  explicit HostRegistry(Dispatcher& dispatcher, uint64_t first_id = 1,
+                        InFlightGauge* open_connections = nullptr)
+      : dispatcher_(dispatcher), next_exchange_id_(first_id), open_connections_(open_connections) {}
 
   /** A new Exchange for `head`, on the route `runtime` matches, owned here. */
   Exchange& newExchange(ExchangeHost& host, const RuntimePtr& runtime, RequestHead& head,
@@ -56,12 +62,14 @@ class HostRegistry {
   void addConnection(DownstreamConnectionPtr conn) {
     DownstreamConnection* raw = conn.get();
     connections_.emplace(raw, std::move(conn));
+    if (open_connections_ != nullptr) open_connections_->add();
   }
   void connectionClosed(DownstreamConnection& conn) {
     auto it = connections_.find(&conn);
     if (it == connections_.end()) return;
     dispatcher_.deferredDelete(std::move(it->second));
     connections_.erase(it);
+    if (open_connections_ != nullptr) open_connections_->remove();
   }
   /** A connection handed over to another codec (protocol detection). */
   void replaceConnection(DownstreamConnection& from, DownstreamConnectionPtr to) {
@@ -80,12 +88,14 @@ class HostRegistry {
   /** Destroys everything now (the loop has stopped; nothing is on the stack). */
   void clear() {
     exchanges_.clear();
+    if (open_connections_ != nullptr) open_connections_->remove(connections_.size());
     connections_.clear();
   }
 
  private:
   Dispatcher& dispatcher_;
   uint64_t next_exchange_id_;
+  InFlightGauge* const open_connections_;
   // Exchanges after connections: destroyed first (an Exchange points at its
   // connection's stream, never the other way round).
   std::unordered_map<DownstreamConnection*, DownstreamConnectionPtr> connections_;

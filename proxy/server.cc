@@ -140,7 +140,7 @@ bool Server::start(std::string* error) {
   }
   for (size_t w = 0; w < nworkers; ++w) {
     workers_.push_back(std::make_unique<Worker>(w, clock_, runtime_, std::move(sockets[w]),
-                                                access_log_, in_flight_));
+                                                access_log_, in_flight_, open_connections_));
   }
   if (!admin_.start(cfg.admin.host, cfg.admin.port, error)) {
     workers_.clear();
@@ -177,6 +177,10 @@ size_t Server::drain() {
   const size_t left = in_flight_.value();
   for (auto& w : workers_) w->cancelAll(CancelReason::Draining);
   in_flight_.waitForZero();
+  // The connections told to close when idle (stopAccepting) close once their
+  // last answer, RST_STREAM or GOAWAY is written: stop() would drop what they
+  // have not written yet. A client that does not read gets kDrainFlush.
+  open_connections_.waitForZero(std::chrono::steady_clock::now() + kDrainFlush);
   return left;
 }
 

@@ -92,7 +92,10 @@ class Server {
   mutable std::mutex mu_;
   RuntimePtr runtime_;
   std::string init_error_;
-  InFlightGauge in_flight_;  // before workers_: they update it until they stop
+  InFlightGauge in_flight_;         // before workers_: they update it until they stop
+  InFlightGauge open_connections_;  // downstream connections, likewise
+  // How long drain() waits for the connections to write their last bytes.
+  static constexpr std::chrono::seconds kDrainFlush{1};
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<uint16_t> listener_ports_;
   AdminServer admin_;

@@ -41,13 +41,13 @@ Http2Limits http2LimitsFrom(const config::LimitsConfig& l) {
 
 Worker::Worker(size_t index, const Clock& clock, RuntimePtr runtime,
                std::vector<ListenSocket> listen_sockets, AccessLog& access_log,
-               InFlightGauge& in_flight)
+               InFlightGauge& in_flight, InFlightGauge& open_connections)
     : dispatcher_(clock),
       in_flight_(in_flight),
       runtime_(std::move(runtime)),
       listen_sockets_(std::move(listen_sockets)),
       // Exchange ids are unique across workers: the worker index in the top bits.
-      registry_(dispatcher_, (static_cast<uint64_t>(index) << 48) + 1),
+      registry_(dispatcher_, (static_cast<uint64_t>(index) << 48) + 1, &open_connections),
       access_log_(access_log, dispatcher_.base()) {
   for (const ListenSocket& ls : listen_sockets_) {
     listeners_.emplace_back(evconnlistener_new(dispatcher_.base(), &Worker::onAccept, this,

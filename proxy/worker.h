@@ -37,9 +37,13 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
    * `listen_sockets` are the sockets this worker accepts on (it closes them);
    * `access_log` receives this worker's access log lines in chunks.
    */
-  /** `in_flight`: the process's exchange count, which this worker keeps current. */
+  /**
+   * `in_flight` and `open_connections`: the process's exchange and
+   * downstream connection counts, which this worker keeps current.
+   */
   Worker(size_t index, const Clock& clock, RuntimePtr runtime,
-         std::vector<ListenSocket> listen_sockets, AccessLog& access_log, InFlightGauge& in_flight);
+         std::vector<ListenSocket> listen_sockets, AccessLog& access_log, InFlightGauge& in_flight,
+         InFlightGauge& open_connections);
   ~Worker() override;
 
   /** Starts the thread. */
