@@ -71,9 +71,10 @@ class Verifier {
     return skipWhitespace(s_, i_) == s_.size();
   }
 
-  // chatChoicesWithOutput(): verifies the array and reads it in one pass.
-  std::optional<uint64_t> chatChoices(int max_depth) {
-    i_ = skipWhitespace(s_, 0);
+  // chatChoicesWithOutput(): verifies the array at s_[begin] and reads it in
+  // one pass; end() is then the index past it.
+  std::optional<uint64_t> chatChoices(size_t begin, int max_depth) {
+    i_ = begin;
     if (i_ >= s_.size() || s_[i_] != '[' || max_depth <= 0) return std::nullopt;
     uint64_t with_output = 0;
     i_ = skipWhitespace(s_, i_ + 1);
@@ -92,9 +93,10 @@ class Verifier {
         if (done_) break;
       }
     }
-    if (skipWhitespace(s_, i_) != s_.size()) return std::nullopt;
     return with_output;
   }
+
+  size_t end() const { return i_; }
 
  private:
   // A choice (`choice`) or a delta object at s_[i_], verified; whether it
@@ -365,11 +367,23 @@ bool isVerifiedJson(std::string_view text, int max_depth) {
 }
 
 std::optional<uint64_t> chatChoicesWithOutput(std::string_view choices_text) {
-  return Verifier(choices_text).chatChoices(32);
+  Verifier verifier(choices_text);
+  const std::optional<uint64_t> with_output =
+      verifier.chatChoices(skipWhitespace(choices_text, 0), 32);
+  if (!with_output || skipWhitespace(choices_text, verifier.end()) != choices_text.size()) {
+    return std::nullopt;
+  }
+  return with_output;
 }
 
-bool scanTopLevelMembers(std::string_view s,
-                         const std::function<bool(std::string_view, std::string_view)>& on_member) {
+namespace {
+
+// The scan behind scanTopLevelMembers() and scanChatChunk().
+// `on_member(key, begin, end)` is given a member whose value starts at
+// s[begin]; it sets `end` to the index past the value (npos: broken framing)
+// and returns false to stop the scan there.
+template <typename OnMember>
+bool scanMembers(std::string_view s, OnMember&& on_member) {
   size_t i = skipWhitespace(s, 0);
   if (i >= s.size() || s[i] != '{') return false;
   i = skipWhitespace(s, i + 1);
@@ -383,9 +397,10 @@ bool scanTopLevelMembers(std::string_view s,
     i = skipWhitespace(s, key_end);
     if (i >= s.size() || s[i] != ':') return false;
     i = skipWhitespace(s, i + 1);
-    const size_t value_end = endOfValue(s, i);
+    size_t value_end = npos;
+    const bool go_on = on_member(key, i, value_end);
     if (value_end == npos) return false;
-    if (!on_member(key, s.substr(i, value_end - i))) return true;
+    if (!go_on) return true;
     i = skipWhitespace(s, value_end);
     if (i >= s.size()) return false;
     if (s[i] == '}') return skipWhitespace(s, i + 1) == s.size();
@@ -393,6 +408,37 @@ bool scanTopLevelMembers(std::string_view s,
     i = skipWhitespace(s, i + 1);
   }
   return false;
+}
+
+}  // namespace
+
+bool scanTopLevelMembers(std::string_view s, MemberVisitor on_member) {
+  return scanMembers(s, [&](std::string_view key, size_t begin, size_t& end) {
+    end = endOfValue(s, begin);
+    return end == npos || on_member(key, s.substr(begin, end - begin));
+  });
+}
+
+std::optional<ChatChunkMembers> scanChatChunk(std::string_view s) {
+  ChatChunkMembers members;
+  const bool scanned = scanMembers(s, [&](std::string_view key, size_t begin, size_t& end) {
+    if (key == "choices") {
+      // A verified array ends where endOfValue() would put its end: its
+      // brackets balance outside strings, which end at their unescaped quote.
+      Verifier verifier(s);
+      members.choices_with_output = verifier.chatChoices(begin, 32);
+      end = members.choices_with_output ? verifier.end() : endOfValue(s, begin);
+      if (end != npos) members.choices = s.substr(begin, end - begin);
+      return true;
+    }
+    end = endOfValue(s, begin);
+    if (end == npos) return true;
+    if (key == "model") members.model = s.substr(begin, end - begin);
+    if (key == "usage") members.usage = s.substr(begin, end - begin);
+    return true;
+  });
+  if (!scanned) return std::nullopt;
+  return members;
 }
 
 std::optional<std::string> withTopLevelString(std::string_view text, std::string_view key,

@@ -15,12 +15,40 @@
 // makes it return false, and callers fall back to a full parse.
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace sluice {
+
+/**
+ * A borrowed `bool(std::string_view key, std::string_view value)` callable:
+ * scanTopLevelMembers()'s visitor. Unlike a std::function it never allocates
+ * (a lambda capturing three references did, once per streamed chunk:
+ * PROFILE.md); it refers to the caller's callable, which outlives the call.
+ */
+class MemberVisitor {
+ public:
+  template <typename F,
+            typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, MemberVisitor>>>
+  MemberVisitor(F&& f)  // NOLINT(google-explicit-constructor): passed as a lambda
+      : callable_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_(&invoke<std::remove_reference_t<F>>) {}
+
+  bool operator()(std::string_view key, std::string_view value) const {
+    return call_(callable_, key, value);
+  }
+
+ private:
+  template <typename F>
+  static bool invoke(void* callable, std::string_view key, std::string_view value) {
+    return (*static_cast<F*>(callable))(key, value);
+  }
+
+  void* callable_;
+  bool (*call_)(void*, std::string_view, std::string_view);
+};
 
 /**
  * Calls `on_member(key, value_text)` for each top-level member of the JSON
@@ -30,9 +58,7 @@ namespace sluice {
  * `text` is not an object, a top-level key contains a backslash escape, or
  * the framing is broken before the scan stopped.
  */
-bool scanTopLevelMembers(
-    std::string_view text,
-    const std::function<bool(std::string_view key, std::string_view value)>& on_member);
+bool scanTopLevelMembers(std::string_view text, MemberVisitor on_member);
 
 /**
  * `text` with the value of its top-level member `key` replaced by the JSON
@@ -101,5 +127,28 @@ bool isVerifiedJson(std::string_view text, int max_depth = 32);
  * decode it with nlohmann.
  */
 std::optional<uint64_t> chatChoicesWithOutput(std::string_view choices_text);
+
+/** What metering an OpenAI chat chunk reads from its top-level members. */
+struct ChatChunkMembers {
+  /** The raw value text of the last `model`, `usage` and `choices` ("" if absent). */
+  std::string_view model;
+  std::string_view usage;
+  std::string_view choices;
+  /**
+   * chatChoicesWithOutput(choices) when `choices` is an array it vouched for;
+   * nullopt otherwise (then decode `choices` with nlohmann).
+   */
+  std::optional<uint64_t> choices_with_output;
+};
+
+/**
+ * scanTopLevelMembers() over a chat chunk collecting ChatChunkMembers, with
+ * the `choices` array verified and read as the scan passes it: one walk
+ * over it instead of one to find its end and another to read it (the
+ * per-chunk cost of a stream: PROFILE.md). Exactly what that scan plus
+ * chatChoicesWithOutput() on the last `choices` give; nullopt when the scan
+ * declines (the caller parses the chunk whole).
+ */
+std::optional<ChatChunkMembers> scanChatChunk(std::string_view text);
 
 }  // namespace sluice

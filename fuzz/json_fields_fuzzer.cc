@@ -8,7 +8,8 @@
 // stops when asked to. The plain readers (plainString, plainUnsigned,
 // isPlainObject) must agree with the library whenever they accept, and
 // isVerifiedJson never accepts what the library rejects; chatChoicesWithOutput
-// agrees with a DOM count.
+// agrees with a DOM count; scanChatChunk returns exactly what the member scan
+// plus chatChoicesWithOutput on the last `choices` give (the passes it fuses).
 // Seeds: fuzz/corpus/json_fields/ (real request and response bodies).
 
 #include <cstddef>
@@ -16,6 +17,7 @@
 #include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -39,6 +41,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         seen.emplace(std::string(key), value);
         return true;
       });
+
+  // scanChatChunk: the same views (the same bytes) and count as the two passes.
+  {
+    std::string_view model, usage, choices;
+    const bool two_pass =
+        sluice::scanTopLevelMembers(text, [&](std::string_view key, std::string_view value) {
+          if (key == "model") model = value;
+          if (key == "usage") usage = value;
+          if (key == "choices") choices = value;
+          return true;
+        });
+    const std::optional<sluice::ChatChunkMembers> fused = sluice::scanChatChunk(text);
+    if (fused.has_value() != two_pass) std::abort();
+    const auto same = [](std::string_view a, std::string_view b) {
+      return a.data() == b.data() && a.size() == b.size();
+    };
+    if (fused && (!same(fused->model, model) || !same(fused->usage, usage) ||
+                  !same(fused->choices, choices) ||
+                  fused->choices_with_output !=
+                      (choices.empty() ? std::nullopt : sluice::chatChoicesWithOutput(choices)))) {
+      std::abort();
+    }
+  }
 
   // Stopping early is honoured: the callback is not called again.
   size_t calls = 0;

@@ -551,6 +551,34 @@ void Http1ServerConnection::encodeHeaders(const ResponseHead& head, bool end_str
   if (end_stream) encodeData(nullptr, 0, true);
 }
 
+namespace {
+
+// Chunks up to this size are framed in a stack buffer and added at once.
+constexpr size_t kFramedChunkMax = 4096;
+
+// Adds a chunk — its size line, its data and the CRLF after it — to `output`:
+// a streamed chunk (an SSE event, ~200 bytes) with one evbuffer_add, as
+// every add takes the buffer's lock and runs its callbacks (the flush
+// scheduling, the send-stall watch); three per chunk cost ~450 instructions
+// more (PROFILE.md). A larger chunk goes in three adds: no copy through the
+// stack. (A reservation in the buffer instead allocated 2.5 times as many
+// chains: it needs contiguous room, an add fills the last chain's tail.)
+void addChunk(evbuffer* output, std::string_view size_line, const char* data, size_t len) {
+  if (len <= kFramedChunkMax) {
+    char framed[kChunkSizeLineMax + kFramedChunkMax + 2];
+    std::memcpy(framed, size_line.data(), size_line.size());
+    std::memcpy(framed + size_line.size(), data, len);
+    std::memcpy(framed + size_line.size() + len, "\r\n", 2);
+    evbuffer_add(output, framed, size_line.size() + len + 2);
+    return;
+  }
+  evbuffer_add(output, size_line.data(), size_line.size());
+  evbuffer_add(output, data, len);
+  evbuffer_add(output, "\r\n", 2);
+}
+
+}  // namespace
+
 void Http1ServerConnection::encodeData(const char* data, size_t len, bool end_stream) {
   if (closed_) return;
   evbuffer* output = io_->output();
@@ -558,9 +586,7 @@ void Http1ServerConnection::encodeData(const char* data, size_t len, bool end_st
     if (chunked_response_) {
       char size_line[kChunkSizeLineMax];
       const size_t n = chunkSizeLine(len, size_line);
-      evbuffer_add(output, size_line, n);
-      evbuffer_add(output, data, len);
-      evbuffer_add(output, "\r\n", 2);
+      addChunk(output, std::string_view(size_line, n), data, len);
       noteOutput({n + len + 2, len, 2});
     } else {
       evbuffer_add(output, data, len);

@@ -150,6 +150,18 @@ bool chatDeltaHasOutput(const json& delta) {
   return (tool_calls && !tool_calls->empty()) || objectField(delta, "function_call");
 }
 
+// How many choices of a chat chunk's `choices` carry output in their delta
+// (with n > 1, each choice's delta is a token of its own).
+uint64_t domChoicesWithOutput(const json& choices) {
+  uint64_t with_output = 0;
+  if (!choices.is_array()) return 0;
+  for (const json& choice : choices) {
+    const json* delta = objectField(choice, "delta");
+    if (delta && chatDeltaHasOutput(*delta)) ++with_output;
+  }
+  return with_output;
+}
+
 // Bytes of generated text in a non-streaming body, for the estimate when it has
 // no `usage`: chat/completions choices, Responses output items, Anthropic content.
 uint64_t generatedTextBytes(const json& doc) {
@@ -482,50 +494,34 @@ void UsageMeter::onChatEvent(const SseEvent& event) {
   // Per chunk, decode only what is used: `choices` (the deltas), `usage` when
   // it is an object, and `model` until one is known. Skipping the rest (ids,
   // fingerprints, nulls) without lexing it cut the streaming path's cost per
-  // chunk by more than half (PROFILE.md). A chunk the scan cannot vouch for
-  // is parsed whole, as before.
-  std::string_view model_text;
-  std::string_view usage_text;
-  std::string_view choices_text;
-  const bool scanned =
-      scanTopLevelMembers(event.data, [&](std::string_view key, std::string_view value) {
-        if (key == "model") model_text = value;
-        if (key == "usage") usage_text = value;
-        if (key == "choices") choices_text = value;
-        return true;
-      });
-  json whole;
-  json choices;
-  if (scanned) {
+  // chunk by more than half (PROFILE.md); `choices` is read as the scan
+  // passes it. A chunk the scan cannot vouch for is parsed whole, as before.
+  if (const std::optional<ChatChunkMembers> members = scanChatChunk(event.data)) {
     if (response_model_.empty()) {
-      if (const auto model = readStringText(model_text)) noteResponseModel(*model);
+      if (const auto model = readStringText(members->model)) noteResponseModel(*model);
     }
-    if (const auto counts = readUsageText(usage_text)) report(counts->input, counts->output);
-    if (!choices_text.empty() && choices_text.front() == '[') {
-      if (const auto with_output = chatChoicesWithOutput(choices_text)) {
-        if (*with_output > 0) recordDeltas(event.end_offset, *with_output);
-        return;
+    if (const auto counts = readUsageText(members->usage)) report(counts->input, counts->output);
+    if (members->choices_with_output) {
+      if (*members->choices_with_output > 0) {
+        recordDeltas(event.end_offset, *members->choices_with_output);
       }
-      choices = parseJson(choices_text);
+    } else if (!members->choices.empty() && members->choices.front() == '[') {
+      const uint64_t with_output = domChoicesWithOutput(parseJson(members->choices));
+      if (with_output > 0) recordDeltas(event.end_offset, with_output);
     }
-  } else {
-    whole = parseJson(event.data);
-    if (!whole.is_object()) return;
-    noteResponseModel(stringField(whole, "model"));
-    if (const json* usage = objectField(whole, "usage")) {
-      const UsageCounts counts = readUsage(*usage);
-      report(counts.input, counts.output);
-    }
-    if (const json* c = arrayField(whole, "choices")) choices = *c;
+    return;
   }
-  uint64_t with_output = 0;  // with n > 1, each choice's delta is a token of its own
-  if (choices.is_array()) {
-    for (const json& choice : choices) {
-      const json* delta = objectField(choice, "delta");
-      if (delta && chatDeltaHasOutput(*delta)) ++with_output;
-    }
+  const json whole = parseJson(event.data);
+  if (!whole.is_object()) return;
+  noteResponseModel(stringField(whole, "model"));
+  if (const json* usage = objectField(whole, "usage")) {
+    const UsageCounts counts = readUsage(*usage);
+    report(counts.input, counts.output);
   }
-  if (with_output > 0) recordDeltas(event.end_offset, with_output);
+  if (const json* choices = arrayField(whole, "choices")) {
+    const uint64_t with_output = domChoicesWithOutput(*choices);
+    if (with_output > 0) recordDeltas(event.end_offset, with_output);
+  }
 }
 
 void UsageMeter::onResponsesEvent(const SseEvent& event) {

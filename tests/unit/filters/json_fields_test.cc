@@ -217,6 +217,140 @@ TEST(JsonFieldsVerifiedTest, NeverAcceptsWhatTheLibraryRejectsOnRandomInput) {
   EXPECT_GT(accepted, 100u);  // the generator does reach valid texts
 }
 
+// ---- scanChatChunk --------------------------------------------------------------
+
+// What scanChatChunk() must return: the member scan, then the verifying read
+// of the last `choices` on its own (the two walks it fuses).
+std::optional<ChatChunkMembers> twoPassChatChunk(std::string_view text) {
+  ChatChunkMembers m;
+  const bool scanned = scanTopLevelMembers(text, [&](std::string_view key, std::string_view value) {
+    if (key == "model") m.model = value;
+    if (key == "usage") m.usage = value;
+    if (key == "choices") m.choices = value;
+    return true;
+  });
+  if (!scanned) return std::nullopt;
+  if (!m.choices.empty()) m.choices_with_output = chatChoicesWithOutput(m.choices);
+  return m;
+}
+
+// Same views (the same bytes of `text`, not just equal text) and count.
+void expectSameChatChunk(std::string_view text) {
+  const std::optional<ChatChunkMembers> got = scanChatChunk(text);
+  const std::optional<ChatChunkMembers> want = twoPassChatChunk(text);
+  ASSERT_EQ(got.has_value(), want.has_value()) << text;
+  if (!got) return;
+  for (const auto& [g, w] : {std::pair{got->model, want->model}, std::pair{got->usage, want->usage},
+                             std::pair{got->choices, want->choices}}) {
+    EXPECT_EQ(g.data(), w.data()) << text;
+    EXPECT_EQ(g.size(), w.size()) << text;
+  }
+  EXPECT_EQ(got->choices_with_output, want->choices_with_output) << text;
+}
+
+TEST(ScanChatChunkTest, ReadsAStreamedChunkInOnePass) {
+  const std::string_view chunk =
+      R"({"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o",)"
+      R"("system_fingerprint":"fp","choices":[{"index":0,"delta":{"content":"Hi"},)"
+      R"("logprobs":null,"finish_reason":null}],"usage":null})";
+  const std::optional<ChatChunkMembers> m = scanChatChunk(chunk);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->model, R"("gpt-4o")");
+  EXPECT_EQ(m->usage, "null");
+  EXPECT_EQ(m->choices,
+            R"([{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}])");
+  EXPECT_EQ(m->choices_with_output, 1u);
+  expectSameChatChunk(chunk);
+}
+
+TEST(ScanChatChunkTest, MatchesTheTwoPassReadOnEdgeCases) {
+  for (const std::string_view text : {
+           R"({})", R"({"choices":[]})",
+           R"( { "choices" : [ {"delta":{"content":"a"}} , {"delta":{}} ] , "usage":{"a":1} } )",
+           R"({"choices":[{"delta":{"content":"a"}}],"choices":[{"delta":{}}]})",  // last wins
+           R"({"choices":[{"delta":{}}],"choices":[{"delta":{"content":"b"}}]})",
+           R"({"choices":[{"delta":{"content":"x"}}],"choices":"not an array"})",
+           R"({"choices":[{"delta":{"content":1.5}}],"model":"m"})",  // declined: a float
+           R"({"choices":[{"d\u0065lta":{"content":"x"}}]})",         // declined: escaped key
+           R"({"choices":[{"delta":{"content":"\ud800"}}]})",         // declined: invalid
+           R"({"choices":[{"delta":{"content":"x"}}] "model":"m"})",  // broken framing
+           R"({"choices":[{"delta":{"content":"x"}}],"model":"m")",   // cut
+           R"({"choices":[{"delta":{"content":"x"}}]]})",             // stray bracket
+           R"({"choices":[{"delta":{"content":"x\"]}"}}],"usage":{"b":2}})",
+           R"({"choices":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]})",
+           R"({"choices":[{"delta":{"content":"x"}},{"delta":{"tool_calls":[{}]}}],"x":tru})",
+           R"({"model":"a","model":"b","usage":{},"usage":null,"choices":{}})",
+           R"({"cho\u0069ces":[{"delta":{"content":"x"}}]})",  // an escaped key: declined
+       }) {
+    expectSameChatChunk(text);
+  }
+  expectSameChatChunk(std::string_view("{\"choices\":[{\"delta\":{}}],\"a\":\"\0\"}", 34));
+}
+
+// Random chunks: members of every kind in any order, valid and broken
+// `choices`, then random damage (a byte changed, dropped or doubled).
+TEST(ScanChatChunkTest, MatchesTheTwoPassReadOnRandomChunks) {
+  static const std::vector<std::string> kKeys = {"id",      "model",  "usage",        "choices",
+                                                 "choices", "object", "cho\\u0069ces"};
+  static const std::vector<std::string> kValues = {
+      R"("chatcmpl-1")",        R"("gpt-4o")", "null",       "7",    "1.5",
+      R"({"prompt_tokens":3})", "[]",          R"("a\"]}")", "true", "{}"};
+  static const std::vector<std::string> kDeltaMembers = {R"("content":"x")",
+                                                         R"("content":"")",
+                                                         R"("role":"assistant")",
+                                                         R"("refusal":null)",
+                                                         R"("tool_calls":[{"index":0}])",
+                                                         R"("content":"\u00e9")",
+                                                         "\"content\":\"\xc3\xa9\"",
+                                                         "\"content\":\"\xc3\"",
+                                                         R"("content":1e3)",
+                                                         R"("c\u006fntent":"x")"};
+  static const std::string kDamage = "{}[],:\"\\ x0";
+  std::mt19937 rng(7);
+  for (int round = 0; round < 20000; ++round) {
+    std::string text = "{";
+    const size_t members = rng() % 5;
+    for (size_t m = 0; m < members; ++m) {
+      if (m > 0) text += rng() % 8 == 0 ? " , " : ",";
+      const std::string& key = kKeys[rng() % kKeys.size()];
+      text += "\"" + key + "\":";
+      if (key.rfind("cho", 0) == 0 && rng() % 4 != 0) {
+        text += "[";
+        const size_t choices = rng() % 3;
+        for (size_t c = 0; c < choices; ++c) {
+          if (c > 0) text += ",";
+          text += R"({"index":)" + std::to_string(c) + R"(,"delta":{)";
+          const size_t n = rng() % 3;
+          for (size_t d = 0; d < n; ++d) {
+            if (d > 0) text += ",";
+            text += kDeltaMembers[rng() % kDeltaMembers.size()];
+          }
+          text += R"(},"finish_reason":null})";
+        }
+        text += "]";
+      } else {
+        text += kValues[rng() % kValues.size()];
+      }
+    }
+    text += "}";
+    if (rng() % 3 == 0) {
+      const size_t at = rng() % text.size();
+      switch (rng() % 3) {
+        case 0:
+          text[at] = kDamage[rng() % kDamage.size()];
+          break;
+        case 1:
+          text.erase(at, 1);
+          break;
+        default:
+          text.insert(at, 1, text[at]);
+      }
+    }
+    expectSameChatChunk(text);
+    if (HasFailure()) return;
+  }
+}
+
 TEST(WithTopLevelStringTest, ReplacesTheMemberAndKeepsEverythingElseByteForByte) {
   const std::string body =
       R"({"model": "gpt-4o", "stream": true, "messages": [{"model": "nested"}]})";

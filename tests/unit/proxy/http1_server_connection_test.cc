@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fuzz/support/proxy_harness.h"
@@ -87,6 +89,62 @@ TEST(Http1ServerConnectionRegression, Http10PipelineEndsWithoutDisconnects) {
   EXPECT_LE(sample(harness.metrics(), "sluice_cancellations_total",
                    {"cancel_reason=\"client_disconnect\""}),
             0);
+}
+
+// The body of a chunked message, de-framed strictly: lower-case hex size
+// lines, each chunk followed by CRLF, the last one empty. nullopt when the
+// framing is broken or the message is cut.
+std::optional<std::string> dechunk(std::string_view message) {
+  size_t at = message.find("\r\n\r\n");
+  if (at == std::string_view::npos) return std::nullopt;
+  at += 4;
+  std::string body;
+  for (;;) {
+    const size_t line_end = message.find("\r\n", at);
+    if (line_end == std::string_view::npos || line_end == at) return std::nullopt;
+    size_t size = 0;
+    for (size_t i = at; i < line_end; ++i) {
+      const char c = message[i];
+      if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return std::nullopt;
+      size = size * 16 + static_cast<size_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+    }
+    at = line_end + 2;
+    if (message.size() < at + size + 2 || message.substr(at + size, 2) != "\r\n") {
+      return std::nullopt;
+    }
+    if (size == 0) return at + 2 == message.size() ? std::optional(body) : std::nullopt;
+    body.append(message.substr(at, size));
+    at += size + 2;
+  }
+}
+
+// The downstream encoder frames small chunks in one buffer addition and
+// larger ones in three (addChunk): both framings, and the sizes at the
+// boundary, reach the client intact.
+TEST(Http1ServerConnectionEncoder, ChunksOfEverySizeAreFramedExactly) {
+  std::string upstream =
+      "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n"
+      "transfer-encoding: chunked\r\n\r\n";
+  std::string want;
+  for (const size_t size : {1, 15, 16, 200, 4095, 4096, 4097, 20000, 70000}) {
+    std::string chunk(size, '\0');
+    for (size_t i = 0; i < size; ++i) chunk[i] = static_cast<char>('a' + (i * 7 + size) % 26);
+    std::ostringstream line;
+    line << std::hex << size << "\r\n";
+    upstream += line.str() + chunk + "\r\n";
+    want += chunk;
+  }
+  upstream += "0\r\n\r\n";
+  ProxyHarness harness(kFuzzRoutes);
+  harness.setUpstreamResponse(upstream);
+  harness.runClient("GET /v1/files HTTP/1.1\r\nhost: x\r\n\r\n", 0);
+
+  const std::string& got = harness.clientReceived();
+  ASSERT_EQ(got.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << got.substr(0, 300);
+  ASSERT_NE(got.find("transfer-encoding: chunked\r\n"), std::string::npos);
+  const std::optional<std::string> body = dechunk(got);
+  ASSERT_TRUE(body.has_value()) << got.substr(0, 300);
+  EXPECT_EQ(*body, want);
 }
 
 }  // namespace
