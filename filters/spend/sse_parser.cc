@@ -45,6 +45,13 @@ void SseParser::feed(const char* data, size_t len) {
 }
 
 void SseParser::process(const char* data, size_t len) {
+  line_in_slice_ = true;
+  processSlice(data, len);
+  // The slice goes back to the caller: keep what the event still needs.
+  spillDataLine();
+}
+
+void SseParser::processSlice(const char* data, size_t len) {
   size_t i = 0;
   while (i < len) {
     if (after_cr_) {
@@ -73,7 +80,9 @@ void SseParser::process(const char* data, size_t len) {
       processLine(std::string_view(data + i, j - i), j - i);
     } else {
       appendPartialLine(data + i, j - i);
+      line_in_slice_ = false;
       if (!line_is_comment_) processLine(line_, line_len_);
+      line_in_slice_ = true;
     }
     line_.clear();
     line_len_ = 0;
@@ -86,7 +95,7 @@ void SseParser::appendPartialLine(const char* data, size_t len) {
   if (line_len_ == 0 && len > 0 && data[0] == ':') line_is_comment_ = true;
   line_len_ += len;
   if (oversized_ || line_is_comment_) return;  // never stored
-  if (line_.size() + len + data_.size() + event_type_.size() > max_event_bytes_) {
+  if (line_.size() + len + dataBytes() + event_type_.size() > max_event_bytes_) {
     enterOversized();
     return;
   }
@@ -111,14 +120,22 @@ void SseParser::processLine(std::string_view line, size_t line_len) {
 
 void SseParser::processField(std::string_view field, std::string_view value) {
   if (field == "data") {
+    spillDataLine();
     if (data_.size() + value.size() + 1 + event_type_.size() > max_event_bytes_) {
       enterOversized();
+      return;
+    }
+    if (data_.empty() && line_in_slice_) {
+      // The event's first data line, still in the caller's slice: most
+      // events have one, and it is dispatched before the slice goes back.
+      data_line_ = value;
+      data_line_in_slice_ = true;
       return;
     }
     data_.append(value);
     data_.push_back('\n');
   } else if (field == "event") {
-    if (data_.size() + value.size() > max_event_bytes_) {
+    if (dataBytes() + value.size() > max_event_bytes_) {
       enterOversized();
       return;
     }
@@ -155,14 +172,18 @@ void SseParser::dispatch() {
     resetEvent();
     return;
   }
-  if (data_.empty()) {  // no data field: nothing to dispatch
+  if (dataBytes() == 0) {  // no data field: nothing to dispatch
     event_type_.clear();
     return;
   }
-  data_.pop_back();  // the newline after the last data line
   SseEvent event;
+  if (data_line_in_slice_) {
+    event.data = data_line_;
+  } else {
+    data_.pop_back();  // the newline after the last data line
+    event.data = data_;
+  }
   event.type = event_type_.empty() ? std::string_view("message") : std::string_view(event_type_);
-  event.data = data_;
   event.id = last_event_id_;
   event.end_offset = offset_;
   ++dispatched_;
@@ -170,13 +191,22 @@ void SseParser::dispatch() {
   resetEvent();
 }
 
+void SseParser::spillDataLine() {
+  if (!data_line_in_slice_) return;
+  data_line_in_slice_ = false;
+  data_.append(data_line_);
+  data_.push_back('\n');
+}
+
 void SseParser::enterOversized() {
   oversized_ = true;
+  data_line_in_slice_ = false;
   std::string().swap(data_);
   std::string().swap(line_);
 }
 
 void SseParser::resetEvent() {
+  data_line_in_slice_ = false;
   if (data_.capacity() > kRetainedCapacity) {
     std::string().swap(data_);
   } else {

@@ -18,7 +18,8 @@
 // cannot make sluice buffer a whole stream.
 //
 // No allocation per byte and no copies of complete lines that arrive inside
-// one slice; only a line split across slices is copied.
+// one slice; only a line split across slices is copied, and a data line only
+// when another joins it or its event is not complete when the slice ends.
 
 #include <cstddef>
 #include <cstdint>
@@ -94,10 +95,15 @@ class SseParser {
 
  private:
   void process(const char* data, size_t len);
+  void processSlice(const char* data, size_t len);
   void appendPartialLine(const char* data, size_t len);
   void processLine(std::string_view line, size_t line_len);
   void processField(std::string_view field, std::string_view value);
   void dispatch();
+  /** Copies a data line still in the caller's slice into data_. */
+  void spillDataLine();
+  /** Bytes of the event's data buffer, with its newlines (data_line_ counted). */
+  size_t dataBytes() const { return data_line_in_slice_ ? data_line_.size() + 1 : data_.size(); }
   void enterOversized();
   void resetEvent();
 
@@ -113,8 +119,13 @@ class SseParser {
   size_t line_len_ = 0;           // length of the current line, even when not stored
   bool line_is_comment_ = false;  // the current line starts with ':' (never stored)
   std::string data_;              // the data buffer, each line followed by "\n"
-  std::string event_type_;        // the event type buffer
-  bool oversized_ = false;        // skipping the rest of an oversized event
+  // The event's only data line so far while it is in the slice being fed
+  // (data_ empty): not copied unless the slice ends or another line joins it.
+  std::string_view data_line_;
+  bool data_line_in_slice_ = false;
+  bool line_in_slice_ = false;  // processLine's line points into the slice being fed
+  std::string event_type_;      // the event type buffer
+  bool oversized_ = false;      // skipping the rest of an oversized event
 
   std::string last_event_id_;
   std::optional<uint64_t> retry_ms_;
