@@ -15,6 +15,7 @@ constexpr size_t npos = std::string_view::npos;
 enum ByteClass : uint8_t {
   kPlainInString = 1,  // printable ASCII other than '"' and '\\': nothing to check
   kEndsScalar = 2,     // ',' '}' ']' or whitespace: ends a number or literal
+  kEndsKey = 4,        // '"' or '\\': ends a key the member scan takes as it is
 };
 
 constexpr std::array<uint8_t, 256> kByteClass = [] {
@@ -25,6 +26,8 @@ constexpr std::array<uint8_t, 256> kByteClass = [] {
   for (const char c : {',', '}', ']', ' ', '\n', '\r', '\t'}) {
     classes[static_cast<unsigned char>(c)] |= kEndsScalar;
   }
+  classes['"'] |= kEndsKey;
+  classes['\\'] |= kEndsKey;
   return classes;
 }();
 
@@ -417,8 +420,10 @@ bool scanMembers(std::string_view s, OnMember&& on_member) {
     if (s[i] != '"') return false;
     // Keys are short: a byte loop finds the closing quote, and a backslash
     // (an escaped key: declined) on the way, cheaper than two memchr calls.
+    const char* const text = s.data();
+    const size_t size = s.size();
     size_t key_end = i + 1;
-    while (key_end < s.size() && s[key_end] != '"' && s[key_end] != '\\') ++key_end;
+    while (key_end < size && !isByteClass(text[key_end], kEndsKey)) ++key_end;
     if (key_end >= s.size() || s[key_end] == '\\') return false;
     const std::string_view key = s.substr(i + 1, key_end - i - 1);
     i = skipWhitespace(s, key_end + 1);
