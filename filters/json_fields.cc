@@ -406,29 +406,32 @@ std::optional<uint64_t> chatChoicesWithOutput(std::string_view choices_text) {
 
 namespace {
 
-// The scan behind scanTopLevelMembers() and scanChatChunk().
-// `on_member(key, begin, end)` is given a member whose value starts at
-// s[begin]; it sets `end` to the index past the value (npos: broken framing)
-// and returns false to stop the scan there.
-template <typename OnMember>
-bool scanMembers(std::string_view s, OnMember&& on_member) {
-  size_t i = skipWhitespace(s, 0);
-  if (i >= s.size() || s[i] != '{') return false;
+// The key at s[i] and the colon after it: sets `key` and moves `i` to the
+// first byte of the value. False when the framing is broken or the key is
+// written with an escape (only a full parse decodes it).
+bool memberKey(std::string_view s, size_t& i, std::string_view& key) {
+  if (i >= s.size() || s[i] != '"') return false;
+  // Keys are short: a byte loop finds the closing quote, and a backslash on
+  // the way, cheaper than two memchr calls.
+  const char* const text = s.data();
+  const size_t size = s.size();
+  size_t key_end = i + 1;
+  while (key_end < size && !isByteClass(text[key_end], kEndsKey)) ++key_end;
+  if (key_end >= size || text[key_end] == '\\') return false;
+  key = s.substr(i + 1, key_end - i - 1);
+  i = skipWhitespace(s, key_end + 1);
+  if (i >= size || s[i] != ':') return false;
   i = skipWhitespace(s, i + 1);
-  if (i < s.size() && s[i] == '}') return skipWhitespace(s, i + 1) == s.size();
-  while (i < s.size()) {
-    if (s[i] != '"') return false;
-    // Keys are short: a byte loop finds the closing quote, and a backslash
-    // (an escaped key: declined) on the way, cheaper than two memchr calls.
-    const char* const text = s.data();
-    const size_t size = s.size();
-    size_t key_end = i + 1;
-    while (key_end < size && !isByteClass(text[key_end], kEndsKey)) ++key_end;
-    if (key_end >= s.size() || s[key_end] == '\\') return false;
-    const std::string_view key = s.substr(i + 1, key_end - i - 1);
-    i = skipWhitespace(s, key_end + 1);
-    if (i >= s.size() || s[i] != ':') return false;
-    i = skipWhitespace(s, i + 1);
+  return true;
+}
+
+// The member scan from the value of `key`, which starts at s[i]: the rest
+// of scanMembers(). `on_member(key, begin, end)` is given a member whose
+// value starts at s[begin]; it sets `end` to the index past the value (npos:
+// broken framing) and returns false to stop the scan there.
+template <typename OnMember>
+bool scanMembersFrom(std::string_view s, std::string_view key, size_t i, OnMember&& on_member) {
+  for (;;) {
     size_t value_end = npos;
     const bool go_on = on_member(key, i, value_end);
     if (value_end == npos) return false;
@@ -438,23 +441,39 @@ bool scanMembers(std::string_view s, OnMember&& on_member) {
     if (s[i] == '}') return skipWhitespace(s, i + 1) == s.size();
     if (s[i] != ',') return false;
     i = skipWhitespace(s, i + 1);
+    if (!memberKey(s, i, key)) return false;
   }
-  return false;
 }
 
-}  // namespace
-
-bool scanTopLevelMembers(std::string_view s, MemberVisitor on_member) {
-  return scanMembers(s, [&](std::string_view key, size_t begin, size_t& end) {
-    end = endOfValue(s, begin);
-    return end == npos || on_member(key, s.substr(begin, end - begin));
-  });
+// The scan behind scanTopLevelMembers() and scanChatChunk().
+template <typename OnMember>
+bool scanMembers(std::string_view s, OnMember&& on_member) {
+  size_t i = skipWhitespace(s, 0);
+  if (i >= s.size() || s[i] != '{') return false;
+  i = skipWhitespace(s, i + 1);
+  if (i < s.size() && s[i] == '}') return skipWhitespace(s, i + 1) == s.size();
+  std::string_view key;
+  if (!memberKey(s, i, key)) return false;
+  return scanMembersFrom(s, key, i, on_member);
 }
 
-std::optional<ChatChunkMembers> scanChatChunk(std::string_view s) {
+// scanChatChunk()'s visitor: collects ChatChunkMembers, reading `choices` as
+// the scan passes it, and notes where the first `choices` value starts and
+// what the members before it held (ChatChunkScanner's resume point).
+struct ChatChunkVisitor {
+  explicit ChatChunkVisitor(std::string_view text) : s(text) {}
+
+  std::string_view s;
   ChatChunkMembers members;
-  const bool scanned = scanMembers(s, [&](std::string_view key, size_t begin, size_t& end) {
+  size_t first_choices = npos;
+  ChatChunkMembers before_first_choices;
+
+  bool operator()(std::string_view key, size_t begin, size_t& end) {
     if (key == "choices") {
+      if (first_choices == npos) {
+        first_choices = begin;
+        before_first_choices = members;
+      }
       // A verified array ends where endOfValue() would put its end: its
       // brackets balance outside strings, which end at their unescaped quote.
       Verifier verifier(s);
@@ -468,9 +487,52 @@ std::optional<ChatChunkMembers> scanChatChunk(std::string_view s) {
     if (key == "model") members.model = s.substr(begin, end - begin);
     if (key == "usage") members.usage = s.substr(begin, end - begin);
     return true;
+  }
+};
+
+}  // namespace
+
+bool scanTopLevelMembers(std::string_view s, MemberVisitor on_member) {
+  return scanMembers(s, [&](std::string_view key, size_t begin, size_t& end) {
+    end = endOfValue(s, begin);
+    return end == npos || on_member(key, s.substr(begin, end - begin));
   });
+}
+
+std::optional<ChatChunkMembers> scanChatChunk(std::string_view s) {
+  ChatChunkVisitor visit(s);
+  if (!scanMembers(s, visit)) return std::nullopt;
+  return visit.members;
+}
+
+std::optional<ChatChunkMembers> ChatChunkScanner::scan(std::string_view s) {
+  ChatChunkVisitor visit(s);
+  if (!prefix_.empty() && s.size() >= prefix_.size() &&
+      std::memcmp(s.data(), prefix_.data(), prefix_.size()) == 0) {
+    // Every step of the scan up to the first `choices` value read only bytes
+    // of the prefix (the last one: the value's first byte, which ended the
+    // whitespace after the colon), so it would pass them exactly as before:
+    // resume it there with what the members before held.
+    if (model_.size > 0) visit.members.model = s.substr(model_.at, model_.size);
+    if (usage_.size > 0) visit.members.usage = s.substr(usage_.at, usage_.size);
+    if (!scanMembersFrom(s, "choices", prefix_.size() - 1, visit)) return std::nullopt;
+    return visit.members;
+  }
+  prefix_.clear();
+  const bool scanned = scanMembers(s, visit);
+  // (Only with the value's first byte in the text: that byte ended the
+  // whitespace before it, so the prefix must hold it.)
+  if (visit.first_choices < s.size() && visit.first_choices < kMaxPrefixBytes) {
+    prefix_.assign(s.substr(0, visit.first_choices + 1));
+    const auto span = [&](std::string_view value) {
+      return value.empty() ? Span{}
+                           : Span{static_cast<size_t>(value.data() - s.data()), value.size()};
+    };
+    model_ = span(visit.before_first_choices.model);
+    usage_ = span(visit.before_first_choices.usage);
+  }
   if (!scanned) return std::nullopt;
-  return members;
+  return visit.members;
 }
 
 std::optional<std::string> withTopLevelString(std::string_view text, std::string_view key,

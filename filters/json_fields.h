@@ -151,4 +151,32 @@ struct ChatChunkMembers {
  */
 std::optional<ChatChunkMembers> scanChatChunk(std::string_view text);
 
+/**
+ * scanChatChunk() over the chunks of one stream, skipping what repeats. A
+ * provider starts every chunk of a stream with the same members (`id`,
+ * `object`, `created`, `model`, `system_fingerprint`) before `choices`; when
+ * a chunk begins with the same bytes as the last one scanned in full, up to
+ * and including the first byte of its first `choices` value, the scan
+ * resumes there with what those members held: the scan up to that point
+ * reads only those bytes, so the result is exactly scanChatChunk()'s.
+ */
+class ChatChunkScanner {
+ public:
+  /** Prefixes longer than this are not kept (memory per stream). */
+  static constexpr size_t kMaxPrefixBytes = 1024;
+
+  std::optional<ChatChunkMembers> scan(std::string_view text);
+
+ private:
+  /** Where a value lies in prefix_; `size` 0: no such member. */
+  struct Span {
+    size_t at = 0;
+    size_t size = 0;
+  };
+
+  std::string prefix_;  // the bytes up to the first `choices` value, its first byte included
+  Span model_;          // the members before it
+  Span usage_;
+};
+
 }  // namespace sluice

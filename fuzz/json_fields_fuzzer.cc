@@ -9,7 +9,8 @@
 // isPlainObject) must agree with the library whenever they accept, and
 // isVerifiedJson never accepts what the library rejects; chatChoicesWithOutput
 // agrees with a DOM count; scanChatChunk returns exactly what the member scan
-// plus chatChoicesWithOutput on the last `choices` give (the passes it fuses).
+// plus chatChoicesWithOutput on the last `choices` give (the passes it fuses),
+// and ChatChunkScanner what scanChatChunk gives, chunk after chunk.
 // Seeds: fuzz/corpus/json_fields/ (real request and response bodies).
 
 #include <cstddef>
@@ -62,6 +63,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                   fused->choices_with_output !=
                       (choices.empty() ? std::nullopt : sluice::chatChoicesWithOutput(choices)))) {
       std::abort();
+    }
+    // ChatChunkScanner: the input split at its first newline into two chunks
+    // of one stream (then the second again): each read as scanChatChunk reads it.
+    const size_t newline = text.find('\n');
+    if (newline != std::string_view::npos) {
+      const std::string first(text.substr(0, newline));
+      const std::string second(text.substr(newline + 1));
+      sluice::ChatChunkScanner scanner;
+      for (const std::string* chunk : {&first, &second, &second}) {
+        const std::optional<sluice::ChatChunkMembers> got = scanner.scan(*chunk);
+        const std::optional<sluice::ChatChunkMembers> want = sluice::scanChatChunk(*chunk);
+        if (got.has_value() != want.has_value()) std::abort();
+        if (got && (!same(got->model, want->model) || !same(got->usage, want->usage) ||
+                    !same(got->choices, want->choices) ||
+                    got->choices_with_output != want->choices_with_output)) {
+          std::abort();
+        }
+      }
     }
   }
 

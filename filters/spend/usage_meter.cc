@@ -495,8 +495,9 @@ void UsageMeter::onChatEvent(const SseEvent& event) {
   // it is an object, and `model` until one is known. Skipping the rest (ids,
   // fingerprints, nulls) without lexing it cut the streaming path's cost per
   // chunk by more than half (PROFILE.md); `choices` is read as the scan
-  // passes it. A chunk the scan cannot vouch for is parsed whole, as before.
-  if (const std::optional<ChatChunkMembers> members = scanChatChunk(event.data)) {
+  // passes it, and the members before it are not scanned again while they
+  // repeat. A chunk the scan cannot vouch for is parsed whole, as before.
+  if (const std::optional<ChatChunkMembers> members = chat_scanner_.scan(event.data)) {
     if (response_model_.empty()) {
       if (const auto model = readStringText(members->model)) noteResponseModel(*model);
     }

@@ -81,6 +81,7 @@
 #include <string_view>
 
 #include "common/fifo.h"
+#include "filters/json_fields.h"
 #include "filters/spend/spend_split.h"
 #include "filters/spend/sse_parser.h"
 
@@ -240,6 +241,7 @@ class UsageMeter {
   bool stream_done_ = false;  // OpenAI chat's `data: [DONE]`
 
   std::optional<SseParser> sse_;
+  ChatChunkScanner chat_scanner_;  // OpenAI chat chunks
   std::string json_body_;
   bool json_overflowed_ = false;
   std::string response_model_;

@@ -351,6 +351,67 @@ TEST(ScanChatChunkTest, MatchesTheTwoPassReadOnRandomChunks) {
   }
 }
 
+// ChatChunkScanner over a stream: each chunk read exactly as scanChatChunk()
+// reads it (the same bytes of that chunk, not of an earlier one), whether it
+// repeats the last prefix, changes it (a member before `choices`, the
+// whitespace before its value, its first byte) or is damaged anywhere.
+TEST(ScanChatChunkTest, ScannerResumesOnlyWhereTheScanWouldPassTheSame) {
+  static const std::vector<std::string> kPrefixes = {
+      R"({"id":"c1","object":"chat.completion.chunk","created":17,"model":"gpt-4o","choices":)",
+      R"({"id":"c1","object":"chat.completion.chunk","created":17,"model":"gpt-4o","choices": )",
+      R"({"id":"c2","object":"chat.completion.chunk","created":17,"model":"gpt-4o","choices":)",
+      R"({"id":"c1","usage":{"prompt_tokens":1},"model":"o1","choices":)",
+      R"({"model":"a","model":"b","created":1,"choices":)",
+      R"({"choices":)",
+      R"( { "id" : "c1" , "choices" :)",
+  };
+  static const std::vector<std::string> kChoices = {
+      R"([{"index":0,"delta":{"content":"Hi"},"finish_reason":null}])",
+      R"([{"index":0,"delta":{"role":"assistant","content":""}}])",
+      R"([{"index":0,"delta":{},"finish_reason":"stop"}])",
+      R"([{"index":0,"delta":{"content":1.5}}])",
+      R"([])",
+      R"("x")",
+      R"(null)",
+      "",
+  };
+  static const std::vector<std::string> kTails = {
+      "}",
+      R"(,"usage":null})",
+      R"(,"usage":{"prompt_tokens":5,"completion_tokens":2}})",
+      R"(,"choices":[{"delta":{"content":"again"}}]})",
+      R"(,"model":"late"})",
+      "",
+      "} x"};
+  static const std::string kDamage = "{}[],:\"\\ x0";
+  std::mt19937 rng(5);
+  for (int stream = 0; stream < 1000; ++stream) {
+    ChatChunkScanner scanner;
+    std::string last;
+    for (int chunk = 0; chunk < 30; ++chunk) {
+      // Mostly the stream's first prefix, as a provider sends it.
+      const std::string& prefix = kPrefixes[rng() % 4 == 0 ? rng() % kPrefixes.size() : stream % 3];
+      std::string text = prefix + kChoices[rng() % kChoices.size()] + kTails[rng() % kTails.size()];
+      if (rng() % 5 == 0) {
+        const size_t at = rng() % text.size();
+        text[at] = kDamage[rng() % kDamage.size()];
+      }
+      const std::optional<ChatChunkMembers> got = scanner.scan(text);
+      const std::optional<ChatChunkMembers> want = scanChatChunk(text);
+      ASSERT_EQ(got.has_value(), want.has_value()) << text << "\nafter " << last;
+      last = text;
+      if (!got) continue;
+      for (const auto& [g, w] :
+           {std::pair{got->model, want->model}, std::pair{got->usage, want->usage},
+            std::pair{got->choices, want->choices}}) {
+        ASSERT_EQ(g.data(), w.data()) << text;  // views of this chunk's text
+        ASSERT_EQ(g.size(), w.size()) << text;
+      }
+      ASSERT_EQ(got->choices_with_output, want->choices_with_output) << text;
+    }
+  }
+}
+
 TEST(WithTopLevelStringTest, ReplacesTheMemberAndKeepsEverythingElseByteForByte) {
   const std::string body =
       R"({"model": "gpt-4o", "stream": true, "messages": [{"model": "nested"}]})";
