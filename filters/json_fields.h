@@ -32,7 +32,7 @@ class MemberVisitor {
  public:
   template <typename F,
             typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, MemberVisitor>>>
-  MemberVisitor(F&& f)  // NOLINT(google-explicit-constructor): passed as a lambda
+  MemberVisitor(F&& f)  // implicit: callers pass a lambda
       : callable_(const_cast<void*>(static_cast<const void*>(&f))),
         call_(&invoke<std::remove_reference_t<F>>) {}
 
