@@ -204,7 +204,8 @@ TEST(HeaderMapStorageTest, CopiesCarryOnlyLiveFieldsAndAreIndependent) {
   assigned.add("stale", "x");
   assigned = copy;
   EXPECT_EQ(assigned.entries(), copy.entries());
-  assigned = assigned;  // self-assignment keeps it
+  HeaderMap& alias = assigned;
+  assigned = alias;  // self-assignment keeps it
   EXPECT_EQ(assigned.entries(), copy.entries());
 
   HeaderMap moved = std::move(assigned);
