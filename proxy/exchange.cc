@@ -382,10 +382,9 @@ void Exchange::startAttempt(const AttemptTarget& target) {
     ++chain_index_;
     failed = nullptr;
   }
-  attempt_.request = request_;
-  rewriteRequestForUpstream(attempt_.request, *attempt_.upstream->config,
-                            attempt_.endpoint->config->url,
-                            downstream_ != nullptr ? downstream_->clientInfo() : ClientInfo{});
+  attempt_.request =
+      requestForUpstream(request_, *attempt_.upstream->config, attempt_.endpoint->config->url,
+                         downstream_ != nullptr ? downstream_->clientInfo() : ClientInfo{});
   attempt_.request.headers.remove("expect");  // sluice answered it (or reads the body anyway)
   attempt_.destination = attempt_.endpoint->destination;
   rewritten_body_.reset();

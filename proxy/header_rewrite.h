@@ -19,13 +19,18 @@ struct ClientInfo {
 };
 
 /**
- * Rewrites `head` in place for `url`, an endpoint of `upstream`: strips
+ * The request `client` as it goes to `url`, an endpoint of `upstream`: strips
  * hop-by-hop fields (and the ones the client's Connection header names),
  * strips client-supplied `x-sluice-*` (and `x_sluice_*`), sets Host, appends
  * X-Forwarded-For, sets X-Forwarded-Proto if absent, prefixes the endpoint
  * URL's base path and applies `upstream.headers`. Framing (Content-Length /
- * Transfer-Encoding) is the codec's job.
+ * Transfer-Encoding) is the codec's job. Built in one pass: the client's head
+ * is not copied first.
  */
+RequestHead requestForUpstream(const RequestHead& client, const config::UpstreamConfig& upstream,
+                               const config::UpstreamUrl& url, const ClientInfo& info);
+
+/** requestForUpstream() in place. */
 void rewriteRequestForUpstream(RequestHead& head, const config::UpstreamConfig& upstream,
                                const config::UpstreamUrl& url, const ClientInfo& client);
 

@@ -82,7 +82,7 @@ TEST(HeaderMapTest, OrderAndDuplicatesPreserved) {
 
   // Iteration yields the same order as entries().
   Entries seen;
-  for (const auto& e : h) seen.push_back(e);
+  for (const auto& [name, value] : h) seen.emplace_back(name, value);
   EXPECT_EQ(seen, h.entries());
 }
 
@@ -153,6 +153,80 @@ TEST(HeaderMapTest, ViewsStayValidAcrossLookups) {
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[1], "value-two");
   EXPECT_EQ(*first, "value-one");
+}
+
+// The storage (one byte string, fields as offsets into it): what a caller may
+// rely on, per the header's comment.
+
+TEST(HeaderMapStorageTest, ViewsStayValidAcrossRemove) {
+  HeaderMap h;
+  h.add("keep", "a-value-long-enough-not-to-fit-in-a-small-string");
+  h.add("drop", "x");
+  const auto kept = h.get("keep");
+  EXPECT_EQ(h.remove("drop"), 1u);
+  EXPECT_EQ(*kept, "a-value-long-enough-not-to-fit-in-a-small-string");
+}
+
+TEST(HeaderMapStorageTest, AViewOfTheMapMayBeAddedBackEvenWhenItGrows) {
+  HeaderMap h;
+  const std::string big(600, 'v');  // past the first reservation: the next add must grow
+  h.add("Source", big);
+  for (int i = 0; i < 40; ++i) {
+    h.add("copy", *h.get("source"));    // a value of the map, added while it grows
+    h.set("source", *h.get("source"));  // a field set to its own (removed) value
+  }
+  EXPECT_EQ(h.getAll("copy").size(), 40u);
+  for (auto v : h.getAll("copy")) EXPECT_EQ(v, big);
+  EXPECT_EQ(h.getAll("source"), (std::vector<std::string_view>{big}));
+}
+
+TEST(HeaderMapStorageTest, ANameTakenFromTheMapIsLowerCasedOnlyInTheCopy) {
+  HeaderMap h;
+  h.add("x", "Mixed-Case");
+  h.add(*h.get("x"), "v");  // a value of the map used as a name
+  EXPECT_EQ(h.entries(), (Entries{{"x", "Mixed-Case"}, {"mixed-case", "v"}}));
+}
+
+TEST(HeaderMapStorageTest, CopiesCarryOnlyLiveFieldsAndAreIndependent) {
+  HeaderMap h;
+  for (int i = 0; i < 20; ++i) h.add("f" + std::to_string(i % 4), std::string(30, 'a' + i % 26));
+  h.remove("f1");
+  h.set("f2", "replaced");
+  HeaderMap copy = h;
+  EXPECT_EQ(copy.entries(), h.entries());
+  h.add("only-in-original", "1");
+  copy.set("f0", "only-in-copy");
+  EXPECT_FALSE(copy.has("only-in-original"));
+  EXPECT_EQ(h.getAll("f0").size(), 5u);
+  EXPECT_EQ(*copy.get("f0"), "only-in-copy");
+
+  HeaderMap assigned;
+  assigned.add("stale", "x");
+  assigned = copy;
+  EXPECT_EQ(assigned.entries(), copy.entries());
+  HeaderMap& alias = assigned;
+  assigned = alias;  // self-assignment keeps it
+  EXPECT_EQ(assigned.entries(), copy.entries());
+
+  HeaderMap moved = std::move(assigned);
+  EXPECT_EQ(moved.entries(), copy.entries());
+}
+
+TEST(HeaderMapStorageTest, ManyFieldsAndLargeValuesKeepOrder) {
+  HeaderMap h;
+  Entries expected;
+  for (int i = 0; i < 300; ++i) {
+    const std::string name = "Name-" + std::to_string(i);
+    const std::string value(static_cast<size_t>(i * 7 % 1000), static_cast<char>('A' + i % 26));
+    h.add(name, value);
+    expected.emplace_back(toLower(name), value);
+  }
+  EXPECT_EQ(h.entries(), expected);
+  EXPECT_EQ(h.size(), 300u);
+  h.clear();
+  EXPECT_TRUE(h.empty());
+  h.add("after-clear", "1");
+  EXPECT_EQ(h.entries(), (Entries{{"after-clear", "1"}}));
 }
 
 }  // namespace

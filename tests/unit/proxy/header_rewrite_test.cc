@@ -9,6 +9,7 @@
 
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -436,6 +437,107 @@ TEST(RewriteRequestEndToEndTest, FullRequestExactResult) {
                                              {"x-forwarded-for", "203.0.113.7, 192.0.2.1"},
                                              {"x-forwarded-proto", "http"},
                                              {"authorization", "Bearer sk-upstream-secret"}}));
+}
+
+// requestForUpstream builds the head in one pass. The rules were first written
+// as edits of a copy (strip, remove, set, set, add, set); that version is kept
+// here as the reference, and random heads must come out of both the same,
+// field for field and in order.
+void referenceRewrite(RequestHead& head, const config::UpstreamConfig& upstream,
+                      const config::UpstreamUrl& url, const ClientInfo& client) {
+  HeaderMap& h = head.headers;
+  std::vector<std::string> named;
+  for (auto value : h.getAll("connection")) {
+    while (!value.empty()) {
+      const auto comma = value.find(',');
+      const auto token = trimOws(value.substr(0, comma));
+      if (!token.empty()) named.push_back(toLower(token));
+      if (comma == std::string_view::npos) break;
+      value.remove_prefix(comma + 1);
+    }
+  }
+  for (const auto& name : named) h.remove(name);
+  for (const auto& [name, unused] : kHopByHop) h.remove(name);
+  h.remove("content-length");
+  std::vector<std::string> forged;
+  for (const auto& [name, value] : h) {
+    if (isSluiceHeader(name)) forged.emplace_back(name);
+  }
+  for (const auto& name : forged) h.remove(name);
+  h.set("host", url.authority());
+  if (!client.address.empty()) {
+    std::string xff;
+    for (auto v : h.getAll("x-forwarded-for")) {
+      if (!xff.empty()) xff += ", ";
+      xff += v;
+    }
+    if (!xff.empty()) xff += ", ";
+    xff += client.address;
+    h.set("x-forwarded-for", xff);
+  }
+  if (!h.has("x-forwarded-proto")) h.add("x-forwarded-proto", client.tls ? "https" : "http");
+  if (!url.path_prefix.empty()) head.path = url.path_prefix + head.path;
+  for (const auto& [name, value] : upstream.headers) h.set(name, value);
+}
+
+TEST(RequestForUpstreamTest, OnePassMatchesTheInPlaceRulesOnRandomHeads) {
+  const auto cfg = loadUpstream("https://gateway.example:8443/openai/");
+  ASSERT_NE(cfg, nullptr);
+  const config::UpstreamUrl& url = cfg->upstreams.at(0).endpoints.at(0).url;
+  const std::vector<std::string> names = {"Host",
+                                          "host",
+                                          "X-Forwarded-For",
+                                          "x-forwarded-proto",
+                                          "Content-Length",
+                                          "Connection",
+                                          "Keep-Alive",
+                                          "TE",
+                                          "Transfer-Encoding",
+                                          "x-sluice-budget",
+                                          "X_Sluice_Id",
+                                          "x-sluicex",
+                                          "Authorization",
+                                          "Accept",
+                                          "X-Custom",
+                                          "x-custom",
+                                          "Upgrade",
+                                          "Proxy-Connection",
+                                          "Expect",
+                                          "X-Budget-Ms"};
+  const std::vector<std::string> tokens = {"keep-alive", "X-Custom",         "close",
+                                           "Accept",     "authorization",    "",
+                                           " host ",     "X-Forwarded-Proto"};
+  const std::vector<std::string> configurable = {"Authorization",     "Host",     "X-Forwarded-For",
+                                                 "X-Forwarded-Proto", "x-custom", "Content-Length"};
+  std::mt19937 rng(20261126);
+  auto pick = [&](const std::vector<std::string>& from) { return from[rng() % from.size()]; };
+  for (int round = 0; round < 3000; ++round) {
+    config::UpstreamConfig upstream = cfg->upstreams.at(0);
+    upstream.headers.clear();
+    for (const auto& name : configurable) {
+      if (rng() % 4 == 0) upstream.headers.emplace_back(name, "configured-" + name);
+    }
+    Entries in;
+    const size_t fields = rng() % 12;
+    for (size_t i = 0; i < fields; ++i) {
+      const std::string name = pick(names);
+      std::string value = "v" + std::to_string(i);
+      if (equalsIgnoreCase(name, "connection")) {
+        value = pick(tokens);
+        for (unsigned more = rng() % 3; more > 0; --more) value += "," + pick(tokens);
+      }
+      in.emplace_back(name, value);
+    }
+    const ClientInfo client{rng() % 3 == 0 ? "" : "192.0.2.1", rng() % 2 == 0};
+    const RequestHead original = request("POST", "/v1/chat/completions", in);
+
+    RequestHead expected = original;
+    referenceRewrite(expected, upstream, url, client);
+    const RequestHead got = requestForUpstream(original, upstream, url, client);
+    ASSERT_EQ(got.headers.entries(), expected.headers.entries()) << "round " << round;
+    ASSERT_EQ(got.path, expected.path);
+    ASSERT_EQ(got.method, expected.method);
+  }
 }
 
 // ---------------------------------------------------------------------------
