@@ -172,13 +172,9 @@ void Http1ServerConnection::rejectParseError(int err) {
     if (refusal.status == 431) host_.countRejection(Rejection::HeaderTooLarge);
     rejectRequest(refusal);
   } else if (err == HPE_INVALID_METHOD || parser_->method == HTTP_PRI) {
-    // (llhttp knows PRI only as HTTP/2's preface: any other PRI request is an error there.)
-    // The method rule HTTP/2 applies too (methodRefusal).
+    // The method rule HTTP/2 applies too (methodRefusal). llhttp knows PRI
+    // only as HTTP/2's preface, so any other PRI request is an error there.
     rejectRequest(problems::kBadRequest, "the request method is not one sluice proxies");
-  } else if (err == HPE_UNEXPECTED_CONTENT_LENGTH) {
-    // llhttp refuses both framings while reading the head (checkHead did, with http-parser).
-    rejectRequest(problems::kBadRequest,
-                  "Content-Length and Transfer-Encoding together (RFC 9112 §6.3)");
   } else {
     rejectRequest(problems::kMalformedRequest, std::string("the request is not valid HTTP/1.1: ") +
                                                    llhttp_get_error_reason(parser_.get()));
