@@ -8,7 +8,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       g++ cmake ninja-build pkg-config \
       libevent-dev libnghttp2-dev libssl-dev libyaml-cpp-dev prometheus-cpp-dev \
-      libhttp-parser-dev nlohmann-json3-dev libfmt-dev libhiredis-dev \
+      node-llhttp libhttp-parser-dev nlohmann-json3-dev libfmt-dev libhiredis-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

@@ -1,10 +1,10 @@
 #pragma once
 
-// The header half of an http-parser message: http-parser hands a header's
+// The header half of an HTTP/1.1 message: llhttp and http-parser hand a header's
 // name and value over in fragments (on_header_field / on_header_value, as
 // many calls as the bytes arrived in), so a pair is only known complete when
 // the next name starts or the head ends (on_headers_complete). Every
-// HTTP/1.1 codec that sluice, mock-llm and the tests build on http-parser
+// HTTP/1.1 codec that sluice (llhttp), mock-llm and the tests (http-parser) build
 // accumulates the same way; this is that accumulation, once.
 //
 // Header-only and standard-library-only on purpose: mock-llm (tools/) does not

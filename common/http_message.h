@@ -60,7 +60,7 @@ struct ResponseHead {
 
 /**
  * The one method rule both codecs apply (HTTP/1.1 and HTTP/2 alike): sluice
- * proxies the methods http-parser knows (RFC 9110's and the registered
+ * proxies the methods llhttp knows (RFC 9110's and the registered
  * WebDAV/extension ones, upper-case), except CONNECT — it proxies requests,
  * not tunnels. Empty when `method` is fine; otherwise why not, for a 400
  * `bad-request`.

@@ -1,5 +1,5 @@
 // HTTP/1.1 request path: bytes from a client, through the ProtocolDetector and
-// Http1ServerConnection (HeadScanner + http-parser, limits, body framing,
+// Http1ServerConnection (HeadScanner + llhttp, limits, body framing,
 // 100-continue, pipelining) into real Exchanges, the filter chain and the
 // upstream (a loopback server answering a small SSE stream), and back out
 // through the response encoder. The last input byte may choose slicing

@@ -1,5 +1,6 @@
 #include "proxy/http1_server_connection.h"
 
+#include <llhttp.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include "common/http_message.h"
 #include "common/problem.h"
 #include "proxy/exchange.h"
+#include "proxy/request_target.h"
 
 namespace sluice {
 
@@ -18,42 +20,6 @@ int hexDigit(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
-}
-
-/**
- * RFC 9112 §3.2.2: a server accepts the absolute-form ("http://host/p?q")
- * too. Routes match on the path, so the target becomes origin-form
- * ("/p?q") and Host becomes the target's authority (the received Host is
- * ignored). False when the target is not an http(s) URI sluice can use.
- */
-bool toOriginForm(RequestHead& head) {
-  const std::string& target = head.path;
-  if (target.empty() || target.front() == '/' || target == "*") return true;
-  http_parser_url url;
-  http_parser_url_init(&url);
-  if (http_parser_parse_url(target.data(), target.size(), 0, &url) != 0) return false;
-  const auto has = [&](http_parser_url_fields f) { return (url.field_set & (1 << f)) != 0; };
-  const auto field = [&](http_parser_url_fields f) {
-    return std::string_view(target).substr(url.field_data[f].off, url.field_data[f].len);
-  };
-  if (!has(UF_SCHEMA) || !has(UF_HOST) || has(UF_USERINFO)) return false;
-  const std::string scheme = toLower(field(UF_SCHEMA));
-  if (scheme != "http" && scheme != "https") return false;
-  const size_t authority_at = url.field_data[UF_SCHEMA].off + url.field_data[UF_SCHEMA].len + 3;
-  size_t authority_end = target.size();
-  if (has(UF_PATH)) {
-    authority_end = url.field_data[UF_PATH].off;
-  } else if (has(UF_QUERY)) {
-    authority_end = url.field_data[UF_QUERY].off - 1;
-  }
-  std::string origin = has(UF_PATH) ? std::string(field(UF_PATH)) : std::string("/");
-  if (has(UF_QUERY)) {
-    origin += '?';
-    origin += field(UF_QUERY);
-  }
-  head.headers.set("host", target.substr(authority_at, authority_end - authority_at));
-  head.path = std::move(origin);
-  return true;
 }
 
 }  // namespace
@@ -79,16 +45,12 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
   client_info_.address = peer_address_;
   client_info_.tls = tls;
 
-  http_parser_init(&parser_, HTTP_REQUEST);
-  parser_.data = this;
-  http_parser_settings_init(&settings_);
-  settings_.on_message_begin = &Http1ServerConnection::onMessageBegin;
-  settings_.on_url = &Http1ServerConnection::onUrl;
-  settings_.on_header_field = &Http1ServerConnection::onHeaderField;
-  settings_.on_header_value = &Http1ServerConnection::onHeaderValue;
-  settings_.on_headers_complete = &Http1ServerConnection::onHeadersComplete;
-  settings_.on_body = &Http1ServerConnection::onBody;
-  settings_.on_message_complete = &Http1ServerConnection::onMessageComplete;
+  parser_ = newLlhttp();
+  llhttp_init(parser_.get(), HTTP_REQUEST, &parserSettings());
+  parser_->data = this;
+  // Any HTTP/<digit>.<digit> parses, as with http-parser: checkHead answers
+  // a version sluice does not serve with 505, not 400.
+  parser_->lenient_flags |= LENIENT_VERSION;
 
   event_base* base = host.dispatcher().base();
   resume_event_.reset(event_new(base, -1, 0, &Http1ServerConnection::onResumeCb, this));
@@ -108,6 +70,23 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
   if (evbuffer_get_length(io_->input()) > 0) {
     event_active(resume_event_.get(), 0, 0);
   }
+}
+
+const llhttp_settings_t& Http1ServerConnection::parserSettings() {
+  static const llhttp_settings_t settings = [] {
+    llhttp_settings_t s;
+    llhttp_settings_init(&s);
+    s.on_message_begin = &Http1ServerConnection::onMessageBegin;
+    s.on_url = &Http1ServerConnection::onUrl;
+    s.on_header_field = &Http1ServerConnection::onHeaderField;
+    s.on_header_field_complete = &Http1ServerConnection::onHeaderFieldComplete;
+    s.on_header_value = &Http1ServerConnection::onHeaderValue;
+    s.on_headers_complete = &Http1ServerConnection::onHeadersComplete;
+    s.on_body = &Http1ServerConnection::onBody;
+    s.on_message_complete = &Http1ServerConnection::onMessageComplete;
+    return s;
+  }();
+  return settings;
 }
 
 Http1ServerConnection::~Http1ServerConnection() {
@@ -131,7 +110,7 @@ void Http1ServerConnection::parseInput() {
     if (read_phase_ == ReadPhase::FirstHead) head_bytes_seen_ = true;
   }
   while (!closed_ && !closing_ && evbuffer_get_length(input) > 0) {
-    if (HTTP_PARSER_ERRNO(&parser_) == HPE_PAUSED) break;  // a request is being served
+    if (llhttp_get_errno(parser_.get()) == HPE_PAUSED) break;  // a request is being served
     if (body_paused_) break;  // the upload waits for its upstream (resumeRequestBody)
     evbuffer_iovec vec;
     if (evbuffer_peek(input, -1, nullptr, &vec, 1) < 1) break;
@@ -139,6 +118,11 @@ void Http1ServerConnection::parseInput() {
     size_t len = vec.iov_len;
     if (!head_scanner_.done()) {
       const std::optional<size_t> head_bytes = head_scanner_.scan(data, len);
+      if (!head_bytes && head_scanner_.tooLarge()) {
+        host_.countRejection(Rejection::HeaderTooLarge);
+        rejectRequest(problems::kHeaderTooLarge, "request headers exceed sluice's limits");
+        return;
+      }
       if (!head_bytes) {
         rejectRequest(problems::kBadRequest,
                       "obsolete line folding or whitespace before a header field's colon "
@@ -147,43 +131,53 @@ void Http1ServerConnection::parseInput() {
       }
       // The head alone first: its framing decides how the body bytes are checked.
       len = *head_bytes;
-    } else if (chunked_request_ && !chunk_scanner_.scan(data, len)) {
-      rejectRequest(problems::kMalformedRequest,
-                    "the request is not valid HTTP/1.1: chunked framing with a bare LF or a "
-                    "missing CRLF (RFC 9112 §7.1)");
-      return;
-    }
-    const size_t consumed = http_parser_execute(&parser_, &settings_, data, len);
-    if (closed_) return;
-    const auto err = HTTP_PARSER_ERRNO(&parser_);
-    if (err != HPE_OK && err != HPE_PAUSED) {
-      if (refusal_) {
-        // A callback refused the request and already chose the answer.
-        const Problem refusal = std::move(*refusal_);
-        refusal_.reset();
-        if (refusal.status == 431) host_.countRejection(Rejection::HeaderTooLarge);
-        rejectRequest(refusal);
-      } else if (err == HPE_HEADER_OVERFLOW) {
-        host_.countRejection(Rejection::HeaderTooLarge);
-        rejectRequest(problems::kHeaderTooLarge, "request headers exceed sluice's limits");
-      } else if (err == HPE_INVALID_METHOD) {
-        // The method rule HTTP/2 applies too (methodRefusal).
-        rejectRequest(problems::kBadRequest, "the request method is not one sluice proxies");
-      } else {
-        rejectRequest(
-            problems::kMalformedRequest,
-            std::string("the request is not valid HTTP/1.1: ") + http_errno_description(err));
+    } else if (chunked_request_) {
+      const ChunkScanner::Step step = chunk_scanner_.scan(data, len);
+      if (!step.ok) {
+        rejectRequest(problems::kMalformedRequest,
+                      "the request is not valid HTTP/1.1: chunked framing with a bare LF or a "
+                      "missing CRLF (RFC 9112 §7.1)");
+        return;
       }
+      if (step.parse == 0 && step.skip > 0) {
+        evbuffer_drain(input, step.skip);  // a chunk extension: never parsed
+        continue;
+      }
+      len = step.parse;  // up to an extension, if one starts in these bytes
+    }
+    const llhttp_errno_t err = llhttp_execute(parser_.get(), data, len);
+    if (closed_) return;
+    if (err != HPE_OK && err != HPE_PAUSED) {
+      rejectParseError(err);
       return;
     }
+    // Paused at a request's end: the bytes up to there are parsed, the rest waits.
+    const size_t consumed =
+        err == HPE_PAUSED ? static_cast<size_t>(llhttp_get_error_pos(parser_.get()) - data) : len;
     evbuffer_drain(input, consumed);
     if (err == HPE_PAUSED) break;
-    if (consumed < len) break;
   }
   // Pipelined bytes beyond a bound: stop reading until the current request is done.
-  if (!closed_ && HTTP_PARSER_ERRNO(&parser_) == HPE_PAUSED &&
+  if (!closed_ && llhttp_get_errno(parser_.get()) == HPE_PAUSED &&
       evbuffer_get_length(input) > limits_.max_pipelined_bytes) {
     io_->disableRead();
+  }
+}
+
+void Http1ServerConnection::rejectParseError(int err) {
+  if (refusal_) {
+    // A callback refused the request and already chose the answer.
+    const Problem refusal = std::move(*refusal_);
+    refusal_.reset();
+    if (refusal.status == 431) host_.countRejection(Rejection::HeaderTooLarge);
+    rejectRequest(refusal);
+  } else if (err == HPE_INVALID_METHOD || parser_->method == HTTP_PRI) {
+    // The method rule HTTP/2 applies too (methodRefusal). llhttp knows PRI
+    // only as HTTP/2's preface, so any other PRI request is an error there.
+    rejectRequest(problems::kBadRequest, "the request method is not one sluice proxies");
+  } else {
+    rejectRequest(problems::kMalformedRequest, std::string("the request is not valid HTTP/1.1: ") +
+                                                   llhttp_get_error_reason(parser_.get()));
   }
 }
 
@@ -191,6 +185,7 @@ void Http1ServerConnection::resetRequestState() {
   head_ = RequestHead{};
   header_fields_.reset();
   header_bytes_ = 0;
+  field_name_bytes_ = 0;
   request_complete_ = false;
   response_complete_ = false;
   head_request_ = false;
@@ -219,6 +214,14 @@ int Http1ServerConnection::refuseHeaderTooLarge() {
 }
 
 std::optional<size_t> Http1ServerConnection::HeadScanner::scan(const char* data, size_t len) {
+  const std::optional<size_t> head = scanLines(data, len);
+  if (!head) return head;
+  head_bytes_ += *head;
+  if (tooLarge()) return std::nullopt;
+  return head;
+}
+
+std::optional<size_t> Http1ServerConnection::HeadScanner::scanLines(const char* data, size_t len) {
   size_t i = 0;
   for (; i < len && state_ != State::Done; ++i) {
     const char c = data[i];
@@ -261,32 +264,50 @@ std::optional<size_t> Http1ServerConnection::HeadScanner::scan(const char* data,
 void Http1ServerConnection::ChunkScanner::reset() {
   state_ = State::Size;
   remaining_ = 0;
+  cut_extension_ = false;
 }
 
-bool Http1ServerConnection::ChunkScanner::scan(const char* data, size_t len) {
-  for (size_t i = 0; i < len && state_ != State::Done; ++i) {
+Http1ServerConnection::ChunkScanner::Step Http1ServerConnection::ChunkScanner::scan(
+    const char* data, size_t len) {
+  static constexpr Step kBroken{false, 0, 0};
+  size_t i = 0;
+  for (; i < len && state_ != State::Done; ++i) {
     const char c = data[i];
     switch (state_) {
       case State::Size:
         if (c == '\r') {
           state_ = State::SizeLf;
         } else if (c == '\n') {
-          return false;  // a bare LF ends no line here
+          return kBroken;  // a bare LF ends no line here
         } else if (const int digit = hexDigit(c); digit >= 0) {
-          // Saturates: http-parser refuses a size this large anyway.
+          // Saturates: llhttp refuses a size this large anyway.
           remaining_ = remaining_ > (UINT64_MAX >> 4)
                            ? UINT64_MAX
                            : (remaining_ << 4) | static_cast<uint64_t>(digit);
         } else {
-          state_ = State::Extension;  // ';' or whitespace; anything else the parser refuses
+          // ';' or whitespace starts an extension, cut out from here; any
+          // other byte goes to the parser, which refuses it.
+          state_ = State::Extension;
+          cut_extension_ = c == ';' || c == ' ' || c == '\t';
+          if (cut_extension_) return {true, i, 0};
         }
         break;
-      case State::Extension:
-        if (c == '\n') return false;  // a bare LF inside a chunk extension
-        if (c == '\r') state_ = State::SizeLf;
+      case State::Extension: {
+        const size_t start = i;
+        for (; i < len && data[i] != '\r'; ++i) {
+          if (data[i] == '\n') return kBroken;  // a bare LF inside a chunk extension
+        }
+        if (cut_extension_) {
+          // Cut up to the CR; the next scan starts at the CR, which is parsed.
+          if (i < len) cut_extension_ = false;
+          return {true, start, i - start};
+        }
+        if (i == len) return {true, len, 0};
+        state_ = State::SizeLf;  // the CR
         break;
+      }
       case State::SizeLf:
-        if (c != '\n') return false;
+        if (c != '\n') return kBroken;
         state_ = remaining_ == 0 ? State::TrailerLineStart : State::Data;
         break;
       case State::Data: {
@@ -297,11 +318,11 @@ bool Http1ServerConnection::ChunkScanner::scan(const char* data, size_t len) {
         break;
       }
       case State::DataCr:
-        if (c != '\r') return false;
+        if (c != '\r') return kBroken;
         state_ = State::DataLf;
         break;
       case State::DataLf:
-        if (c != '\n') return false;
+        if (c != '\n') return kBroken;
         state_ = State::Size;
         break;
       case State::TrailerLineStart:
@@ -315,31 +336,31 @@ bool Http1ServerConnection::ChunkScanner::scan(const char* data, size_t len) {
         if (c == '\n') state_ = State::TrailerLineStart;
         break;
       case State::FinalLf:
-        if (c != '\n') return false;
+        if (c != '\n') return kBroken;
         state_ = State::Done;
         break;
       case State::Done:
         break;
     }
   }
-  return true;
+  return {true, i, 0};
 }
 
-int Http1ServerConnection::onMessageBegin(http_parser* p) {
+int Http1ServerConnection::onMessageBegin(llhttp_t* p) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
   self->resetRequestState();
   self->in_request_ = true;
   return 0;
 }
 
-int Http1ServerConnection::onUrl(http_parser* p, const char* at, size_t len) {
+int Http1ServerConnection::onUrl(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
   if (!self->countHeaderBytes(len)) return -1;
   self->head_.path.append(at, len);
   return 0;
 }
 
-int Http1ServerConnection::onHeaderField(http_parser* p, const char* at, size_t len) {
+int Http1ServerConnection::onHeaderField(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
   if (!self->countHeaderBytes(len)) return -1;
   if (self->header_fields_.flush(self->head_.headers) &&
@@ -347,26 +368,41 @@ int Http1ServerConnection::onHeaderField(http_parser* p, const char* at, size_t 
     return self->refuseHeaderTooLarge();
   }
   self->header_fields_.appendField({at, len});
+  self->field_name_bytes_ += len;
   return 0;
 }
 
-int Http1ServerConnection::onHeaderValue(http_parser* p, const char* at, size_t len) {
+int Http1ServerConnection::onHeaderFieldComplete(llhttp_t* p) {
+  auto* self = static_cast<Http1ServerConnection*>(p->data);
+  // ": value" — llhttp 8.1 takes it as a field with an empty name; http-parser refused it.
+  if (self->field_name_bytes_ == 0) {
+    return self->refuse(problems::kMalformedRequest,
+                        "the request is not valid HTTP/1.1: a header field without a name");
+  }
+  self->field_name_bytes_ = 0;
+  return 0;
+}
+
+int Http1ServerConnection::onHeaderValue(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
   if (!self->countHeaderBytes(len)) return -1;
   self->header_fields_.appendValue({at, len});
   return 0;
 }
 
-int Http1ServerConnection::onHeadersComplete(http_parser* p) {
+int Http1ServerConnection::onHeadersComplete(llhttp_t* p) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
   self->header_fields_.flush(self->head_.headers);
   if (self->checkHead(*p) != 0) return -1;
+  // An offer checkHead let through (h2c) is ignored: the bytes after this
+  // head are still HTTP/1.1, not a new protocol for llhttp to stop at.
+  p->upgrade = 0;
   self->chunked_request_ = (p->flags & F_CHUNKED) != 0;
   if (self->chunked_request_) self->chunk_scanner_.reset();
   self->head_.version_major = p->http_major;
   self->head_.version_minor = p->http_minor;
   self->head_request_ = p->method == HTTP_HEAD;
-  self->keep_alive_ = http_should_keep_alive(p) != 0 && !self->close_after_response_;
+  self->keep_alive_ = llhttp_should_keep_alive(p) != 0 && !self->close_after_response_;
 
   const MonotonicTime start = self->host_.dispatcher().clock().now();
   // RFC 9110 §10.1.1: the expectation token is case-insensitive.
@@ -394,14 +430,14 @@ int Http1ServerConnection::onHeadersComplete(http_parser* p) {
   return 0;
 }
 
-int Http1ServerConnection::checkHead(const http_parser& p) {
+int Http1ServerConnection::checkHead(const llhttp_t& p) {
   if (head_.headers.size() > limits_.max_headers) return refuseHeaderTooLarge();
   if (p.http_major != 1 || p.http_minor > 1) {
     return refuse(problems::kHttpVersionNotSupported,
                   "sluice serves HTTP/1.0, HTTP/1.1 and HTTP/2; the request says HTTP/" +
                       std::to_string(p.http_major) + "." + std::to_string(p.http_minor));
   }
-  head_.method = http_method_str(static_cast<http_method>(p.method));
+  head_.method = llhttp_method_name(static_cast<llhttp_method_t>(p.method));
   if (auto why = methodRefusal(head_.method)) {
     return refuse(problems::kBadRequest, *why);
   }
@@ -452,22 +488,21 @@ bool Http1ServerConnection::ignoreUpgradeOffer() {
   return true;
 }
 
-int Http1ServerConnection::onBody(http_parser* p, const char* at, size_t len) {
+int Http1ServerConnection::onBody(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
   self->last_body_byte_ = self->host_.dispatcher().clock().now();
   if (self->exchange_ != nullptr) self->exchange_->decodeData(at, len);
   return self->closed_ ? -1 : 0;
 }
 
-int Http1ServerConnection::onMessageComplete(http_parser* p) {
+int Http1ServerConnection::onMessageComplete(llhttp_t* p) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
   self->request_complete_ = true;
   self->enterReadPhase(ReadPhase::Busy);
-  // Stop here: the next pipelined request waits until this response is written.
-  http_parser_pause(p, 1);
   if (self->exchange_ != nullptr) self->exchange_->decodeComplete();
   if (!self->closed_ && self->response_complete_) self->maybeNextRequest();
-  return 0;
+  // Stop here: the next pipelined request waits until this response is written.
+  return HPE_PAUSED;
 }
 
 void Http1ServerConnection::rejectRequest(const ProblemKind& kind, std::string detail,
@@ -719,7 +754,7 @@ void Http1ServerConnection::maybeNextRequest() {
 void Http1ServerConnection::onResumeCb(evutil_socket_t, short, void* arg) {
   auto* self = static_cast<Http1ServerConnection*>(arg);
   if (self->closed_ || self->closing_) return;
-  http_parser_pause(&self->parser_, 0);
+  llhttp_resume(self->parser_.get());
   self->resetRequestState();
   self->enterReadPhase(ReadPhase::Idle);  // parseInput moves on to Head at the first byte
   self->io_->enableRead();

@@ -1,7 +1,7 @@
 #pragma once
 
 // One downstream HTTP/1.1 connection: keep-alive, chunked bodies both ways,
-// pipelined requests answered in order, parsed by http-parser.
+// pipelined requests answered in order, parsed by llhttp.
 //
 // Requests are served one at a time: after a request's last byte the parser
 // pauses, later pipelined bytes wait in the input buffer, and parsing resumes
@@ -34,8 +34,6 @@
 // the bufferevent for SocketIo's own reads and writes (no `epoll_ctl` or
 // `ioctl` per request, proxy/socket_io.h); TLS stays on bufferevent_openssl.
 
-#include <http_parser.h>
-
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -50,6 +48,7 @@
 #include "proxy/downstream_connection.h"
 #include "proxy/downstream_stream.h"
 #include "proxy/event_util.h"
+#include "proxy/llhttp_parser.h"
 #include "proxy/send_stall_watch.h"
 #include "proxy/socket_io.h"
 
@@ -147,16 +146,21 @@ class Http1ServerConnection final : public DownstreamConnection,
   /** send_timeout: the client stopped reading. */
   void onSendStalled();
 
-  static int onMessageBegin(http_parser*);
-  static int onUrl(http_parser*, const char*, size_t);
-  static int onHeaderField(http_parser*, const char*, size_t);
-  static int onHeaderValue(http_parser*, const char*, size_t);
-  static int onHeadersComplete(http_parser*);
-  static int onBody(http_parser*, const char*, size_t);
-  static int onMessageComplete(http_parser*);
+  // llhttp callbacks (one settings object for every connection).
+  static const llhttp_settings_s& parserSettings();
+  static int onMessageBegin(llhttp__internal_s*);
+  static int onUrl(llhttp__internal_s*, const char*, size_t);
+  static int onHeaderField(llhttp__internal_s*, const char*, size_t);
+  static int onHeaderFieldComplete(llhttp__internal_s*);
+  static int onHeaderValue(llhttp__internal_s*, const char*, size_t);
+  static int onHeadersComplete(llhttp__internal_s*);
+  static int onBody(llhttp__internal_s*, const char*, size_t);
+  static int onMessageComplete(llhttp__internal_s*);
+  /** The parser stopped at `err` (not paused): answers the request as the error says and closes. */
+  void rejectParseError(int err);
   bool countHeaderBytes(size_t len);
   /** What sluice refuses in a parsed head (version, method, Upgrade, Host, target); 0 if fine. */
-  int checkHead(const http_parser& p);
+  int checkHead(const llhttp__internal_s& p);
   /** An `Upgrade: h2c` offer is dropped (answered in HTTP/1.1); false for any other protocol. */
   bool ignoreUpgradeOffer();
 
@@ -180,18 +184,23 @@ class Http1ServerConnection final : public DownstreamConnection,
   std::string peer_address_;
   ClientInfo client_info_;
 
-  http_parser parser_{};
-  http_parser_settings settings_{};
+  LlhttpPtr parser_;
   RequestHead head_;
   Http1HeaderAccumulator header_fields_;
   size_t header_bytes_ = 0;
+  size_t field_name_bytes_ = 0;     // of the header name being read (llhttp allows an empty one)
   std::optional<Problem> refusal_;  // set by a parser callback that refuses the request
 
   /**
-   * What http-parser tolerates and RFC 9112 §5 forbids, checked on the raw
+   * What http-parser tolerated and RFC 9112 §5 forbids, checked on the raw
    * head bytes before they are parsed: obsolete line folding (a header line
    * starting with whitespace) and whitespace between a field name and its
-   * colon — both ways to make two parsers disagree about a request.
+   * colon — both ways to make two parsers disagree about a request (llhttp
+   * 8.1 accepts the first and refuses the second; this scan answers both
+   * with 400 `bad-request`). It also bounds the raw head: http-parser
+   * refused a head over 80 KiB (HTTP_MAX_HEADER_SIZE), whitespace and line
+   * ends included, whatever max_header_bytes said; llhttp has no bound of
+   * its own, so kMaxHeadBytes keeps that one.
    */
   class HeadScanner {
    public:
@@ -199,35 +208,59 @@ class Http1ServerConnection final : public DownstreamConnection,
     void reset() {
       state_ = State::RequestLine;
       request_line_text_ = false;
+      head_bytes_ = 0;
     }
     bool done() const { return state_ == State::Done; }
     /**
      * Scans `data` up to the end of the head: the bytes of it that belong to
      * the head (all of them until the head is done), or nullopt at the first
-     * forbidden byte.
+     * forbidden byte or once the head is longer than kMaxHeadBytes.
      */
     std::optional<size_t> scan(const char* data, size_t len);
+    /** The head so far is longer than kMaxHeadBytes (scan returned nullopt for that). */
+    bool tooLarge() const { return head_bytes_ > kMaxHeadBytes; }
+
+    static constexpr size_t kMaxHeadBytes = 80 * 1024;
 
    private:
+    /** scan() without the size bound: the line rules alone. */
+    std::optional<size_t> scanLines(const char* data, size_t len);
+
     enum class State { RequestLine, LineStart, Name, Value, EndCr, Done };
     State state_ = State::RequestLine;
     bool request_line_text_ = false;  // leading empty lines before the request line are allowed
+    size_t head_bytes_ = 0;           // raw bytes of the head scanned so far
   };
   HeadScanner head_scanner_;
 
   /**
    * A chunked request body's framing, checked on the raw bytes before
-   * http-parser sees them (RFC 9112 §7.1): http-parser 2.9 swallows a bare LF
-   * inside a chunk extension as part of the extension, where other parsers
-   * end the line there — a request-smuggling split. Lines end in CRLF (the
-   * trailer section as leniently as the head); a bare LF in the size line or
-   * a chunk not followed by CRLF is refused.
+   * llhttp sees them (RFC 9112 §7.1): a bare LF inside a chunk extension
+   * (http-parser 2.9 swallowed it as part of the extension, where other
+   * parsers end the line there — a request-smuggling split) or in the size
+   * line, and chunk data not followed by CRLF (llhttp 8.1 accepts it), are
+   * refused. Lines end in CRLF; the trailer section is left to llhttp.
+   *
+   * Chunk extensions (';' or whitespace after the size, to the line's CR)
+   * are cut out of what llhttp parses: sluice ignores them, and llhttp 8.1
+   * refuses some RFC 9112 allows (BWS around ';' and '=', a ';' after a
+   * token value: "5;a=b;c"), which http-parser accepted.
    */
   class ChunkScanner {
    public:
     void reset();
-    /** False at the first byte that breaks the framing. */
-    bool scan(const char* data, size_t len);
+    /** What scan() found in a slice of the body. */
+    struct Step {
+      bool ok;       // false: the framing is broken
+      size_t parse;  // the first bytes for the parser
+      size_t skip;   // then extension bytes to drop unparsed (the rest is scanned again)
+    };
+    /**
+     * Scans `data` up to the first chunk extension byte (parse = all of it
+     * without one), or, at an extension, to the end of its line in `data`
+     * (parse = 0, skip = its bytes).
+     */
+    Step scan(const char* data, size_t len);
 
    private:
     enum class State {
@@ -243,7 +276,8 @@ class Http1ServerConnection final : public DownstreamConnection,
       Done
     };
     State state_ = State::Size;
-    uint64_t remaining_ = 0;  // chunk size being read, then its data bytes left
+    uint64_t remaining_ = 0;      // chunk size being read, then its data bytes left
+    bool cut_extension_ = false;  // Extension: the bytes are cut out (';' or whitespace began it)
   };
   ChunkScanner chunk_scanner_;
   bool chunked_request_ = false;  // the current request's body is chunked

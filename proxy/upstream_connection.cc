@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/dns.h>
+#include <llhttp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
@@ -88,15 +89,8 @@ UpstreamConnection::UpstreamConnection(Dispatcher& dispatcher,
       pool_(pool),
       id_(id),
       negotiating_(negotiating) {
-  http_parser_init(&parser_, HTTP_RESPONSE);
-  parser_.data = this;
-  http_parser_settings_init(&settings_);
-  settings_.on_status = &UpstreamConnection::onStatus;
-  settings_.on_header_field = &UpstreamConnection::onHeaderField;
-  settings_.on_header_value = &UpstreamConnection::onHeaderValue;
-  settings_.on_headers_complete = &UpstreamConnection::onHeadersComplete;
-  settings_.on_body = &UpstreamConnection::onBody;
-  settings_.on_message_complete = &UpstreamConnection::onMessageComplete;
+  parser_ = newLlhttp();  // started anew for each response (sendRequest)
+  llhttp_init(parser_.get(), HTTP_RESPONSE, &parserSettings());
 
   BufferEventPtr bev = connectUpstream(dispatcher, upstream, url, ssl_ctx);
   if (!bev) {
@@ -112,6 +106,22 @@ UpstreamConnection::UpstreamConnection(Dispatcher& dispatcher,
 }
 
 UpstreamConnection::~UpstreamConnection() = default;
+
+const llhttp_settings_t& UpstreamConnection::parserSettings() {
+  static const llhttp_settings_t settings = [] {
+    llhttp_settings_t s;
+    llhttp_settings_init(&s);
+    s.on_status = &UpstreamConnection::onStatus;
+    s.on_header_field = &UpstreamConnection::onHeaderField;
+    s.on_header_field_complete = &UpstreamConnection::onHeaderFieldComplete;
+    s.on_header_value = &UpstreamConnection::onHeaderValue;
+    s.on_headers_complete = &UpstreamConnection::onHeadersComplete;
+    s.on_body = &UpstreamConnection::onBody;
+    s.on_message_complete = &UpstreamConnection::onMessageComplete;
+    return s;
+  }();
+  return settings;
+}
 
 void UpstreamConnection::sendRequest(const RequestHead& head, RequestBody& body,
                                      UpstreamCallbacks* callbacks) {
@@ -132,8 +142,13 @@ void UpstreamConnection::sendRequest(const RequestHead& head, RequestBody& body,
     fail(UpstreamError::ConnectError, "cannot connect to " + url_.authority());
     return;
   }
-  http_parser_init(&parser_, HTTP_RESPONSE);
-  parser_.data = this;
+  llhttp_init(parser_.get(), HTTP_RESPONSE, &parserSettings());
+  parser_->data = this;
+  // HTTP/1.x with any minor version is read as HTTP/1.1 (RFC 9112 §2.3), as
+  // http-parser did; llhttp alone refuses anything but 0.9, 1.0, 1.1, 2 and 3.
+  parser_->lenient_flags |= LENIENT_VERSION;
+  head_bytes_ = 0;
+  field_name_bytes_ = 0;
 
   std::string out;
   out.reserve(256 + head.headers.size() * 48);
@@ -272,24 +287,22 @@ void UpstreamConnection::onIoRead() {
     evbuffer_iovec vec;
     if (evbuffer_peek(input, -1, nullptr, &vec, 1) < 1) break;
     const size_t len = vec.iov_len;
-    const size_t consumed =
-        http_parser_execute(&parser_, &settings_, static_cast<const char*>(vec.iov_base), len);
+    const char* data = static_cast<const char*>(vec.iov_base);
+    const llhttp_errno_t err = llhttp_execute(parser_.get(), data, len);
     if (closed_) return;  // a callback tore us down
-    const auto err = HTTP_PARSER_ERRNO(&parser_);
     if (err == HPE_PAUSED) {
-      evbuffer_drain(input, consumed);
-      http_parser_pause(&parser_, 0);
+      evbuffer_drain(input, static_cast<size_t>(llhttp_get_error_pos(parser_.get()) - data));
+      llhttp_resume(parser_.get());
       // Response complete. Anything left over means the upstream is confused.
       if (evbuffer_get_length(input) > 0) reusable_ = false;
       break;
     }
     if (err != HPE_OK) {
-      fail(UpstreamError::Protocol,
-           std::string("invalid HTTP response from upstream: ") + http_errno_description(err));
+      fail(UpstreamError::Protocol, std::string("invalid HTTP response from upstream: ") +
+                                        llhttp_get_error_reason(parser_.get()));
       return;
     }
-    evbuffer_drain(input, consumed);
-    if (consumed < len) break;
+    evbuffer_drain(input, len);
   }
   reportHeldHead();  // the whole read parsed cleanly
   if (closed_) return;
@@ -333,7 +346,7 @@ void UpstreamConnection::onIoEvent(short events) {
     // EOF may legitimately end a close-delimited body: tell the parser.
     onIoRead();  // drain whatever arrived with the FIN first
     if (closed_ || !awaiting_response_) return;
-    http_parser_execute(&parser_, &settings_, nullptr, 0);
+    llhttp_finish(parser_.get());  // completes a close-delimited body; else an error
     if (closed_) return;
     if (message_done_) {
       message_done_ = false;
@@ -351,22 +364,49 @@ void UpstreamConnection::onIoEvent(short events) {
   }
 }
 
-int UpstreamConnection::onStatus(http_parser*, const char*, size_t) { return 0; }
+bool UpstreamConnection::countHeadBytes(size_t len) {
+  head_bytes_ += len;
+  if (head_bytes_ <= kMaxHeadBytes) return true;
+  fail(UpstreamError::Protocol, "invalid HTTP response from upstream: header overflow (more than " +
+                                    std::to_string(kMaxHeadBytes) + " bytes)");
+  return false;
+}
 
-int UpstreamConnection::onHeaderField(http_parser* p, const char* at, size_t len) {
+int UpstreamConnection::onStatus(llhttp_t* p, const char*, size_t len) {
   auto* self = static_cast<UpstreamConnection*>(p->data);
+  return self->countHeadBytes(len) ? 0 : -1;
+}
+
+int UpstreamConnection::onHeaderField(llhttp_t* p, const char* at, size_t len) {
+  auto* self = static_cast<UpstreamConnection*>(p->data);
+  if (!self->countHeadBytes(len)) return -1;
   self->header_fields_.onField({at, len}, self->head_.headers);
+  self->field_name_bytes_ += len;
   return 0;
 }
 
-int UpstreamConnection::onHeaderValue(http_parser* p, const char* at, size_t len) {
+int UpstreamConnection::onHeaderFieldComplete(llhttp_t* p) {
   auto* self = static_cast<UpstreamConnection*>(p->data);
+  // ": value" — llhttp 8.1 takes it as a field with an empty name; http-parser refused it.
+  if (self->field_name_bytes_ == 0) {
+    self->fail(UpstreamError::Protocol,
+               "invalid HTTP response from upstream: a header field without a name");
+    return -1;
+  }
+  self->field_name_bytes_ = 0;
+  return 0;
+}
+
+int UpstreamConnection::onHeaderValue(llhttp_t* p, const char* at, size_t len) {
+  auto* self = static_cast<UpstreamConnection*>(p->data);
+  if (!self->countHeadBytes(len)) return -1;
   self->header_fields_.appendValue({at, len});
   return 0;
 }
 
-int UpstreamConnection::onHeadersComplete(http_parser* p) {
+int UpstreamConnection::onHeadersComplete(llhttp_t* p) {
   auto* self = static_cast<UpstreamConnection*>(p->data);
+  self->head_bytes_ = 0;  // the next head (after a 1xx, or trailers) counts anew
   self->header_fields_.flush(self->head_.headers);
   self->head_.status = static_cast<int>(p->status_code);
   if (p->status_code == 101) {
@@ -392,7 +432,7 @@ int UpstreamConnection::onHeadersComplete(http_parser* p) {
   return no_body ? 1 : 0;  // 1 = skip the body (HEAD)
 }
 
-int UpstreamConnection::onBody(http_parser* p, const char* at, size_t len) {
+int UpstreamConnection::onBody(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<UpstreamConnection*>(p->data);
   if (self->held_head_) {
     self->held_body_.append(at, len);
@@ -415,7 +455,7 @@ void UpstreamConnection::reportHeldHead() {
   }
 }
 
-int UpstreamConnection::onMessageComplete(http_parser* p) {
+int UpstreamConnection::onMessageComplete(llhttp_t* p) {
   auto* self = static_cast<UpstreamConnection*>(p->data);
   if (self->interim_) {
     self->interim_ = false;
@@ -423,11 +463,10 @@ int UpstreamConnection::onMessageComplete(http_parser* p) {
   }
   // An upstream that answered before it had the whole request (it did not
   // read a big body, say) must not get the next request behind the rest.
-  self->reusable_ = http_should_keep_alive(p) != 0 && self->requestFlushed();
+  self->reusable_ = llhttp_should_keep_alive(p) != 0 && self->requestFlushed();
   self->awaiting_response_ = false;
   self->message_done_ = true;
-  http_parser_pause(p, 1);
-  return 0;
+  return HPE_PAUSED;  // onIoRead takes it from here
 }
 
 }  // namespace sluice

@@ -3,7 +3,7 @@
 // One HTTP/1.1 connection to an upstream, plain or TLS, owned by an
 // UpstreamPool. It connects (async DNS, TCP, TLS handshake with SNI and
 // verification), writes one request at a time, parses the response with
-// http-parser and reports it to whoever holds it through UpstreamCallbacks.
+// llhttp and reports it to whoever holds it through UpstreamCallbacks.
 // Connecting runs on a bufferevent (evdns, connect errors); once connected a
 // plain socket leaves it for SocketIo's own reads and writes
 // (proxy/socket_io.h), TLS stays on bufferevent_openssl.
@@ -16,7 +16,6 @@
 // the pool, which either keeps it as HTTP/1.1 or hands its socket to an
 // Http2ClientSession (takeBufferEvent).
 
-#include <http_parser.h>
 #include <openssl/ssl.h>
 
 #include <cstdint>
@@ -29,6 +28,7 @@
 #include "config/config.h"
 #include "proxy/dispatcher.h"
 #include "proxy/event_util.h"
+#include "proxy/llhttp_parser.h"
 #include "proxy/socket_io.h"
 #include "proxy/upstream_stream.h"
 
@@ -119,13 +119,17 @@ class UpstreamConnection : public DeferredDeletable,
    */
   void reportHeldHead();
 
-  // http_parser callbacks.
-  static int onHeaderField(http_parser*, const char*, size_t);
-  static int onHeaderValue(http_parser*, const char*, size_t);
-  static int onStatus(http_parser*, const char*, size_t);
-  static int onHeadersComplete(http_parser*);
-  static int onBody(http_parser*, const char*, size_t);
-  static int onMessageComplete(http_parser*);
+  // llhttp callbacks (one settings object for every connection).
+  static const llhttp_settings_s& parserSettings();
+  static int onStatus(llhttp__internal_s*, const char*, size_t);
+  static int onHeaderField(llhttp__internal_s*, const char*, size_t);
+  static int onHeaderFieldComplete(llhttp__internal_s*);
+  static int onHeaderValue(llhttp__internal_s*, const char*, size_t);
+  static int onHeadersComplete(llhttp__internal_s*);
+  static int onBody(llhttp__internal_s*, const char*, size_t);
+  static int onMessageComplete(llhttp__internal_s*);
+  /** Counts a response head's bytes: false (and failed) past kMaxHeadBytes. */
+  bool countHeadBytes(size_t len);
 
   /** Request bytes queued on the socket before the body waits for it to drain. */
   static constexpr size_t kOutputHighWatermark = 64 * 1024;
@@ -135,6 +139,12 @@ class UpstreamConnection : public DeferredDeletable,
    * the head and that body are reported at once (a long first chunk).
    */
   static constexpr size_t kMaxHeldBodyInRead = 64 * 1024;
+  /**
+   * The longest response head (status line, header names and values; each
+   * 1xx counts on its own): http-parser's HTTP_MAX_HEADER_SIZE, which bounded
+   * it before llhttp (which has no bound of its own). Longer: a 502.
+   */
+  static constexpr size_t kMaxHeadBytes = 80 * 1024;
 
   Dispatcher& dispatcher_;
   const config::UpstreamConfig& upstream_;
@@ -144,8 +154,9 @@ class UpstreamConnection : public DeferredDeletable,
   SocketIoPtr io_;  // null once closed
   UpstreamCallbacks* callbacks_ = nullptr;
 
-  http_parser parser_{};
-  http_parser_settings settings_{};
+  LlhttpPtr parser_;
+  size_t head_bytes_ = 0;        // of the response head being parsed (countHeadBytes)
+  size_t field_name_bytes_ = 0;  // of the header name being read (llhttp allows an empty one)
   ResponseHead head_;
   Http1HeaderAccumulator header_fields_;
   bool head_request_ = false;  // the response to HEAD has no body

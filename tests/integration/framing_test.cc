@@ -107,6 +107,15 @@ INSTANTIATE_TEST_SUITE_P(
                     kHead + "transfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0;a=b\nx\r\n\r\n"},
         RequestCase{"ChunkDataNotFollowedByCrlf",
                     kHead + "transfer-encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n"},
+        // Refused since llhttp (http-parser accepted them): a bare LF ending
+        // a header line (RFC 9112 §2.2 allows refusing it) or a trailer line,
+        // and a header field with no name.
+        RequestCase{"BareLfEndsAHeaderLine", kHead + "x-a: b\ncontent-length: 0\r\n\r\n"},
+        RequestCase{"BareLfEndsATrailerLine",
+                    kHead + "transfer-encoding: chunked\r\n\r\n0\r\nx-t: y\n\r\n"},
+        RequestCase{"EmptyHeaderName", kHead + ": v\r\ncontent-length: 0\r\n\r\n"},
+        // llhttp knows PRI as HTTP/2's preface only.
+        RequestCase{"PriMethod", "PRI /echo/x HTTP/1.1\r\nhost: t\r\n\r\n"},
         // RFC 9112 §3.2: exactly one Host on HTTP/1.1.
         RequestCase{"MissingHost", "GET /echo/x HTTP/1.1\r\ncontent-length: 0\r\n\r\n"},
         RequestCase{"DuplicateHost", kHead + "host: u\r\ncontent-length: 0\r\n\r\n"},
@@ -176,6 +185,33 @@ TEST_F(DownstreamRequestTest, AbsoluteFormRoutesOnItsPathWithItsAuthorityAsHost)
   ASSERT_EQ(ledger.size(), 2u);
   EXPECT_EQ(ledger[0]["path"], "/echo/abs?q=1");
   EXPECT_EQ(ledger[1]["path"], "/?q=2");
+}
+
+TEST_F(DownstreamRequestTest, ChunkExtensionsAreIgnored) {
+  start();
+  TestConnection conn(sluice_->port());
+  // RFC 9112 §7.1.1 extensions, BWS included; llhttp 8.1 alone refuses some
+  // of these ("5;a=b;c", BWS around ';' and '='), http-parser took them all.
+  conn.send(
+      "POST /echo/ext HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n"
+      "5;a=b;c\r\nhello\r\n3 ; x = \"y z\"\r\nabc\r\n");
+  conn.send("2 \r\nde\r\n0;last=1\r\n\r\n");
+  const TestResponse r = conn.readResponse();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(nlohmann::json::parse(r.body)["body"], "helloabcde");
+  EXPECT_FALSE(conn.peerClosed());
+}
+
+TEST_F(DownstreamRequestTest, AHeadAbove80KiBOfWhitespaceIs431) {
+  // Leading whitespace of a value is not part of it (max_header_bytes does
+  // not count it), but the raw head stays bounded as it was with http-parser.
+  start();
+  TestConnection conn(sluice_->port());
+  conn.send("GET /echo/ws HTTP/1.1\r\nhost: t\r\nx-a:" + std::string(81 * 1024, ' ') + "b\r\n\r\n");
+  const TestResponse r = conn.readResponse();
+  EXPECT_EQ(r.status, 431) << r.body;
+  EXPECT_TRUE(conn.waitForClose(milliseconds(5000)));
+  EXPECT_EQ(mock_->ledger().size(), 0u);
 }
 
 TEST_F(DownstreamRequestTest, UpgradeH2cIsIgnoredAndAnsweredInHttp11) {
@@ -354,6 +390,20 @@ INSTANTIATE_TEST_SUITE_P(
                      "HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\n"
                      "upgrade: websocket\r\n\r\n",
                      Expect::BadGateway},
+        // Refused since llhttp (http-parser accepted the first two; a proxy
+        // may not forward "name : value" as it is, RFC 9112 §5.1), and a
+        // field without a name (refused before too).
+        ResponseCase{"BareLfInTheHead", "HTTP/1.1 200 OK\ncontent-length: 5\n\nhello",
+                     Expect::BadGateway},
+        ResponseCase{"SpaceBeforeColon", "HTTP/1.1 200 OK\r\ncontent-length : 5\r\n\r\nhello",
+                     Expect::BadGateway},
+        ResponseCase{"EmptyHeaderName", "HTTP/1.1 200 OK\r\n: v\r\ncontent-length: 5\r\n\r\nhello",
+                     Expect::BadGateway},
+        // A head longer than 80 KiB (http-parser's bound, kept).
+        ResponseCase{"HeadAbove80KiB",
+                     "HTTP/1.1 200 OK\r\nx-a: " + std::string(81 * 1024, 'a') +
+                         "\r\ncontent-length: 5\r\n\r\nhello",
+                     Expect::BadGateway},
         ResponseCase{"ExtraBytesAfterTheBody",
                      "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\n\r\n",
                      Expect::Complete}),
@@ -372,6 +422,16 @@ TEST(UpstreamFramingTest, AHeadAndABrokenChunkInOneReadAreCountedAs502) {
   EXPECT_EQ(sluice.metric("sluice_requests_total", {{"code", "502"}}), 1);
   EXPECT_EQ(sluice.metric("sluice_requests_total", {{"code", "200"}}), 0);
   EXPECT_EQ(sluice.metric("sluice_upstream_attempts_total", {{"result", "reset"}}), 1);
+}
+
+// RFC 9112 §2.3: a higher minor version of HTTP/1 is read as HTTP/1.1 (llhttp
+// alone refuses it; http-parser did not).
+TEST(UpstreamFramingTest, AnHttp12ResponseIsReadAsHttp11) {
+  RawUpstream upstream("HTTP/1.2 200 OK\r\ncontent-length: 5\r\n\r\nhello");
+  SluiceUnderTest sluice(config(upstream.url()));
+  const TestResponse r = httpRequest(sluice.port(), "GET", "/x");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, "hello");
 }
 
 class NoContentTest : public ::testing::TestWithParam<int> {};

@@ -149,3 +149,38 @@ TEST(Http1ServerConnectionEncoder, ChunksOfEverySizeAreFramedExactly) {
 
 }  // namespace
 }  // namespace sluice::fuzz
+
+namespace sluice::fuzz {
+namespace {
+
+// Chunk extensions are cut out of what llhttp parses (it refuses some RFC
+// 9112 allows), whichever reads they arrive in; the framing checks around
+// them still apply.
+TEST(Http1ServerConnectionChunkExtensions, AreCutInAnySlicing) {
+  const std::string request =
+      "POST /v1/x HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n"
+      "5;a=b;c\r\nhello\r\n3 ; x = \"y z\"\r\nabc\r\n0;last\r\n\r\n";
+  for (const size_t slice : {0, 1, 2, 5, 7}) {
+    ProxyHarness harness(kFuzzRoutes);
+    harness.setUpstreamResponse(std::string(kJsonAnswer));
+    harness.runClient(request, slice);
+    EXPECT_EQ(harness.clientReceived().rfind("HTTP/1.1 200 OK\r\n", 0), 0u)
+        << "slice " << slice << ": " << harness.clientReceived();
+  }
+}
+
+TEST(Http1ServerConnectionChunkExtensions, ABareLfInOneIsRefusedInAnySlicing) {
+  const std::string request =
+      "POST /v1/x HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n"
+      "5;ext\nxx\r\nhello\r\n0\r\n\r\n";
+  for (const size_t slice : {0, 1, 3}) {
+    ProxyHarness harness(kFuzzRoutes);
+    harness.setUpstreamResponse(std::string(kJsonAnswer));
+    harness.runClient(request, slice);
+    EXPECT_EQ(harness.clientReceived().rfind("HTTP/1.1 400 ", 0), 0u)
+        << "slice " << slice << ": " << harness.clientReceived();
+  }
+}
+
+}  // namespace
+}  // namespace sluice::fuzz

@@ -1,0 +1,24 @@
+#pragma once
+
+// An owned llhttp parser for the HTTP/1.1 codecs (Http1ServerConnection,
+// UpstreamConnection). The type stays opaque in headers: <llhttp.h> and
+// http-parser's <http_parser.h> (the tests' HTTP/1.1 client, mock-llm) define
+// the same names (HPE_OK, HTTP_GET, ...), so only the codecs' .cc files
+// include it.
+
+#include <memory>
+
+struct llhttp__internal_s;  // llhttp_t
+struct llhttp_settings_s;   // llhttp_settings_t
+
+namespace sluice {
+
+struct LlhttpDeleter {
+  void operator()(llhttp__internal_s* parser) const;
+};
+using LlhttpPtr = std::unique_ptr<llhttp__internal_s, LlhttpDeleter>;
+
+/** A zeroed parser for llhttp_init. */
+LlhttpPtr newLlhttp();
+
+}  // namespace sluice

@@ -1,0 +1,103 @@
+#include "proxy/request_target.h"
+
+#include <string>
+#include <string_view>
+
+namespace sluice {
+
+namespace {
+
+bool isAlnum(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+bool isHex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/** A registered name (letters, digits, '.', '-', '_') or a bracketed IPv6 literal with an optional
+ * zone. */
+bool validHost(std::string_view host) {
+  if (host.empty()) return false;
+  if (host.front() != '[') {
+    for (const char c : host) {
+      if (!isAlnum(c) && c != '.' && c != '-' && c != '_') return false;
+    }
+    return true;
+  }
+  if (host.size() < 3 || host.back() != ']') return false;
+  std::string_view inside = host.substr(1, host.size() - 2);
+  const size_t zone = inside.find('%');
+  if (zone != std::string_view::npos) {
+    const std::string_view zone_id = inside.substr(zone + 1);
+    if (zone_id.empty()) return false;
+    for (const char c : zone_id) {
+      if (!isAlnum(c) && c != '%' && c != '.' && c != '-' && c != '_' && c != '~') return false;
+    }
+    inside = inside.substr(0, zone);
+  }
+  if (inside.empty()) return false;
+  for (const char c : inside) {
+    if (!isHex(c) && c != ':' && c != '.') return false;
+  }
+  return true;
+}
+
+/** host[:port]: no userinfo, a port of 1 to 5 digits up to 65535. */
+bool validAuthority(std::string_view authority) {
+  if (authority.find('@') != std::string_view::npos) return false;  // userinfo
+  size_t host_end = authority.size();
+  if (!authority.empty() && authority.front() == '[') {
+    const size_t close = authority.find(']');
+    if (close == std::string_view::npos) return false;
+    host_end = close + 1;
+  } else if (const size_t colon = authority.find(':'); colon != std::string_view::npos) {
+    host_end = colon;
+  }
+  const std::string_view host = authority.substr(0, host_end);
+  if (!validHost(host)) return false;
+  if (host_end >= authority.size()) return true;
+  if (authority[host_end] != ':') return false;
+  const std::string_view port = authority.substr(host_end + 1);
+  if (port.empty() || port.size() > 5) return false;
+  unsigned value = 0;
+  for (const char c : port) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + static_cast<unsigned>(c - '0');
+  }
+  return value <= 0xffff;
+}
+
+}  // namespace
+
+bool toOriginForm(RequestHead& head) {
+  const std::string& target = head.path;
+  if (target.empty() || target.front() == '/' || target == "*") return true;
+  const size_t scheme_end = target.find("://");
+  if (scheme_end == std::string::npos) return false;
+  const std::string scheme = toLower(std::string_view(target).substr(0, scheme_end));
+  if (scheme != "http" && scheme != "https") return false;
+  const size_t authority_at = scheme_end + 3;
+  size_t authority_end = target.find_first_of("/?#", authority_at);
+  if (authority_end == std::string::npos) authority_end = target.size();
+  const std::string_view authority =
+      std::string_view(target).substr(authority_at, authority_end - authority_at);
+  if (!validAuthority(authority)) return false;
+  // The rest: path, then '?' query, then '#' fragment (dropped).
+  std::string_view rest = std::string_view(target).substr(authority_end);
+  rest = rest.substr(0, rest.find('#'));
+  const size_t query_at = rest.find('?');
+  const std::string_view path = rest.substr(0, query_at);
+  const std::string_view query =
+      query_at == std::string_view::npos ? std::string_view() : rest.substr(query_at + 1);
+  std::string origin = path.empty() ? std::string("/") : std::string(path);
+  if (!query.empty()) {
+    origin += '?';
+    origin += query;
+  }
+  head.headers.set("host", authority);
+  head.path = std::move(origin);
+  return true;
+}
+
+}  // namespace sluice
