@@ -677,5 +677,79 @@ TEST_F(ExchangeTest, DrainCancelsWhileBackingOff) {
   EXPECT_EQ(attemptsSent(), 1u);
 }
 
+// --- timers ------------------------------------------------------------------------------------
+// One wake event per Exchange, armed lazily: moved only earlier while armed.
+
+TEST_F(ExchangeTest, ALaterTimerDoesNotRearmTheWakeAnEarlierOneDoes) {
+  load();
+  Exchange& ex = start();  // the connect timer: 2 s
+  const MonotonicTime t0 = clock_.now();
+  ASSERT_EQ(host_.time.nextDue(), t0 + 2s);
+  const uint64_t arms = host_.time.arms();
+  std::vector<std::string> ran;
+  ex.armTimer(t0 + 10s, [&] { ran.push_back("late"); });
+  EXPECT_EQ(host_.time.arms(), arms);  // later than the wake: left as it is
+  EXPECT_EQ(host_.time.nextDue(), t0 + 2s);
+  ex.armTimer(t0 + 1s, [&] { ran.push_back("early"); });
+  EXPECT_EQ(host_.time.arms(), arms + 1);
+  EXPECT_EQ(host_.time.nextDue(), t0 + 1s);
+  upstream().connect();  // the connect timer goes; the idle timer (30 s) is later: no re-arm
+  EXPECT_EQ(host_.time.arms(), arms + 1);
+  advance(1s);
+  EXPECT_EQ(ran, std::vector<std::string>{"early"});
+  EXPECT_EQ(host_.time.nextDue(), t0 + 10s);  // re-armed for the earliest still pending
+  advance(9s);
+  EXPECT_EQ(ran, (std::vector<std::string>{"early", "late"}));
+  EXPECT_EQ(host_.time.nextDue(), t0 + 30s);  // the idle timer
+  EXPECT_EQ(ex.state(), ExchangeState::Running);
+}
+
+TEST_F(ExchangeTest, DisarmingTheEarliestTimerKeepsTheOthers) {
+  load();
+  Exchange& ex = start();
+  const MonotonicTime t0 = clock_.now();
+  bool ran = false;
+  const TimerId early = ex.armTimer(t0 + 1s, [] { FAIL() << "disarmed"; });
+  ex.armTimer(t0 + 5s, [&] { ran = true; });
+  ex.disarmTimer(early);
+  upstream().connect();                      // disarms the connect timer (2 s) too
+  EXPECT_EQ(host_.time.nextDue(), t0 + 1s);  // the wake stays where it was armed...
+  advance(1s);                               // ...fires, finds nothing due...
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(host_.time.nextDue(), t0 + 5s);  // ...and sleeps until the next one
+  advance(4s);
+  EXPECT_TRUE(ran);
+  EXPECT_EQ(ex.state(), ExchangeState::Running);
+  EXPECT_EQ(host_.time.nextDue(), t0 + 30s);  // the idle timer is still there
+}
+
+TEST_F(ExchangeTest, TimersDueTogetherRunInTheOrderArmed) {
+  load();
+  {
+    Exchange& ex = start();
+    const MonotonicTime at = clock_.now() + 1s;
+    bool ran = false;
+    ex.armTimer(at, [&] { ran = true; });
+    ex.setDeadline(at);  // armed second: runs second
+    advance(1s);
+    EXPECT_TRUE(ran);
+    EXPECT_EQ(ex.state(), ExchangeState::Cancelled);
+    EXPECT_EQ(cancellations(CancelReason::BudgetExhausted), 1);
+  }
+  {
+    FakeDownstream down;
+    Exchange& ex = open(post(), down);
+    send(ex, R"({"model":"gpt-4o"})");
+    const MonotonicTime at = clock_.now() + 1s;
+    bool ran = false;
+    ex.setDeadline(at);  // armed first: its cancel clears the other timer
+    ex.armTimer(at, [&] { ran = true; });
+    advance(1s);
+    EXPECT_FALSE(ran);
+    EXPECT_EQ(ex.state(), ExchangeState::Cancelled);
+    EXPECT_EQ(cancellations(CancelReason::BudgetExhausted), 2);
+  }
+}
+
 }  // namespace
 }  // namespace sluice
