@@ -685,8 +685,11 @@ void Exchange::onUpstreamConnected() {
 }
 
 void Exchange::onUpstreamBodySent(uint64_t offset) {
+  attempt_.body_sent = offset;
   body_.discardBefore(offset);  // a streamed body frees what the upstream took
   applyBodyBackpressure();
+  // The upstream answered before it took the whole body: the rest goes once it has.
+  if (response_started_ && attempt_.body_sent == attemptBody().size()) releaseReplayState();
 }
 
 void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
@@ -724,7 +727,17 @@ void Exchange::sendResponseHead(ResponseHead& head) {
         sseDialectFor(request_.pathOnly(), head.headers.get("content-type").value_or(""));
     attempt_.forwarded_tail = 0;
     downstream_->encodeHeaders(head, false);
+    releaseReplayState();
   }
+}
+
+void Exchange::releaseReplayState() {
+  attempt_.request = RequestHead{};  // the transport sent it (UpstreamStream::sendRequest)
+  request_.headers = HeaderMap{};    // FilterCallbacks::request() says so
+  RequestBody& sent = attemptBody();
+  if (!sent.complete() || attempt_.body_sent < sent.size()) return;  // the transport reads it still
+  sent.releaseAll();
+  if (&sent != &body_ && body_.complete()) body_.releaseAll();
 }
 
 void Exchange::beginResponse(ResponseHead& head, bool from_upstream) {

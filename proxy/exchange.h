@@ -296,6 +296,13 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   uint64_t deliveredBodyBytes() const;
   /** The client is slower than the upstream: stop reading the upstream. */
   void pauseUpstreamIfClientSlow();
+  /**
+   * Once the upstream's response is under way no retry or fallback can
+   * replay the request: frees what only a replay reads (the request
+   * headers, the attempt's rewritten copy) and, once the transport took all
+   * of it, the body. Kept: the method, path and ids (access log, snapshot).
+   */
+  void releaseReplayState();
 
   ExchangeHost& host_;
   const uint64_t id_;
@@ -341,6 +348,7 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
     bool cut_flushes = false;      // the cut delivers what is buffered, then a final event
     SseDialect sse_dialect = SseDialect::None;  // of the response under way (text/event-stream)
     uint32_t forwarded_tail = 0;  // its last four body bytes: is it at an SSE event boundary?
+    uint64_t body_sent = 0;       // attemptBody() bytes the transport took (onUpstreamBodySent)
     MonotonicTime last_upstream_byte{};
     // Its timers are the slots Connect, FirstByte and Idle (below).
   };

@@ -113,6 +113,8 @@ class FakeUpstreamStream final : public UpstreamStream {
 
   bool attached() const { return callbacks_ != nullptr; }
   void connect() { callbacks_->onUpstreamConnected(); }
+  /** The transport took the request body up to `offset`. */
+  void took(uint64_t offset) { callbacks_->onUpstreamBodySent(offset); }
   void head(int status, std::vector<std::pair<std::string, std::string>> headers = {}) {
     ResponseHead h;
     h.status = status;
@@ -675,6 +677,57 @@ TEST_F(ExchangeTest, DrainCancelsWhileBackingOff) {
   EXPECT_EQ(down_.status(), 503);
   advance(1s);
   EXPECT_EQ(attemptsSent(), 1u);
+}
+
+// --- memory held by a response under way --------------------------------------------------------
+
+TEST_F(ExchangeTest, AResponseUnderWayReleasesWhatOnlyAReplayReads) {
+  load();
+  const std::string body = R"({"model":"gpt-4o"})";
+  Exchange& ex = start(post(), body);
+  const BodyMemory& memory = runtime_->bodyMemory();
+  EXPECT_EQ(memory.used(), body.size());
+  upstream().connect();
+  upstream().took(body.size());
+  EXPECT_EQ(memory.used(), body.size());  // a retry may still replay it
+  EXPECT_TRUE(ex.request().headers.has("content-type"));
+  upstream().head(200, {{"content-type", "text/event-stream"}});
+  EXPECT_EQ(memory.used(), 0u);  // no retry can happen now
+  EXPECT_FALSE(ex.request().headers.has("content-type"));
+  EXPECT_EQ(ex.snapshot().method, "POST");  // the access log's and the snapshot's stay
+  EXPECT_EQ(ex.snapshot().path, "/v1/chat/completions");
+  EXPECT_EQ(ex.requestId(), down_.header("x-request-id"));
+  upstream().data("data: {}\n\n");
+  upstream().complete();
+  EXPECT_EQ(ex.state(), ExchangeState::Completed);
+  EXPECT_EQ(down_.body, "data: {}\n\n");
+}
+
+TEST_F(ExchangeTest, AHeldAnswerKeepsTheBodyForTheRetry) {
+  load();
+  const std::string body = R"({"model":"gpt-4o"})";
+  Exchange& ex = start(post(), body);
+  upstream().connect();
+  upstream().took(body.size());
+  upstream().head(503);  // held: the retry filter may replace it
+  EXPECT_EQ(runtime_->bodyMemory().used(), body.size());
+  EXPECT_TRUE(ex.request().headers.has("content-type"));
+  upstream().complete();
+  advance(1ms);
+  ASSERT_EQ(attemptsSent(), 2u);
+  EXPECT_TRUE(upstream().request.headers.has("content-type"));
+}
+
+TEST_F(ExchangeTest, TheBodyStaysUntilTheTransportTookAllOfIt) {
+  load();
+  const std::string body = R"({"model":"gpt-4o"})";
+  start(post(), body);
+  upstream().connect();
+  upstream().took(5);
+  upstream().head(200);  // the upstream answered early: the rest is still to be sent
+  EXPECT_EQ(runtime_->bodyMemory().used(), body.size());
+  upstream().took(body.size());
+  EXPECT_EQ(runtime_->bodyMemory().used(), 0u);
 }
 
 // --- timers ------------------------------------------------------------------------------------
