@@ -304,6 +304,40 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
    */
   void releaseReplayState();
 
+  // Every timer of this request, served by one libevent timer (wake_) at the
+  // earliest. The Exchange's own timers are named slots that allocate
+  // nothing; a filter's (armTimer) carries its callback. Due timers run in
+  // the order they were armed (their ids).
+  enum class Slot : uint8_t {
+    Deadline,     // the budget (setDeadline): budget_exhausted
+    Connect,      // the attempt's connect_timeout
+    FirstByte,    // the attempt's first_byte_timeout
+    Idle,         // the attempt's idle_timeout (re-checked against last_upstream_byte)
+    RetryDelay,   // the backoff before the next attempt (retry_target_)
+    FinishGrace,  // finish mode: the client left, the upstream may complete until then
+  };
+  static constexpr size_t kSlots = static_cast<size_t>(Slot::FinishGrace) + 1;
+  struct SlotTimer {
+    TimerId id = 0;  // 0: not armed
+    MonotonicTime at{};
+  };
+  struct FilterTimer {
+    TimerId id;
+    MonotonicTime at;
+    std::function<void()> cb;
+  };
+  void armSlot(Slot slot, MonotonicTime at);
+  void disarmSlot(Slot slot) { slots_[static_cast<size_t>(slot)].id = 0; }
+  bool slotArmed(Slot slot) const { return slots_[static_cast<size_t>(slot)].id != 0; }
+  /** What a slot does when it comes due. */
+  void onSlot(Slot slot);
+  /** Lazy: arms wake_ for `at` only when that is earlier than it is armed for. */
+  void wakeBy(MonotonicTime at);
+  /** The earliest pending timer's time; max when none. */
+  MonotonicTime earliestTimer() const;
+  void onWake();
+  void clearTimers();
+
   ExchangeHost& host_;
   const uint64_t id_;
   RuntimePtr runtime_;  // pinned: a reload never changes an in-flight request
@@ -376,40 +410,7 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   std::string model_;       // the last attempt's model, as the spend filter read it
   AttemptUsage usage_;      // summed over attempts (its `model` unused: see model_)
 
-  // Every timer of this request, served by one libevent timer (wake_) at the
-  // earliest. The Exchange's own timers are named slots that allocate
-  // nothing; a filter's (armTimer) carries its callback. Due timers run in
-  // the order they were armed (their ids).
-  enum class Slot : uint8_t {
-    Deadline,     // the budget (setDeadline): budget_exhausted
-    Connect,      // the attempt's connect_timeout
-    FirstByte,    // the attempt's first_byte_timeout
-    Idle,         // the attempt's idle_timeout (re-checked against last_upstream_byte)
-    RetryDelay,   // the backoff before the next attempt (retry_target_)
-    FinishGrace,  // finish mode: the client left, the upstream may complete until then
-  };
-  static constexpr size_t kSlots = 6;
-  struct SlotTimer {
-    TimerId id = 0;  // 0: not armed
-    MonotonicTime at{};
-  };
-  struct FilterTimer {
-    TimerId id;
-    MonotonicTime at;
-    std::function<void()> cb;
-  };
-  void armSlot(Slot slot, MonotonicTime at);
-  void disarmSlot(Slot slot) { slots_[static_cast<size_t>(slot)].id = 0; }
-  bool slotArmed(Slot slot) const { return slots_[static_cast<size_t>(slot)].id != 0; }
-  /** What a slot does when it comes due. */
-  void onSlot(Slot slot);
-  /** Lazy: arms wake_ for `at` only when that is earlier than it is armed for. */
-  void wakeBy(MonotonicTime at);
-  /** The earliest pending timer's time; max when none. */
-  MonotonicTime earliestTimer() const;
-  void onWake();
-  void clearTimers();
-
+  // Every timer of this request (Slot, above), served by wake_ at the earliest.
   std::array<SlotTimer, kSlots> slots_{};
   std::vector<FilterTimer> filter_timers_;
   TimerId next_timer_id_ = 1;
