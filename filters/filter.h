@@ -108,7 +108,11 @@ class FilterCallbacks {
   /** When the request headers arrived: the budget's origin. */
   virtual MonotonicTime startTime() const = 0;
 
-  /** The client's request as received (before upstream rewriting). */
+  /**
+   * The client's request as received (before upstream rewriting). Its
+   * headers are released once the upstream's response is under way (no
+   * retry can replay it then); the method and path stay.
+   */
   virtual const RequestHead& request() const = 0;
   virtual const RouteRuntime& route() const = 0;
   /** 1 for the first attempt. */

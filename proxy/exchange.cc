@@ -243,7 +243,7 @@ void Exchange::decodeComplete() {
     attempt_.last_upstream_byte = clock().now();
     armFirstByteTimer();
     // Connected (its connect timer is gone) and no first-byte timer: idle time counts.
-    if (attempt_.first_byte_timer == 0 && attempt_.connect_timer == 0) armIdleTimer();
+    if (!slotArmed(Slot::FirstByte) && !slotArmed(Slot::Connect)) armIdleTimer();
     return;
   }
   if (held_) return;
@@ -527,13 +527,7 @@ void Exchange::sendAttempt() {
   const MonotonicTime now = clock().now();
 
   attempt_.last_upstream_byte = now;
-  attempt_.connect_timer = armTimer(now + uc.connect_timeout, [this] {
-    attempt_.connect_timer = 0;
-    failAttempt(AttemptOutcome::connectError(),
-                makeProblem(problems::kUpstreamConnectTimeout,
-                            "no connection to upstream " + attempt_.upstream->name() + " (" +
-                                attempt_.endpoint->name() + ") within connect_timeout"));
-  });
+  armSlot(Slot::Connect, now + uc.connect_timeout);
   armFirstByteTimer();
 
   UpstreamStreamSource& pool = host_.pool(*runtime_, attempt_.endpoint->pool_index);
@@ -550,10 +544,9 @@ void Exchange::sendAttempt() {
 
 AttemptVerdict Exchange::endAttempt(AttemptOutcome outcome, bool reuse, AttemptVerdict proposed) {
   connect_wait_.release();
-  disarmTimer(attempt_.connect_timer);
-  disarmTimer(attempt_.first_byte_timer);
-  disarmTimer(attempt_.idle_timer);
-  attempt_.connect_timer = attempt_.first_byte_timer = attempt_.idle_timer = 0;
+  disarmSlot(Slot::Connect);
+  disarmSlot(Slot::FirstByte);
+  disarmSlot(Slot::Idle);
   attempt_.endpoint->metrics->attempts(attemptResultFor(outcome)).Increment();
   attempt_.cut = !outcome.isStatus();
   const AttemptEnd end = describeAttempt(outcome);
@@ -610,7 +603,8 @@ void Exchange::scheduleRetry(const AttemptVerdict::Retry& retry) {
   transition(ExchangeState::BackingOff);
   // The sleep is a timer of this Exchange: a cancel (client gone, budget)
   // clears it and no further attempt is made.
-  armTimer(clock().now() + retry.delay, [this, target = retry.target] { startAttempt(target); });
+  retry_target_ = retry.target;
+  armSlot(Slot::RetryDelay, clock().now() + retry.delay);
 }
 
 void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
@@ -667,11 +661,7 @@ void Exchange::armFirstByteTimer() {
   // the upstream has the whole request.
   const auto timeout = route_->config->first_byte_timeout;
   if (timeout.count() <= 0 || !request_complete_ || attempt_.status != 0) return;
-  disarmTimer(attempt_.first_byte_timer);
-  attempt_.first_byte_timer = armTimer(clock().now() + timeout, [this] {
-    attempt_.first_byte_timer = 0;
-    onAttemptTimeout();
-  });
+  armSlot(Slot::FirstByte, clock().now() + timeout);
 }
 
 void Exchange::armIdleTimer() {
@@ -682,37 +672,28 @@ void Exchange::armIdleTimer() {
   }
   const auto idle = route_->config->idle_timeout;
   if (idle.count() <= 0) return;
-  disarmTimer(attempt_.idle_timer);
-  attempt_.idle_timer = armTimer(attempt_.last_upstream_byte + idle, [this, idle] {
-    attempt_.idle_timer = 0;
-    if (attempt_.upstream_paused || attempt_.stream == nullptr) return;
-    const MonotonicTime due = attempt_.last_upstream_byte + idle;
-    if (clock().now() >= due) {
-      onAttemptTimeout();
-    } else {
-      armIdleTimer();  // bytes arrived since: sleep until the new due time
-    }
-  });
+  armSlot(Slot::Idle, attempt_.last_upstream_byte + idle);
 }
 
 // --- UpstreamCallbacks --------------------------------------------------------------
 
 void Exchange::onUpstreamConnected() {
   connect_wait_.release();
-  disarmTimer(attempt_.connect_timer);
-  attempt_.connect_timer = 0;
-  if (attempt_.first_byte_timer == 0) armIdleTimer();  // waiting for the first byte counts as idle
+  disarmSlot(Slot::Connect);
+  if (!slotArmed(Slot::FirstByte)) armIdleTimer();  // waiting for the first byte counts as idle
 }
 
 void Exchange::onUpstreamBodySent(uint64_t offset) {
+  attempt_.body_sent = offset;
   body_.discardBefore(offset);  // a streamed body frees what the upstream took
   applyBodyBackpressure();
+  // The upstream answered before it took the whole body: the rest goes once it has.
+  if (response_started_ && attempt_.body_sent == attemptBody().size()) releaseReplayState();
 }
 
 void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
   if (finished_) return;
-  disarmTimer(attempt_.first_byte_timer);
-  attempt_.first_byte_timer = 0;
+  disarmSlot(Slot::FirstByte);
   attempt_.status = head.status;
   attempt_.last_upstream_byte = clock().now();
   rewriteResponseForDownstream(head);
@@ -745,7 +726,17 @@ void Exchange::sendResponseHead(ResponseHead& head) {
         sseDialectFor(request_.pathOnly(), head.headers.get("content-type").value_or(""));
     attempt_.forwarded_tail = 0;
     downstream_->encodeHeaders(head, false);
+    releaseReplayState();
   }
+}
+
+void Exchange::releaseReplayState() {
+  attempt_.request = RequestHead{};  // the transport sent it (UpstreamStream::sendRequest)
+  request_.headers = HeaderMap{};    // FilterCallbacks::request() says so
+  RequestBody& sent = attemptBody();
+  if (!sent.complete() || attempt_.body_sent < sent.size()) return;  // the transport reads it still
+  sent.releaseAll();
+  if (&sent != &body_ && body_.complete()) body_.releaseAll();
 }
 
 void Exchange::beginResponse(ResponseHead& head, bool from_upstream) {
@@ -802,8 +793,7 @@ void Exchange::pauseUpstreamIfClientSlow() {
     // the client drains (onDownstreamWritable). Memory per stream stays bounded.
     attempt_.upstream_paused = true;
     attempt_.stream->pauseReading();
-    disarmTimer(attempt_.idle_timer);
-    attempt_.idle_timer = 0;
+    disarmSlot(Slot::Idle);
   }
 }
 
@@ -888,7 +878,10 @@ void Exchange::onDownstreamDisconnect(CancelReason reason) {
       attempt_.last_upstream_byte = clock().now();
       armIdleTimer();
     }
-    armTimer(clock().now() + route_->config->finish_grace, [this, reason] { cancel(reason); });
+    // The first grace holds (its cancel's reason is cancel_reason_, set above).
+    if (!slotArmed(Slot::FinishGrace)) {
+      armSlot(Slot::FinishGrace, clock().now() + route_->config->finish_grace);
+    }
     return;
   }
   cancel(reason);
@@ -1159,55 +1152,126 @@ void Exchange::logAccess(int status_code, MonotonicTime now) const {
 
 TimerId Exchange::armTimer(MonotonicTime at, std::function<void()> cb) {
   const TimerId id = next_timer_id_++;
-  timers_.push_back(PendingTimer{id, at, std::move(cb)});
-  rearmWake();
+  filter_timers_.push_back(FilterTimer{id, at, std::move(cb)});
+  wakeBy(at);
   return id;
 }
 
 void Exchange::disarmTimer(TimerId id) {
   if (id == 0) return;
-  timers_.erase(std::remove_if(timers_.begin(), timers_.end(),
-                               [id](const PendingTimer& t) { return t.id == id; }),
-                timers_.end());
+  filter_timers_.erase(std::remove_if(filter_timers_.begin(), filter_timers_.end(),
+                                      [id](const FilterTimer& t) { return t.id == id; }),
+                       filter_timers_.end());
   // The wake event may now fire early; onWake() finds nothing due and re-arms.
+}
+
+void Exchange::armSlot(Slot slot, MonotonicTime at) {
+  slots_[static_cast<size_t>(slot)] = SlotTimer{next_timer_id_++, at};
+  wakeBy(at);
 }
 
 void Exchange::setDeadline(MonotonicTime deadline) {
   deadline_ = deadline;
-  disarmTimer(deadline_timer_);
-  deadline_timer_ = armTimer(deadline, [this] {
-    deadline_timer_ = 0;
-    cancel(CancelReason::BudgetExhausted);
-  });
+  armSlot(Slot::Deadline, deadline);
+}
+
+void Exchange::onSlot(Slot slot) {
+  switch (slot) {
+    case Slot::Deadline:
+      cancel(CancelReason::BudgetExhausted);
+      return;
+    case Slot::Connect:
+      failAttempt(AttemptOutcome::connectError(),
+                  makeProblem(problems::kUpstreamConnectTimeout,
+                              "no connection to upstream " + attempt_.upstream->name() + " (" +
+                                  attempt_.endpoint->name() + ") within connect_timeout"));
+      return;
+    case Slot::FirstByte:
+      onAttemptTimeout();
+      return;
+    case Slot::Idle: {
+      if (attempt_.upstream_paused || attempt_.stream == nullptr) return;
+      const MonotonicTime due = attempt_.last_upstream_byte + route_->config->idle_timeout;
+      if (clock().now() >= due) {
+        onAttemptTimeout();
+      } else {
+        armIdleTimer();  // bytes arrived since: sleep until the new due time
+      }
+      return;
+    }
+    case Slot::RetryDelay:
+      startAttempt(retry_target_);
+      return;
+    case Slot::FinishGrace:
+      cancel(cancel_reason_.value_or(CancelReason::ClientDisconnect));
+      return;
+  }
 }
 
 void Exchange::clearTimers() {
-  timers_.clear();
+  slots_.fill(SlotTimer{});
+  filter_timers_.clear();
   wake_->disarm();
+  wake_at_ = MonotonicTime::max();
 }
 
-void Exchange::rearmWake() {
-  if (timers_.empty()) {
-    wake_->disarm();
-    return;
-  }
+void Exchange::wakeBy(MonotonicTime at) {
+  if (at >= wake_at_) return;  // armed for earlier (or as early) already
+  wake_at_ = at;
+  wake_->arm(at - clock().now());
+}
+
+MonotonicTime Exchange::earliestTimer() const {
   MonotonicTime earliest = MonotonicTime::max();
-  for (const auto& t : timers_) earliest = std::min(earliest, t.at);
-  wake_->arm(earliest - clock().now());
+  for (const SlotTimer& t : slots_) {
+    if (t.id != 0) earliest = std::min(earliest, t.at);
+  }
+  for (const FilterTimer& t : filter_timers_) earliest = std::min(earliest, t.at);
+  return earliest;
 }
 
 void Exchange::onWake() {
-  // Run every due timer; each callback may arm, disarm or end the exchange.
+  wake_at_ = MonotonicTime::max();  // fired: nothing armed now
+  // Run every due timer, the first armed first; each may arm, disarm or end the exchange.
   while (!finished_) {
     const MonotonicTime now = clock().now();
-    auto it = std::find_if(timers_.begin(), timers_.end(),
-                           [now](const PendingTimer& t) { return t.at <= now; });
-    if (it == timers_.end()) break;
-    std::function<void()> cb = std::move(it->cb);
-    timers_.erase(it);
-    cb();
+    TimerId first = 0;
+    size_t slot = kSlots;
+    for (size_t i = 0; i < kSlots; ++i) {
+      const SlotTimer& t = slots_[i];
+      if (t.id != 0 && t.at <= now && (first == 0 || t.id < first)) {
+        first = t.id;
+        slot = i;
+      }
+    }
+    auto filter_timer = filter_timers_.end();
+    for (auto it = filter_timers_.begin(); it != filter_timers_.end(); ++it) {
+      if (it->at <= now && (first == 0 || it->id < first)) {
+        first = it->id;
+        filter_timer = it;
+      }
+    }
+    if (first == 0) break;
+    if (filter_timer != filter_timers_.end()) {
+      std::function<void()> cb = std::move(filter_timer->cb);
+      filter_timers_.erase(filter_timer);
+      cb();
+    } else {
+      slots_[slot].id = 0;
+      onSlot(static_cast<Slot>(slot));
+    }
   }
-  if (!finished_) rearmWake();
+  if (finished_) return;
+  // Sleep until the earliest pending timer (a callback may have armed wake_ for a due one).
+  const MonotonicTime earliest = earliestTimer();
+  if (earliest == wake_at_) return;
+  if (earliest == MonotonicTime::max()) {
+    wake_->disarm();
+    wake_at_ = earliest;
+    return;
+  }
+  wake_at_ = MonotonicTime::max();
+  wakeBy(earliest);
 }
 
 // --- introspection -----------------------------------------------------------------------

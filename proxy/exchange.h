@@ -20,6 +20,7 @@
 // it to every filter and returns it; the caller acts on it. A Retry backs off
 // on a timer of this Exchange, then startAttempt(verdict's target).
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -295,8 +296,45 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   uint64_t deliveredBodyBytes() const;
   /** The client is slower than the upstream: stop reading the upstream. */
   void pauseUpstreamIfClientSlow();
+  /**
+   * Once the upstream's response is under way no retry or fallback can
+   * replay the request: frees what only a replay reads (the request
+   * headers, the attempt's rewritten copy) and, once the transport took all
+   * of it, the body. Kept: the method, path and ids (access log, snapshot).
+   */
+  void releaseReplayState();
 
-  void rearmWake();
+  // Every timer of this request, served by one libevent timer (wake_) at the
+  // earliest. The Exchange's own timers are named slots that allocate
+  // nothing; a filter's (armTimer) carries its callback. Due timers run in
+  // the order they were armed (their ids).
+  enum class Slot : uint8_t {
+    Deadline,     // the budget (setDeadline): budget_exhausted
+    Connect,      // the attempt's connect_timeout
+    FirstByte,    // the attempt's first_byte_timeout
+    Idle,         // the attempt's idle_timeout (re-checked against last_upstream_byte)
+    RetryDelay,   // the backoff before the next attempt (retry_target_)
+    FinishGrace,  // finish mode: the client left, the upstream may complete until then
+  };
+  static constexpr size_t kSlots = static_cast<size_t>(Slot::FinishGrace) + 1;
+  struct SlotTimer {
+    TimerId id = 0;  // 0: not armed
+    MonotonicTime at{};
+  };
+  struct FilterTimer {
+    TimerId id;
+    MonotonicTime at;
+    std::function<void()> cb;
+  };
+  void armSlot(Slot slot, MonotonicTime at);
+  void disarmSlot(Slot slot) { slots_[static_cast<size_t>(slot)].id = 0; }
+  bool slotArmed(Slot slot) const { return slots_[static_cast<size_t>(slot)].id != 0; }
+  /** What a slot does when it comes due. */
+  void onSlot(Slot slot);
+  /** Lazy: arms wake_ for `at` only when that is earlier than it is armed for. */
+  void wakeBy(MonotonicTime at);
+  /** The earliest pending timer's time; max when none. */
+  MonotonicTime earliestTimer() const;
   void onWake();
   void clearTimers();
 
@@ -344,10 +382,9 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
     bool cut_flushes = false;      // the cut delivers what is buffered, then a final event
     SseDialect sse_dialect = SseDialect::None;  // of the response under way (text/event-stream)
     uint32_t forwarded_tail = 0;  // its last four body bytes: is it at an SSE event boundary?
+    uint64_t body_sent = 0;       // attemptBody() bytes the transport took (onUpstreamBodySent)
     MonotonicTime last_upstream_byte{};
-    TimerId connect_timer = 0;
-    TimerId first_byte_timer = 0;
-    TimerId idle_timer = 0;
+    // Its timers are the slots Connect, FirstByte and Idle (below).
   };
   uint32_t attempts_ = 0;  // attempts started; the current one's number
   Attempt attempt_;
@@ -364,7 +401,6 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   bool discarding_ = false;        // finish mode: client gone, drain and discard
   uint64_t response_bytes_ = 0;
   uint64_t undelivered_at_disconnect_ = 0;  // still buffered in sluice when the client left
-  TimerId deadline_timer_ = 0;
 
   // For the access log (DESIGN §7).
   std::optional<MonotonicTime> first_byte_at_;  // first response byte to the client
@@ -374,15 +410,16 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   std::string model_;       // the last attempt's model, as the spend filter read it
   AttemptUsage usage_;      // summed over attempts (its `model` unused: see model_)
 
-  // Every timer of this request, served by one libevent timer at the earliest.
-  struct PendingTimer {
-    TimerId id;
-    MonotonicTime at;
-    std::function<void()> cb;
-  };
-  std::vector<PendingTimer> timers_;
+  // Every timer of this request (Slot, above), served by wake_ at the earliest.
+  std::array<SlotTimer, kSlots> slots_{};
+  std::vector<FilterTimer> filter_timers_;
   TimerId next_timer_id_ = 1;
-  ScheduledTimerPtr wake_;  // from the Dispatcher's scheduler: simulated time in tests
+  AttemptTarget retry_target_;  // of the RetryDelay slot
+  ScheduledTimerPtr wake_;      // from the Dispatcher's scheduler: simulated time in tests
+  // When wake_ fires; max = not armed. It is moved only earlier while armed
+  // (a disarmed or later timer leaves it): firing early finds nothing due
+  // and sleeps again until the earliest pending timer.
+  MonotonicTime wake_at_ = MonotonicTime::max();
   MonotonicTime deadline_ = MonotonicTime::max();
 };
 

@@ -106,6 +106,14 @@ void RequestBody::discardBefore(uint64_t offset) {
   releaseUnheld();
 }
 
+void RequestBody::releaseAll() {
+  base_ = size_;
+  std::vector<std::string>().swap(blocks_);
+  front_ = 0;
+  tail_open_ = false;
+  releaseUnheld();
+}
+
 std::optional<uint64_t> upstreamContentLength(std::string_view method, const RequestBody& body) {
   if (!body.complete()) return body.declaredLength();
   if (body.size() == 0 &&

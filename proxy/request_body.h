@@ -102,6 +102,12 @@ class RequestBody {
   std::string_view peek(uint64_t offset) const;
   /** Streaming: frees every block that lies wholly below `offset` (sent). */
   void discardBefore(uint64_t offset);
+  /**
+   * A complete body nothing will read again (the transport took all of it
+   * and no retry can replay it): frees every byte held. size(), complete()
+   * and the declared length stay, for the transport's framing.
+   */
+  void releaseAll();
 
  private:
   bool reserveHeld(uint64_t held);

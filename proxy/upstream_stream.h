@@ -74,8 +74,10 @@ class UpstreamStream {
 
   /**
    * Sends `head` (already rewritten for the upstream) and `body`, and routes
-   * the response to `callbacks`. `head` and `body` must stay valid until the
-   * stream is released or destroyed. May report back synchronously.
+   * the response to `callbacks`. `head` must stay valid until the response
+   * head is reported (the request is written out by then); `body` until the
+   * stream is released or destroyed, or has taken all of a complete body
+   * (onUpstreamBodySent at its size). May report back synchronously.
    *
    * The body is read from offset 0 as it grows: a complete body is framed
    * with its length; an incomplete (streamed) one with its declared length,

@@ -72,6 +72,8 @@ class SimulatedScheduler final : public Scheduler {
   }
 
   const Clock& clock() const { return clock_; }
+  /** How many times any timer was (re)armed so far. */
+  uint64_t arms() const { return next_seq_; }
 
  private:
   class SimTimer final : public ScheduledTimer {

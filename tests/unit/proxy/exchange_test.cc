@@ -113,6 +113,8 @@ class FakeUpstreamStream final : public UpstreamStream {
 
   bool attached() const { return callbacks_ != nullptr; }
   void connect() { callbacks_->onUpstreamConnected(); }
+  /** The transport took the request body up to `offset`. */
+  void took(uint64_t offset) { callbacks_->onUpstreamBodySent(offset); }
   void head(int status, std::vector<std::pair<std::string, std::string>> headers = {}) {
     ResponseHead h;
     h.status = status;
@@ -675,6 +677,131 @@ TEST_F(ExchangeTest, DrainCancelsWhileBackingOff) {
   EXPECT_EQ(down_.status(), 503);
   advance(1s);
   EXPECT_EQ(attemptsSent(), 1u);
+}
+
+// --- memory held by a response under way --------------------------------------------------------
+
+TEST_F(ExchangeTest, AResponseUnderWayReleasesWhatOnlyAReplayReads) {
+  load();
+  const std::string body = R"({"model":"gpt-4o"})";
+  Exchange& ex = start(post(), body);
+  const BodyMemory& memory = runtime_->bodyMemory();
+  EXPECT_EQ(memory.used(), body.size());
+  upstream().connect();
+  upstream().took(body.size());
+  EXPECT_EQ(memory.used(), body.size());  // a retry may still replay it
+  EXPECT_TRUE(ex.request().headers.has("content-type"));
+  upstream().head(200, {{"content-type", "text/event-stream"}});
+  EXPECT_EQ(memory.used(), 0u);  // no retry can happen now
+  EXPECT_FALSE(ex.request().headers.has("content-type"));
+  EXPECT_EQ(ex.snapshot().method, "POST");  // the access log's and the snapshot's stay
+  EXPECT_EQ(ex.snapshot().path, "/v1/chat/completions");
+  EXPECT_EQ(ex.requestId(), down_.header("x-request-id"));
+  upstream().data("data: {}\n\n");
+  upstream().complete();
+  EXPECT_EQ(ex.state(), ExchangeState::Completed);
+  EXPECT_EQ(down_.body, "data: {}\n\n");
+}
+
+TEST_F(ExchangeTest, AHeldAnswerKeepsTheBodyForTheRetry) {
+  load();
+  const std::string body = R"({"model":"gpt-4o"})";
+  Exchange& ex = start(post(), body);
+  upstream().connect();
+  upstream().took(body.size());
+  upstream().head(503);  // held: the retry filter may replace it
+  EXPECT_EQ(runtime_->bodyMemory().used(), body.size());
+  EXPECT_TRUE(ex.request().headers.has("content-type"));
+  upstream().complete();
+  advance(1ms);
+  ASSERT_EQ(attemptsSent(), 2u);
+  EXPECT_TRUE(upstream().request.headers.has("content-type"));
+}
+
+TEST_F(ExchangeTest, TheBodyStaysUntilTheTransportTookAllOfIt) {
+  load();
+  const std::string body = R"({"model":"gpt-4o"})";
+  start(post(), body);
+  upstream().connect();
+  upstream().took(5);
+  upstream().head(200);  // the upstream answered early: the rest is still to be sent
+  EXPECT_EQ(runtime_->bodyMemory().used(), body.size());
+  upstream().took(body.size());
+  EXPECT_EQ(runtime_->bodyMemory().used(), 0u);
+}
+
+// --- timers ------------------------------------------------------------------------------------
+// One wake event per Exchange, armed lazily: moved only earlier while armed.
+
+TEST_F(ExchangeTest, ALaterTimerDoesNotRearmTheWakeAnEarlierOneDoes) {
+  load();
+  Exchange& ex = start();  // the connect timer: 2 s
+  const MonotonicTime t0 = clock_.now();
+  ASSERT_EQ(host_.time.nextDue(), t0 + 2s);
+  const uint64_t arms = host_.time.arms();
+  std::vector<std::string> ran;
+  ex.armTimer(t0 + 10s, [&] { ran.push_back("late"); });
+  EXPECT_EQ(host_.time.arms(), arms);  // later than the wake: left as it is
+  EXPECT_EQ(host_.time.nextDue(), t0 + 2s);
+  ex.armTimer(t0 + 1s, [&] { ran.push_back("early"); });
+  EXPECT_EQ(host_.time.arms(), arms + 1);
+  EXPECT_EQ(host_.time.nextDue(), t0 + 1s);
+  upstream().connect();  // the connect timer goes; the idle timer (30 s) is later: no re-arm
+  EXPECT_EQ(host_.time.arms(), arms + 1);
+  advance(1s);
+  EXPECT_EQ(ran, std::vector<std::string>{"early"});
+  EXPECT_EQ(host_.time.nextDue(), t0 + 10s);  // re-armed for the earliest still pending
+  advance(9s);
+  EXPECT_EQ(ran, (std::vector<std::string>{"early", "late"}));
+  EXPECT_EQ(host_.time.nextDue(), t0 + 30s);  // the idle timer
+  EXPECT_EQ(ex.state(), ExchangeState::Running);
+}
+
+TEST_F(ExchangeTest, DisarmingTheEarliestTimerKeepsTheOthers) {
+  load();
+  Exchange& ex = start();
+  const MonotonicTime t0 = clock_.now();
+  bool ran = false;
+  const TimerId early = ex.armTimer(t0 + 1s, [] { FAIL() << "disarmed"; });
+  ex.armTimer(t0 + 5s, [&] { ran = true; });
+  ex.disarmTimer(early);
+  upstream().connect();                      // disarms the connect timer (2 s) too
+  EXPECT_EQ(host_.time.nextDue(), t0 + 1s);  // the wake stays where it was armed...
+  advance(1s);                               // ...fires, finds nothing due...
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(host_.time.nextDue(), t0 + 5s);  // ...and sleeps until the next one
+  advance(4s);
+  EXPECT_TRUE(ran);
+  EXPECT_EQ(ex.state(), ExchangeState::Running);
+  EXPECT_EQ(host_.time.nextDue(), t0 + 30s);  // the idle timer is still there
+}
+
+TEST_F(ExchangeTest, TimersDueTogetherRunInTheOrderArmed) {
+  load();
+  {
+    Exchange& ex = start();
+    const MonotonicTime at = clock_.now() + 1s;
+    bool ran = false;
+    ex.armTimer(at, [&] { ran = true; });
+    ex.setDeadline(at);  // armed second: runs second
+    advance(1s);
+    EXPECT_TRUE(ran);
+    EXPECT_EQ(ex.state(), ExchangeState::Cancelled);
+    EXPECT_EQ(cancellations(CancelReason::BudgetExhausted), 1);
+  }
+  {
+    FakeDownstream down;
+    Exchange& ex = open(post(), down);
+    send(ex, R"({"model":"gpt-4o"})");
+    const MonotonicTime at = clock_.now() + 1s;
+    bool ran = false;
+    ex.setDeadline(at);  // armed first: its cancel clears the other timer
+    ex.armTimer(at, [&] { ran = true; });
+    advance(1s);
+    EXPECT_FALSE(ran);
+    EXPECT_EQ(ex.state(), ExchangeState::Cancelled);
+    EXPECT_EQ(cancellations(CancelReason::BudgetExhausted), 2);
+  }
 }
 
 }  // namespace

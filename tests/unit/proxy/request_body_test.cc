@@ -127,6 +127,40 @@ TEST(RequestBodyTest, EverythingIsGivenBackWhenTheBodyGoes) {
   EXPECT_EQ(memory.used(), 0u);
 }
 
+TEST(RequestBodyTest, ReleasingAllFreesTheBytesAndKeepsTheFraming) {
+  BodyMemory memory;
+  RequestBody body(&memory, 1000);
+  body.declareLength(5);
+  ASSERT_TRUE(body.reserveWhole(5));
+  ASSERT_TRUE(body.append("hello", 5));
+  body.markComplete();
+  EXPECT_EQ(memory.used(), 5u);
+  body.releaseAll();
+  EXPECT_EQ(memory.used(), 0u);
+  EXPECT_EQ(body.held(), 0u);
+  EXPECT_FALSE(body.replayable());
+  EXPECT_EQ(body.prefix(), "");
+  EXPECT_EQ(body.peek(5), "");  // a transport that sent it all reads nothing more
+  EXPECT_EQ(body.size(), 5u);
+  EXPECT_TRUE(body.complete());
+  EXPECT_EQ(upstreamContentLength("POST", body), 5u);
+}
+
+TEST(RequestBodyTest, ReleasingAStreamedBodyGivesBackItsBlocks) {
+  BodyMemory memory;
+  RequestBody body(&memory, 1 << 20);
+  body.startStreaming();
+  const std::string block(RequestBody::kBlockBytes, 'x');
+  ASSERT_TRUE(body.append(block.data(), block.size()));
+  ASSERT_TRUE(body.append("tail", 4));
+  body.markComplete();
+  body.discardBefore(RequestBody::kBlockBytes);  // the first block was sent
+  EXPECT_EQ(memory.used(), 4u);
+  body.releaseAll();
+  EXPECT_EQ(memory.used(), 0u);
+  EXPECT_EQ(body.size(), RequestBody::kBlockBytes + 4);
+}
+
 TEST(RequestBodyTest, UpstreamContentLengthFollowsWhatIsKnown) {
   RequestBody empty;
   empty.markComplete();
