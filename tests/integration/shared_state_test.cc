@@ -117,14 +117,21 @@ AgentsResult runAgents(const Replicas& replicas, const std::string& quota_key,
 }
 
 /**
- * What a shared quota promises: every agent succeeded within its budget, the
- * provider said 429 at most once, and nothing fell back to local state on the
- * way. Returns the provider's 429s.
+ * What a shared quota promises: the provider said 429 at most once, sluice
+ * itself refused no agent (every agent succeeded within its budget, but for
+ * the provider's one 429, which `retry: {attempts: 1}` hands to its client),
+ * and nothing fell back to local state on the way. Returns the provider's
+ * 429s. (Until session 7 this asked for 12 successes *and* allowed one
+ * provider 429: contradictory with one attempt, and seen failing in CI.)
  */
 int expectTheFleetKeptTheQuota(MockLlm& mock, const Replicas& fleet, const AgentsResult& result) {
   const int provider_429s = mock.answeredWith(429);
-  EXPECT_EQ(result.ok, 12) << "429s: " << result.rate_limited << " other: " << result.other
-                           << result.others << " after " << result.took.count() << " ms";
+  const std::string outcome = "429s: " + std::to_string(result.rate_limited) +
+                              " other: " + std::to_string(result.other) + result.others +
+                              " after " + std::to_string(result.took.count()) + " ms";
+  EXPECT_EQ(result.other, 0) << outcome;
+  EXPECT_EQ(result.ok + result.rate_limited, 12) << outcome;
+  EXPECT_LE(result.rate_limited, provider_429s) << "sluice refused an agent itself: " << outcome;
   EXPECT_LE(provider_429s, 1) << mock.ledger().dump();
   for (const auto& r : fleet) {
     EXPECT_EQ(r->metric("sluice_shared_state_errors_total"), 0) << r->stderrText();
