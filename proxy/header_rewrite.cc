@@ -12,36 +12,9 @@ constexpr std::string_view kHopByHop[] = {
     "upgrade",    "proxy-authenticate", "proxy-authorization",
 };
 
-std::vector<std::string_view> connectionNamed(const HeaderMap& headers);
-bool namedIn(std::string_view name, const std::vector<std::string_view>& names);
-bool isHopByHop(std::string_view name);
-
-}  // namespace
-
-bool isSluiceHeader(std::string_view name) {
-  constexpr std::string_view kPrefix = "x-sluice-";
-  if (name.size() < kPrefix.size()) return false;
-  for (size_t i = 0; i < kPrefix.size(); ++i) {
-    const char c = name[i] == '_' ? '-' : name[i];
-    if (c != kPrefix[i]) return false;
-  }
-  return true;
-}
-
-void stripHopByHop(HeaderMap& headers) {
-  // Fields named by Connection are hop-by-hop too; collect them before removal.
-  // One pass; the named fields are views of `headers`, which removeIf keeps valid.
-  const std::vector<std::string_view> named = connectionNamed(headers);
-  headers.removeIf([&](std::string_view name, std::string_view) {
-    return isHopByHop(name) || (!named.empty() && namedIn(name, named));
-  });
-}
-
-namespace {
-
 constexpr std::string_view kContentLength = "content-length";
 
-bool isHopByHop(std::string_view name) {
+bool inHopByHopList(std::string_view name) {
   for (auto h : kHopByHop) {
     if (name == h) return true;
   }
@@ -73,6 +46,11 @@ bool namedIn(std::string_view name, const std::vector<std::string_view>& names) 
   return false;
 }
 
+// Hop-by-hop for this message: a fixed one, or one its Connection header names.
+bool hopByHop(std::string_view name, const std::vector<std::string_view>& named) {
+  return inHopByHopList(name) || (!named.empty() && namedIn(name, named));
+}
+
 bool configured(std::string_view name, const config::UpstreamConfig& upstream) {
   for (const auto& [configured_name, unused] : upstream.headers) {
     if (equalsIgnoreCase(name, configured_name)) return true;
@@ -81,6 +59,23 @@ bool configured(std::string_view name, const config::UpstreamConfig& upstream) {
 }
 
 }  // namespace
+
+bool isSluiceHeader(std::string_view name) {
+  constexpr std::string_view kPrefix = "x-sluice-";
+  if (name.size() < kPrefix.size()) return false;
+  for (size_t i = 0; i < kPrefix.size(); ++i) {
+    const char c = name[i] == '_' ? '-' : name[i];
+    if (c != kPrefix[i]) return false;
+  }
+  return true;
+}
+
+void stripHopByHop(HeaderMap& headers) {
+  // Fields named by Connection are hop-by-hop too; collect them before removal.
+  // One pass; the named fields are views of `headers`, which removeIf keeps valid.
+  const std::vector<std::string_view> named = connectionNamed(headers);
+  headers.removeIf([&](std::string_view name, std::string_view) { return hopByHop(name, named); });
+}
 
 RequestHead requestForUpstream(const RequestHead& client, const config::UpstreamConfig& upstream,
                                const config::UpstreamUrl& url, const ClientInfo& info) {
@@ -105,8 +100,7 @@ RequestHead requestForUpstream(const RequestHead& client, const config::Upstream
   headers.reserve(client.headers.size() + 3 + upstream.headers.size(), 512);
   for (const auto field : client.headers) {
     const std::string_view name = field.name;
-    if (isHopByHop(name) || name == kContentLength || name == "host" || isSluiceHeader(name) ||
-        (!named.empty() && namedIn(name, named))) {
+    if (hopByHop(name, named) || name == kContentLength || name == "host" || isSluiceHeader(name)) {
       continue;  // hop-by-hop; re-framed by the codec; set below; sluice's own namespace
     }
     if (!upstream.headers.empty() && configured(name, upstream)) continue;  // replaced below
@@ -137,16 +131,17 @@ void rewriteRequestForUpstream(RequestHead& head, const config::UpstreamConfig& 
 }
 
 void rewriteResponseForDownstream(ResponseHead& head) {
-  stripHopByHop(head.headers);
-  // A 204 has no content and must not say otherwise (RFC 9110 §8.6); a 304's
-  // Content-Length describes a 200 that is not being sent, which clients and
-  // caches in between have read as a body to wait for. Neither carries a body.
-  // x-sluice-* on responses is sluice's own; an upstream (maybe another sluice)
-  // must not set ours. All in one pass over the fields.
+  // One pass over the fields. Hop-by-hop ones go. A 204 has no content and
+  // must not say otherwise (RFC 9110 §8.6); a 304's Content-Length describes a
+  // 200 that is not being sent, which clients and caches in between have read
+  // as a body to wait for. Neither carries a body. x-sluice-* on responses is
+  // sluice's own; an upstream (maybe another sluice) must not set ours.
+  const std::vector<std::string_view> named = connectionNamed(head.headers);
   const bool no_body = !mayHaveBody(/*head_request=*/false, head.status);
   head.headers.removeIf([&](std::string_view name, std::string_view) {
-    return (no_body && name == "content-length") || name == "x-sluice-attempts" ||
-           name == "x-sluice-upstream" || name == "x-sluice-upstream-request-id";
+    return hopByHop(name, named) || (no_body && name == kContentLength) ||
+           name == "x-sluice-attempts" || name == "x-sluice-upstream" ||
+           name == "x-sluice-upstream-request-id";
   });
 }
 

@@ -197,10 +197,8 @@ class Http1ServerConnection final : public DownstreamConnection,
    * starting with whitespace) and whitespace between a field name and its
    * colon — both ways to make two parsers disagree about a request (llhttp
    * 8.1 accepts the first and refuses the second; this scan answers both
-   * with 400 `bad-request`). It also bounds the raw head: http-parser
-   * refused a head over 80 KiB (HTTP_MAX_HEADER_SIZE), whitespace and line
-   * ends included, whatever max_header_bytes said; llhttp has no bound of
-   * its own, so kMaxHeadBytes keeps that one.
+   * with 400 `bad-request`). It also bounds the raw head, whitespace and
+   * line ends included, whatever max_header_bytes says: kHttp1MaxHeadBytes.
    */
   class HeadScanner {
    public:
@@ -220,7 +218,7 @@ class Http1ServerConnection final : public DownstreamConnection,
     /** The head so far is longer than kMaxHeadBytes (scan returned nullopt for that). */
     bool tooLarge() const { return head_bytes_ > kMaxHeadBytes; }
 
-    static constexpr size_t kMaxHeadBytes = 80 * 1024;
+    static constexpr size_t kMaxHeadBytes = kHttp1MaxHeadBytes;
 
    private:
     /** scan() without the size bound: the line rules alone. */

@@ -6,6 +6,7 @@
 // the same names (HPE_OK, HTTP_GET, ...), so only the codecs' .cc files
 // include it.
 
+#include <cstddef>
 #include <memory>
 
 struct llhttp__internal_s;  // llhttp_t
@@ -17,6 +18,14 @@ struct LlhttpDeleter {
   void operator()(llhttp__internal_s* parser) const;
 };
 using LlhttpPtr = std::unique_ptr<llhttp__internal_s, LlhttpDeleter>;
+
+/**
+ * The longest HTTP/1.1 head either codec reads (request or status line,
+ * header names and values; each 1xx on its own): http-parser's
+ * HTTP_MAX_HEADER_SIZE, which bounded heads before llhttp, which has no bound
+ * of its own. Longer: 431 from a client, 502 from an upstream.
+ */
+inline constexpr size_t kHttp1MaxHeadBytes = 80 * 1024;
 
 /** A zeroed parser for llhttp_init. */
 LlhttpPtr newLlhttp();

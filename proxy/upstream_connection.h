@@ -139,12 +139,8 @@ class UpstreamConnection : public DeferredDeletable,
    * the head and that body are reported at once (a long first chunk).
    */
   static constexpr size_t kMaxHeldBodyInRead = 64 * 1024;
-  /**
-   * The longest response head (status line, header names and values; each
-   * 1xx counts on its own): http-parser's HTTP_MAX_HEADER_SIZE, which bounded
-   * it before llhttp (which has no bound of its own). Longer: a 502.
-   */
-  static constexpr size_t kMaxHeadBytes = 80 * 1024;
+  /** The longest response head (proxy/llhttp_parser.h). Longer: a 502. */
+  static constexpr size_t kMaxHeadBytes = kHttp1MaxHeadBytes;
 
   Dispatcher& dispatcher_;
   const config::UpstreamConfig& upstream_;
