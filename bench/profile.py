@@ -87,6 +87,25 @@ def start_under_valgrind(session, tool, tool_args, access_log=False, redis_port=
     return proc, port
 
 
+def start_peer(session, peer, tool_args):
+    """mock-llm, then a peer proxy (the bench's own config for it) under
+    callgrind (natively when tool_args is None); returns the process and the
+    peer's port once it listens."""
+    session.start_mock()
+    port = bench.free_port()
+    p = session.params(peer, port)
+    template = {"nginx": "nginx.conf", "haproxy": "haproxy.cfg", "nghttpx": "nghttpx.conf"}[peer]
+    cfg = bench.render(template, p, os.path.join(session.tmp, template))
+    argv = {"nginx": ["nginx", "-c", cfg, "-e", os.path.join(session.tmp, "nginx-error.log")],
+            "haproxy": ["haproxy", "-db", "-f", cfg],
+            "nghttpx": ["nghttpx", "--conf", cfg]}[peer]
+    wrapper = ["valgrind", "--tool=callgrind"] + tool_args if tool_args is not None else []
+    proc = bench.Proc(f"{peer}-profiled", wrapper + argv, bench.PROXY_CPU, session.tmp)
+    session.procs.append(proc)
+    bench.wait_port(port, proc, timeout=120)
+    return proc, port
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", default=os.environ.get("SLUICE_BUILD_DIR", "build"))
@@ -102,6 +121,9 @@ def main():
                     help="shared_state on, through a redis-server started here (implies --quota)")
     ap.add_argument("--strace", action="store_true",
                     help="system calls per request (strace -f -c) instead of callgrind")
+    ap.add_argument("--peer", choices=["nginx", "haproxy", "nghttpx"],
+                    help="profile this peer proxy (the bench's config for it) instead of sluice, "
+                         "under the same load: instructions per request to compare with sluice's")
     ap.add_argument("--memory", type=int, default=0, metavar="N",
                     help="massif: heap per stream with N concurrent SSE streams")
     args = ap.parse_args()
@@ -115,9 +137,15 @@ def main():
         if args.shared_state:
             args.quota = True
         redis_port = start_redis(session) if args.shared_state else 0
-        proc, port = start_under_valgrind(session, None if args.strace else "callgrind",
-                                          [f"--callgrind-out-file={cg_out}"], args.access_log,
-                                          redis_port)
+        if args.peer:
+            # nghttpx forks its worker even with workers=1: follow children,
+            # one output file per process.
+            proc, port = start_peer(session, args.peer, None if args.strace else
+                                    [f"--callgrind-out-file={cg_out}.%p", "--trace-children=yes"])
+        else:
+            proc, port = start_under_valgrind(session, None if args.strace else "callgrind",
+                                              [f"--callgrind-out-file={cg_out}"], args.access_log,
+                                              redis_port)
         body = os.path.join(session.tmp, "body.json")
         with open(body, "wb") as f:
             f.write(bench.json_body(args.stream, 1024))
@@ -140,16 +168,20 @@ def main():
         load(200 if not args.stream or args.tokens <= 10 else 20)  # warm-up: pools, metric series, allocator
         if args.strace:
             return strace_count(proc, load, args)
-        subprocess.run(["callgrind_control", "-z", str(proc.pid)], capture_output=True, check=True)
+        # Only this run's processes: other callgrind runs may share the machine.
+        pids = [str(proc.pid)] + (descendants(proc.pid) if args.peer else [])
+        for pid in pids:
+            subprocess.run(["callgrind_control", "-z", pid], capture_output=True, check=True)
         ok = load(args.requests)
-        subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True)
+        dumped_after = time.time() - 1
+        for pid in pids:
+            subprocess.run(["callgrind_control", "-d", pid], capture_output=True, check=True)
         time.sleep(0.5)
-        dumps = sorted(glob.glob(cg_out + ".*"), key=os.path.getmtime)
-        dump = dumps[-1]
-        ann = subprocess.run(["callgrind_annotate", "--inclusive=no", dump],
-                             capture_output=True, text=True).stdout
-        total = int(re.search(r"([\d,]+) \(100.0%\)\s+PROGRAM TOTALS", ann).group(1).replace(",", ""))
-        mode = ("h2c" if args.h2 else "http/1.1") + (f", SSE {args.tokens} tokens" if args.stream else ", JSON")
+        # The dumps just written; of a forking peer's processes, the one that
+        # did the work (its worker).
+        dumps = [d for d in glob.glob(cg_out + ".*") if os.path.getmtime(d) >= dumped_after]
+        self_cost, total, dump = max((self_costs(d) + (d,) for d in dumps), key=lambda ctd: ctd[1])
+        mode = (f"{args.peer}, " if args.peer else "") + ("h2c" if args.h2 else "http/1.1") + (f", SSE {args.tokens} tokens" if args.stream else ", JSON")
         if args.access_log:
             log = os.path.join(session.tmp, "access.log")
             lines = sum(1 for _ in open(log)) if os.path.exists(log) else 0
@@ -161,10 +193,19 @@ def main():
         if args.stream:
             print(f"instructions per content chunk (whole cost / {args.tokens} chunks per answer): "
                   f"{total / max(1, ok * args.tokens):,.0f}")
-        lines = [ln for ln in ann.splitlines() if re.match(r"\s*[\d,]+ \(\s*[\d.]+%\)", ln)]
-        print("\nself cost, top functions:")
-        for ln in lines[1:args.top + 1]:
-            print("  " + ln.strip()[:200])
+        print("\nself cost, top functions (Ir per request):")
+        for name, cost in sorted(self_cost.items(), key=lambda kv: -kv[1])[:args.top]:
+            print(f"  {cost / max(1, ok):10,.0f} {100 * cost / max(1, total):5.1f}%  {name[:160]}")
+        if not args.peer:
+            features = feature_costs(dump)
+            spent = sum(features.values())
+            print("\nwhere the instructions go (inclusive, Ir per request):")
+            for name, _ in FEATURES:
+                if features.get(name):
+                    print(f"  {features[name] / max(1, ok):10,.0f}  {name}")
+            print(f"  {spent / max(1, ok):10,.0f}  all of the above")
+            print(f"  {(total - spent) / max(1, ok):10,.0f}  the rest: receiving, parsing, forwarding, "
+                  "answering (compare with --peer)")
         inc = subprocess.run(["callgrind_annotate", "--inclusive=yes", dump],
                              capture_output=True, text=True).stdout
         lines = [ln for ln in inc.splitlines() if re.match(r"\s*[\d,]+ \(\s*[\d.]+%\)", ln)]
@@ -174,6 +215,91 @@ def main():
         print(f"\ncallgrind output: {dump}")
     finally:
         session.close()
+
+
+def descendants(pid):
+    """The pids of a process's descendants (a peer's forked workers)."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [c for child in out for c in [child] + descendants(child)]
+
+
+def self_costs(dump):
+    """Self cost per function of a callgrind dump, and the total.
+
+    callgrind_annotate 3.19's --inclusive=no lists inclusive costs for these
+    dumps (everything under `clone`), so the file is read here: a cost line
+    after `calls=` is the call's inclusive cost and is skipped; every other
+    cost line is the current function's own.
+    """
+    names, costs, fn, after_call, summary = {}, {}, None, False, None
+    with open(dump) as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                summary = int(line.split()[1])
+            elif line.startswith(("fn=", "cfn=")):
+                m = re.match(r"c?fn=\((\d+)\)(?: (.*))?", line.rstrip("\n"))
+                if m.group(2):
+                    names[m.group(1)] = m.group(2)
+                if line.startswith("fn="):
+                    fn = names[m.group(1)]
+            elif line.startswith("calls="):
+                after_call = True
+            elif line[:1].isdigit() or line[:1] in "+-*":
+                if after_call:
+                    after_call = False
+                    continue
+                parts = line.split()
+                if len(parts) >= 2 and fn is not None:
+                    costs[fn] = costs.get(fn, 0) + int(parts[1])
+    return costs, summary if summary is not None else sum(costs.values())
+
+
+# What sluice does beyond forwarding, by the functions that do it: a
+# feature's cost is the inclusive cost of calls into its functions from
+# functions outside every group (so nothing is counted twice).
+FEATURES = [
+    ("budget", r"sluice::BudgetFilter::"),
+    ("circuit breaker", r"sluice::CircuitBreakerFilter::"),
+    ("throttle (quota key, admission, rate-limit headers)", r"sluice::ThrottleFilter::"),
+    ("retry", r"sluice::RetryFilter::"),
+    ("spend (request model, response usage, pricing)", r"sluice::SpendFilter::"),
+    ("filter chain construction", r"sluice::buildFilterChain"),
+    ("request identity (x-request-id)", r"sluice::IdGenerator::|sluice::establishIdentity"),
+    ("access log", r"sluice::AccessLog"),
+    ("shared state (Redis replies)", r"sluice::SharedState|sluice::RedisClient"),
+    ("metrics outside the filters", r"prometheus::"),
+]
+
+
+def feature_costs(dump):
+    """Inclusive cost of each FEATURES group in a callgrind dump."""
+    patterns = [(name, re.compile(rx)) for name, rx in FEATURES]
+    group_of = {}
+
+    def group(fn):
+        if fn not in group_of:
+            group_of[fn] = next((name for name, rx in patterns if rx.search(fn)), None)
+        return group_of[fn]
+
+    names, costs, fn, cfn, after_call = {}, {}, None, None, False
+    with open(dump) as f:
+        for line in f:
+            if line.startswith(("fn=", "cfn=")):
+                m = re.match(r"c?fn=\((\d+)\)(?: (.*))?", line.rstrip("\n"))
+                if m.group(2):
+                    names[m.group(1)] = m.group(2)
+                if line.startswith("fn="):
+                    fn = names[m.group(1)]
+                else:
+                    cfn = names[m.group(1)]
+            elif line.startswith("calls="):
+                after_call = True
+            elif after_call and (line[:1].isdigit() or line[:1] in "+-*"):
+                after_call = False
+                callee = group(cfn)
+                if callee and group(fn) is None:
+                    costs[callee] = costs.get(callee, 0) + int(line.split()[1])
+    return costs
 
 
 def strace_count(proc, load, args):
@@ -187,7 +313,8 @@ def strace_count(proc, load, args):
     tracer.wait(timeout=30)
     with open(out) as f:
         text = f.read()
-    mode = ("h2c" if args.h2 else "http/1.1") + (f", SSE {args.tokens} tokens" if args.stream else ", JSON")
+    mode = ((f"{args.peer}, " if args.peer else "") + ("h2c" if args.h2 else "http/1.1") +
+            (f", SSE {args.tokens} tokens" if args.stream else ", JSON"))
     print(f"requests ok: {ok}/{args.requests} ({mode})")
     total = 0
     rows = []
