@@ -167,7 +167,8 @@ def main():
 
         load(200 if not args.stream or args.tokens <= 10 else 20)  # warm-up: pools, metric series, allocator
         if args.strace:
-            return strace_count(proc, load, args)
+            return strace_count([str(proc.pid)] + (descendants(proc.pid) if args.peer else []),
+                                load, args)
         # Only this run's processes: other callgrind runs may share the machine.
         pids = [str(proc.pid)] + (descendants(proc.pid) if args.peer else [])
         for pid in pids:
@@ -302,10 +303,11 @@ def feature_costs(dump):
     return costs
 
 
-def strace_count(proc, load, args):
-    """Attaches `strace -f -c` to the running sluice for `args.requests` requests."""
+def strace_count(pids, load, args):
+    """Attaches `strace -f -c` to the running proxy (every process in `pids`:
+    a peer's forked workers too) for `args.requests` requests."""
     out = os.path.join(tempfile.mkdtemp(prefix="sluice-strace-"), "strace.txt")
-    tracer = subprocess.Popen(["strace", "-f", "-c", "-o", out, "-p", str(proc.pid)],
+    tracer = subprocess.Popen(["strace", "-f", "-c", "-o", out] + [a for pid in pids for a in ("-p", pid)],
                               stderr=subprocess.PIPE, text=True)
     time.sleep(1.0)  # attached to every thread before the first request
     ok = load(args.requests)
