@@ -8,7 +8,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       g++ cmake ninja-build pkg-config \
       libevent-dev libnghttp2-dev libssl-dev libyaml-cpp-dev prometheus-cpp-dev \
-      node-llhttp libhttp-parser-dev nlohmann-json3-dev libfmt-dev libhiredis-dev \
+      node-llhttp libhttp-parser-dev nlohmann-json3-dev libfmt-dev libhiredis-dev libmimalloc-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -21,7 +21,7 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libevent-core-2.1-7 libevent-extra-2.1-7 libevent-pthreads-2.1-7 libevent-openssl-2.1-7 \
-      libnghttp2-14 libssl3 libyaml-cpp0.7 libprometheus-cpp-core1.0 libhttp-parser2.9 libfmt9 libhiredis0.14 \
+      libnghttp2-14 libssl3 libyaml-cpp0.7 libprometheus-cpp-core1.0 libhttp-parser2.9 libfmt9 libhiredis0.14 libmimalloc2.0 \
       ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --no-create-home --shell /usr/sbin/nologin sluice

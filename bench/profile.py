@@ -342,7 +342,9 @@ def memory(args):
     try:
         out = os.path.join(out_dir, "massif.out")
         proc, port = start_under_valgrind(session, "massif", [
-            f"--massif-out-file={out}", "--threshold=0.5", "--peak-inaccuracy=0.5"])
+            f"--massif-out-file={out}", "--threshold=0.5", "--peak-inaccuracy=0.5",
+            # sluice's malloc is mimalloc's (CMakeLists.txt): massif must see it
+            "--soname-synonyms=somalloc=libmimalloc.so*"])
         # Warm-up: pools, metric series, allocator arenas; then the held streams.
         bench.run_streams(port, 20, 2, 50, "mem-warm", 200, record_lateness=False)
         streams, _, _ = bench.run_streams(port, args.memory, 8, 500, "mem", 500,

@@ -13,10 +13,15 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
 #include <thread>
+
+#ifdef SLUICE_MIMALLOC
+#include <mimalloc.h>
+#endif
 
 #include "common/build_info.h"
 #include "config/loader.h"
@@ -35,6 +40,23 @@ void usage(std::ostream& out) {
          "       sluice --help               print this help\n";
 }
 
+// The allocator in effect, for --version: "mimalloc 2.0.9" only when malloc
+// itself hands out mimalloc's memory (CMakeLists.txt links it first so that
+// it does), else "system".
+std::string allocatorName() {
+#ifdef SLUICE_MIMALLOC
+  void* probe = std::malloc(16);
+  const bool in_effect = mi_is_in_heap_region(probe);
+  std::free(probe);
+  if (in_effect) {
+    const int v = mi_version();  // 209 is 2.0.9
+    return "mimalloc " + std::to_string(v / 100) + "." + std::to_string(v / 10 % 10) + "." +
+           std::to_string(v % 10);
+  }
+#endif
+  return "system";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,7 +73,7 @@ int main(int argc, char** argv) {
       return sluice::probeUrl(argv[i + 1], std::chrono::seconds(5), std::cout, std::cerr);
     } else if (arg == "--version" && argc == 2) {
       std::cout << "sluice " << sluice::buildVersion() << " (commit " << sluice::buildCommit()
-                << ")\n";
+                << ", allocator " << allocatorName() << ")\n";
       return 0;
     } else if ((arg == "--help" || arg == "-h") && argc == 2) {
       usage(std::cout);

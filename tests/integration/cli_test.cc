@@ -169,6 +169,10 @@ TEST(CliTest, VersionAndHelpGoToStdoutAndExitZero) {
   EXPECT_EQ(code, 0);
   EXPECT_EQ(out.rfind("sluice ", 0), 0u) << out;
   EXPECT_NE(out.find("(commit "), std::string::npos) << out;
+  // The allocator in effect: mimalloc unless the build chose the system one
+  // (sanitizer builds do); "mimalloc" here means malloc really hands out
+  // mimalloc's memory.
+  EXPECT_NE(out.find(", allocator " SLUICE_EXPECTED_ALLOCATOR), std::string::npos) << out;
   auto [help_code, help] = runCommand("(" + sluicePath() + " --help 2>/dev/null)");
   EXPECT_EQ(help_code, 0);
   for (const char* flag : {"--config", "--check-config", "--probe", "--version"}) {
