@@ -58,14 +58,14 @@ class Dispatcher {
 
   /** Runs the loop until exit() (call from the owning thread). */
   void run();
-  /** Makes run() return. Safe from any thread. */
+  /** Makes run() return, once the work posted before it has run. Safe from any thread. */
   void exit();
   /** Runs what is ready now (posted work, deferred deletions, due events) without blocking. */
   void runNonBlocking();
 
  private:
   static void onDeferred(evutil_socket_t, short, void* arg);
-  static void onPosted(evutil_socket_t, short, void* arg);
+  static void onWake(evutil_socket_t, short, void* arg);
   void clearDeferred();
 
   const Clock& clock_;
@@ -75,7 +75,11 @@ class Dispatcher {
   evdns_base* dns_ = nullptr;
   EventPtr deferred_event_;
   std::vector<DeferredDeletablePtr> to_delete_;
-  EventPtr posted_event_;
+  // The inbox: post() appends under the mutex and, when it was empty, wakes
+  // the loop through an eventfd. Nothing else crosses threads, so libevent
+  // runs without its locks (PROFILE.md, sixth round).
+  int wake_fd_ = -1;
+  EventPtr wake_event_;
   std::mutex posted_mu_;
   std::vector<std::function<void()>> posted_;
 };
