@@ -25,10 +25,6 @@ bool isError(const redisReply* reply) {
   return reply == nullptr || reply->type == REDIS_REPLY_ERROR;
 }
 
-struct ReplyDeleter {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
-};
-
 template <class Range>
 void appendResp(std::string& out, const Range& argv) {
   char digits[24];
@@ -90,7 +86,7 @@ void RedisClient::start() {
   }
   io_ = std::make_unique<SocketIo>(dispatcher_.base(), std::move(bev),
                                    static_cast<SocketIoCallbacks&>(*this));
-  reader_.reset(redisReaderCreate());
+  reader_ = replies_.makeReader();
   armTimer();
 }
 
@@ -194,9 +190,10 @@ void RedisClient::onIoRead() {
       return;
     }
     if (raw == nullptr) break;
-    const std::unique_ptr<redisReply, ReplyDeleter> reply(static_cast<redisReply*>(raw));
-    dispatch(reply.get());
+    dispatch(RedisReplyArena::reply(raw));
     if (alive.expired()) return;
+    // The reply is done with; its values serve the next one.
+    replies_.reset();
   }
 }
 
