@@ -25,21 +25,19 @@ bool isError(const redisReply* reply) {
   return reply == nullptr || reply->type == REDIS_REPLY_ERROR;
 }
 
+void appendLengthLine(std::string& out, char type, size_t n) {
+  char line[24];
+  line[0] = type;
+  char* end = std::to_chars(line + 1, line + sizeof(line) - 2, n).ptr;
+  *end++ = '\r';
+  *end++ = '\n';
+  out.append(line, end);
+}
+
 template <class Range>
 void appendResp(std::string& out, const Range& argv) {
-  char digits[24];
-  const auto appendLine = [&](char type, size_t n) {
-    const auto r = std::to_chars(digits, digits + sizeof(digits), n);
-    out.push_back(type);
-    out.append(digits, r.ptr);
-    out.append("\r\n", 2);
-  };
-  appendLine('*', std::size(argv));
-  for (const auto& a : argv) {
-    appendLine('$', std::size(a));
-    out.append(std::data(a), std::size(a));
-    out.append("\r\n", 2);
-  }
+  appendLengthLine(out, '*', std::size(argv));
+  for (const auto& a : argv) appendRespBulk(out, std::string_view(std::data(a), std::size(a)));
 }
 
 }  // namespace
@@ -50,6 +48,22 @@ void appendRespArray(std::string& out, std::initializer_list<std::string_view> a
 
 void appendRespArray(std::string& out, const std::vector<std::string>& argv) {
   appendResp(out, argv);
+}
+
+std::string respCommandHead(size_t argc, std::initializer_list<std::string_view> head) {
+  std::string out;
+  appendLengthLine(out, '*', argc);
+  for (std::string_view a : head) appendRespBulk(out, a);
+  return out;
+}
+
+void appendRespBulk(std::string& out, std::string_view arg) { appendRespBulk(out, arg, {}); }
+
+void appendRespBulk(std::string& out, std::string_view first, std::string_view second) {
+  appendLengthLine(out, '$', first.size() + second.size());
+  out.append(first);
+  out.append(second);
+  out.append("\r\n", 2);
 }
 
 RedisClient::RedisClient(Dispatcher& dispatcher, const config::RedisUrl& url, SSL_CTX* ssl_ctx,

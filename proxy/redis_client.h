@@ -50,6 +50,18 @@ namespace sluice {
 void appendRespArray(std::string& out, std::initializer_list<std::string_view> argv);
 void appendRespArray(std::string& out, const std::vector<std::string>& argv);
 
+/**
+ * A command formatted in pieces, for one sent per request: the array header
+ * of `argc` arguments and the first of them (`head`), which never change, are
+ * formatted once; each call appends the rest with appendRespBulk. Together
+ * they are the bytes appendRespArray writes for the whole argv.
+ */
+std::string respCommandHead(size_t argc, std::initializer_list<std::string_view> head);
+/** Appends one argument as a RESP bulk string. */
+void appendRespBulk(std::string& out, std::string_view arg);
+/** Appends the argument `first` + `second` (e.g. a key's prefix and its hash) as one bulk string. */
+void appendRespBulk(std::string& out, std::string_view first, std::string_view second);
+
 class RedisClient final : private SocketIoCallbacks {
  public:
   /** A call's reply; nullptr when it failed (timeout, connection lost). Error replies are passed

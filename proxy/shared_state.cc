@@ -216,6 +216,12 @@ int64_t integerAt(const redisReply* reply, size_t i) {
   return e->type == REDIS_REPLY_INTEGER ? e->integer : -2;
 }
 
+std::string respBulk(std::string_view arg) {
+  std::string out;
+  appendRespBulk(out, arg);
+  return out;
+}
+
 // An integer as text on the stack (the scripts' arguments).
 class IntText {
  public:
@@ -233,18 +239,23 @@ class RedisQuota final : public GlobalQuota {
       : shared_(shared),
         clock_(clock),
         key_prefix_(std::move(key_prefix)),
-        reserve_(std::to_string(reserve)),
+        reserve_head_(respCommandHead(6, {"EVALSHA", shared.reserveSha(), "1"})),
+        reserve_arg_(respBulk(std::to_string(reserve))),
         gate_(std::make_shared<QuotaReportGate>(reserve, kReportRefresh)) {}
 
   bool reserve(const std::string& key, uint64_t token_need, Done done) override {
     RedisClient* client = shared_.client();
     if (client == nullptr) return false;
     const IntText need(static_cast<int64_t>(std::min<uint64_t>(token_need, kMaxTokenNeed)));
-    // The Redis key in a per-thread buffer: no allocation per call.
-    thread_local std::string redis_key;
-    redis_key.assign(key_prefix_).append(key);
-    return client->command(
-        {"EVALSHA", shared_.reserveSha(), "1", redis_key, reserve_, need.view()},
+    // EVALSHA <sha> 1 <key_prefix_ + key> <reserve> <need>, formatted in a
+    // per-thread buffer from the parts that never change: no allocation.
+    thread_local std::string resp;
+    resp.assign(reserve_head_);
+    appendRespBulk(resp, key_prefix_, key);
+    resp.append(reserve_arg_);
+    appendRespBulk(resp, need.view());
+    return client->commandFormatted(
+        resp,
         // The reply may come after this quota's Runtime was replaced by a
         // reload: nothing of `this` is used, the gate is shared.
         [gate = gate_, &clock = clock_, key, done = std::move(done)](const redisReply* reply) {
@@ -347,7 +358,8 @@ class RedisQuota final : public GlobalQuota {
   SharedState& shared_;
   const Clock& clock_;
   const std::string key_prefix_;
-  const std::string reserve_;
+  const std::string reserve_head_;  // a reserve's RESP up to its key (respCommandHead)
+  const std::string reserve_arg_;   // ARGV[1], the reserve, as a RESP bulk string
   const std::shared_ptr<QuotaReportGate> gate_;
 };
 
