@@ -233,6 +233,43 @@ class IntText {
   char* end_;
 };
 
+// One reserve waiting for its reply: what the reply's handler needs. The
+// handler holds only a pointer to it (which std::function keeps inline), and
+// the calls are recycled per worker thread (a reply comes on the thread that
+// asked: RedisClient's contract), so a reserve allocates nothing — the
+// handler, the key's copy and the caller's `done` were three allocations.
+struct ReserveCall {
+  std::shared_ptr<QuotaReportGate> gate;
+  const Clock* clock = nullptr;
+  std::string key;  // the quota key (a hash; keeps its capacity for the next call)
+  GlobalQuota::Done done;
+};
+
+class ReserveCalls {
+ public:
+  ReserveCall* take() {
+    if (free_.empty()) {
+      all_.push_back(std::make_unique<ReserveCall>());
+      return all_.back().get();
+    }
+    ReserveCall* call = free_.back();
+    free_.pop_back();
+    return call;
+  }
+  void give(ReserveCall* call) {
+    call->gate.reset();
+    call->done = nullptr;
+    free_.push_back(call);
+  }
+
+ private:
+  // Every call this thread made, in flight or free: a call whose client was
+  // destroyed with it pending is never given back, and is freed here.
+  std::vector<std::unique_ptr<ReserveCall>> all_;
+  std::vector<ReserveCall*> free_;
+};
+thread_local ReserveCalls t_reserve_calls;
+
 class RedisQuota final : public GlobalQuota {
  public:
   RedisQuota(SharedState& shared, const Clock& clock, std::string key_prefix, int64_t reserve)
@@ -254,28 +291,17 @@ class RedisQuota final : public GlobalQuota {
     appendRespBulk(resp, key_prefix_, key);
     resp.append(reserve_arg_);
     appendRespBulk(resp, need.view());
-    return client->commandFormatted(
-        resp,
-        // The reply may come after this quota's Runtime was replaced by a
-        // reload: nothing of `this` is used, the gate is shared.
-        [gate = gate_, &clock = clock_, key, done = std::move(done)](const redisReply* reply) {
-          Answer answer;
-          const int64_t kind = integerAt(reply, 0);
-          const int64_t wait = integerAt(reply, 1);
-          if (kind == 0) {
-            answer.kind = Answer::Kind::Unknown;
-          } else if (kind == 1) {
-            answer.kind = Answer::Kind::Admit;
-            learn(*gate, clock, key, reply);
-          } else if (kind == 2) {
-            answer.kind = Answer::Kind::Wait;
-            if (wait >= 0) answer.wait = milliseconds(wait);
-          } else if (kind == 3) {
-            answer.kind = Answer::Kind::Probe;
-          }
-          done(answer);
-        },
-        "quota");
+    // The reply may come after this quota's Runtime was replaced by a
+    // reload: nothing of `this` is used, the gate is shared.
+    ReserveCall* call = t_reserve_calls.take();
+    call->gate = gate_;
+    call->clock = &clock_;
+    call->key.assign(key);
+    call->done = std::move(done);
+    const bool sent = client->commandFormatted(
+        resp, [call](const redisReply* reply) { onReserveReply(call, reply); }, "quota");
+    if (!sent) t_reserve_calls.give(call);  // `done` is never called
+    return sent;
   }
 
   void report(const std::string& key, const Report& report) override {
@@ -338,6 +364,27 @@ class RedisQuota final : public GlobalQuota {
     std::optional<MonotonicTime> reset_at;
     if (c.reset_in) reset_at = now + *c.reset_in;
     return gate_->shouldReport(key, c.remaining, c.unanswered, reset_at, now, counter);
+  }
+
+  static void onReserveReply(ReserveCall* call, const redisReply* reply) {
+    Answer answer;
+    const int64_t kind = integerAt(reply, 0);
+    const int64_t wait = integerAt(reply, 1);
+    if (kind == 0) {
+      answer.kind = Answer::Kind::Unknown;
+    } else if (kind == 1) {
+      answer.kind = Answer::Kind::Admit;
+      learn(*call->gate, *call->clock, call->key, reply);
+    } else if (kind == 2) {
+      answer.kind = Answer::Kind::Wait;
+      if (wait >= 0) answer.wait = milliseconds(wait);
+    } else if (kind == 3) {
+      answer.kind = Answer::Kind::Probe;
+    }
+    // Free before `done` runs: it may reserve again.
+    Done done = std::move(call->done);
+    t_reserve_calls.give(call);
+    done(answer);
   }
 
   static void learn(QuotaReportGate& gate, const Clock& clock, const std::string& key,
