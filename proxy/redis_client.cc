@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 
 #include "proxy/tls.h"
 
@@ -60,10 +61,25 @@ std::string respCommandHead(size_t argc, std::initializer_list<std::string_view>
 void appendRespBulk(std::string& out, std::string_view arg) { appendRespBulk(out, arg, {}); }
 
 void appendRespBulk(std::string& out, std::string_view first, std::string_view second) {
-  appendLengthLine(out, '$', first.size() + second.size());
-  out.append(first);
-  out.append(second);
-  out.append("\r\n", 2);
+  // One resize and plain copies: four appends each checked the capacity
+  // (a reserve formats three bulk strings per request).
+  char line[24];
+  line[0] = '$';
+  char* line_end = std::to_chars(line + 1, line + sizeof(line) - 2, first.size() + second.size()).ptr;
+  *line_end++ = '\r';
+  *line_end++ = '\n';
+  const size_t line_len = static_cast<size_t>(line_end - line);
+  const size_t at = out.size();
+  out.resize(at + line_len + first.size() + second.size() + 2);
+  char* p = out.data() + at;
+  std::memcpy(p, line, line_len);
+  p += line_len;
+  if (!first.empty()) std::memcpy(p, first.data(), first.size());
+  p += first.size();
+  if (!second.empty()) std::memcpy(p, second.data(), second.size());
+  p += second.size();
+  p[0] = '\r';
+  p[1] = '\n';
 }
 
 RedisClient::RedisClient(Dispatcher& dispatcher, const config::RedisUrl& url, SSL_CTX* ssl_ctx,

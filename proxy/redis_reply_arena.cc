@@ -28,22 +28,30 @@ RedisReplyArena::ReaderPtr RedisReplyArena::makeReader() {
 const redisReply* RedisReplyArena::reply(void* obj) { return &static_cast<Node*>(obj)->reply; }
 
 void RedisReplyArena::reset() {
-  for (size_t i = 0; i < used_ && i < kKeepNodes; ++i) {
+  used_ = 0;
+  if (!oversized_) return;
+  oversized_ = false;
+  for (size_t i = 0; i < nodes_.size() && i < kKeepNodes; ++i) {
     Node& n = *nodes_[i];
     if (n.text.capacity() > kKeepBytes) std::string().swap(n.text);
     if (n.elements.capacity() > kKeepElements) std::vector<redisReply*>().swap(n.elements);
   }
   if (nodes_.size() > kKeepNodes) nodes_.resize(kKeepNodes);
-  used_ = 0;
+}
+
+RedisReplyArena& RedisReplyArena::rootArena(const redisReadTask* task) {
+  // hiredis gives the root task the reader's privdata; children reach it
+  // through their parents.
+  while (task->parent != nullptr) task = task->parent;
+  return *static_cast<RedisReplyArena*>(task->privdata);
 }
 
 RedisReplyArena::Node* RedisReplyArena::take(const redisReadTask* task, int type) {
-  // hiredis gives the root task the reader's privdata; children reach it
-  // through their parents.
-  const redisReadTask* root = task;
-  while (root->parent != nullptr) root = root->parent;
-  auto& arena = *static_cast<RedisReplyArena*>(root->privdata);
-  if (arena.used_ == arena.nodes_.size()) arena.nodes_.push_back(std::make_unique<Node>());
+  RedisReplyArena& arena = rootArena(task);
+  if (arena.used_ == arena.nodes_.size()) {
+    arena.nodes_.push_back(std::make_unique<Node>());
+    if (arena.nodes_.size() > kKeepNodes) arena.oversized_ = true;
+  }
   Node* node = arena.nodes_[arena.used_++].get();
   node->reply = redisReply{};
   node->reply.type = type;
@@ -63,6 +71,7 @@ void* RedisReplyArena::createString(const redisReadTask* task, char* str, size_t
     // The task's type: a string, a status or an error.
     Node* node = take(task, task->type);
     node->text.assign(str, len);
+    if (len > kKeepBytes) rootArena(task).oversized_ = true;
     node->reply.str = node->text.data();
     node->reply.len = len;
     return node;
@@ -76,6 +85,7 @@ void* RedisReplyArena::createArray(const redisReadTask* task, int elements) {
   try {
     Node* node = take(task, REDIS_REPLY_ARRAY);
     if (elements > 0) {
+      if (static_cast<size_t>(elements) > kKeepElements) rootArena(task).oversized_ = true;
       node->elements.assign(static_cast<size_t>(elements), nullptr);
       node->reply.element = node->elements.data();
       node->reply.elements = static_cast<size_t>(elements);

@@ -51,8 +51,9 @@ class RedisReplyArena {
    */
   void reset();
 
-  /** Values built since the last reset (tests). */
+  /** Values built since the last reset, and values kept for reuse (tests). */
   size_t used() const { return used_; }
+  size_t kept() const { return nodes_.size(); }
 
  private:
   // One value. `reply.element` points into `elements`, `reply.str` into `text`.
@@ -68,6 +69,7 @@ class RedisReplyArena {
   static constexpr size_t kKeepBytes = 1024;
   static constexpr size_t kKeepElements = 64;
 
+  static RedisReplyArena& rootArena(const redisReadTask* task);
   /** A fresh value of `type` for `task`, linked into its parent array. */
   static Node* take(const redisReadTask* task, int type);
 
@@ -80,6 +82,7 @@ class RedisReplyArena {
 
   std::vector<std::unique_ptr<Node>> nodes_;  // [0, used_) in use
   size_t used_ = 0;
+  bool oversized_ = false;  // something to give back on reset()
 };
 
 }  // namespace sluice
