@@ -65,7 +65,8 @@ void appendRespBulk(std::string& out, std::string_view first, std::string_view s
   // (a reserve formats three bulk strings per request).
   char line[24];
   line[0] = '$';
-  char* line_end = std::to_chars(line + 1, line + sizeof(line) - 2, first.size() + second.size()).ptr;
+  char* line_end =
+      std::to_chars(line + 1, line + sizeof(line) - 2, first.size() + second.size()).ptr;
   *line_end++ = '\r';
   *line_end++ = '\n';
   const size_t line_len = static_cast<size_t>(line_end - line);

@@ -59,7 +59,7 @@ void appendRespArray(std::string& out, const std::vector<std::string>& argv);
 std::string respCommandHead(size_t argc, std::initializer_list<std::string_view> head);
 /** Appends one argument as a RESP bulk string. */
 void appendRespBulk(std::string& out, std::string_view arg);
-/** Appends the argument `first` + `second` (e.g. a key's prefix and its hash) as one bulk string. */
+/** Appends `first` + `second` (e.g. a key's prefix and its hash) as one bulk string. */
 void appendRespBulk(std::string& out, std::string_view first, std::string_view second);
 
 class RedisClient final : private SocketIoCallbacks {

@@ -15,8 +15,8 @@ constexpr int kMaxElements = 1 << 20;
 }  // namespace
 
 redisReplyObjectFunctions RedisReplyArena::functions_ = {
-    &RedisReplyArena::createString, &RedisReplyArena::createArray,
-    &RedisReplyArena::createInteger, &RedisReplyArena::createNil, &RedisReplyArena::freeObject};
+    &RedisReplyArena::createString, &RedisReplyArena::createArray, &RedisReplyArena::createInteger,
+    &RedisReplyArena::createNil, &RedisReplyArena::freeObject};
 
 RedisReplyArena::ReaderPtr RedisReplyArena::makeReader() {
   ReaderPtr reader(redisReaderCreateWithFunctions(&functions_));

@@ -221,7 +221,8 @@ TEST(RedisReplyArenaTest, AHugeArrayCountFailsTheReader) {
   // The default reader would reserve 16 GiB of element pointers for it; the
   // arena refuses (RedisClient then drops the connection, as on any error).
   RedisReplyArena arena;
-  EXPECT_EQ(readArena(arena, "*2000000000\r\n", 100), std::vector<std::string>{"ERR Out of memory"});
+  EXPECT_EQ(readArena(arena, "*2000000000\r\n", 100),
+            std::vector<std::string>{"ERR Out of memory"});
   // Big but allowed: read, then given back on reset.
   std::string big = "*100000\r\n";
   for (int i = 0; i < 100000; ++i) big += ":1\r\n";
