@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 
 #include "proxy/tls.h"
 
@@ -25,25 +26,19 @@ bool isError(const redisReply* reply) {
   return reply == nullptr || reply->type == REDIS_REPLY_ERROR;
 }
 
-struct ReplyDeleter {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
-};
+void appendLengthLine(std::string& out, char type, size_t n) {
+  char line[24];
+  line[0] = type;
+  char* end = std::to_chars(line + 1, line + sizeof(line) - 2, n).ptr;
+  *end++ = '\r';
+  *end++ = '\n';
+  out.append(line, end);
+}
 
 template <class Range>
 void appendResp(std::string& out, const Range& argv) {
-  char digits[24];
-  const auto appendLine = [&](char type, size_t n) {
-    const auto r = std::to_chars(digits, digits + sizeof(digits), n);
-    out.push_back(type);
-    out.append(digits, r.ptr);
-    out.append("\r\n", 2);
-  };
-  appendLine('*', std::size(argv));
-  for (const auto& a : argv) {
-    appendLine('$', std::size(a));
-    out.append(std::data(a), std::size(a));
-    out.append("\r\n", 2);
-  }
+  appendLengthLine(out, '*', std::size(argv));
+  for (const auto& a : argv) appendRespBulk(out, std::string_view(std::data(a), std::size(a)));
 }
 
 }  // namespace
@@ -54,6 +49,38 @@ void appendRespArray(std::string& out, std::initializer_list<std::string_view> a
 
 void appendRespArray(std::string& out, const std::vector<std::string>& argv) {
   appendResp(out, argv);
+}
+
+std::string respCommandHead(size_t argc, std::initializer_list<std::string_view> head) {
+  std::string out;
+  appendLengthLine(out, '*', argc);
+  for (std::string_view a : head) appendRespBulk(out, a);
+  return out;
+}
+
+void appendRespBulk(std::string& out, std::string_view arg) { appendRespBulk(out, arg, {}); }
+
+void appendRespBulk(std::string& out, std::string_view first, std::string_view second) {
+  // One resize and plain copies: four appends each checked the capacity
+  // (a reserve formats three bulk strings per request).
+  char line[24];
+  line[0] = '$';
+  char* line_end =
+      std::to_chars(line + 1, line + sizeof(line) - 2, first.size() + second.size()).ptr;
+  *line_end++ = '\r';
+  *line_end++ = '\n';
+  const size_t line_len = static_cast<size_t>(line_end - line);
+  const size_t at = out.size();
+  out.resize(at + line_len + first.size() + second.size() + 2);
+  char* p = out.data() + at;
+  std::memcpy(p, line, line_len);
+  p += line_len;
+  if (!first.empty()) std::memcpy(p, first.data(), first.size());
+  p += first.size();
+  if (!second.empty()) std::memcpy(p, second.data(), second.size());
+  p += second.size();
+  p[0] = '\r';
+  p[1] = '\n';
 }
 
 RedisClient::RedisClient(Dispatcher& dispatcher, const config::RedisUrl& url, SSL_CTX* ssl_ctx,
@@ -90,7 +117,7 @@ void RedisClient::start() {
   }
   io_ = std::make_unique<SocketIo>(dispatcher_.base(), std::move(bev),
                                    static_cast<SocketIoCallbacks&>(*this));
-  reader_.reset(redisReaderCreate());
+  reader_ = replies_.makeReader();
   armTimer();
 }
 
@@ -194,9 +221,10 @@ void RedisClient::onIoRead() {
       return;
     }
     if (raw == nullptr) break;
-    const std::unique_ptr<redisReply, ReplyDeleter> reply(static_cast<redisReply*>(raw));
-    dispatch(reply.get());
+    dispatch(RedisReplyArena::reply(raw));
     if (alive.expired()) return;
+    // The reply is done with; its values serve the next one.
+    replies_.reset();
   }
 }
 

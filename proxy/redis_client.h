@@ -11,7 +11,8 @@
 //
 // The bytes move through SocketIo, the transport of the HTTP/1.1
 // connections: plain TCP, or TLS for `rediss://` (bufferevent_openssl).
-// hiredis reads the replies (its redisReader); its async context is not
+// hiredis reads the replies (its redisReader, building them in a
+// RedisReplyArena: no allocation per reply); its async context is not
 // used: the packaged hiredis 0.14 has no TLS, and its libevent adapter arms
 // and disarms EV_WRITE around every command (two epoll_ctl per call). Here
 // the commands of one loop turn go out in one write.
@@ -40,6 +41,7 @@
 #include "config/config.h"
 #include "proxy/dispatcher.h"
 #include "proxy/event_util.h"
+#include "proxy/redis_reply_arena.h"
 #include "proxy/socket_io.h"
 
 namespace sluice {
@@ -47,6 +49,18 @@ namespace sluice {
 /** Appends `argv` as a RESP array of bulk strings (what Redis reads as a command). */
 void appendRespArray(std::string& out, std::initializer_list<std::string_view> argv);
 void appendRespArray(std::string& out, const std::vector<std::string>& argv);
+
+/**
+ * A command formatted in pieces, for one sent per request: the array header
+ * of `argc` arguments and the first of them (`head`), which never change, are
+ * formatted once; each call appends the rest with appendRespBulk. Together
+ * they are the bytes appendRespArray writes for the whole argv.
+ */
+std::string respCommandHead(size_t argc, std::initializer_list<std::string_view> head);
+/** Appends one argument as a RESP bulk string. */
+void appendRespBulk(std::string& out, std::string_view arg);
+/** Appends `first` + `second` (e.g. a key's prefix and its hash) as one bulk string. */
+void appendRespBulk(std::string& out, std::string_view first, std::string_view second);
 
 class RedisClient final : private SocketIoCallbacks {
  public:
@@ -100,9 +114,6 @@ class RedisClient final : private SocketIoCallbacks {
     Reply done;
     std::string_view op;  // a literal ("quota", "circuit"), or "" for the handshake
   };
-  struct ReaderDeleter {
-    void operator()(redisReader* r) const { redisReaderFree(r); }
-  };
 
   // SocketIoCallbacks
   void onIoRead() override;
@@ -113,7 +124,7 @@ class RedisClient final : private SocketIoCallbacks {
   /** Queues `resp` (one command) with its reply callback; false when there is no connection. */
   bool send(std::string_view resp, Reply done, std::string_view op);
   bool sendArgv(std::initializer_list<std::string_view> argv, Reply done, std::string_view op);
-  /** One reply (owned by the caller) for the oldest pending call, or a pushed message. */
+  /** One reply (valid during the call) for the oldest pending call, or a pushed message. */
   void dispatch(const redisReply* reply);
   void onPushed(const redisReply* reply);
   /**
@@ -145,7 +156,8 @@ class RedisClient final : private SocketIoCallbacks {
   State state_ = State::Idle;
   bool reported_up_ = false;
   SocketIoPtr io_;
-  std::unique_ptr<redisReader, ReaderDeleter> reader_;
+  RedisReplyArena replies_;  // before reader_: the reader builds in it until freed
+  RedisReplyArena::ReaderPtr reader_;
   std::string format_buffer_;  // sendArgv()'s RESP, reused
   Timer timer_;
   MonotonicTime timer_at_ = MonotonicTime::max();  // when the armed timer fires; max = disarmed

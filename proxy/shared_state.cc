@@ -216,6 +216,12 @@ int64_t integerAt(const redisReply* reply, size_t i) {
   return e->type == REDIS_REPLY_INTEGER ? e->integer : -2;
 }
 
+std::string respBulk(std::string_view arg) {
+  std::string out;
+  appendRespBulk(out, arg);
+  return out;
+}
+
 // An integer as text on the stack (the scripts' arguments).
 class IntText {
  public:
@@ -227,44 +233,75 @@ class IntText {
   char* end_;
 };
 
+// One reserve waiting for its reply: what the reply's handler needs. The
+// handler holds only a pointer to it (which std::function keeps inline), and
+// the calls are recycled per worker thread (a reply comes on the thread that
+// asked: RedisClient's contract), so a reserve allocates nothing — the
+// handler, the key's copy and the caller's `done` were three allocations.
+struct ReserveCall {
+  std::shared_ptr<QuotaReportGate> gate;
+  const Clock* clock = nullptr;
+  std::string key;  // the quota key (a hash; keeps its capacity for the next call)
+  GlobalQuota::Done done;
+};
+
+class ReserveCalls {
+ public:
+  ReserveCall* take() {
+    if (free_.empty()) {
+      all_.push_back(std::make_unique<ReserveCall>());
+      return all_.back().get();
+    }
+    ReserveCall* call = free_.back();
+    free_.pop_back();
+    return call;
+  }
+  void give(ReserveCall* call) {
+    call->gate.reset();
+    call->done = nullptr;
+    free_.push_back(call);
+  }
+
+ private:
+  // Every call this thread made, in flight or free: a call whose client was
+  // destroyed with it pending is never given back, and is freed here.
+  std::vector<std::unique_ptr<ReserveCall>> all_;
+  std::vector<ReserveCall*> free_;
+};
+thread_local ReserveCalls t_reserve_calls;
+
 class RedisQuota final : public GlobalQuota {
  public:
   RedisQuota(SharedState& shared, const Clock& clock, std::string key_prefix, int64_t reserve)
       : shared_(shared),
         clock_(clock),
         key_prefix_(std::move(key_prefix)),
-        reserve_(std::to_string(reserve)),
+        reserve_head_(respCommandHead(6, {"EVALSHA", shared.reserveSha(), "1"})),
+        reserve_arg_(respBulk(std::to_string(reserve))),
         gate_(std::make_shared<QuotaReportGate>(reserve, kReportRefresh)) {}
 
   bool reserve(const std::string& key, uint64_t token_need, Done done) override {
     RedisClient* client = shared_.client();
     if (client == nullptr) return false;
     const IntText need(static_cast<int64_t>(std::min<uint64_t>(token_need, kMaxTokenNeed)));
-    // The Redis key in a per-thread buffer: no allocation per call.
-    thread_local std::string redis_key;
-    redis_key.assign(key_prefix_).append(key);
-    return client->command(
-        {"EVALSHA", shared_.reserveSha(), "1", redis_key, reserve_, need.view()},
-        // The reply may come after this quota's Runtime was replaced by a
-        // reload: nothing of `this` is used, the gate is shared.
-        [gate = gate_, &clock = clock_, key, done = std::move(done)](const redisReply* reply) {
-          Answer answer;
-          const int64_t kind = integerAt(reply, 0);
-          const int64_t wait = integerAt(reply, 1);
-          if (kind == 0) {
-            answer.kind = Answer::Kind::Unknown;
-          } else if (kind == 1) {
-            answer.kind = Answer::Kind::Admit;
-            learn(*gate, clock, key, reply);
-          } else if (kind == 2) {
-            answer.kind = Answer::Kind::Wait;
-            if (wait >= 0) answer.wait = milliseconds(wait);
-          } else if (kind == 3) {
-            answer.kind = Answer::Kind::Probe;
-          }
-          done(answer);
-        },
-        "quota");
+    // EVALSHA <sha> 1 <key_prefix_ + key> <reserve> <need>, formatted in a
+    // per-thread buffer from the parts that never change: no allocation.
+    thread_local std::string resp;
+    resp.assign(reserve_head_);
+    appendRespBulk(resp, key_prefix_, key);
+    resp.append(reserve_arg_);
+    appendRespBulk(resp, need.view());
+    // The reply may come after this quota's Runtime was replaced by a
+    // reload: nothing of `this` is used, the gate is shared.
+    ReserveCall* call = t_reserve_calls.take();
+    call->gate = gate_;
+    call->clock = &clock_;
+    call->key.assign(key);
+    call->done = std::move(done);
+    const bool sent = client->commandFormatted(
+        resp, [call](const redisReply* reply) { onReserveReply(call, reply); }, "quota");
+    if (!sent) t_reserve_calls.give(call);  // `done` is never called
+    return sent;
   }
 
   void report(const std::string& key, const Report& report) override {
@@ -329,6 +366,27 @@ class RedisQuota final : public GlobalQuota {
     return gate_->shouldReport(key, c.remaining, c.unanswered, reset_at, now, counter);
   }
 
+  static void onReserveReply(ReserveCall* call, const redisReply* reply) {
+    Answer answer;
+    const int64_t kind = integerAt(reply, 0);
+    const int64_t wait = integerAt(reply, 1);
+    if (kind == 0) {
+      answer.kind = Answer::Kind::Unknown;
+    } else if (kind == 1) {
+      answer.kind = Answer::Kind::Admit;
+      learn(*call->gate, *call->clock, call->key, reply);
+    } else if (kind == 2) {
+      answer.kind = Answer::Kind::Wait;
+      if (wait >= 0) answer.wait = milliseconds(wait);
+    } else if (kind == 3) {
+      answer.kind = Answer::Kind::Probe;
+    }
+    // Free before `done` runs: it may reserve again.
+    Done done = std::move(call->done);
+    t_reserve_calls.give(call);
+    done(answer);
+  }
+
   static void learn(QuotaReportGate& gate, const Clock& clock, const std::string& key,
                     const redisReply* reply) {
     const MonotonicTime now = clock.now();
@@ -347,7 +405,8 @@ class RedisQuota final : public GlobalQuota {
   SharedState& shared_;
   const Clock& clock_;
   const std::string key_prefix_;
-  const std::string reserve_;
+  const std::string reserve_head_;  // a reserve's RESP up to its key (respCommandHead)
+  const std::string reserve_arg_;   // ARGV[1], the reserve, as a RESP bulk string
   const std::shared_ptr<QuotaReportGate> gate_;
 };
 
