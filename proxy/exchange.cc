@@ -5,6 +5,7 @@
 #include <charconv>
 #include <nlohmann/json.hpp>
 
+#include "common/release_storage.h"
 #include "filters/attempt_outcome.h"
 #include "filters/json_fields.h"
 #include "filters/retry/retry_decision.h"
@@ -731,8 +732,11 @@ void Exchange::sendResponseHead(ResponseHead& head) {
 }
 
 void Exchange::releaseReplayState() {
-  attempt_.request = RequestHead{};  // the transport sent it (UpstreamStream::sendRequest)
-  request_.headers = HeaderMap{};    // FilterCallbacks::request() says so
+  // Moved out and destroyed, not assigned an empty value: a string's move
+  // assignment from a short (inline) one keeps the target's heap buffer, so
+  // `= HeaderMap{}` freed nothing of a head's bytes.
+  releaseStorage(attempt_.request);  // the transport sent it (UpstreamStream::sendRequest)
+  releaseStorage(request_.headers);  // FilterCallbacks::request() says so
   RequestBody& sent = attemptBody();
   if (!sent.complete() || attempt_.body_sent < sent.size()) return;  // the transport reads it still
   sent.releaseAll();
