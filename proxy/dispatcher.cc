@@ -2,6 +2,8 @@
 
 #include <event2/thread.h>
 
+#include "proxy/socket_io.h"
+
 namespace sluice {
 
 Dispatcher::Dispatcher(const Clock& clock, Scheduler* scheduler) : clock_(clock) {
@@ -30,7 +32,13 @@ Dispatcher::~Dispatcher() {
   clearDeferred();
   deferred_event_.reset();
   posted_event_.reset();
+  write_flusher_.reset();
   if (dns_ != nullptr) evdns_base_free(dns_, 0);
+}
+
+WriteFlusher& Dispatcher::writeFlusher() {
+  if (!write_flusher_) write_flusher_ = std::make_unique<WriteFlusher>(base_.get());
+  return *write_flusher_;
 }
 
 void Dispatcher::deferredDelete(DeferredDeletablePtr obj) {

@@ -575,8 +575,8 @@ AttemptEnd Exchange::describeAttempt(const AttemptOutcome& outcome) const {
   end.outcome = outcome;
   end.attempt = attempts_;
   end.status = attempt_.status;
-  end.held_response = attempt_.held_head ? &*attempt_.held_head : nullptr;
-  end.held_body = attempt_.held_body;
+  end.held_response = attempt_.held ? &attempt_.held->head : nullptr;
+  if (attempt_.held) end.held_body = attempt_.held->body;
   end.response_started = response_started_;
   end.unprocessed = attempt_.unprocessed || outcome.kind == OutcomeKind::ConnectError;
   end.delivered_body_bytes = deliveredBodyBytes();
@@ -593,8 +593,7 @@ bool Exchange::mayRetry(const AttemptOutcome& outcome) const {
 }
 
 void Exchange::scheduleRetry(const AttemptVerdict::Retry& retry) {
-  attempt_.held_head.reset();  // the answer this retry replaces is never sent
-  attempt_.held_body.clear();
+  attempt_.held.reset();  // the answer this retry replaces is never sent
   if (retry.target.kind == AttemptTarget::Kind::NextFallback) {
     countFallback(retry.cause);  // a spill-over, not a retry of this upstream
   } else {
@@ -636,7 +635,7 @@ void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
 
 void Exchange::onAttemptTimeout() {
   if (finished_) return;
-  if (response_started_ || discarding_ || attempt_.held_head) {
+  if (response_started_ || discarding_ || attempt_.held) {
     cancel(CancelReason::UpstreamTimeout);
     return;
   }
@@ -709,7 +708,8 @@ void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
   hold = hold || mayFallBackOn(AttemptOutcome::fromStatus(head.status));
   if (hold) {
     // Held back until the attempt ends: maybe retried, maybe released.
-    attempt_.held_head = std::move(head);
+    attempt_.held = std::make_unique<HeldResponse>();
+    attempt_.held->head = std::move(head);
     armIdleTimer();
     return;
   }
@@ -760,10 +760,9 @@ void Exchange::beginResponse(ResponseHead& head, bool from_upstream) {
 }
 
 void Exchange::releaseHeldResponse(bool end_stream) {
-  ResponseHead head = std::move(*attempt_.held_head);
-  attempt_.held_head.reset();
-  std::string body;
-  body.swap(attempt_.held_body);
+  const std::unique_ptr<HeldResponse> held = std::move(attempt_.held);
+  ResponseHead& head = held->head;
+  const std::string& body = held->body;
   sendResponseHead(head);
   if (!discarding_ && downstream_ != nullptr) {
     noteForwarded(body.data(), body.size());
@@ -776,9 +775,9 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
   attempt_.last_upstream_byte = clock().now();
   response_bytes_ += len;
   for (auto& filter : filters_) filter->encodeData(data, len, false);
-  if (attempt_.held_head) {
-    if (attempt_.held_body.size() + len <= kMaxHeldBody) {
-      attempt_.held_body.append(data, len);
+  if (attempt_.held) {
+    if (attempt_.held->body.size() + len <= kMaxHeldBody) {
+      attempt_.held->body.append(data, len);
       return;
     }
     releaseHeldResponse(false);  // too big to be an error worth retrying: stream it
@@ -811,16 +810,15 @@ void Exchange::onUpstreamComplete() {
     scheduleRetry(*retry);
     return;
   }
-  if (attempt_.held_head) {
+  if (attempt_.held) {
     if (const auto* fail = verdict.asFail()) {
       // A filter refused the held answer: the client gets its problem instead.
-      attempt_.held_head.reset();
-      attempt_.held_body.clear();
+      attempt_.held.reset();
       answer(fail->problem, ExchangeState::Failed);
       return;
     }
     if (verdict.asDeliver()->discourage_client_retry) {
-      attempt_.held_head->headers.set("x-should-retry", "false");
+      attempt_.held->head.headers.set("x-should-retry", "false");
     }
     releaseHeldResponse(true);
     transition(ExchangeState::Completed);

@@ -118,6 +118,8 @@ class Http1ServerConnection final : public DownstreamConnection,
   void onIoEvent(short events) override;
   static void onResumeCb(evutil_socket_t, short, void* arg);
   static void onBodyResumeCb(evutil_socket_t, short, void* arg);
+  /** Runs `cb` on the next loop turn through `event`, made on first use. */
+  void activateLater(EventPtr& event, event_callback_fn cb);
   void parseInput();
   void rejectRequest(const ProblemKind& kind, std::string detail,
                      std::optional<CancelReason> cancel_reason = std::nullopt);
@@ -179,8 +181,8 @@ class Http1ServerConnection final : public DownstreamConnection,
   DownstreamConnectionHost& host_;
   Http1Limits limits_;
   SocketIoPtr io_;  // the socket (plain) or its bufferevent (TLS)
-  EventPtr resume_event_;
-  EventPtr body_resume_event_;  // parses the rest of a paused body, next loop turn
+  EventPtr resume_event_;        // the next request, next loop turn (made on first use)
+  EventPtr body_resume_event_;  // parses the rest of a paused body, next loop turn (likewise)
   std::string peer_address_;
   ClientInfo client_info_;
 
