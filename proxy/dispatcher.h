@@ -78,7 +78,7 @@ class Dispatcher {
   const Clock& clock_;
   EventBasePtr base_;
   std::unique_ptr<WriteFlusher> write_flusher_;  // made on first use; freed before base_
-  std::unique_ptr<Scheduler> own_scheduler_;  // libevent's, unless one was given
+  std::unique_ptr<Scheduler> own_scheduler_;     // libevent's, unless one was given
   Scheduler* scheduler_ = nullptr;
   evdns_base* dns_ = nullptr;
   EventPtr deferred_event_;

@@ -386,9 +386,9 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
     bool upstream_paused = false;               // a slow client holds the upstream (backpressure)
     int status = 0;                             // the response head's status; 0 until it arrived
     std::unique_ptr<HeldResponse> held;         // a response a filter is holding back
-    uint64_t forwarded_bytes = 0;  // body bytes handed to the client
-    bool cut = false;              // ended without its response's end (cancel, reset, stall)
-    bool cut_flushes = false;      // the cut delivers what is buffered, then a final event
+    uint64_t forwarded_bytes = 0;               // body bytes handed to the client
+    bool cut = false;          // ended without its response's end (cancel, reset, stall)
+    bool cut_flushes = false;  // the cut delivers what is buffered, then a final event
     SseDialect sse_dialect = SseDialect::None;  // of the response under way (text/event-stream)
     uint32_t forwarded_tail = 0;  // its last four body bytes: is it at an SSE event boundary?
     uint64_t body_sent = 0;       // attemptBody() bytes the transport took (onUpstreamBodySent)

@@ -180,8 +180,8 @@ class Http1ServerConnection final : public DownstreamConnection,
 
   DownstreamConnectionHost& host_;
   Http1Limits limits_;
-  SocketIoPtr io_;  // the socket (plain) or its bufferevent (TLS)
-  EventPtr resume_event_;        // the next request, next loop turn (made on first use)
+  SocketIoPtr io_;              // the socket (plain) or its bufferevent (TLS)
+  EventPtr resume_event_;       // the next request, next loop turn (made on first use)
   EventPtr body_resume_event_;  // parses the rest of a paused body, next loop turn (likewise)
   std::string peer_address_;
   ClientInfo client_info_;

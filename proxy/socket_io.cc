@@ -234,8 +234,7 @@ void SocketIo::writeSocket() {
   if (left > 0 && !write_armed_) {
     write_armed_ = true;  // the kernel's buffer is full: wait until it takes more
     if (!write_event_) {
-      write_event_.reset(
-          event_new(base_, fd_, EV_WRITE | EV_PERSIST, &SocketIo::onWritable, this));
+      write_event_.reset(event_new(base_, fd_, EV_WRITE | EV_PERSIST, &SocketIo::onWritable, this));
     }
     event_add(write_event_.get(), nullptr);
   } else if (left == 0 && write_armed_) {

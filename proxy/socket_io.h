@@ -157,8 +157,8 @@ class SocketIo {
   EvBufferPtr own_output_;
   EventPtr read_event_;
   // Made the first time the kernel does not take all output (most sockets never need it).
-  EventPtr write_event_;  // armed only while the kernel did not take all output
-  WriteFlusher* flusher_ = nullptr;          // writes later in this loop turn (plain socket)
+  EventPtr write_event_;             // armed only while the kernel did not take all output
+  WriteFlusher* flusher_ = nullptr;  // writes later in this loop turn (plain socket)
   std::unique_ptr<WriteFlusher> own_flusher_;  // when none was given
   WriteFlusher::Link flush_link_;              // on the flusher's list while a write is due
   bool write_armed_ = false;
