@@ -67,6 +67,7 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
   // parse them on the next loop turn (never from inside the constructor).
   if (evbuffer_get_length(io_->input()) > 0) {
     activateLater(resume_event_, &Http1ServerConnection::onResumeCb);
+    free_resume_event_ = true;
   }
 }
 
@@ -758,6 +759,13 @@ void Http1ServerConnection::maybeNextRequest() {
 
 void Http1ServerConnection::onResumeCb(evutil_socket_t, short, void* arg) {
   auto* self = static_cast<Http1ServerConnection*>(arg);
+  if (self->free_resume_event_) {
+    // The connection's first resume (its constructor's): a keep-alive
+    // request makes the event again (activateLater). Freeing an event from
+    // its own callback is safe: libevent reads nothing of it afterwards.
+    self->free_resume_event_ = false;
+    self->resume_event_.reset();
+  }
   if (self->closed_ || self->closing_) return;
   llhttp_resume(self->parser_.get());
   self->resetRequestState();

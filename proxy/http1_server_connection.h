@@ -304,6 +304,9 @@ class Http1ServerConnection final : public DownstreamConnection,
   bool close_after_response_ = false;
   bool closing_ = false;
   bool closed_ = false;
+  // resume_event_ was made to parse the bytes the protocol detector read:
+  // freed as it runs (a held stream keeps no event it may never use again).
+  bool free_resume_event_ = false;
   // The pieces that may still be in the output buffer, oldest first, so that
   // bufferedBytes() counts body bytes only, never chunk framing or heads.
   Fifo<OutputPiece> output_pieces_;
