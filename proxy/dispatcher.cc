@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <system_error>
 
+#include "proxy/socket_io.h"
+
 namespace sluice {
 
 Dispatcher::Dispatcher(const Clock& clock, Scheduler* scheduler) : clock_(clock) {
@@ -38,7 +40,13 @@ Dispatcher::~Dispatcher() {
   deferred_event_.reset();
   wake_event_.reset();
   if (wake_fd_ >= 0) ::close(wake_fd_);
+  write_flusher_.reset();
   if (dns_ != nullptr) evdns_base_free(dns_, 0);
+}
+
+WriteFlusher& Dispatcher::writeFlusher() {
+  if (!write_flusher_) write_flusher_ = std::make_unique<WriteFlusher>(base_.get());
+  return *write_flusher_;
 }
 
 void Dispatcher::deferredDelete(DeferredDeletablePtr obj) {

@@ -27,6 +27,8 @@ class DeferredDeletable {
 };
 using DeferredDeletablePtr = std::unique_ptr<DeferredDeletable>;
 
+class WriteFlusher;
+
 class Dispatcher {
  public:
   /**
@@ -41,6 +43,11 @@ class Dispatcher {
   event_base* base() const { return base_.get(); }
   evdns_base* dns() const { return dns_; }
   const Clock& clock() const { return clock_; }
+  /**
+   * The one event that writes every plain socket's output added during a
+   * loop turn (proxy/socket_io.h), shared by the connections of this loop.
+   */
+  WriteFlusher& writeFlusher();
 
   /** A one-shot timer whose callback runs on this dispatcher's thread. */
   ScheduledTimerPtr createTimer(std::function<void()> cb) {
@@ -70,7 +77,8 @@ class Dispatcher {
 
   const Clock& clock_;
   EventBasePtr base_;
-  std::unique_ptr<Scheduler> own_scheduler_;  // libevent's, unless one was given
+  std::unique_ptr<WriteFlusher> write_flusher_;  // made on first use; freed before base_
+  std::unique_ptr<Scheduler> own_scheduler_;     // libevent's, unless one was given
   Scheduler* scheduler_ = nullptr;
   evdns_base* dns_ = nullptr;
   EventPtr deferred_event_;

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <nlohmann/json.hpp>
 
+#include "common/release_storage.h"
 #include "filters/attempt_outcome.h"
 #include "filters/json_fields.h"
 #include "filters/retry/retry_decision.h"
@@ -574,8 +575,8 @@ AttemptEnd Exchange::describeAttempt(const AttemptOutcome& outcome) const {
   end.outcome = outcome;
   end.attempt = attempts_;
   end.status = attempt_.status;
-  end.held_response = attempt_.held_head ? &*attempt_.held_head : nullptr;
-  end.held_body = attempt_.held_body;
+  end.held_response = attempt_.held ? &attempt_.held->head : nullptr;
+  if (attempt_.held) end.held_body = attempt_.held->body;
   end.response_started = response_started_;
   end.unprocessed = attempt_.unprocessed || outcome.kind == OutcomeKind::ConnectError;
   end.delivered_body_bytes = deliveredBodyBytes();
@@ -592,8 +593,7 @@ bool Exchange::mayRetry(const AttemptOutcome& outcome) const {
 }
 
 void Exchange::scheduleRetry(const AttemptVerdict::Retry& retry) {
-  attempt_.held_head.reset();  // the answer this retry replaces is never sent
-  attempt_.held_body.clear();
+  attempt_.held.reset();  // the answer this retry replaces is never sent
   if (retry.target.kind == AttemptTarget::Kind::NextFallback) {
     countFallback(retry.cause);  // a spill-over, not a retry of this upstream
   } else {
@@ -635,7 +635,7 @@ void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
 
 void Exchange::onAttemptTimeout() {
   if (finished_) return;
-  if (response_started_ || discarding_ || attempt_.held_head) {
+  if (response_started_ || discarding_ || attempt_.held) {
     cancel(CancelReason::UpstreamTimeout);
     return;
   }
@@ -708,7 +708,8 @@ void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
   hold = hold || mayFallBackOn(AttemptOutcome::fromStatus(head.status));
   if (hold) {
     // Held back until the attempt ends: maybe retried, maybe released.
-    attempt_.held_head = std::move(head);
+    attempt_.held = std::make_unique<HeldResponse>();
+    attempt_.held->head = std::move(head);
     armIdleTimer();
     return;
   }
@@ -731,8 +732,11 @@ void Exchange::sendResponseHead(ResponseHead& head) {
 }
 
 void Exchange::releaseReplayState() {
-  attempt_.request = RequestHead{};  // the transport sent it (UpstreamStream::sendRequest)
-  request_.headers = HeaderMap{};    // FilterCallbacks::request() says so
+  // Moved out and destroyed, not assigned an empty value: a string's move
+  // assignment from a short (inline) one keeps the target's heap buffer, so
+  // `= HeaderMap{}` freed nothing of a head's bytes.
+  releaseStorage(attempt_.request);  // the transport sent it (UpstreamStream::sendRequest)
+  releaseStorage(request_.headers);  // FilterCallbacks::request() says so
   RequestBody& sent = attemptBody();
   if (!sent.complete() || attempt_.body_sent < sent.size()) return;  // the transport reads it still
   sent.releaseAll();
@@ -756,10 +760,9 @@ void Exchange::beginResponse(ResponseHead& head, bool from_upstream) {
 }
 
 void Exchange::releaseHeldResponse(bool end_stream) {
-  ResponseHead head = std::move(*attempt_.held_head);
-  attempt_.held_head.reset();
-  std::string body;
-  body.swap(attempt_.held_body);
+  const std::unique_ptr<HeldResponse> held = std::move(attempt_.held);
+  ResponseHead& head = held->head;
+  const std::string& body = held->body;
   sendResponseHead(head);
   if (!discarding_ && downstream_ != nullptr) {
     noteForwarded(body.data(), body.size());
@@ -772,9 +775,9 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
   attempt_.last_upstream_byte = clock().now();
   response_bytes_ += len;
   for (auto& filter : filters_) filter->encodeData(data, len, false);
-  if (attempt_.held_head) {
-    if (attempt_.held_body.size() + len <= kMaxHeldBody) {
-      attempt_.held_body.append(data, len);
+  if (attempt_.held) {
+    if (attempt_.held->body.size() + len <= kMaxHeldBody) {
+      attempt_.held->body.append(data, len);
       return;
     }
     releaseHeldResponse(false);  // too big to be an error worth retrying: stream it
@@ -807,16 +810,15 @@ void Exchange::onUpstreamComplete() {
     scheduleRetry(*retry);
     return;
   }
-  if (attempt_.held_head) {
+  if (attempt_.held) {
     if (const auto* fail = verdict.asFail()) {
       // A filter refused the held answer: the client gets its problem instead.
-      attempt_.held_head.reset();
-      attempt_.held_body.clear();
+      attempt_.held.reset();
       answer(fail->problem, ExchangeState::Failed);
       return;
     }
     if (verdict.asDeliver()->discourage_client_retry) {
-      attempt_.held_head->headers.set("x-should-retry", "false");
+      attempt_.held->head.headers.set("x-should-retry", "false");
     }
     releaseHeldResponse(true);
     transition(ExchangeState::Completed);

@@ -362,6 +362,16 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   bool awaiting_model_ = false;  // routeOnModel() runs once the body (or its start) is in
   std::vector<StreamFilterPtr> filters_;
 
+  /**
+   * A response held back (a filter's StopIteration, or one a fallback may
+   * replace). Allocated only then: most attempts hold nothing, and every
+   * held stream keeps its Exchange (~130 bytes inline).
+   */
+  struct HeldResponse {
+    ResponseHead head;
+    std::string body;  // at most kMaxHeldBody; past that the response streams
+  };
+
   // The attempt in flight (or the last one, until the next starts). Plain
   // values, reset in one place: startAttempt(). Its live resources — the
   // stream, the timers — are torn down by endAttempt().
@@ -375,11 +385,10 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
     bool unprocessed = false;                   // the upstream said it did not process the attempt
     bool upstream_paused = false;               // a slow client holds the upstream (backpressure)
     int status = 0;                             // the response head's status; 0 until it arrived
-    std::optional<ResponseHead> held_head;      // a response a filter is holding back
-    std::string held_body;
-    uint64_t forwarded_bytes = 0;  // body bytes handed to the client
-    bool cut = false;              // ended without its response's end (cancel, reset, stall)
-    bool cut_flushes = false;      // the cut delivers what is buffered, then a final event
+    std::unique_ptr<HeldResponse> held;         // a response a filter is holding back
+    uint64_t forwarded_bytes = 0;               // body bytes handed to the client
+    bool cut = false;          // ended without its response's end (cancel, reset, stall)
+    bool cut_flushes = false;  // the cut delivers what is buffered, then a final event
     SseDialect sse_dialect = SseDialect::None;  // of the response under way (text/event-stream)
     uint32_t forwarded_tail = 0;  // its last four body bytes: is it at an SSE event boundary?
     uint64_t body_sent = 0;       // attemptBody() bytes the transport took (onUpstreamBodySent)

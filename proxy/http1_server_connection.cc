@@ -38,7 +38,8 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
     : host_(host),
       limits_(limits),
       io_(std::make_unique<SocketIo>(host.dispatcher().base(), std::move(bev),
-                                     static_cast<SocketIoCallbacks&>(*this))),
+                                     static_cast<SocketIoCallbacks&>(*this),
+                                     &host.dispatcher().writeFlusher())),
       peer_address_(std::move(peer_address)),
       read_timer_(host.dispatcher().base(), [this] { onReadTimer(); }),
       send_watch_(host.dispatcher(), limits.send_timeout, [this] { onSendStalled(); }) {
@@ -52,9 +53,6 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
   // a version sluice does not serve with 505, not 400.
   parser_->lenient_flags |= LENIENT_VERSION;
 
-  event_base* base = host.dispatcher().base();
-  resume_event_.reset(event_new(base, -1, 0, &Http1ServerConnection::onResumeCb, this));
-  body_resume_event_.reset(event_new(base, -1, 0, &Http1ServerConnection::onBodyResumeCb, this));
   // The write callback fires when the client has drained us to the low watermark.
   io_->setWriteLowWatermark(limits_.low_watermark);
   io_->useSocketIfPlain();  // accepted: connected
@@ -68,8 +66,16 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
   // Bytes the protocol detector already read will not raise a read event:
   // parse them on the next loop turn (never from inside the constructor).
   if (evbuffer_get_length(io_->input()) > 0) {
-    event_active(resume_event_.get(), 0, 0);
+    activateLater(resume_event_, &Http1ServerConnection::onResumeCb);
+    free_resume_event_ = true;
   }
+}
+
+void Http1ServerConnection::activateLater(EventPtr& event, event_callback_fn cb) {
+  // Made on first use: a connection that serves one request never needs
+  // either (128 bytes each per held stream otherwise).
+  if (!event) event.reset(event_new(host_.dispatcher().base(), -1, 0, cb, this));
+  event_active(event.get(), 0, 0);
 }
 
 const llhttp_settings_t& Http1ServerConnection::parserSettings() {
@@ -702,7 +708,7 @@ void Http1ServerConnection::resumeRequestBody() {
   io_->enableRead();
   // Bytes already in the input raise no read event: parse them next turn,
   // never from inside the Exchange that resumed us.
-  event_active(body_resume_event_.get(), 0, 0);
+  activateLater(body_resume_event_, &Http1ServerConnection::onBodyResumeCb);
 }
 
 void Http1ServerConnection::onBodyResumeCb(evutil_socket_t, short, void* arg) {
@@ -748,11 +754,18 @@ void Http1ServerConnection::maybeNextRequest() {
   head_scanner_.reset();  // parsing resumes at the next request's first byte
   // Resume parsing on the next loop turn, never from inside the Exchange's
   // stack or the parser's own callback.
-  event_active(resume_event_.get(), 0, 0);
+  activateLater(resume_event_, &Http1ServerConnection::onResumeCb);
 }
 
 void Http1ServerConnection::onResumeCb(evutil_socket_t, short, void* arg) {
   auto* self = static_cast<Http1ServerConnection*>(arg);
+  if (self->free_resume_event_) {
+    // The connection's first resume (its constructor's): a keep-alive
+    // request makes the event again (activateLater). Freeing an event from
+    // its own callback is safe: libevent reads nothing of it afterwards.
+    self->free_resume_event_ = false;
+    self->resume_event_.reset();
+  }
   if (self->closed_ || self->closing_) return;
   llhttp_resume(self->parser_.get());
   self->resetRequestState();
@@ -892,8 +905,8 @@ void Http1ServerConnection::closeWith(CancelReason reason) {
     ex->onDownstreamDisconnect(reason);
   }
   if (io_) io_->stop();
-  event_del(resume_event_.get());
-  event_del(body_resume_event_.get());
+  if (resume_event_) event_del(resume_event_.get());
+  if (body_resume_event_) event_del(body_resume_event_.get());
   read_timer_.disarm();
   send_watch_.stop();
   host_.connectionClosed(*this);

@@ -118,6 +118,8 @@ class Http1ServerConnection final : public DownstreamConnection,
   void onIoEvent(short events) override;
   static void onResumeCb(evutil_socket_t, short, void* arg);
   static void onBodyResumeCb(evutil_socket_t, short, void* arg);
+  /** Runs `cb` on the next loop turn through `event`, made on first use. */
+  void activateLater(EventPtr& event, event_callback_fn cb);
   void parseInput();
   void rejectRequest(const ProblemKind& kind, std::string detail,
                      std::optional<CancelReason> cancel_reason = std::nullopt);
@@ -178,9 +180,9 @@ class Http1ServerConnection final : public DownstreamConnection,
 
   DownstreamConnectionHost& host_;
   Http1Limits limits_;
-  SocketIoPtr io_;  // the socket (plain) or its bufferevent (TLS)
-  EventPtr resume_event_;
-  EventPtr body_resume_event_;  // parses the rest of a paused body, next loop turn
+  SocketIoPtr io_;              // the socket (plain) or its bufferevent (TLS)
+  EventPtr resume_event_;       // the next request, next loop turn (made on first use)
+  EventPtr body_resume_event_;  // parses the rest of a paused body, next loop turn (likewise)
   std::string peer_address_;
   ClientInfo client_info_;
 
@@ -302,6 +304,9 @@ class Http1ServerConnection final : public DownstreamConnection,
   bool close_after_response_ = false;
   bool closing_ = false;
   bool closed_ = false;
+  // resume_event_ was made to parse the bytes the protocol detector read:
+  // freed as it runs (a held stream keeps no event it may never use again).
+  bool free_resume_event_ = false;
   // The pieces that may still be in the output buffer, oldest first, so that
   // bufferedBytes() counts body bytes only, never chunk framing or heads.
   Fifo<OutputPiece> output_pieces_;

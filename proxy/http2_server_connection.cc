@@ -252,7 +252,8 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
     : host_(host),
       limits_(limits),
       io_(std::make_unique<SocketIo>(host.dispatcher().base(), std::move(bev),
-                                     static_cast<SocketIoCallbacks&>(*this))),
+                                     static_cast<SocketIoCallbacks&>(*this),
+                                     &host.dispatcher().writeFlusher())),
       idle_timer_(host.dispatcher().base(), [this] { onIdleTimer(); }),
       send_watch_(host.dispatcher(), limits.send_timeout, [this] { onSendStalled(); }),
       peer_address_(std::move(peer_address)) {

@@ -116,7 +116,8 @@ void RedisClient::start() {
     return;
   }
   io_ = std::make_unique<SocketIo>(dispatcher_.base(), std::move(bev),
-                                   static_cast<SocketIoCallbacks&>(*this));
+                                   static_cast<SocketIoCallbacks&>(*this),
+                                   &dispatcher_.writeFlusher());
   reader_ = replies_.makeReader();
   armTimer();
 }

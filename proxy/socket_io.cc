@@ -8,8 +8,72 @@
 
 namespace sluice {
 
-SocketIo::SocketIo(event_base* base, BufferEventPtr bev, SocketIoCallbacks& callbacks)
-    : base_(base), callbacks_(callbacks), bev_(std::move(bev)) {
+// --- WriteFlusher ----------------------------------------------------------------------
+
+WriteFlusher::WriteFlusher(event_base* base)
+    : event_(event_new(base, -1, 0, &WriteFlusher::onFire, this)) {
+  pending_.prev = &pending_;
+  pending_.next = &pending_;
+}
+
+WriteFlusher::~WriteFlusher() {
+  while (pending_.next != &pending_) unlink(*pending_.next);
+}
+
+size_t WriteFlusher::pendingCount() const {
+  size_t n = 0;
+  for (const Link* l = pending_.next; l != &pending_; l = l->next) ++n;
+  return n;
+}
+
+void WriteFlusher::schedule(Link& link) {
+  if (link.next != nullptr) return;  // already waiting
+  link.prev = pending_.prev;
+  link.next = &pending_;
+  pending_.prev->next = &link;
+  pending_.prev = &link;
+  if (!active_) {
+    active_ = true;
+    event_active(event_.get(), EV_WRITE, 0);
+  }
+}
+
+void WriteFlusher::unlink(Link& link) {
+  if (link.next == nullptr) return;
+  link.prev->next = link.next;
+  link.next->prev = link.prev;
+  link.prev = nullptr;
+  link.next = nullptr;
+}
+
+void WriteFlusher::onFire(evutil_socket_t, short, void* arg) {
+  auto* self = static_cast<WriteFlusher*>(arg);
+  self->active_ = false;
+  if (self->pending_.next == &self->pending_) return;
+  // This run writes the SocketIos waiting now; one that joins while they are
+  // written (a callback added output) waits for the next run, as a socket's
+  // own event activated again would. A write's callback may destroy any
+  // SocketIo (it unlinks itself from `batch`) but not the flusher.
+  Link batch;
+  batch.next = self->pending_.next;
+  batch.prev = self->pending_.prev;
+  batch.next->prev = &batch;
+  batch.prev->next = &batch;
+  self->pending_.next = &self->pending_;
+  self->pending_.prev = &self->pending_;
+  while (batch.next != &batch) {
+    Link* link = batch.next;
+    unlink(*link);
+    link->owner->onFlush();
+  }
+}
+
+// --- SocketIo ---------------------------------------------------------------------------
+
+SocketIo::SocketIo(event_base* base, BufferEventPtr bev, SocketIoCallbacks& callbacks,
+                   WriteFlusher* flusher)
+    : base_(base), callbacks_(callbacks), bev_(std::move(bev)), flusher_(flusher) {
+  flush_link_.owner = this;
   input_ = bufferevent_get_input(bev_.get());
   output_ = bufferevent_get_output(bev_.get());
   bufferevent_setcb(bev_.get(), &SocketIo::onBevRead, &SocketIo::onBevWrite, &SocketIo::onBevEvent,
@@ -22,7 +86,7 @@ SocketIo::~SocketIo() {
   // Events first (they name the fd), then the buffers, then the socket.
   read_event_.reset();
   write_event_.reset();
-  flush_event_.reset();
+  own_flusher_.reset();
   own_input_.reset();
   own_output_.reset();
   if (fd_ >= 0) evutil_closesocket(fd_);
@@ -57,14 +121,13 @@ void SocketIo::useSocketIfPlain() {
   input_ = own_input_.get();
   output_ = own_output_.get();
   read_event_.reset(event_new(base_, fd_, EV_READ | EV_PERSIST, &SocketIo::onReadable, this));
-  write_event_.reset(event_new(base_, fd_, EV_WRITE | EV_PERSIST, &SocketIo::onWritable, this));
-  flush_event_.reset(event_new(base_, -1, 0, &SocketIo::onFlush, this));
+  if (flusher_ == nullptr) {
+    own_flusher_ = std::make_unique<WriteFlusher>(base_);
+    flusher_ = own_flusher_.get();
+  }
   evbuffer_add_cb(output_, &SocketIo::onOutputChanged, this);
   if (read_enabled_) event_add(read_event_.get(), nullptr);
-  if (evbuffer_get_length(output_) > 0) {
-    flush_pending_ = true;
-    event_active(flush_event_.get(), EV_WRITE, 0);
-  }
+  if (evbuffer_get_length(output_) > 0) flusher_->schedule(flush_link_);
 }
 
 void SocketIo::enableRead() {
@@ -110,10 +173,9 @@ void SocketIo::stop() {
   }
   if (read_event_) event_del(read_event_.get());
   if (write_event_) event_del(write_event_.get());
-  if (flush_event_) event_del(flush_event_.get());
+  WriteFlusher::unlink(flush_link_);
   if (own_output_) evbuffer_remove_cb(own_output_.get(), &SocketIo::onOutputChanged, this);
   write_armed_ = false;
-  flush_pending_ = false;
 }
 
 // --- bufferevent mode -----------------------------------------------------------------
@@ -134,18 +196,18 @@ void SocketIo::onBevEvent(bufferevent*, short events, void* arg) {
 
 void SocketIo::onOutputChanged(evbuffer*, const evbuffer_cb_info* info, void* arg) {
   auto* self = static_cast<SocketIo*>(arg);
-  if (info->n_added == 0 || self->write_armed_ || self->flush_pending_ || self->stopped_) return;
+  if (info->n_added == 0 || self->write_armed_ || self->flush_link_.next != nullptr ||
+      self->stopped_) {
+    return;
+  }
   // Written once the code adding output returns, later in this loop turn:
   // a head and its body leave in one writev.
-  self->flush_pending_ = true;
-  event_active(self->flush_event_.get(), EV_WRITE, 0);
+  self->flusher_->schedule(self->flush_link_);
 }
 
-void SocketIo::onFlush(evutil_socket_t, short, void* arg) {
-  auto* self = static_cast<SocketIo*>(arg);
-  self->flush_pending_ = false;
-  if (self->stopped_ || self->write_armed_) return;
-  self->writeSocket();
+void SocketIo::onFlush() {
+  if (stopped_ || write_armed_) return;
+  writeSocket();
 }
 
 void SocketIo::onWritable(evutil_socket_t, short, void* arg) {
@@ -171,6 +233,9 @@ void SocketIo::writeSocket() {
   const size_t left = evbuffer_get_length(output_);
   if (left > 0 && !write_armed_) {
     write_armed_ = true;  // the kernel's buffer is full: wait until it takes more
+    if (!write_event_) {
+      write_event_.reset(event_new(base_, fd_, EV_WRITE | EV_PERSIST, &SocketIo::onWritable, this));
+    }
     event_add(write_event_.get(), nullptr);
   } else if (left == 0 && write_armed_) {
     write_armed_ = false;

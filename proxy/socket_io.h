@@ -46,13 +46,57 @@ class SocketIoCallbacks {
   virtual void onIoEvent(short events) = 0;
 };
 
+class SocketIo;
+
+/**
+ * The "write later in this loop turn" of every plain-socket SocketIo on one
+ * event_base: one libevent event for all of them (the Dispatcher's) instead
+ * of one per socket — 128 bytes per connection, two per proxied stream.
+ * A SocketIo with output added joins the list once; when the event runs it
+ * writes each SocketIo that was on the list then, in the order they joined
+ * (one joining meanwhile is written on a later run of the same loop turn).
+ * A SocketIo stopped or destroyed leaves the list at once.
+ */
+class WriteFlusher {
+ public:
+  explicit WriteFlusher(event_base* base);
+  /** Unlinks any SocketIo still waiting (they must not be used to write afterwards). */
+  ~WriteFlusher();
+  WriteFlusher(const WriteFlusher&) = delete;
+  WriteFlusher& operator=(const WriteFlusher&) = delete;
+
+  /** An intrusive list link (circular; `next == nullptr` means not on a list). */
+  struct Link {
+    Link* prev = nullptr;
+    Link* next = nullptr;
+    SocketIo* owner = nullptr;
+  };
+
+  /** SocketIos waiting for the event (for tests). */
+  size_t pendingCount() const;
+
+ private:
+  friend class SocketIo;
+  /** Puts `link` at the end of the list and activates the event if idle. */
+  void schedule(Link& link);
+  static void unlink(Link& link);
+  static void onFire(evutil_socket_t, short, void* arg);
+
+  Link pending_;  // the sentinel
+  EventPtr event_;
+  bool active_ = false;
+};
+
 class SocketIo {
  public:
   /**
    * Takes `bev` (its callbacks are replaced by `callbacks`'), reading and
    * writing enabled. It stays the transport until useSocketIfPlain().
+   * `flusher` (on `base`, outliving this SocketIo) writes its output later
+   * in the loop turn on a plain socket; null: a flusher of its own.
    */
-  SocketIo(event_base* base, BufferEventPtr bev, SocketIoCallbacks& callbacks);
+  SocketIo(event_base* base, BufferEventPtr bev, SocketIoCallbacks& callbacks,
+           WriteFlusher* flusher = nullptr);
   ~SocketIo();
   SocketIo(const SocketIo&) = delete;
   SocketIo& operator=(const SocketIo&) = delete;
@@ -86,12 +130,14 @@ class SocketIo {
   static constexpr size_t kReadSize = 16 * 1024 - 128;
 
  private:
+  friend class WriteFlusher;
   static void onBevRead(bufferevent*, void* arg);
   static void onBevWrite(bufferevent*, void* arg);
   static void onBevEvent(bufferevent*, short events, void* arg);
   static void onReadable(evutil_socket_t, short, void* arg);
   static void onWritable(evutil_socket_t, short, void* arg);
-  static void onFlush(evutil_socket_t, short, void* arg);
+  /** The flusher's turn: output added this loop turn is written. */
+  void onFlush();
   static void onOutputChanged(evbuffer*, const evbuffer_cb_info* info, void* arg);
   void readSocket();
   void writeSocket();
@@ -110,10 +156,12 @@ class SocketIo {
   EvBufferPtr own_input_;
   EvBufferPtr own_output_;
   EventPtr read_event_;
-  EventPtr write_event_;  // armed only while the kernel did not take all output
-  EventPtr flush_event_;  // activated when output is added: writes later in this loop turn
+  // Made the first time the kernel does not take all output (most sockets never need it).
+  EventPtr write_event_;             // armed only while the kernel did not take all output
+  WriteFlusher* flusher_ = nullptr;  // writes later in this loop turn (plain socket)
+  std::unique_ptr<WriteFlusher> own_flusher_;  // when none was given
+  WriteFlusher::Link flush_link_;              // on the flusher's list while a write is due
   bool write_armed_ = false;
-  bool flush_pending_ = false;
 };
 
 using SocketIoPtr = std::unique_ptr<SocketIo>;

@@ -100,7 +100,8 @@ UpstreamConnection::UpstreamConnection(Dispatcher& dispatcher,
   }
   // On its bufferevent until connected (onIoEvent), then a plain socket leaves it.
   io_ = std::make_unique<SocketIo>(dispatcher.base(), std::move(bev),
-                                   static_cast<SocketIoCallbacks&>(*this));
+                                   static_cast<SocketIoCallbacks&>(*this),
+                                   &dispatcher.writeFlusher());
   // The write callback fires once the socket drained to the low watermark: more body.
   io_->setWriteLowWatermark(kOutputLowWatermark);
 }

@@ -35,6 +35,7 @@
 #include "proxy/exchange.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <initializer_list>
 #include <memory>
@@ -102,6 +103,7 @@ class FakeUpstreamStream final : public UpstreamStream {
  public:
   void sendRequest(const RequestHead& head, RequestBody&, UpstreamCallbacks* callbacks) override {
     request = head;
+    sent = &head;
     callbacks_ = callbacks;
   }
   void onRequestBodyData() override {}
@@ -134,6 +136,7 @@ class FakeUpstreamStream final : public UpstreamStream {
   }
 
   RequestHead request;
+  const RequestHead* sent = nullptr;  // the head sendRequest was given (the Exchange's)
   bool released = false;
   bool was_reset = false;
 
@@ -701,6 +704,31 @@ TEST_F(ExchangeTest, AResponseUnderWayReleasesWhatOnlyAReplayReads) {
   upstream().complete();
   EXPECT_EQ(ex.state(), ExchangeState::Completed);
   EXPECT_EQ(down_.body, "data: {}\n\n");
+}
+
+// Released means freed: the heads' heap buffers go, not only their fields
+// (an empty value assigned over a string keeps its buffer).
+TEST_F(ExchangeTest, AResponseUnderWayFreesTheHeadsBuffers) {
+  load();
+  const std::string big(20000, 'v');
+  start(post({{"x-big", big}}));
+  const RequestHead* sent = upstream().sent;
+  ASSERT_NE(sent, nullptr);
+  ASSERT_TRUE(sent->headers.has("x-big"));
+  ASSERT_GT(sent->path.capacity(), std::string().capacity());
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  const size_t before = mallinfo2().uordblks;
+#endif
+  upstream().connect();
+  upstream().head(200, {{"content-type", "text/event-stream"}});
+  EXPECT_EQ(sent->headers.size(), 0u);
+  EXPECT_EQ(sent->path.capacity(), std::string().capacity());
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  // The client's head and the upstream's copy each held the 20,000 bytes;
+  // the response head and the rest allocated meanwhile are far smaller.
+  const size_t after = mallinfo2().uordblks;
+  EXPECT_LT(after + 2 * big.size() - 4096, before) << before << " -> " << after;
+#endif
 }
 
 TEST_F(ExchangeTest, AHeldAnswerKeepsTheBodyForTheRetry) {

@@ -11,7 +11,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <functional>
+#include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace sluice {
 namespace {
@@ -182,6 +186,144 @@ TEST_F(SocketIoTest, BufferEventWithoutASocketStaysOnIt) {
   EXPECT_EQ(evbuffer_get_length(bufferevent_get_input(other.get())), 8u);
   io_.reset();
   ::close(fds_[0]);
+}
+
+// --- one WriteFlusher for several sockets (the Dispatcher's) -----------------------------
+
+/** A SocketIo on its own socketpair, with callbacks a test can script. */
+struct Pipe : SocketIoCallbacks {
+  void onIoRead() override {}
+  void onIoWrite() override {
+    ++writes;
+    if (on_write) on_write();
+  }
+  void onIoEvent(short e) override { events |= e; }
+
+  std::string peerRead() {
+    std::string out;
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::recv(fds[1], buf, sizeof(buf), MSG_DONTWAIT);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return out;
+  }
+  void add(std::string_view bytes) { evbuffer_add(io->output(), bytes.data(), bytes.size()); }
+
+  int fds[2] = {-1, -1};
+  SocketIoPtr io;
+  int writes = 0;
+  short events = 0;
+  std::function<void()> on_write;
+};
+
+class WriteFlusherTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (auto& p : pipes_) {
+      if (p->io) p->io.reset();  // closes fds[0]
+      if (p->fds[1] >= 0) ::close(p->fds[1]);
+    }
+  }
+  Pipe& open() {
+    auto p = std::make_unique<Pipe>();
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, p->fds), 0);
+    evutil_make_socket_nonblocking(p->fds[0]);
+    evutil_make_socket_nonblocking(p->fds[1]);
+    BufferEventPtr bev(bufferevent_socket_new(base_.get(), p->fds[0], BEV_OPT_CLOSE_ON_FREE));
+    p->io = std::make_unique<SocketIo>(base_.get(), std::move(bev), *p, flusher_.get());
+    p->io->useSocketIfPlain();
+    pipes_.push_back(std::move(p));
+    return *pipes_.back();
+  }
+  void runOnce() { event_base_loop(base_.get(), EVLOOP_NONBLOCK); }
+  int addedEvents() { return event_base_get_num_events(base_.get(), EVENT_BASE_COUNT_ADDED); }
+
+  EventBasePtr base_{event_base_new()};
+  std::unique_ptr<WriteFlusher> flusher_ = std::make_unique<WriteFlusher>(base_.get());
+  std::vector<std::unique_ptr<Pipe>> pipes_;
+};
+
+TEST_F(WriteFlusherTest, OneRunWritesEverySocketWithOutputOfTheTurn) {
+  Pipe& a = open();
+  Pipe& b = open();
+  Pipe& idle = open();
+  runOnce();
+  const int idle_events = addedEvents();  // the three read events
+  a.add("head-a ");
+  b.add("head-b ");
+  a.add("body-a");  // joins once
+  b.add("body-b");
+  EXPECT_EQ(flusher_->pendingCount(), 2u);
+  EXPECT_EQ(a.peerRead(), "");  // not before the code adding it returned to the loop
+  runOnce();
+  EXPECT_EQ(flusher_->pendingCount(), 0u);
+  EXPECT_EQ(a.peerRead(), "head-a body-a");
+  EXPECT_EQ(b.peerRead(), "head-b body-b");
+  EXPECT_EQ(idle.peerRead(), "");
+  EXPECT_EQ(a.writes, 1);
+  EXPECT_EQ(b.writes, 1);
+  EXPECT_EQ(idle.writes, 0);
+  EXPECT_EQ(addedEvents(), idle_events);  // no EV_WRITE: the kernel took it all
+}
+
+TEST_F(WriteFlusherTest, OutputAddedWhileFlushingIsWrittenInTheSameLoopTurn) {
+  Pipe& a = open();
+  Pipe& b = open();
+  runOnce();
+  // a's write callback answers on b (as a drained client lets the upstream
+  // send more): b joins while the flusher runs, and goes out on its next run.
+  a.on_write = [&] {
+    if (b.writes == 0) b.add("from a's callback");
+  };
+  a.add("first");
+  runOnce();
+  EXPECT_EQ(a.peerRead(), "first");
+  EXPECT_EQ(b.peerRead(), "from a's callback");
+  EXPECT_EQ(flusher_->pendingCount(), 0u);
+}
+
+TEST_F(WriteFlusherTest, ASocketDestroyedByAnEarlierWriteOfTheRunIsSkipped) {
+  Pipe& a = open();
+  Pipe& b = open();
+  Pipe& c = open();
+  runOnce();
+  a.on_write = [&] { b.io.reset(); };  // b waits behind a in the same run
+  a.add("a");
+  b.add("b");
+  c.add("c");
+  EXPECT_EQ(flusher_->pendingCount(), 3u);
+  runOnce();
+  EXPECT_EQ(a.peerRead(), "a");
+  EXPECT_EQ(b.peerRead(), "");  // closed with its output unwritten
+  EXPECT_EQ(c.peerRead(), "c");
+  EXPECT_EQ(b.writes, 0);
+  EXPECT_EQ(flusher_->pendingCount(), 0u);
+}
+
+TEST_F(WriteFlusherTest, AStoppedSocketLeavesTheList) {
+  Pipe& a = open();
+  Pipe& b = open();
+  runOnce();
+  a.add("a");
+  b.add("b");
+  a.io->stop();
+  EXPECT_EQ(flusher_->pendingCount(), 1u);
+  runOnce();
+  EXPECT_EQ(a.peerRead(), "");
+  EXPECT_EQ(b.peerRead(), "b");
+}
+
+TEST_F(WriteFlusherTest, AFlusherGoneFirstLeavesItsSocketsSafe) {
+  Pipe& a = open();
+  runOnce();
+  a.add("a");
+  EXPECT_EQ(flusher_->pendingCount(), 1u);
+  flusher_.reset();
+  a.io.reset();  // leaves no list it is not on
+  runOnce();
+  EXPECT_EQ(a.peerRead(), "");
 }
 
 }  // namespace
