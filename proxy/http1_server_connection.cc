@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "common/http_message.h"
@@ -221,37 +222,62 @@ std::optional<size_t> Http1ServerConnection::HeadScanner::scan(const char* data,
   return head;
 }
 
+namespace {
+
+// The bytes that end a header name for HeadScanner: whitespace (refused),
+// the colon (the value starts), LF (a line without a colon: llhttp refuses it).
+constexpr std::array<bool, 256> kNameEnd = [] {
+  std::array<bool, 256> end{};
+  end[' '] = end['\t'] = end[':'] = end['\n'] = true;
+  return end;
+}();
+
+}  // namespace
+
 std::optional<size_t> Http1ServerConnection::HeadScanner::scanLines(const char* data, size_t len) {
+  // Line by line: the request line and values to their LF with memchr, names
+  // byte by byte in a tight loop (a table look-up each), line starts alone.
+  // Every byte of the head used to be a step of the state machine
+  // (PROFILE.md, sixth round: 3.1k instructions per request, now ~1k).
   size_t i = 0;
-  for (; i < len && state_ != State::Done; ++i) {
-    const char c = data[i];
+  while (i < len && state_ != State::Done) {
     switch (state_) {
-      case State::RequestLine:
-        if (c == '\n') {
-          if (request_line_text_) state_ = State::LineStart;
-        } else if (c != '\r') {
-          request_line_text_ = true;
+      case State::RequestLine: {
+        const auto* lf = static_cast<const char*>(std::memchr(data + i, '\n', len - i));
+        const size_t end = lf == nullptr ? len : static_cast<size_t>(lf - data);
+        // Empty lines (CR LF or LF) before the request line are skipped.
+        for (size_t k = i; !request_line_text_ && k < end; ++k) {
+          if (data[k] != '\r') request_line_text_ = true;
         }
+        if (lf == nullptr) return len;
+        if (request_line_text_) state_ = State::LineStart;
+        i = end + 1;
         break;
-      case State::LineStart:
+      }
+      case State::LineStart: {
+        const char c = data[i++];
         if (c == ' ' || c == '\t') return std::nullopt;  // obs-fold (RFC 9112 §5.2)
         state_ = c == '\r' ? State::EndCr : c == '\n' ? State::Done : State::Name;
         break;
-      case State::Name:
+      }
+      case State::Name: {
+        while (i < len && !kNameEnd[static_cast<unsigned char>(data[i])]) ++i;
+        if (i == len) return len;
+        const char c = data[i++];
         if (c == ' ' || c == '\t') return std::nullopt;  // whitespace before the colon (§5.1)
-        if (c == ':') state_ = State::Value;
-        if (c == '\n') state_ = State::LineStart;  // no colon: the parser rejects it
+        state_ = c == ':' ? State::Value : State::LineStart;  // LF: no colon, the parser rejects it
         break;
+      }
       case State::Value: {
-        // Values are most of a head: jump to the line's end (memchr)
-        // instead of a state step per byte.
+        // Values are most of a head: jump to the line's end.
         const void* lf = std::memchr(data + i, '\n', len - i);
         if (lf == nullptr) return len;
-        i = static_cast<size_t>(static_cast<const char*>(lf) - data);
+        i = static_cast<size_t>(static_cast<const char*>(lf) - data) + 1;
         state_ = State::LineStart;
         break;
       }
       case State::EndCr:
+        ++i;
         state_ = State::Done;  // CRLF ends the head; anything else, the parser judges
         break;
       case State::Done:

@@ -570,6 +570,11 @@ std::optional<int64_t> QuotaTracker::lastRemaining(bool tokens) const {
   return tokens ? last_remaining_tokens_ : last_remaining_requests_;
 }
 
+QuotaTracker::GaugeValues QuotaTracker::gaugeValues() const {
+  std::lock_guard lock(mutex_);
+  return {queued_, last_remaining_requests_, last_remaining_tokens_};
+}
+
 size_t QuotaTracker::keyCount() const {
   std::lock_guard lock(mutex_);
   return keys_.size();
