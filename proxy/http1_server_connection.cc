@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstring>
 
 #include "common/http_message.h"
 #include "common/problem.h"
 #include "proxy/exchange.h"
+#include "proxy/http1_head_writer.h"
 #include "proxy/request_target.h"
 
 namespace sluice {
@@ -569,13 +571,13 @@ void Http1ServerConnection::rejectRequest(const Problem& problem) {
 void Http1ServerConnection::encodeHeaders(const ResponseHead& head, bool end_stream) {
   if (closed_) return;
   response_started_ = true;
-  std::string out;
-  out.reserve(256 + head.headers.size() * 48);
-  out += "HTTP/1.1 ";
-  out += std::to_string(head.status);
-  out += ' ';
-  out += head.reason.empty() ? reasonPhrase(head.status) : head.reason;
-  out += "\r\n";
+  Http1HeadWriter out;
+  char status[32] = "HTTP/1.1 ";
+  const auto written = std::to_chars(status + 9, status + sizeof(status) - 1, head.status);
+  *written.ptr = ' ';
+  out.add(std::string_view(status, written.ptr + 1 - status));
+  out.add(head.reason.empty() ? reasonPhrase(head.status) : head.reason);
+  out.add("\r\n");
 
   const bool no_body = !mayHaveBody(head_request_, head.status);
   const bool has_length = head.headers.has("content-length");
@@ -584,11 +586,11 @@ void Http1ServerConnection::encodeHeaders(const ResponseHead& head, bool end_str
   if (head.status == 413) close_after_response_ = true;  // never read an oversized body
   if (!no_body && !has_length) {
     if (end_stream) {
-      out += "content-length: 0\r\n";
+      out.add("content-length: 0\r\n");
     } else if (client_minor_ >= 1) {
       // Unknown length: chunked for HTTP/1.1 clients, close-delimited for 1.0.
       chunked_response_ = true;
-      out += "transfer-encoding: chunked\r\n";
+      out.add("transfer-encoding: chunked\r\n");
     } else {
       close_delimited_ = true;
       keep_alive_ = false;
@@ -596,17 +598,14 @@ void Http1ServerConnection::encodeHeaders(const ResponseHead& head, bool end_str
   }
   for (const auto& [name, value] : head.headers) {
     if (name == "connection" || name == "transfer-encoding" || name == "keep-alive") continue;
-    out += name;
-    out += ": ";
-    out += value;
-    out += "\r\n";
+    out.addField(name, value);
   }
   if (!keep_alive_ || close_after_response_) {
-    out += "connection: close\r\n";
+    out.add("connection: close\r\n");
   } else if (client_minor_ == 0) {
-    out += "connection: keep-alive\r\n";
+    out.add("connection: keep-alive\r\n");
   }
-  out += "\r\n";
+  out.add("\r\n");
   evbuffer_add(io_->output(), out.data(), out.size());
   noteOutput({out.size(), 0, 0});
   if (end_stream) encodeData(nullptr, 0, true);

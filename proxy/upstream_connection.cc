@@ -10,9 +10,11 @@
 #include <openssl/x509v3.h>
 #include <sys/socket.h>
 
+#include <charconv>
 #include <cstdio>
 
 #include "common/http_message.h"
+#include "proxy/http1_head_writer.h"
 #include "proxy/tls.h"
 #include "proxy/upstream_pool.h"
 
@@ -150,27 +152,21 @@ void UpstreamConnection::sendRequest(const RequestHead& head, RequestBody& body,
   head_bytes_ = 0;
   field_name_bytes_ = 0;
 
-  std::string out;
-  out.reserve(256 + head.headers.size() * 48);
-  out += head.method;
-  out += ' ';
-  out += head.path;
-  out += " HTTP/1.1\r\n";
-  for (const auto& [name, value] : head.headers) {
-    out += name;
-    out += ": ";
-    out += value;
-    out += "\r\n";
-  }
+  Http1HeadWriter out;
+  out.add(head.method);
+  out.add(" ");
+  out.add(head.path);
+  out.add(" HTTP/1.1\r\n");
+  for (const auto& [name, value] : head.headers) out.addField(name, value);
   if (const auto length = upstreamContentLength(head.method, body)) {
-    out += "content-length: ";
-    out += std::to_string(*length);
-    out += "\r\n";
+    char digits[24];
+    const auto written = std::to_chars(digits, digits + sizeof(digits), *length);
+    out.addField("content-length", std::string_view(digits, written.ptr - digits));
   } else if (!body.complete()) {
     chunked_request_ = true;  // a streamed body of unknown length
-    out += "transfer-encoding: chunked\r\n";
+    out.add("transfer-encoding: chunked\r\n");
   }
-  out += "\r\n";
+  out.add("\r\n");
   evbuffer_add(io_->output(), out.data(), out.size());
   if (connected_ && callbacks_ != nullptr) {
     // A pooled connection is already up: report it so the attempt's
