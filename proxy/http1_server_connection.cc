@@ -149,7 +149,11 @@ void Http1ServerConnection::parseInput() {
       len = step.parse;  // up to an extension, if one starts in these bytes
     }
     const llhttp_errno_t err = llhttp_execute(parser_.get(), data, len);
-    if (closed_) return;
+    if (closed_) {
+      header_fields_.reset();  // drops what the header callbacks borrowed, unread
+      return;
+    }
+    header_fields_.keepBorrowed();  // the header callbacks borrowed from `data`, soon drained
     if (err != HPE_OK && err != HPE_PAUSED) {
       rejectParseError(err);
       return;
@@ -266,7 +270,7 @@ std::optional<size_t> Http1ServerConnection::HeadScanner::scanLines(const char* 
         while (i < len && !kNameEnd[static_cast<unsigned char>(data[i])]) ++i;
         if (i == len) return len;
         const char c = data[i++];
-        if (c == ' ' || c == '\t') return std::nullopt;  // whitespace before the colon (§5.1)
+        if (c == ' ' || c == '\t') return std::nullopt;       // whitespace before the colon (§5.1)
         state_ = c == ':' ? State::Value : State::LineStart;  // LF: no colon, the parser rejects it
         break;
       }
@@ -395,7 +399,7 @@ int Http1ServerConnection::onHeaderField(llhttp_t* p, const char* at, size_t len
       self->head_.headers.size() >= self->limits_.max_headers) {
     return self->refuseHeaderTooLarge();
   }
-  self->header_fields_.appendField({at, len});
+  self->header_fields_.borrowField({at, len});
   self->field_name_bytes_ += len;
   return 0;
 }
@@ -414,7 +418,7 @@ int Http1ServerConnection::onHeaderFieldComplete(llhttp_t* p) {
 int Http1ServerConnection::onHeaderValue(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
   if (!self->countHeaderBytes(len)) return -1;
-  self->header_fields_.appendValue({at, len});
+  self->header_fields_.borrowValue({at, len});
   return 0;
 }
 

@@ -285,7 +285,11 @@ void UpstreamConnection::onIoRead() {
     const size_t len = vec.iov_len;
     const char* data = static_cast<const char*>(vec.iov_base);
     const llhttp_errno_t err = llhttp_execute(parser_.get(), data, len);
-    if (closed_) return;  // a callback tore us down
+    if (closed_) {             // a callback tore us down
+      header_fields_.reset();  // drops what the header callbacks borrowed, unread
+      return;
+    }
+    header_fields_.keepBorrowed();  // the header callbacks borrowed from `data`, soon drained
     if (err == HPE_PAUSED) {
       evbuffer_drain(input, static_cast<size_t>(llhttp_get_error_pos(parser_.get()) - data));
       llhttp_resume(parser_.get());
@@ -376,7 +380,8 @@ int UpstreamConnection::onStatus(llhttp_t* p, const char*, size_t len) {
 int UpstreamConnection::onHeaderField(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<UpstreamConnection*>(p->data);
   if (!self->countHeadBytes(len)) return -1;
-  self->header_fields_.onField({at, len}, self->head_.headers);
+  self->header_fields_.flush(self->head_.headers);
+  self->header_fields_.borrowField({at, len});
   self->field_name_bytes_ += len;
   return 0;
 }
@@ -396,7 +401,7 @@ int UpstreamConnection::onHeaderFieldComplete(llhttp_t* p) {
 int UpstreamConnection::onHeaderValue(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<UpstreamConnection*>(p->data);
   if (!self->countHeadBytes(len)) return -1;
-  self->header_fields_.appendValue({at, len});
+  self->header_fields_.borrowValue({at, len});
   return 0;
 }
 

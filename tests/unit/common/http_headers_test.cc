@@ -259,7 +259,8 @@ TEST(HeaderMapStorageTest, RandomEditsMatchAPlainModel) {
     Entries model;
     std::vector<std::string> names;
     for (int step = 0; step < 60; ++step) {
-      const std::string name = names.empty() || pick(3) == 0 ? randomName() : names[pick(names.size())];
+      const std::string name =
+          names.empty() || pick(3) == 0 ? randomName() : names[pick(names.size())];
       names.push_back(name);
       std::string value(pick(40), static_cast<char>('a' + pick(26)));
       switch (pick(9)) {

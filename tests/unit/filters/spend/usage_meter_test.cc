@@ -787,9 +787,9 @@ TEST(UsageMeterTest, IgnoresDataAfterEndAndRepeatedHeaders) {
 TEST(UsageMeterTest, PlainModelStringsMatchTheLibraryOnRandomModels) {
   std::mt19937 rng(88);
   auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
-  const std::vector<std::string> kPieces = {"gpt-4o",  "a",  " ",    "\\\"", "\\\\", "\\u0041",
-                                            "\\n",     "\t", "\xc3\xa9", "\x7f", "\x01", "\xff",
-                                            "claude-", "/",  "\\ud83d\\ude00"};
+  const std::vector<std::string> kPieces = {
+      "gpt-4o",   "a",    " ",    "\\\"", "\\\\",    "\\u0041", "\\n",           "\t",
+      "\xc3\xa9", "\x7f", "\x01", "\xff", "claude-", "/",       "\\ud83d\\ude00"};
   for (int round = 0; round < 3000; ++round) {
     std::string model;
     const size_t pieces = pick(8) == 0 ? 200 : pick(6);
@@ -813,12 +813,28 @@ TEST(UsageMeterTest, PlainModelStringsMatchTheLibraryOnRandomModels) {
 TEST(UsageMeterTest, UsageReadWithoutADomMatchesTheDomOnRandomUsage) {
   std::mt19937 rng(808);
   auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
-  const std::vector<std::string> kKeys = {
-      "prompt_tokens",     "input_tokens",  "cache_creation_input_tokens", "cache_read_input_tokens",
-      "completion_tokens", "output_tokens", "total_tokens",                "prompt_tokens_details"};
-  const std::vector<std::string> kScalars = {"0",    "19",   "18446744073709551615",
-                                             "18446744073709551616", "012", "-3", "5.0", "1e2",
-                                             "null", "true", "false", "\"7\"", "[1]", "\"\\u0037\""};
+  const std::vector<std::string> kKeys = {"prompt_tokens",
+                                          "input_tokens",
+                                          "cache_creation_input_tokens",
+                                          "cache_read_input_tokens",
+                                          "completion_tokens",
+                                          "output_tokens",
+                                          "total_tokens",
+                                          "prompt_tokens_details"};
+  const std::vector<std::string> kScalars = {"0",
+                                             "19",
+                                             "18446744073709551615",
+                                             "18446744073709551616",
+                                             "012",
+                                             "-3",
+                                             "5.0",
+                                             "1e2",
+                                             "null",
+                                             "true",
+                                             "false",
+                                             "\"7\"",
+                                             "[1]",
+                                             "\"\\u0037\""};
   std::function<std::string(int)> value = [&](int depth) -> std::string {
     if (depth > 0 && pick(5) == 0) {
       std::string obj = "{";
