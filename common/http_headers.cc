@@ -1,6 +1,7 @@
 #include "common/http_headers.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace sluice {
 
@@ -35,6 +36,39 @@ namespace {
 constexpr size_t kFirstFields = 16;
 constexpr size_t kFirstBytes = 512;
 
+// Lower-cases the ASCII letters of 8 bytes at once: a byte's high bit in
+// `upper` is set iff the byte is 'A'..'Z' (no carry crosses a byte: every
+// byte is at most 0x7f when the constants are added), and 0x80 >> 2 is the
+// 0x20 that lower-cases it. Other bytes, UTF-8 ones included, are kept.
+uint64_t lowerAscii8(uint64_t x) {
+  constexpr uint64_t kOnes = 0x0101010101010101ULL;
+  constexpr uint64_t kHigh = 0x8080808080808080ULL;
+  const uint64_t heptets = x & ~kHigh;
+  const uint64_t above_z = heptets + (0x7f - 'Z') * kOnes;
+  const uint64_t from_a = heptets + (0x80 - 'A') * kOnes;
+  const uint64_t upper = from_a & ~above_z & ~x & kHigh;
+  return x | (upper >> 2);
+}
+
+// Copies `n` bytes from `src` to `dst`, lower-casing ASCII letters.
+void copyLower(char* dst, const char* src, size_t n) {
+  if (n < 8) {
+    for (size_t i = 0; i < n; ++i) dst[i] = lowerAscii(src[i]);
+    return;
+  }
+  // Whole words, then the last 8 bytes (overlapping: lower-casing twice is
+  // lower-casing once).
+  uint64_t w;
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    std::memcpy(&w, src + i, 8);
+    w = lowerAscii8(w);
+    std::memcpy(dst + i, &w, 8);
+  }
+  std::memcpy(&w, src + n - 8, 8);
+  w = lowerAscii8(w);
+  std::memcpy(dst + n - 8, &w, 8);
+}
+
 }  // namespace
 
 HeaderMap& HeaderMap::operator=(const HeaderMap& other) {
@@ -47,47 +81,65 @@ HeaderMap& HeaderMap::operator=(const HeaderMap& other) {
 
 void HeaderMap::copyFrom(const HeaderMap& other) {
   size_t live = 0;
-  for (const Slot& s : other.slots_) live += s.name_size + s.value_size;
-  bytes_.reserve(bytes_.size() + live);
-  slots_.reserve(slots_.size() + other.slots_.size());
-  for (size_t i = 0; i < other.slots_.size(); ++i) {
-    const Field f = other.fieldAt(i);
-    slots_.push_back(Slot{static_cast<uint32_t>(bytes_.size()), other.slots_[i].name_size,
-                          other.slots_[i].value_size});
-    bytes_.append(f.name);
-    bytes_.append(f.value);
+  for (size_t i = 0; i < other.count_; ++i) {
+    live += other.slots()[i].name_size + other.slots()[i].value_size;
   }
+  if (count_ + other.count_ > field_capacity_ || bytes_size_ + live > bytes_capacity_) {
+    grow(count_ + other.count_, bytes_size_ + live);
+  }
+  Slot* slots = this->slots();
+  char* bytes = this->bytes();
+  for (size_t i = 0; i < other.count_; ++i) {
+    const Slot& from = other.slots()[i];
+    const size_t n = from.name_size + from.value_size;
+    std::memcpy(bytes + bytes_size_, other.bytes() + from.offset, n);
+    slots[count_++] = Slot{bytes_size_, from.name_size, from.value_size};
+    bytes_size_ += static_cast<uint32_t>(n);
+  }
+}
+
+void HeaderMap::grow(size_t fields, size_t bytes) {
+  const size_t field_capacity = std::max<size_t>(fields, field_capacity_);
+  const size_t bytes_capacity = std::max<size_t>(bytes, bytes_capacity_);
+  std::unique_ptr<char[]> block(new char[field_capacity * sizeof(Slot) + bytes_capacity]);
+  if (count_ > 0) std::memcpy(block.get(), block_.get(), count_ * sizeof(Slot));
+  if (bytes_size_ > 0) {
+    std::memcpy(block.get() + field_capacity * sizeof(Slot), this->bytes(), bytes_size_);
+  }
+  block_ = std::move(block);
+  field_capacity_ = static_cast<uint32_t>(field_capacity);
+  bytes_capacity_ = static_cast<uint32_t>(bytes_capacity);
 }
 
 void HeaderMap::reserve(size_t fields, size_t bytes) {
-  slots_.reserve(fields);
-  bytes_.reserve(bytes);
+  if (fields > field_capacity_ || bytes > bytes_capacity_) grow(fields, bytes);
 }
 
 void HeaderMap::append(std::string_view name, std::string_view value) {
-  if (slots_.capacity() == 0) slots_.reserve(kFirstFields);
-  const size_t need = bytes_.size() + name.size() + value.size();
-  if (need > bytes_.capacity()) {
-    bytes_.reserve(std::max(need, std::max(kFirstBytes, 2 * bytes_.capacity())));
+  const size_t need = bytes_size_ + name.size() + value.size();
+  if (count_ == field_capacity_ || need > bytes_capacity_) {
+    grow(count_ == field_capacity_ ? std::max<size_t>(kFirstFields, 2 * field_capacity_)
+                                   : field_capacity_,
+         need > bytes_capacity_ ? std::max(need, std::max(kFirstBytes, 2 * size_t{bytes_capacity_}))
+                                : bytes_capacity_);
   }
-  const size_t offset = bytes_.size();
-  bytes_.append(name);
-  bytes_.append(value);
-  // Lower-case the name in place: most names arrive lower case already
-  // (HTTP/2, SDKs), so look for the first upper-case letter first.
-  char* stored = bytes_.data() + offset;
-  for (size_t i = 0; i < name.size(); ++i) {
-    if (stored[i] >= 'A' && stored[i] <= 'Z') stored[i] = static_cast<char>(stored[i] + 32);
-  }
-  slots_.push_back(Slot{static_cast<uint32_t>(offset), static_cast<uint32_t>(name.size()),
-                        static_cast<uint32_t>(value.size())});
+  const uint32_t offset = bytes_size_;
+  char* stored = bytes() + offset;
+  // The name lower-cased as it is copied, eight bytes at a time.
+  copyLower(stored, name.data(), name.size());
+  if (!value.empty()) std::memcpy(stored + name.size(), value.data(), value.size());
+  slots()[count_++] =
+      Slot{offset, static_cast<uint32_t>(name.size()), static_cast<uint32_t>(value.size())};
+  bytes_size_ = static_cast<uint32_t>(need);
 }
 
 void HeaderMap::add(std::string_view name, std::string_view value) {
-  // A view of this map (a value read from it, say) would dangle once bytes_
-  // grows: copy such an argument first. Rare; the common case copies nothing.
-  const auto inside = [this](std::string_view v) {
-    return !v.empty() && v.data() >= bytes_.data() && v.data() < bytes_.data() + bytes_.size();
+  // A view of this map (a value read from it, say) would dangle once the
+  // block grows: copy such an argument first. Rare; the common case copies nothing.
+  const char* begin = block_.get();
+  const char* end = bytes() + bytes_size_;
+  const auto inside = [begin, end](std::string_view v) {
+    return !v.empty() && v.data() >= begin && v.data() < end;
   };
   if (inside(name) || inside(value)) {
     const std::string n(name), v(value);
@@ -98,38 +150,36 @@ void HeaderMap::add(std::string_view name, std::string_view value) {
 }
 
 void HeaderMap::set(std::string_view name, std::string_view value) {
-  remove(name);  // keeps bytes_ (and so the arguments, if they are views of it) in place
+  remove(name);  // keeps the block (and so the arguments, if they are views of it) in place
   add(name, value);
 }
 
-bool HeaderMap::nameAt(size_t i, std::string_view name) const {
-  // Stored names are lower case (append() lowers them): lengths first (most
-  // fields differ there), then only `name` is folded (PROFILE.md, round 3).
-  const Slot& s = slots_[i];
-  if (s.name_size != name.size()) return false;
-  const char* stored = bytes_.data() + s.offset;
+bool HeaderMap::foldedEquals(const char* lower, std::string_view name) {
   for (size_t k = 0; k < name.size(); ++k) {
-    if (stored[k] != lowerAscii(name[k])) return false;
+    if (lower[k] != lowerAscii(name[k])) return false;
   }
   return true;
 }
 
 size_t HeaderMap::find(std::string_view name) const {
-  for (size_t i = 0; i < slots_.size(); ++i) {
+  for (size_t i = 0; i < count_; ++i) {
     if (nameAt(i, name)) return i;
   }
   return kNone;
 }
 
 size_t HeaderMap::remove(std::string_view name) {
-  // The removed fields' bytes stay in bytes_ until clear() (or a copy, which
-  // takes only live fields): views handed out so far stay valid.
-  size_t kept = 0;
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    if (!nameAt(i, name)) slots_[kept++] = slots_[i];
+  // The removed fields' bytes stay in the block until clear() (or a copy,
+  // which takes only live fields): views handed out so far stay valid.
+  size_t i = find(name);
+  if (i == kNone) return 0;
+  Slot* slots = this->slots();
+  size_t kept = i;
+  for (++i; i < count_; ++i) {
+    if (!nameAt(i, name)) slots[kept++] = slots[i];
   }
-  const size_t removed = slots_.size() - kept;
-  slots_.resize(kept);
+  const size_t removed = count_ - kept;
+  count_ = static_cast<uint32_t>(kept);
   return removed;
 }
 
@@ -141,7 +191,7 @@ std::optional<std::string_view> HeaderMap::get(std::string_view name) const {
 
 std::vector<std::string_view> HeaderMap::getAll(std::string_view name) const {
   std::vector<std::string_view> out;
-  for (size_t i = 0; i < slots_.size(); ++i) {
+  for (size_t i = 0; i < count_; ++i) {
     if (nameAt(i, name)) out.push_back(fieldAt(i).value);
   }
   return out;
@@ -149,7 +199,7 @@ std::vector<std::string_view> HeaderMap::getAll(std::string_view name) const {
 
 std::vector<HeaderMap::Entry> HeaderMap::entries() const {
   std::vector<Entry> out;
-  out.reserve(slots_.size());
+  out.reserve(count_);
   for (const Field f : *this) out.emplace_back(std::string(f.name), std::string(f.value));
   return out;
 }

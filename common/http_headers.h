@@ -4,17 +4,21 @@
 // lower-case (HTTP/2 requires it and HTTP/1.1 is case-insensitive), values
 // verbatim. Order and duplicates are preserved, as a proxy must.
 //
-// Storage: every name and value sits back to back in one byte string, and a
-// field is three numbers into it. A request head of 15 fields is two
-// allocations instead of one or two per field (PROFILE.md, fifth round:
-// the per-field strings were a fifth of a request's `malloc`/`free`).
-// Views handed out (`get`, `getAll`, iteration) point into that string, so
+// Storage: one heap block per map holds the field slots (three numbers
+// each) and, after them, every name and value back to back. A request head
+// of 15 fields is one allocation instead of one or two per field
+// (PROFILE.md, fifth round: the per-field strings were a fifth of a
+// request's `malloc`/`free`; sixth round: slots and bytes in one block).
+// Views handed out (`get`, `getAll`, iteration) point into that block, so
 // they stay valid until the map is next changed (`add`, `set`, `clear`,
-// assignment); `remove` keeps them valid. Passing a view of the map back
-// into `add` or `set` is fine: it is copied before the string may grow.
+// assignment); `remove` and `removeIf` keep them valid. Passing a view of
+// the map back into `add` or `set` is fine: it is copied before the block
+// may grow.
 
 #include <cstdint>
+#include <cstring>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,8 +47,11 @@ class HeaderMap {
   HeaderMap() = default;
   HeaderMap(const HeaderMap& other) { copyFrom(other); }
   HeaderMap& operator=(const HeaderMap& other);
-  HeaderMap(HeaderMap&&) noexcept = default;
-  HeaderMap& operator=(HeaderMap&&) noexcept = default;
+  HeaderMap(HeaderMap&& other) noexcept { take(other); }
+  HeaderMap& operator=(HeaderMap&& other) noexcept {
+    if (this != &other) take(other);
+    return *this;
+  }
 
   /** Appends a header; `name` is lower-cased. */
   void add(std::string_view name, std::string_view value);
@@ -58,13 +65,14 @@ class HeaderMap {
    */
   template <typename Pred>
   size_t removeIf(Pred&& drop) {
+    Slot* slots = this->slots();
     size_t kept = 0;
-    for (size_t i = 0; i < slots_.size(); ++i) {
+    for (size_t i = 0; i < count_; ++i) {
       const Field f = fieldAt(i);
-      if (!drop(f.name, f.value)) slots_[kept++] = slots_[i];
+      if (!drop(f.name, f.value)) slots[kept++] = slots[i];
     }
-    const size_t removed = slots_.size() - kept;
-    slots_.resize(kept);
+    const size_t removed = count_ - kept;
+    count_ = static_cast<uint32_t>(kept);
     return removed;
   }
   /** Room for `fields` fields of `bytes` name and value bytes in all, before they come. */
@@ -78,11 +86,12 @@ class HeaderMap {
 
   /** The fields copied out, in order (tests and diagnostics). */
   std::vector<Entry> entries() const;
-  size_t size() const { return slots_.size(); }
-  bool empty() const { return slots_.empty(); }
+  size_t size() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  /** Drops every field; keeps the block for the next ones. */
   void clear() {
-    slots_.clear();
-    bytes_.clear();
+    count_ = 0;
+    bytes_size_ = 0;
   }
 
   class const_iterator {
@@ -114,10 +123,10 @@ class HeaderMap {
   };
 
   const_iterator begin() const { return {this, 0}; }
-  const_iterator end() const { return {this, slots_.size()}; }
+  const_iterator end() const { return {this, count_}; }
 
  private:
-  // One field: its lower-case name at bytes_[offset], its value right after.
+  // One field: its lower-case name at bytes()[offset], its value right after.
   // A head is bounded far below 4 GiB by the codecs' limits.
   struct Slot {
     uint32_t offset;
@@ -126,22 +135,52 @@ class HeaderMap {
   };
   static constexpr size_t kNone = static_cast<size_t>(-1);
 
+  // The block: field_capacity_ slots, then bytes_capacity_ bytes.
+  Slot* slots() { return reinterpret_cast<Slot*>(block_.get()); }
+  const Slot* slots() const { return reinterpret_cast<const Slot*>(block_.get()); }
+  char* bytes() { return block_.get() + field_capacity_ * sizeof(Slot); }
+  const char* bytes() const { return block_.get() + field_capacity_ * sizeof(Slot); }
+
   Field fieldAt(size_t i) const {
-    const Slot& s = slots_[i];
-    const char* base = bytes_.data() + s.offset;
+    const Slot& s = slots()[i];
+    const char* base = bytes() + s.offset;
     return {std::string_view(base, s.name_size),
             std::string_view(base + s.name_size, s.value_size)};
   }
+  /** Whether field `i` is named `name` (any case). */
+  bool nameAt(size_t i, std::string_view name) const {
+    // Stored names are lower case (append() lowers them): lengths first
+    // (most fields differ there), then the bytes as they are (callers pass
+    // lower-case names), and only then `name` folded.
+    const Slot& s = slots()[i];
+    if (s.name_size != name.size()) return false;
+    const char* stored = bytes() + s.offset;
+    return std::memcmp(stored, name.data(), name.size()) == 0 || foldedEquals(stored, name);
+  }
+  /** `lower` (lower case) equals `name` folded; both name.size() bytes. */
+  static bool foldedEquals(const char* lower, std::string_view name);
   /** The index of the first field named `name` (any case), or kNone. */
   size_t find(std::string_view name) const;
-  bool nameAt(size_t i, std::string_view name) const;
-  /** Appends to bytes_ and slots_; `name` and `value` must not point into bytes_. */
+  /** Appends a field; `name` and `value` must not point into the block. */
   void append(std::string_view name, std::string_view value);
+  /** A block with room for `fields` fields and `bytes` bytes; keeps the fields. */
+  void grow(size_t fields, size_t bytes);
   /** Copies only the live fields (a removed field's bytes stay behind in the source). */
   void copyFrom(const HeaderMap& other);
+  /** Moves `other`'s block here; `other` is left empty. */
+  void take(HeaderMap& other) noexcept {
+    block_ = std::move(other.block_);
+    count_ = std::exchange(other.count_, 0);
+    field_capacity_ = std::exchange(other.field_capacity_, 0);
+    bytes_size_ = std::exchange(other.bytes_size_, 0);
+    bytes_capacity_ = std::exchange(other.bytes_capacity_, 0);
+  }
 
-  std::string bytes_;
-  std::vector<Slot> slots_;
+  std::unique_ptr<char[]> block_;
+  uint32_t count_ = 0;
+  uint32_t field_capacity_ = 0;
+  uint32_t bytes_size_ = 0;
+  uint32_t bytes_capacity_ = 0;
 };
 
 }  // namespace sluice

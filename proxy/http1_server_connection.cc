@@ -4,11 +4,14 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
+#include <charconv>
 #include <cstring>
 
 #include "common/http_message.h"
 #include "common/problem.h"
 #include "proxy/exchange.h"
+#include "proxy/http1_head_writer.h"
 #include "proxy/request_target.h"
 
 namespace sluice {
@@ -152,7 +155,11 @@ void Http1ServerConnection::parseInput() {
       len = step.parse;  // up to an extension, if one starts in these bytes
     }
     const llhttp_errno_t err = llhttp_execute(parser_.get(), data, len);
-    if (closed_) return;
+    if (closed_) {
+      header_fields_.reset();  // drops what the header callbacks borrowed, unread
+      return;
+    }
+    header_fields_.keepBorrowed();  // the header callbacks borrowed from `data`, soon drained
     if (err != HPE_OK && err != HPE_PAUSED) {
       rejectParseError(err);
       return;
@@ -227,37 +234,62 @@ std::optional<size_t> Http1ServerConnection::HeadScanner::scan(const char* data,
   return head;
 }
 
+namespace {
+
+// The bytes that end a header name for HeadScanner: whitespace (refused),
+// the colon (the value starts), LF (a line without a colon: llhttp refuses it).
+constexpr std::array<bool, 256> kNameEnd = [] {
+  std::array<bool, 256> end{};
+  end[' '] = end['\t'] = end[':'] = end['\n'] = true;
+  return end;
+}();
+
+}  // namespace
+
 std::optional<size_t> Http1ServerConnection::HeadScanner::scanLines(const char* data, size_t len) {
+  // Line by line: the request line and values to their LF with memchr, names
+  // byte by byte in a tight loop (a table look-up each), line starts alone.
+  // Every byte of the head used to be a step of the state machine
+  // (PROFILE.md, sixth round: 3.1k instructions per request, now ~1k).
   size_t i = 0;
-  for (; i < len && state_ != State::Done; ++i) {
-    const char c = data[i];
+  while (i < len && state_ != State::Done) {
     switch (state_) {
-      case State::RequestLine:
-        if (c == '\n') {
-          if (request_line_text_) state_ = State::LineStart;
-        } else if (c != '\r') {
-          request_line_text_ = true;
+      case State::RequestLine: {
+        const auto* lf = static_cast<const char*>(std::memchr(data + i, '\n', len - i));
+        const size_t end = lf == nullptr ? len : static_cast<size_t>(lf - data);
+        // Empty lines (CR LF or LF) before the request line are skipped.
+        for (size_t k = i; !request_line_text_ && k < end; ++k) {
+          if (data[k] != '\r') request_line_text_ = true;
         }
+        if (lf == nullptr) return len;
+        if (request_line_text_) state_ = State::LineStart;
+        i = end + 1;
         break;
-      case State::LineStart:
+      }
+      case State::LineStart: {
+        const char c = data[i++];
         if (c == ' ' || c == '\t') return std::nullopt;  // obs-fold (RFC 9112 §5.2)
         state_ = c == '\r' ? State::EndCr : c == '\n' ? State::Done : State::Name;
         break;
-      case State::Name:
-        if (c == ' ' || c == '\t') return std::nullopt;  // whitespace before the colon (§5.1)
-        if (c == ':') state_ = State::Value;
-        if (c == '\n') state_ = State::LineStart;  // no colon: the parser rejects it
+      }
+      case State::Name: {
+        while (i < len && !kNameEnd[static_cast<unsigned char>(data[i])]) ++i;
+        if (i == len) return len;
+        const char c = data[i++];
+        if (c == ' ' || c == '\t') return std::nullopt;       // whitespace before the colon (§5.1)
+        state_ = c == ':' ? State::Value : State::LineStart;  // LF: no colon, the parser rejects it
         break;
+      }
       case State::Value: {
-        // Values are most of a head: jump to the line's end (memchr)
-        // instead of a state step per byte.
+        // Values are most of a head: jump to the line's end.
         const void* lf = std::memchr(data + i, '\n', len - i);
         if (lf == nullptr) return len;
-        i = static_cast<size_t>(static_cast<const char*>(lf) - data);
+        i = static_cast<size_t>(static_cast<const char*>(lf) - data) + 1;
         state_ = State::LineStart;
         break;
       }
       case State::EndCr:
+        ++i;
         state_ = State::Done;  // CRLF ends the head; anything else, the parser judges
         break;
       case State::Done:
@@ -373,7 +405,7 @@ int Http1ServerConnection::onHeaderField(llhttp_t* p, const char* at, size_t len
       self->head_.headers.size() >= self->limits_.max_headers) {
     return self->refuseHeaderTooLarge();
   }
-  self->header_fields_.appendField({at, len});
+  self->header_fields_.borrowField({at, len});
   self->field_name_bytes_ += len;
   return 0;
 }
@@ -392,7 +424,7 @@ int Http1ServerConnection::onHeaderFieldComplete(llhttp_t* p) {
 int Http1ServerConnection::onHeaderValue(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
   if (!self->countHeaderBytes(len)) return -1;
-  self->header_fields_.appendValue({at, len});
+  self->header_fields_.borrowValue({at, len});
   return 0;
 }
 
@@ -549,13 +581,13 @@ void Http1ServerConnection::rejectRequest(const Problem& problem) {
 void Http1ServerConnection::encodeHeaders(const ResponseHead& head, bool end_stream) {
   if (closed_) return;
   response_started_ = true;
-  std::string out;
-  out.reserve(256 + head.headers.size() * 48);
-  out += "HTTP/1.1 ";
-  out += std::to_string(head.status);
-  out += ' ';
-  out += head.reason.empty() ? reasonPhrase(head.status) : head.reason;
-  out += "\r\n";
+  Http1HeadWriter out;
+  char status[32] = "HTTP/1.1 ";
+  const auto written = std::to_chars(status + 9, status + sizeof(status) - 1, head.status);
+  *written.ptr = ' ';
+  out.add(std::string_view(status, written.ptr + 1 - status));
+  out.add(head.reason.empty() ? reasonPhrase(head.status) : head.reason);
+  out.add("\r\n");
 
   const bool no_body = !mayHaveBody(head_request_, head.status);
   const bool has_length = head.headers.has("content-length");
@@ -564,11 +596,11 @@ void Http1ServerConnection::encodeHeaders(const ResponseHead& head, bool end_str
   if (head.status == 413) close_after_response_ = true;  // never read an oversized body
   if (!no_body && !has_length) {
     if (end_stream) {
-      out += "content-length: 0\r\n";
+      out.add("content-length: 0\r\n");
     } else if (client_minor_ >= 1) {
       // Unknown length: chunked for HTTP/1.1 clients, close-delimited for 1.0.
       chunked_response_ = true;
-      out += "transfer-encoding: chunked\r\n";
+      out.add("transfer-encoding: chunked\r\n");
     } else {
       close_delimited_ = true;
       keep_alive_ = false;
@@ -576,17 +608,14 @@ void Http1ServerConnection::encodeHeaders(const ResponseHead& head, bool end_str
   }
   for (const auto& [name, value] : head.headers) {
     if (name == "connection" || name == "transfer-encoding" || name == "keep-alive") continue;
-    out += name;
-    out += ": ";
-    out += value;
-    out += "\r\n";
+    out.addField(name, value);
   }
   if (!keep_alive_ || close_after_response_) {
-    out += "connection: close\r\n";
+    out.add("connection: close\r\n");
   } else if (client_minor_ == 0) {
-    out += "connection: keep-alive\r\n";
+    out.add("connection: keep-alive\r\n");
   }
-  out += "\r\n";
+  out.add("\r\n");
   evbuffer_add(io_->output(), out.data(), out.size());
   noteOutput({out.size(), 0, 0});
   if (end_stream) encodeData(nullptr, 0, true);

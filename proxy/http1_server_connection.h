@@ -111,6 +111,46 @@ class Http1ServerConnection final : public DownstreamConnection,
   /** Closes at once; the Exchange, if any, is cancelled with `reason`. */
   void closeWith(CancelReason reason);
 
+  /**
+   * What http-parser tolerated and RFC 9112 §5 forbids, checked on the raw
+   * head bytes before they are parsed: obsolete line folding (a header line
+   * starting with whitespace) and whitespace between a field name and its
+   * colon — both ways to make two parsers disagree about a request (llhttp
+   * 8.1 accepts the first and refuses the second; this scan answers both
+   * with 400 `bad-request`). It also bounds the raw head, whitespace and
+   * line ends included, whatever max_header_bytes says: kHttp1MaxHeadBytes.
+   * Public for its differential test (a value type, no connection state).
+   */
+  class HeadScanner {
+   public:
+    /** Starts over at the first byte of a request. */
+    void reset() {
+      state_ = State::RequestLine;
+      request_line_text_ = false;
+      head_bytes_ = 0;
+    }
+    bool done() const { return state_ == State::Done; }
+    /**
+     * Scans `data` up to the end of the head: the bytes of it that belong to
+     * the head (all of them until the head is done), or nullopt at the first
+     * forbidden byte or once the head is longer than kMaxHeadBytes.
+     */
+    std::optional<size_t> scan(const char* data, size_t len);
+    /** The head so far is longer than kMaxHeadBytes (scan returned nullopt for that). */
+    bool tooLarge() const { return head_bytes_ > kMaxHeadBytes; }
+
+    static constexpr size_t kMaxHeadBytes = kHttp1MaxHeadBytes;
+
+   private:
+    /** scan() without the size bound: the line rules alone. */
+    std::optional<size_t> scanLines(const char* data, size_t len);
+
+    enum class State { RequestLine, LineStart, Name, Value, EndCr, Done };
+    State state_ = State::RequestLine;
+    bool request_line_text_ = false;  // leading empty lines before the request line are allowed
+    size_t head_bytes_ = 0;           // raw bytes of the head scanned so far
+  };
+
  private:
   // SocketIoCallbacks
   void onIoRead() override;
@@ -193,44 +233,6 @@ class Http1ServerConnection final : public DownstreamConnection,
   size_t field_name_bytes_ = 0;     // of the header name being read (llhttp allows an empty one)
   std::optional<Problem> refusal_;  // set by a parser callback that refuses the request
 
-  /**
-   * What http-parser tolerated and RFC 9112 §5 forbids, checked on the raw
-   * head bytes before they are parsed: obsolete line folding (a header line
-   * starting with whitespace) and whitespace between a field name and its
-   * colon — both ways to make two parsers disagree about a request (llhttp
-   * 8.1 accepts the first and refuses the second; this scan answers both
-   * with 400 `bad-request`). It also bounds the raw head, whitespace and
-   * line ends included, whatever max_header_bytes says: kHttp1MaxHeadBytes.
-   */
-  class HeadScanner {
-   public:
-    /** Starts over at the first byte of a request. */
-    void reset() {
-      state_ = State::RequestLine;
-      request_line_text_ = false;
-      head_bytes_ = 0;
-    }
-    bool done() const { return state_ == State::Done; }
-    /**
-     * Scans `data` up to the end of the head: the bytes of it that belong to
-     * the head (all of them until the head is done), or nullopt at the first
-     * forbidden byte or once the head is longer than kMaxHeadBytes.
-     */
-    std::optional<size_t> scan(const char* data, size_t len);
-    /** The head so far is longer than kMaxHeadBytes (scan returned nullopt for that). */
-    bool tooLarge() const { return head_bytes_ > kMaxHeadBytes; }
-
-    static constexpr size_t kMaxHeadBytes = kHttp1MaxHeadBytes;
-
-   private:
-    /** scan() without the size bound: the line rules alone. */
-    std::optional<size_t> scanLines(const char* data, size_t len);
-
-    enum class State { RequestLine, LineStart, Name, Value, EndCr, Done };
-    State state_ = State::RequestLine;
-    bool request_line_text_ = false;  // leading empty lines before the request line are allowed
-    size_t head_bytes_ = 0;           // raw bytes of the head scanned so far
-  };
   HeadScanner head_scanner_;
 
   /**

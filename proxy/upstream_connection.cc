@@ -10,9 +10,11 @@
 #include <openssl/x509v3.h>
 #include <sys/socket.h>
 
+#include <charconv>
 #include <cstdio>
 
 #include "common/http_message.h"
+#include "proxy/http1_head_writer.h"
 #include "proxy/tls.h"
 #include "proxy/upstream_pool.h"
 
@@ -151,27 +153,21 @@ void UpstreamConnection::sendRequest(const RequestHead& head, RequestBody& body,
   head_bytes_ = 0;
   field_name_bytes_ = 0;
 
-  std::string out;
-  out.reserve(256 + head.headers.size() * 48);
-  out += head.method;
-  out += ' ';
-  out += head.path;
-  out += " HTTP/1.1\r\n";
-  for (const auto& [name, value] : head.headers) {
-    out += name;
-    out += ": ";
-    out += value;
-    out += "\r\n";
-  }
+  Http1HeadWriter out;
+  out.add(head.method);
+  out.add(" ");
+  out.add(head.path);
+  out.add(" HTTP/1.1\r\n");
+  for (const auto& [name, value] : head.headers) out.addField(name, value);
   if (const auto length = upstreamContentLength(head.method, body)) {
-    out += "content-length: ";
-    out += std::to_string(*length);
-    out += "\r\n";
+    char digits[24];
+    const auto written = std::to_chars(digits, digits + sizeof(digits), *length);
+    out.addField("content-length", std::string_view(digits, written.ptr - digits));
   } else if (!body.complete()) {
     chunked_request_ = true;  // a streamed body of unknown length
-    out += "transfer-encoding: chunked\r\n";
+    out.add("transfer-encoding: chunked\r\n");
   }
-  out += "\r\n";
+  out.add("\r\n");
   evbuffer_add(io_->output(), out.data(), out.size());
   if (connected_ && callbacks_ != nullptr) {
     // A pooled connection is already up: report it so the attempt's
@@ -290,7 +286,11 @@ void UpstreamConnection::onIoRead() {
     const size_t len = vec.iov_len;
     const char* data = static_cast<const char*>(vec.iov_base);
     const llhttp_errno_t err = llhttp_execute(parser_.get(), data, len);
-    if (closed_) return;  // a callback tore us down
+    if (closed_) {             // a callback tore us down
+      header_fields_.reset();  // drops what the header callbacks borrowed, unread
+      return;
+    }
+    header_fields_.keepBorrowed();  // the header callbacks borrowed from `data`, soon drained
     if (err == HPE_PAUSED) {
       evbuffer_drain(input, static_cast<size_t>(llhttp_get_error_pos(parser_.get()) - data));
       llhttp_resume(parser_.get());
@@ -381,7 +381,8 @@ int UpstreamConnection::onStatus(llhttp_t* p, const char*, size_t len) {
 int UpstreamConnection::onHeaderField(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<UpstreamConnection*>(p->data);
   if (!self->countHeadBytes(len)) return -1;
-  self->header_fields_.onField({at, len}, self->head_.headers);
+  self->header_fields_.flush(self->head_.headers);
+  self->header_fields_.borrowField({at, len});
   self->field_name_bytes_ += len;
   return 0;
 }
@@ -401,7 +402,7 @@ int UpstreamConnection::onHeaderFieldComplete(llhttp_t* p) {
 int UpstreamConnection::onHeaderValue(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<UpstreamConnection*>(p->data);
   if (!self->countHeadBytes(len)) return -1;
-  self->header_fields_.appendValue({at, len});
+  self->header_fields_.borrowValue({at, len});
   return 0;
 }
 

@@ -105,24 +105,35 @@ UsageCounts readUsage(const json& usage) {
 // is parsed. nullopt when it is not an object.
 std::optional<UsageCounts> readUsageText(std::string_view text) {
   if (text.empty() || text.front() != '{') return std::nullopt;
-  if (!isPlainObject(text, 3)) {
+  static constexpr std::string_view kKeys[] = {
+      "prompt_tokens",           "input_tokens",      "cache_creation_input_tokens",
+      "cache_read_input_tokens", "completion_tokens", "output_tokens"};
+  std::optional<uint64_t> values[std::size(kKeys)];
+  // One pass that both vouches for the object (isPlainObject(text, 3), member
+  // by member) and reads the counts; it was a pass for each (PROFILE.md,
+  // sixth round). A member that is not plain stops it: the DOM decides then.
+  bool plain = true;
+  const bool scanned = scanTopLevelMembers(text, [&](std::string_view key, std::string_view value) {
+    // The scan hands the key without its quotes; it is plain when the quoted form is.
+    const std::optional<uint64_t> number = plainUnsigned(value);
+    plain = plainString(std::string_view(key.data() - 1, key.size() + 2)).has_value() &&
+            (number || plainString(value) || value == "true" || value == "false" ||
+             value == "null" || isPlainObject(value, 2));
+    if (!plain) return false;
+    for (size_t i = 0; i < std::size(kKeys); ++i) {
+      if (key == kKeys[i]) values[i] = number;  // the last occurrence wins
+    }
+    return true;
+  });
+  if (!scanned || !plain) {
     const json usage = parseJson(text);
     if (!usage.is_object()) return std::nullopt;
     return readUsage(usage);
   }
-  static constexpr const char* kKeys[] = {
-      "prompt_tokens",           "input_tokens",      "cache_creation_input_tokens",
-      "cache_read_input_tokens", "completion_tokens", "output_tokens"};
-  std::optional<uint64_t> values[std::size(kKeys)];
-  scanTopLevelMembers(text, [&](std::string_view key, std::string_view value) {
-    for (size_t i = 0; i < std::size(kKeys); ++i) {
-      if (key == kKeys[i]) values[i] = plainUnsigned(value);  // the last occurrence wins
-    }
-    return true;
-  });
   return combineUsage([&](const char* key) {
+    const std::string_view name(key);
     for (size_t i = 0; i < std::size(kKeys); ++i) {
-      if (std::string_view(kKeys[i]) == key) return values[i];
+      if (kKeys[i] == name) return values[i];
     }
     return std::optional<uint64_t>();
   });
@@ -348,8 +359,12 @@ MeteredRequest MeteredRequest::fromBody(ApiKind kind, std::string_view body) {
     return false;  // the first one, as the SAX finder stops at it
   });
   if (scanned) {
-    if (!model_text.empty() && model_text.front() == '"' &&
-        model_text.size() <= 6 * kMaxModelBytes + 2) {
+    // A plain string (printable ASCII, no escapes) is its own decoding: no
+    // DOM (five allocations and a lexer per request, PROFILE.md sixth round).
+    if (const auto plain = plainString(model_text)) {
+      if (plain->size() <= kMaxModelBytes) request.model = std::string(*plain);
+    } else if (!model_text.empty() && model_text.front() == '"' &&
+               model_text.size() <= 6 * kMaxModelBytes + 2) {
       const json model = parseJson(model_text);
       if (model.is_string() && model.get_ref<const std::string&>().size() <= kMaxModelBytes) {
         request.model = model.get<std::string>();

@@ -305,12 +305,15 @@ void ThrottleFilter::onDestroy() {
 
 void ThrottleFilter::updateGauges() {
   if (endpoint_metrics_ == nullptr) return;
-  endpoint_metrics_->throttleQueueDepth().Set(static_cast<double>(tracker_->queueDepth()));
-  for (const bool tokens : {false, true}) {
-    const auto remaining = tracker_->lastRemaining(tokens);
-    if (remaining) {
-      endpoint_metrics_->setRateLimitRemaining(tokens, static_cast<double>(*remaining));
-    }
+  // One lock for the three values (this runs several times per request).
+  const QuotaTracker::GaugeValues values = tracker_->gaugeValues();
+  endpoint_metrics_->throttleQueueDepth().Set(static_cast<double>(values.queue_depth));
+  if (values.remaining_requests) {
+    endpoint_metrics_->setRateLimitRemaining(false,
+                                             static_cast<double>(*values.remaining_requests));
+  }
+  if (values.remaining_tokens) {
+    endpoint_metrics_->setRateLimitRemaining(true, static_cast<double>(*values.remaining_tokens));
   }
 }
 

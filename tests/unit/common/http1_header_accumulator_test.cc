@@ -10,6 +10,7 @@
 #include <http_parser.h>
 
 #include <algorithm>
+#include <random>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -112,6 +113,70 @@ TEST(Http1HeaderAccumulatorTest, ResetForgetsAHalfReceivedPair) {
   fields.appendValue("new");
   EXPECT_TRUE(fields.flush(headers));
   EXPECT_EQ(headers.entries(), (Entries{{"fresh", "new"}}));
+}
+
+// Borrowed fragments (sluice's codecs since session 8): random pairs cut into
+// random fragments, each from a buffer that is scribbled over once
+// keepBorrowed() has been called (as the codecs drain after llhttp_execute),
+// with keepBorrowed() at random points, must commit exactly the pairs that
+// copying them gives — to a HeaderMap and to a callable sink.
+TEST(Http1HeaderAccumulatorTest, BorrowedFragmentsCommitWhatCopiedOnesDo) {
+  std::mt19937 rng(2026);
+  for (int round = 0; round < 2000; ++round) {
+    Http1HeaderAccumulator copied;
+    Http1HeaderAccumulator borrowed;
+    HeaderMap copied_map;
+    HeaderMap borrowed_map;
+    std::vector<std::pair<std::string, std::string>> copied_calls;
+    std::vector<std::pair<std::string, std::string>> borrowed_calls;
+    const bool callable = rng() % 2 == 0;
+    std::string buffer;  // the "read": fragments point into it until it is scribbled over
+    buffer.reserve(4096);
+    const auto feed = [&](bool field, const std::string& text) {
+      if (buffer.size() + text.size() > buffer.capacity() || rng() % 4 == 0) {
+        borrowed.keepBorrowed();
+        std::fill(buffer.begin(), buffer.end(), '#');  // the drained bytes are gone
+        buffer.clear();
+      }
+      const size_t at = buffer.size();
+      buffer += text;
+      const std::string_view fragment(buffer.data() + at, text.size());
+      if (field) {
+        copied.appendField(text);
+        borrowed.borrowField(fragment);
+      } else {
+        copied.appendValue(text);
+        borrowed.borrowValue(fragment);
+      }
+    };
+    const auto flush = [&] {
+      if (callable) {
+        const bool a =
+            copied.flush([&](std::string& n, std::string& v) { copied_calls.emplace_back(n, v); });
+        const bool b = borrowed.flush(
+            [&](std::string& n, std::string& v) { borrowed_calls.emplace_back(n, v); });
+        ASSERT_EQ(a, b);
+      } else {
+        ASSERT_EQ(copied.flush(copied_map), borrowed.flush(borrowed_map));
+      }
+    };
+    for (int pair = static_cast<int>(rng() % 8); pair > 0; --pair) {
+      flush();
+      for (int k = 1 + static_cast<int>(rng() % 3); k > 0; --k) {
+        feed(true, std::string(rng() % 6, static_cast<char>('A' + rng() % 26)));
+      }
+      for (int k = static_cast<int>(rng() % 4); k > 0; --k) {
+        feed(false, std::string(rng() % 9, static_cast<char>('a' + rng() % 26)));
+      }
+      if (rng() % 10 == 0) {
+        copied.reset();
+        borrowed.reset();
+      }
+    }
+    flush();
+    ASSERT_EQ(borrowed_map.entries(), copied_map.entries());
+    ASSERT_EQ(borrowed_calls, copied_calls);
+  }
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <iterator>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -227,6 +229,104 @@ TEST(HeaderMapStorageTest, ManyFieldsAndLargeValuesKeepOrder) {
   EXPECT_TRUE(h.empty());
   h.add("after-clear", "1");
   EXPECT_EQ(h.entries(), (Entries{{"after-clear", "1"}}));
+}
+
+// Session 8 keeps a map's slots and bytes in one block and lower-cases names
+// eight bytes at a time. A plain model (pairs, names folded a byte at a time)
+// must agree with it after every step of random edits: adds of names in any
+// case with non-ASCII and punctuation bytes around the letters' edges
+// ('@', '[', '`', '{'), sets, removes, removeIf, copies, moves, clears, and
+// values that are views of the map itself.
+TEST(HeaderMapStorageTest, RandomEditsMatchAPlainModel) {
+  std::mt19937 rng(8);
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  const std::string kNameBytes = "aZzA@[`{-_09\x80\xc3\xff";
+  const auto randomName = [&] {
+    std::string n;
+    for (size_t len = pick(3) == 0 ? pick(24) : pick(4); len > 0; --len) {
+      n += kNameBytes[pick(kNameBytes.size())];
+    }
+    return n;
+  };
+  const auto lower = [](std::string n) {
+    for (char& c : n) {
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
+    }
+    return n;
+  };
+  for (int round = 0; round < 300; ++round) {
+    HeaderMap map;
+    Entries model;
+    std::vector<std::string> names;
+    for (int step = 0; step < 60; ++step) {
+      const std::string name =
+          names.empty() || pick(3) == 0 ? randomName() : names[pick(names.size())];
+      names.push_back(name);
+      std::string value(pick(40), static_cast<char>('a' + pick(26)));
+      switch (pick(9)) {
+        case 0:
+        case 1:
+        case 2:
+          map.add(name, value);
+          model.emplace_back(lower(name), value);
+          break;
+        case 3: {  // a value that is a view of the map itself
+          if (map.empty()) break;
+          const std::string_view own = (*std::next(map.begin(), pick(map.size()))).value;
+          model.emplace_back(lower(name), std::string(own));
+          map.add(name, own);
+          break;
+        }
+        case 4: {
+          std::erase_if(model, [&](const auto& e) { return e.first == lower(name); });
+          model.emplace_back(lower(name), value);
+          map.set(name, value);
+          break;
+        }
+        case 5: {
+          const size_t before = model.size();
+          std::erase_if(model, [&](const auto& e) { return e.first == lower(name); });
+          EXPECT_EQ(map.remove(name), before - model.size());
+          break;
+        }
+        case 6: {
+          const auto drop = [](std::string_view n, std::string_view v) {
+            return (n.size() + v.size()) % 3 == 0;
+          };
+          const size_t before = model.size();
+          std::erase_if(model, [&](const auto& e) { return drop(e.first, e.second); });
+          EXPECT_EQ(map.removeIf(drop), before - model.size());
+          break;
+        }
+        case 7: {
+          HeaderMap copy(map);
+          map = HeaderMap();
+          EXPECT_TRUE(map.empty());
+          map = std::move(copy);
+          EXPECT_TRUE(copy.empty());  // NOLINT(bugprone-use-after-move): moved-from is empty
+          copy.add("x", "y");         // and usable
+          EXPECT_EQ(copy.entries(), (Entries{{"x", "y"}}));
+          break;
+        }
+        default:
+          if (pick(10) == 0) {
+            map.clear();
+            model.clear();
+          }
+          break;
+      }
+      ASSERT_EQ(map.entries(), model) << "round " << round << " step " << step;
+      std::vector<std::string_view> all;
+      for (const auto& [n, v] : model) {
+        if (n == lower(name)) all.push_back(v);
+      }
+      ASSERT_EQ(map.getAll(name), all);
+      ASSERT_EQ(map.has(name), !all.empty());
+      if (!all.empty()) {
+        ASSERT_EQ(map.get(name), all.front());
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -775,6 +776,96 @@ TEST(UsageMeterTest, IgnoresDataAfterEndAndRepeatedHeaders) {
   EXPECT_EQ(m.deltasSeen(), 2u);
   EXPECT_EQ(m.bodyBytesSeen(), s.body.size());
   EXPECT_TRUE(m.responseComplete());
+}
+
+// ---- session 8: the plain fast paths agree with the DOM ---------------------------
+
+// A request's `model` that is a plain string is taken as it is (no DOM since
+// session 8); anything else is decoded by the library. Random models of every
+// kind must come out as nlohmann reads them (one `model` member: the scan
+// takes the first, a DOM the last).
+TEST(UsageMeterTest, PlainModelStringsMatchTheLibraryOnRandomModels) {
+  std::mt19937 rng(88);
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  const std::vector<std::string> kPieces = {
+      "gpt-4o",   "a",    " ",    "\\\"", "\\\\",    "\\u0041", "\\n",           "\t",
+      "\xc3\xa9", "\x7f", "\x01", "\xff", "claude-", "/",       "\\ud83d\\ude00"};
+  for (int round = 0; round < 3000; ++round) {
+    std::string model;
+    const size_t pieces = pick(8) == 0 ? 200 : pick(6);
+    for (size_t k = 0; k < pieces; ++k) model += kPieces[pick(kPieces.size())];
+    const std::string body = R"({"messages":[{"role":"user","content":"hi"}],"model":")" + model +
+                             R"(","stream":false})";
+    std::string want;
+    const nlohmann::json doc = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (doc.is_object() && doc["model"].is_string() &&
+        doc["model"].get_ref<const std::string&>().size() <= 512) {
+      want = doc["model"].get<std::string>();
+    }
+    EXPECT_EQ(MeteredRequest::fromBody(ApiKind::OpenAiChat, body).model, want) << body;
+  }
+}
+
+// `usage` read in one pass (vouched for and counted together since session 8)
+// must give what the library gives. The same body with a member whose key is
+// escaped put first in `usage` ("\u0078": never counted) forces the DOM path:
+// both meters must agree on every random usage object, plain or not.
+TEST(UsageMeterTest, UsageReadWithoutADomMatchesTheDomOnRandomUsage) {
+  std::mt19937 rng(808);
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  const std::vector<std::string> kKeys = {"prompt_tokens",
+                                          "input_tokens",
+                                          "cache_creation_input_tokens",
+                                          "cache_read_input_tokens",
+                                          "completion_tokens",
+                                          "output_tokens",
+                                          "total_tokens",
+                                          "prompt_tokens_details"};
+  const std::vector<std::string> kScalars = {"0",
+                                             "19",
+                                             "18446744073709551615",
+                                             "18446744073709551616",
+                                             "012",
+                                             "-3",
+                                             "5.0",
+                                             "1e2",
+                                             "null",
+                                             "true",
+                                             "false",
+                                             "\"7\"",
+                                             "[1]",
+                                             "\"\\u0037\""};
+  std::function<std::string(int)> value = [&](int depth) -> std::string {
+    if (depth > 0 && pick(5) == 0) {
+      std::string obj = "{";
+      for (size_t n = pick(3); n > 0; --n) {
+        if (obj.size() > 1) obj += ",";
+        obj += "\"" + kKeys[pick(kKeys.size())] + "\":" + value(depth - 1);
+      }
+      return obj + "}";
+    }
+    return kScalars[pick(kScalars.size())];
+  };
+  for (int round = 0; round < 3000; ++round) {
+    std::string members;
+    for (size_t n = pick(7); n > 0; --n) {
+      if (!members.empty()) members += pick(4) == 0 ? " , " : ",";
+      members += "\"" + kKeys[pick(kKeys.size())] + "\":" + (pick(4) == 0 ? " " : "") + value(4);
+    }
+    const auto body = [&](bool force_dom) {
+      std::string usage = "{";
+      if (force_dom) usage += members.empty() ? R"("\u0078":[])" : R"("\u0078":[],)";
+      return R"({"id":"c","model":"gpt-4o","choices":[],"usage":)" + usage + members + "}}";
+    };
+    UsageMeter fast(ApiKind::OpenAiChat, kChatJsonRequest);
+    UsageMeter dom(ApiKind::OpenAiChat, kChatJsonRequest);
+    feed(fast, 200, kJson, body(false));
+    feed(dom, 200, kJson, body(true));
+    ASSERT_EQ(fast.inputReported(), dom.inputReported()) << body(false);
+    ASSERT_EQ(fast.outputReported(), dom.outputReported()) << body(false);
+    ASSERT_EQ(fast.inputTokens(), dom.inputTokens()) << body(false);
+    ASSERT_EQ(fast.outputTokens(), dom.outputTokens()) << body(false);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "filters/throttle/quota_tracker.h"
 
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
 
 #include <atomic>
 #include <functional>
@@ -89,6 +90,37 @@ TEST(QuotaKeyTest, HeaderIsHashedNeverRaw) {
   HeaderMap abc;
   abc.add("authorization", "abc");
   EXPECT_EQ(quotaKeyFor(config, abc), "ba7816bf8f01cfea");
+}
+
+// Since session 8 each thread reuses one digest context; every key must be
+// the one-shot EVP_Digest's, for values of every length, on two threads at once.
+TEST(QuotaKeyTest, AReusedDigestContextGivesTheOneShotDigest) {
+  const auto oneShot = [](const std::string& value) {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EXPECT_EQ(EVP_Digest(value.data(), value.size(), digest, &len, EVP_sha256(), nullptr), 1);
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string hex;
+    for (size_t i = 0; i < 8; ++i) {
+      hex += kHex[digest[i] >> 4];
+      hex += kHex[digest[i] & 0xf];
+    }
+    return hex;
+  };
+  const auto run = [&](unsigned seed) {
+    config::RateLimitConfig config;
+    std::mt19937 rng(seed);
+    for (int i = 0; i < 300; ++i) {
+      std::string value(rng() % 200, 'x');
+      for (char& c : value) c = static_cast<char>(' ' + rng() % 95);
+      HeaderMap headers;
+      headers.add("authorization", value);
+      EXPECT_EQ(quotaKeyFor(config, headers), oneShot(value)) << value;
+    }
+  };
+  std::thread other(run, 2);
+  run(1);
+  other.join();
 }
 
 TEST(QuotaKeyTest, MissingHeaderAndCustomHeader) {
