@@ -1,10 +1,27 @@
 #include "proxy/request_body.h"
 
 #include <prometheus/gauge.h>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <new>
 
 namespace sluice {
+
+void* allocateBodyBlock(size_t bytes) {
+  if (bytes < kMappedBodyBlockBytes) return ::operator new(bytes);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return p;
+}
+
+void freeBodyBlock(void* p, size_t bytes) {
+  if (bytes < kMappedBodyBlockBytes) {
+    ::operator delete(p);
+    return;
+  }
+  munmap(p, bytes);
+}
 
 bool BodyMemory::tryReserve(uint64_t bytes, uint64_t cap) {
   uint64_t used = used_.load(std::memory_order_relaxed);
@@ -61,7 +78,7 @@ bool RequestBody::append(const char* data, size_t len) {
       blocks_.back().reserve(kBlockBytes);
       tail_open_ = true;
     }
-    std::string& tail = blocks_.back();
+    BodyBlock& tail = blocks_.back();
     const size_t n = std::min(len, kBlockBytes - tail.size());
     tail.append(data, n);
     data += n;
@@ -79,7 +96,7 @@ std::string_view RequestBody::peek(uint64_t offset) const {
   if (offset < base_ || offset >= size_) return {};
   uint64_t start = base_;
   for (size_t i = front_; i < blocks_.size(); ++i) {
-    const std::string& block = blocks_[i];
+    const BodyBlock& block = blocks_[i];
     if (offset < start + block.size()) {
       return std::string_view(block).substr(static_cast<size_t>(offset - start));
     }
@@ -92,7 +109,7 @@ void RequestBody::discardBefore(uint64_t offset) {
   if (!streaming_) return;  // a buffered body stays whole for replays
   while (front_ < blocks_.size() && base_ + blocks_[front_].size() <= offset) {
     base_ += blocks_[front_].size();
-    std::string().swap(blocks_[front_]);  // the memory goes now, not at compaction
+    BodyBlock().swap(blocks_[front_]);  // the memory goes now, not at compaction
     ++front_;
   }
   if (front_ == blocks_.size()) {
@@ -108,7 +125,7 @@ void RequestBody::discardBefore(uint64_t offset) {
 
 void RequestBody::releaseAll() {
   base_ = size_;
-  std::vector<std::string>().swap(blocks_);
+  std::vector<BodyBlock>().swap(blocks_);
   front_ = 0;
   tail_open_ = false;
   releaseUnheld();

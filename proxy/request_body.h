@@ -51,6 +51,39 @@ class BodyMemory {
   prometheus::Gauge* gauge_;
 };
 
+/** Body blocks of this size or more are mapped on their own (BodyBlockAllocator). */
+constexpr size_t kMappedBodyBlockBytes = 256 * 1024;
+/** BodyBlockAllocator's storage: mapped at or above kMappedBodyBlockBytes, else operator new. */
+void* allocateBodyBlock(size_t bytes);
+void freeBodyBlock(void* p, size_t bytes);
+
+/**
+ * The allocator of request body blocks: a block of kMappedBodyBlockBytes or more gets
+ * its own anonymous mapping, unmapped the moment it is freed, so a burst of
+ * big uploads leaves nothing resident once the bodies are gone (issue 13)
+ * whatever the process's malloc keeps for reuse (mimalloc holds freed spans
+ * until the thread allocates again; glibc needs its mmap threshold pinned,
+ * Server does that). Smaller blocks come from malloc as before.
+ */
+template <class T>
+struct BodyBlockAllocator {
+  using value_type = T;
+
+  BodyBlockAllocator() = default;
+  template <class U>
+  BodyBlockAllocator(const BodyBlockAllocator<U>&) {}
+
+  T* allocate(size_t n) { return static_cast<T*>(allocateBodyBlock(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) { freeBodyBlock(p, n * sizeof(T)); }
+
+  template <class U>
+  bool operator==(const BodyBlockAllocator<U>&) const {
+    return true;
+  }
+};
+
+using BodyBlock = std::basic_string<char, std::char_traits<char>, BodyBlockAllocator<char>>;
+
 class RequestBody {
  public:
   /** Blocks of a streamed body: small enough to be freed one by one as they are sent. */
@@ -121,7 +154,7 @@ class RequestBody {
   bool streaming_ = false;
   bool tail_open_ = true;  // new bytes may go into the last block
   // blocks_[front_..] hold bytes [base_, size_). Buffered: one block.
-  std::vector<std::string> blocks_;
+  std::vector<BodyBlock> blocks_;
   size_t front_ = 0;
   uint64_t base_ = 0;
   uint64_t size_ = 0;

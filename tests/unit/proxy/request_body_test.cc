@@ -6,6 +6,11 @@
 #include "proxy/request_body.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <vector>
 
 #include <string>
 
@@ -159,6 +164,33 @@ TEST(RequestBodyTest, ReleasingAStreamedBodyGivesBackItsBlocks) {
   body.releaseAll();
   EXPECT_EQ(memory.used(), 0u);
   EXPECT_EQ(body.size(), RequestBody::kBlockBytes + 4);
+}
+
+// Issue 13's promise, whatever the malloc: a big block is a mapping of its
+// own and is gone from the address space once freed. mincore() fails with
+// ENOMEM on an address range that is not mapped.
+TEST(BodyBlockAllocatorTest, BigBlocksAreUnmappedTheMomentTheyAreFreed) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t bytes = 4 * kMappedBodyBlockBytes;
+  void* p = allocateBodyBlock(bytes);
+  ASSERT_NE(p, nullptr);
+  std::vector<unsigned char> vec((bytes + page - 1) / page);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % page, 0u) << "a mapping starts on a page";
+  static_cast<char*>(p)[bytes - 1] = 'x';  // writable to its last byte
+  ASSERT_EQ(mincore(p, bytes, vec.data()), 0);
+  freeBodyBlock(p, bytes);
+  errno = 0;
+  EXPECT_EQ(mincore(p, bytes, vec.data()), -1);
+  EXPECT_EQ(errno, ENOMEM) << "the block is still mapped after it was freed";
+
+  // Small blocks come from malloc; a body's storage uses the allocator.
+  void* small = allocateBodyBlock(kMappedBodyBlockBytes - 1);
+  ASSERT_NE(small, nullptr);
+  freeBodyBlock(small, kMappedBodyBlockBytes - 1);
+  BodyBlock block;
+  block.reserve(bytes);
+  block.append(bytes / 2, 'b');
+  EXPECT_EQ(std::string_view(block), std::string(bytes / 2, 'b'));
 }
 
 TEST(RequestBodyTest, UpstreamContentLengthFollowsWhatIsKnown) {
