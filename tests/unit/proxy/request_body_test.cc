@@ -10,9 +10,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <vector>
-
 #include <string>
+#include <vector>
 
 namespace sluice {
 namespace {
