@@ -141,6 +141,8 @@ class SocketIo {
   static void onOutputChanged(evbuffer*, const evbuffer_cb_info* info, void* arg);
   void readSocket();
   void writeSocket();
+  /** One send/sendmsg of the output's first chunks; drains what went. -1 and errno on failure. */
+  int sendOutput();
 
   event_base* base_;
   SocketIoCallbacks& callbacks_;
