@@ -224,15 +224,12 @@ def descendants(pid):
     return [c for child in out for c in [child] + descendants(child)]
 
 
-def self_costs(dump):
-    """Self cost per function of a callgrind dump, and the total.
-
-    callgrind_annotate 3.19's --inclusive=no lists inclusive costs for these
-    dumps (everything under `clone`), so the file is read here: a cost line
-    after `calls=` is the call's inclusive cost and is skipped; every other
-    cost line is the current function's own.
-    """
-    names, costs, fn, after_call, summary = {}, {}, None, False, None
+def callgrind_costs(dump):
+    """The cost lines of a callgrind dump, as (function, callee, cost, None):
+    callee is None for a function's own cost, else the called function (the
+    line after `calls=` is the call's inclusive cost). Last comes
+    (None, None, 0, total): the dump's `summary:`/`totals:`, or None."""
+    names, fn, cfn, after_call, summary = {}, None, None, False, None
     with open(dump) as f:
         for line in f:
             if line.startswith(("summary:", "totals:")):
@@ -243,15 +240,30 @@ def self_costs(dump):
                     names[m.group(1)] = m.group(2)
                 if line.startswith("fn="):
                     fn = names[m.group(1)]
+                else:
+                    cfn = names[m.group(1)]
             elif line.startswith("calls="):
                 after_call = True
             elif line[:1].isdigit() or line[:1] in "+-*":
-                if after_call:
-                    after_call = False
-                    continue
                 parts = line.split()
                 if len(parts) >= 2 and fn is not None:
-                    costs[fn] = costs.get(fn, 0) + int(parts[1])
+                    yield fn, (cfn if after_call else None), int(parts[1]), None
+                after_call = False
+    yield None, None, 0, summary
+
+
+def self_costs(dump):
+    """Self cost per function of a callgrind dump, and the total.
+
+    callgrind_annotate 3.19's --inclusive=no lists inclusive costs for these
+    dumps (everything under `clone`), so the file is read here.
+    """
+    costs, summary = {}, None
+    for fn, callee, cost, total in callgrind_costs(dump):
+        if fn is None:
+            summary = total
+        elif callee is None:
+            costs[fn] = costs.get(fn, 0) + cost
     return costs, summary if summary is not None else sum(costs.values())
 
 
@@ -282,24 +294,10 @@ def feature_costs(dump):
             group_of[fn] = next((name for name, rx in patterns if rx.search(fn)), None)
         return group_of[fn]
 
-    names, costs, fn, cfn, after_call = {}, {}, None, None, False
-    with open(dump) as f:
-        for line in f:
-            if line.startswith(("fn=", "cfn=")):
-                m = re.match(r"c?fn=\((\d+)\)(?: (.*))?", line.rstrip("\n"))
-                if m.group(2):
-                    names[m.group(1)] = m.group(2)
-                if line.startswith("fn="):
-                    fn = names[m.group(1)]
-                else:
-                    cfn = names[m.group(1)]
-            elif line.startswith("calls="):
-                after_call = True
-            elif after_call and (line[:1].isdigit() or line[:1] in "+-*"):
-                after_call = False
-                callee = group(cfn)
-                if callee and group(fn) is None:
-                    costs[callee] = costs.get(callee, 0) + int(line.split()[1])
+    costs = {}
+    for fn, callee, cost, _ in callgrind_costs(dump):
+        if fn is not None and callee is not None and group(callee) and group(fn) is None:
+            costs[group(callee)] = costs.get(group(callee), 0) + cost
     return costs
 
 
