@@ -202,7 +202,7 @@ void SocketIo::onOutputChanged(evbuffer*, const evbuffer_cb_info* info, void* ar
     return;
   }
   // Written once the code adding output returns, later in this loop turn:
-  // a head and its body leave in one writev.
+  // a head and its body leave in one send.
   self->flusher_->schedule(self->flush_link_);
 }
 

@@ -10,9 +10,10 @@
 // `ioctl(FIONREAD)` (libevent 2.1's evbuffer_read always asks, whatever
 // `howmuch` says). On a plain socket SocketIo registers the read event once
 // (level-triggered, persistent), writes output once per loop turn (one
-// `writev` for a head and its body, after the code that added them has
-// returned) and arms EV_WRITE only when the kernel did not take it all;
-// reads go straight into a fixed-size reservation of the input buffer.
+// `send`/`sendmsg` for a head and its body, after the code that added them
+// has returned) and arms EV_WRITE only when the kernel did not take it all;
+// reads go straight into a fixed-size reservation of the input buffer
+// (`recv`). Socket calls, not `readv`/`writev`: those pass the VFS layer.
 // That is what nginx does (minus edge-triggering): per request a read and a
 // write on each side, no `epoll_ctl`, no `ioctl`.
 //
