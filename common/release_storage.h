@@ -6,9 +6,11 @@
 //
 // `x = T{}` does not always do it: libstdc++'s std::string move assignment
 // from a string held inline (short, no heap buffer) copies the characters
-// into the target's buffer and keeps that buffer, so a HeaderMap or a
-// RequestHead assigned an empty value keeps every byte it had reserved.
-// Moving the value out into a temporary that is destroyed frees it.
+// into the target's buffer and keeps that buffer, so a RequestHead (its
+// method and path strings) assigned an empty value keeps what it had
+// reserved. (HeaderMap's move assignment takes the other's block and frees
+// its own; releaseStorage works for either.) Moving the value out into a
+// temporary that is destroyed frees it.
 
 #include <utility>
 
