@@ -3,6 +3,14 @@
 // Time sources. Everything time-dependent in sluice (budgets, backoff,
 // cooldowns, quota resets) reads time through a Clock so unit tests can run
 // on simulated time (ManualClock) and never sleep or flake.
+//
+// One read per event, not per question: the real clock answers every now()
+// asked while one libevent callback runs with the time of that callback's
+// first read (EventTimeScope, below). HAProxy does the same once per poll
+// loop (`now_ms`); a request asked the clock ~25 times before, and the
+// vDSO's clock_gettime was 2.1-2.5% of a worker's CPU (PROFILE.md, seventh
+// round). What still needs the moment itself (how long a teardown took
+// inside one callback) asks preciseNow().
 
 #include <atomic>
 #include <chrono>
@@ -16,17 +24,62 @@ using SystemTime = std::chrono::system_clock::time_point;
 class Clock {
  public:
   virtual ~Clock() = default;
+  /** Now, or the time of the event being handled (see EventTimeScope). */
   virtual MonotonicTime now() const = 0;
+  /** Now, always read: for durations inside one event. */
+  virtual MonotonicTime preciseNow() const { return now(); }
   virtual SystemTime systemNow() const = 0;
 };
 
-/** The process's real clocks. Stateless; one shared instance is fine. */
+namespace clock_detail {
+/** One thread's event time: EventTimeScope's and RealClock's only. */
+struct EventTimeState {
+  int depth = 0;
+  bool cached = false;
+  MonotonicTime at{};
+};
+inline thread_local EventTimeState event_time{};
+}  // namespace clock_detail
+
+/**
+ * Marks a thread as handling one event: from the first RealClock::now() on
+ * this thread until the outermost scope ends, now() gives that first
+ * reading. Every libevent callback sluice registers opens one (the socket,
+ * timer, flusher, dispatcher and accept trampolines); code run outside any
+ * (tests, admin, other threads) reads the clock each time, as before.
+ * Nested scopes share the outermost one's time. Per thread, like errno:
+ * workers never see each other's.
+ */
+class EventTimeScope {
+ public:
+  EventTimeScope() noexcept { ++clock_detail::event_time.depth; }
+  ~EventTimeScope() {
+    clock_detail::EventTimeState& s = clock_detail::event_time;
+    if (--s.depth == 0) s.cached = false;
+  }
+  EventTimeScope(const EventTimeScope&) = delete;
+  EventTimeScope& operator=(const EventTimeScope&) = delete;
+};
+
+/** The process's real clocks. One shared instance is fine (see instance()). */
 class RealClock final : public Clock {
  public:
-  MonotonicTime now() const override { return std::chrono::steady_clock::now(); }
+  MonotonicTime now() const override {
+    clock_detail::EventTimeState& s = clock_detail::event_time;
+    if (s.depth == 0) return std::chrono::steady_clock::now();
+    if (!s.cached) {
+      s.at = std::chrono::steady_clock::now();
+      s.cached = true;
+    }
+    return s.at;
+  }
+  MonotonicTime preciseNow() const override { return std::chrono::steady_clock::now(); }
   SystemTime systemNow() const override { return std::chrono::system_clock::now(); }
 
-  /** A process-wide instance (stateless, so sharing it is not shared mutable state). */
+  /**
+   * A process-wide instance (stateless but for each thread's EventTimeScope,
+   * so sharing it is not shared mutable state).
+   */
   static const RealClock& instance() {
     static const RealClock clock;
     return clock;

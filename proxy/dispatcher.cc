@@ -57,6 +57,7 @@ void Dispatcher::deferredDelete(DeferredDeletablePtr obj) {
 }
 
 void Dispatcher::onDeferred(evutil_socket_t, short, void* arg) {
+  const EventTimeScope event_time;
   static_cast<Dispatcher*>(arg)->clearDeferred();
 }
 
@@ -86,6 +87,7 @@ void Dispatcher::post(std::function<void()> fn) {
 }
 
 void Dispatcher::onWake(evutil_socket_t fd, short, void* arg) {
+  const EventTimeScope event_time;
   auto* self = static_cast<Dispatcher*>(arg);
   uint64_t count = 0;
   [[maybe_unused]] const ssize_t n = ::read(fd, &count, sizeof(count));

@@ -13,6 +13,8 @@
 #include <functional>
 #include <memory>
 
+#include "common/clock.h"
+
 namespace sluice {
 
 struct EventBaseDeleter {
@@ -75,6 +77,7 @@ class Timer {
 
  private:
   static void onFire(evutil_socket_t, short, void* arg) {
+    const EventTimeScope event_time;
     auto* self = static_cast<Timer*>(arg);
     self->armed_ = false;
     self->cb_();

@@ -641,11 +641,11 @@ void Exchange::onAttemptTimeout() {
   }
   // Nothing reached the client: the attempt failed with `timeout`, which the
   // retry filter may retry. Otherwise the exchange stops with upstream_timeout.
-  const MonotonicTime decided = clock().now();
+  const MonotonicTime decided = clock().preciseNow();
   const AttemptVerdict verdict =
       endAttempt(AttemptOutcome::timeout(), /*reuse=*/false,
                  AttemptVerdict::fail(problemFor(CancelReason::UpstreamTimeout, std::nullopt)));
-  attempt_.upstream->metrics->cancelPropagation().Observe(seconds(clock().now() - decided));
+  attempt_.upstream->metrics->cancelPropagation().Observe(seconds(clock().preciseNow() - decided));
   if (finished_) return;
   if (const auto* retry = verdict.asRetry()) {
     scheduleRetry(*retry);
@@ -907,7 +907,7 @@ void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_wit
                           std::optional<std::chrono::milliseconds> retry_after) {
   if (finished_ || isTerminal(state_) || state_ == ExchangeState::Cancelling) return;
   if (!cancel_reason_) cancel_reason_ = reason;  // first cause wins
-  const MonotonicTime decided = clock().now();
+  const MonotonicTime decided = clock().preciseNow();
   const bool had_attempt = attempt_.stream != nullptr;
   transition(ExchangeState::Cancelling);
   clearTimers();  // wakes nothing: every sleep of this request ends here
@@ -924,7 +924,8 @@ void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_wit
     endAttempt(*cancel_reason_ == CancelReason::UpstreamTimeout ? AttemptOutcome::timeout()
                                                                 : AttemptOutcome::cancelled(),
                /*reuse=*/false, AttemptVerdict::fail(problem));
-    attempt_.upstream->metrics->cancelPropagation().Observe(seconds(clock().now() - decided));
+    attempt_.upstream->metrics->cancelPropagation().Observe(
+        seconds(clock().preciseNow() - decided));
   }
   if (!cancel_counted_) {
     route_->metrics->cancellations(*cancel_reason_).Increment();

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "common/clock.h"
 #include "common/http_message.h"
 #include "common/problem.h"
 #include "proxy/exchange.h"
@@ -741,6 +742,7 @@ void Http1ServerConnection::resumeRequestBody() {
 }
 
 void Http1ServerConnection::onBodyResumeCb(evutil_socket_t, short, void* arg) {
+  const EventTimeScope event_time;
   static_cast<Http1ServerConnection*>(arg)->parseInput();
 }
 
@@ -787,6 +789,7 @@ void Http1ServerConnection::maybeNextRequest() {
 }
 
 void Http1ServerConnection::onResumeCb(evutil_socket_t, short, void* arg) {
+  const EventTimeScope event_time;
   auto* self = static_cast<Http1ServerConnection*>(arg);
   if (self->free_resume_event_) {
     // The connection's first resume (its constructor's): a keep-alive

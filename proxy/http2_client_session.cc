@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/http_headers.h"
 #include "proxy/upstream_connection.h"
 #include "proxy/upstream_pool.h"
@@ -324,14 +325,17 @@ void Http2ClientSession::flush() {
 }
 
 void Http2ClientSession::onReadCb(bufferevent*, void* arg) {
+  const EventTimeScope event_time;
   static_cast<Http2ClientSession*>(arg)->onRead();
 }
 
 void Http2ClientSession::onWriteCb(bufferevent*, void* arg) {
+  const EventTimeScope event_time;
   static_cast<Http2ClientSession*>(arg)->flush();
 }
 
 void Http2ClientSession::onEventCb(bufferevent*, short events, void* arg) {
+  const EventTimeScope event_time;
   static_cast<Http2ClientSession*>(arg)->onEvent(events);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "common/clock.h"
 #include "common/http_message.h"
 #include "common/problem.h"
 #include "proxy/exchange.h"
@@ -313,6 +314,7 @@ Http2ServerConnection::Stream* Http2ServerConnection::findStream(int32_t stream_
 // --- input ------------------------------------------------------------------------------
 
 void Http2ServerConnection::onProcessCb(evutil_socket_t, short, void* arg) {
+  const EventTimeScope event_time;
   static_cast<Http2ServerConnection*>(arg)->onRead();
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/clock.h"
 #include "proxy/tls_server.h"
 
 namespace sluice {
@@ -40,6 +41,7 @@ ProtocolDetector::Verdict ProtocolDetector::classify(std::string_view first_byte
 }
 
 void ProtocolDetector::onReadCb(bufferevent*, void* arg) {
+  const EventTimeScope event_time;
   static_cast<ProtocolDetector*>(arg)->onRead();
 }
 
@@ -63,6 +65,7 @@ void ProtocolDetector::onRead() {
 }
 
 void ProtocolDetector::onEventCb(bufferevent*, short events, void* arg) {
+  const EventTimeScope event_time;
   static_cast<ProtocolDetector*>(arg)->onEvent(events);
 }
 

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "common/clock.h"
+
 namespace sluice {
 
 // --- WriteFlusher ----------------------------------------------------------------------
@@ -48,6 +50,7 @@ void WriteFlusher::unlink(Link& link) {
 }
 
 void WriteFlusher::onFire(evutil_socket_t, short, void* arg) {
+  const EventTimeScope event_time;
   auto* self = static_cast<WriteFlusher*>(arg);
   self->active_ = false;
   if (self->pending_.next == &self->pending_) return;
@@ -182,14 +185,17 @@ void SocketIo::stop() {
 // --- bufferevent mode -----------------------------------------------------------------
 
 void SocketIo::onBevRead(bufferevent*, void* arg) {
+  const EventTimeScope event_time;
   static_cast<SocketIo*>(arg)->callbacks_.onIoRead();
 }
 
 void SocketIo::onBevWrite(bufferevent*, void* arg) {
+  const EventTimeScope event_time;
   static_cast<SocketIo*>(arg)->callbacks_.onIoWrite();
 }
 
 void SocketIo::onBevEvent(bufferevent*, short events, void* arg) {
+  const EventTimeScope event_time;
   static_cast<SocketIo*>(arg)->callbacks_.onIoEvent(events);
 }
 
@@ -212,6 +218,7 @@ void SocketIo::onFlush() {
 }
 
 void SocketIo::onWritable(evutil_socket_t, short, void* arg) {
+  const EventTimeScope event_time;
   static_cast<SocketIo*>(arg)->writeSocket();
 }
 
@@ -269,6 +276,7 @@ int SocketIo::sendOutput() {
 }
 
 void SocketIo::onReadable(evutil_socket_t, short, void* arg) {
+  const EventTimeScope event_time;
   static_cast<SocketIo*>(arg)->readSocket();
 }
 

@@ -8,6 +8,7 @@
 
 #include <chrono>
 
+#include "common/clock.h"
 #include "proxy/protocol_detector.h"
 
 namespace sluice {
@@ -196,6 +197,7 @@ std::vector<DownstreamConnection*> Worker::allConnections() const {
 
 void Worker::onAccept(evconnlistener* listener, evutil_socket_t fd, sockaddr* addr, int,
                       void* arg) {
+  const EventTimeScope event_time;
   auto* self = static_cast<Worker*>(arg);
   const evutil_socket_t listen_fd = evconnlistener_get_fd(listener);
   size_t listener_index = 0;

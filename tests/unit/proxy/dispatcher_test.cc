@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -15,6 +16,12 @@
 
 namespace sluice {
 namespace {
+
+// Waits (without sleeping) until the steady clock has moved past `t`.
+void passTime(MonotonicTime t) {
+  while (std::chrono::steady_clock::now() <= t) {
+  }
+}
 
 TEST(DispatcherTest, WorkPostedFromManyThreadsAllRunsOnTheLoopThread) {
   RealClock clock;
@@ -71,6 +78,34 @@ TEST(DispatcherTest, RunNonBlockingTakesWhatWasPostedBeforeIt) {
   EXPECT_EQ(ran, 1);
   dispatcher.runNonBlocking();  // nothing new: the wake was consumed
   EXPECT_EQ(ran, 1);
+}
+
+// Every callback is one event for the clock (common/clock.h): its reads give
+// the first one's time; the next callback reads the clock again.
+TEST(DispatcherTest, EachCallbackReadsTheRealClockOnce) {
+  const RealClock& clock = RealClock::instance();
+  Dispatcher dispatcher(clock);
+  MonotonicTime posted_first;
+  MonotonicTime posted_later;
+  std::optional<MonotonicTime> timer_first;
+  std::optional<MonotonicTime> timer_later;
+  ScheduledTimerPtr timer = dispatcher.createTimer([&] {
+    timer_first = clock.now();
+    passTime(*timer_first);
+    timer_later = clock.now();
+  });
+  dispatcher.post([&] {
+    posted_first = clock.now();
+    passTime(posted_first);
+    posted_later = clock.now();
+    timer->arm(std::chrono::nanoseconds(0));
+  });
+  dispatcher.runNonBlocking();
+  while (!timer_first) dispatcher.runNonBlocking();
+  EXPECT_EQ(posted_later, posted_first);
+  EXPECT_EQ(*timer_later, *timer_first);
+  EXPECT_GT(*timer_first, posted_first);
+  EXPECT_GT(clock.now(), *timer_first);  // outside any callback: read each time
 }
 
 }  // namespace
