@@ -1,21 +1,53 @@
 #include "proxy/http2_headers.h"
 
+#include <charconv>
+
 namespace sluice {
 
 namespace {
 
-nghttp2_nv makeNv(std::string_view name, std::string_view value) {
-  // nghttp2 copies names and values when the frame is built (no NO_COPY flags).
+nghttp2_nv makeNv(std::string_view name, std::string_view value, uint8_t flags) {
   return nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
                     reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), name.size(),
-                    value.size(), NGHTTP2_NV_FLAG_NONE};
+                    value.size(), flags};
+}
+
+/** A response field HTTP/2 does not carry: pseudo-header-like or connection-specific. */
+bool droppedFromHttp2Response(std::string_view name) {
+  return name.empty() || name.front() == ':' || isHttp2ConnectionSpecificHeader(name);
+}
+
+uint8_t indexFlag(std::string_view name) {
+  return isHttp2PerResponseValue(name) ? NGHTTP2_NV_FLAG_NO_INDEX : NGHTTP2_NV_FLAG_NONE;
 }
 
 }  // namespace
 
 bool isHttp2ConnectionSpecificHeader(std::string_view name) {
-  return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
-         name == "transfer-encoding" || name == "upgrade" || name == "te";
+  // By length first: a response's ordinary fields rarely have these sizes.
+  switch (name.size()) {
+    case 2:
+      return name == "te";
+    case 7:
+      return name == "upgrade";
+    case 10:
+      return name == "connection" || name == "keep-alive";
+    case 16:
+      return name == "proxy-connection";
+    case 17:
+      return name == "transfer-encoding";
+    default:
+      return false;
+  }
+}
+
+bool isHttp2PerResponseValue(std::string_view name) {
+  if (name.ends_with("request-id")) return true;
+  if (!name.starts_with("x-ratelimit-") && !name.starts_with("anthropic-ratelimit-")) {
+    return false;
+  }
+  return name.find("remaining") != std::string_view::npos ||
+         name.find("reset") != std::string_view::npos;
 }
 
 void Http2RequestHeadBuilder::add(std::string_view name, std::string_view value) {
@@ -52,13 +84,39 @@ std::vector<nghttp2_nv> toHttp2ResponseNv(const ResponseHead& head, std::string&
   status_storage = std::to_string(head.status);
   std::vector<nghttp2_nv> nv;
   nv.reserve(head.headers.size() + 1);
-  nv.push_back(makeNv(":status", status_storage));
+  nv.push_back(makeNv(":status", status_storage, NGHTTP2_NV_FLAG_NONE));
   for (const auto& [name, value] : head.headers) {
     // HeaderMap names are lower-case already; HTTP/2 requires it.
-    if (name.empty() || name.front() == ':' || isHttp2ConnectionSpecificHeader(name)) continue;
-    nv.push_back(makeNv(name, value));
+    if (droppedFromHttp2Response(name)) continue;
+    nv.push_back(makeNv(name, value, indexFlag(name)));
   }
   return nv;
+}
+
+Http2ResponseNv::Http2ResponseNv(const HeaderMap& fields, int status, StatusText& status_text,
+                                 bool index_per_response_values) {
+  constexpr uint8_t kNoCopy = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
+  const auto end =
+      std::to_chars(status_text.data(), status_text.data() + status_text.size(), status).ptr;
+  push(makeNv(":status",
+              std::string_view(status_text.data(), static_cast<size_t>(end - status_text.data())),
+              kNoCopy));
+  for (const auto& [name, value] : fields) {
+    if (droppedFromHttp2Response(name)) continue;
+    push(makeNv(
+        name, value,
+        kNoCopy | (index_per_response_values ? uint8_t{NGHTTP2_NV_FLAG_NONE} : indexFlag(name))));
+  }
+}
+
+void Http2ResponseNv::push(const nghttp2_nv& nv) {
+  if (size_ < kInline) {
+    inline_[size_++] = nv;
+    return;
+  }
+  if (heap_.empty()) heap_.assign(inline_, inline_ + kInline);
+  heap_.push_back(nv);
+  ++size_;
 }
 
 }  // namespace sluice

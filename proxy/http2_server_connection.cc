@@ -5,6 +5,7 @@
 
 #include "common/http_message.h"
 #include "common/problem.h"
+#include "common/release_storage.h"
 #include "proxy/exchange.h"
 #include "proxy/http2_headers.h"
 
@@ -22,6 +23,13 @@ namespace {
 constexpr size_t kHeaderOverflowFactor = 4;
 /** Header blocks cut that way that a connection may send; the next one gets GOAWAY. */
 constexpr uint32_t kMaxCutHeaderBlocks = 3;
+/**
+ * Per-response values (request ids, rate-limit counters) go into HPACK's
+ * dynamic table on a connection's first response and every this many
+ * after it, never-indexed otherwise: their names stay in the table
+ * (Http2ResponseNv) without an entry per response churning it.
+ */
+constexpr uint32_t kPerResponseReindex = 32;
 
 }  // namespace
 
@@ -79,6 +87,11 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   size_t unconsumed_ = 0;     // body bytes taken while paused, not yet acknowledged
 
   // response
+  // The response's fields and status text while its HEADERS frame waits in
+  // nghttp2, which was given views of them (Http2ResponseNv); released once
+  // the frame is out (onFrameSend).
+  HeaderMap response_fields_;
+  Http2ResponseNv::StatusText status_text_{};
   EvBufferPtr pending_;  // body bytes the client's window has not admitted yet
   bool response_started_ = false;
   bool body_allowed_ = true;    // false for HEAD, 204, 304
@@ -100,8 +113,9 @@ void Http2ServerConnection::Stream::encodeHeaders(const ResponseHead& head, bool
   if (closed_ || reset_ || response_started_ || conn_.closed_) return;
   response_started_ = true;
   body_allowed_ = mayHaveBody(head_request_, head.status);
-  std::string status;
-  const std::vector<nghttp2_nv> nv = toHttp2ResponseNv(head, status);
+  response_fields_ = head.headers;
+  const bool reindex = conn_.responses_started_++ % kPerResponseReindex == 0;
+  const Http2ResponseNv nv(response_fields_, head.status, status_text_, reindex);
   int rv;
   if (end_stream) {
     end_submitted_ = true;
@@ -568,6 +582,11 @@ int Http2ServerConnection::onFrameSend(nghttp2_session* session, const nghttp2_f
       stream->reset_ = true;
       nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream->id_, NGHTTP2_NO_ERROR);
     }
+  }
+  if (frame->hd.type == NGHTTP2_HEADERS) {
+    // The response head is serialized: nghttp2 no longer reads its fields.
+    Stream* stream = self->findStream(frame->hd.stream_id);
+    if (stream != nullptr) releaseStorage(stream->response_fields_);
   }
   if (frame->hd.type == NGHTTP2_DATA) {
     Stream* stream = self->findStream(frame->hd.stream_id);

@@ -185,6 +185,7 @@ class Http2ServerConnection final : public DownstreamConnection, private SocketI
   std::array<int32_t, 16> closed_early_{};  // recent streams closed before their request ended
   size_t closed_early_next_ = 0;
   uint32_t cut_header_blocks_ = 0;  // header blocks cut as HPACK bombs (cutHeaderBlock)
+  uint32_t responses_started_ = 0;  // response heads submitted (HPACK re-indexing)
   uint32_t connection_error_ = NGHTTP2_NO_ERROR;  // set by a callback: GOAWAY with it
 };
 
