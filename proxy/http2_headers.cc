@@ -42,8 +42,14 @@ bool isHttp2ConnectionSpecificHeader(std::string_view name) {
 }
 
 bool isHttp2PerResponseValue(std::string_view name) {
-  if (name.ends_with("request-id")) return true;
-  if (!name.starts_with("x-ratelimit-") && !name.starts_with("anthropic-ratelimit-")) {
+  // Called for every response field: most leave at the first or last byte.
+  if (name.size() < 10) return false;
+  if (name.back() == 'd') return name.ends_with("request-id");
+  if (name.front() == 'x') {
+    if (!name.starts_with("x-ratelimit-")) return false;
+  } else if (name.front() == 'a') {
+    if (!name.starts_with("anthropic-ratelimit-")) return false;
+  } else {
     return false;
   }
   return name.find("remaining") != std::string_view::npos ||
@@ -109,11 +115,7 @@ Http2ResponseNv::Http2ResponseNv(const HeaderMap& fields, int status, StatusText
   }
 }
 
-void Http2ResponseNv::push(const nghttp2_nv& nv) {
-  if (size_ < kInline) {
-    inline_[size_++] = nv;
-    return;
-  }
+void Http2ResponseNv::spill(const nghttp2_nv& nv) {
   if (heap_.empty()) heap_.assign(inline_, inline_ + kInline);
   heap_.push_back(nv);
   ++size_;

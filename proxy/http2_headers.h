@@ -99,7 +99,15 @@ class Http2ResponseNv {
 
  private:
   static constexpr size_t kInline = 24;
-  void push(const nghttp2_nv& nv);
+  void push(const nghttp2_nv& nv) {
+    if (size_ < kInline) {
+      inline_[size_++] = nv;
+    } else {
+      spill(nv);
+    }
+  }
+  /** The entry past kInline: the list moves to (or grows on) the heap. */
+  void spill(const nghttp2_nv& nv);
 
   nghttp2_nv inline_[kInline];
   std::vector<nghttp2_nv> heap_;  // past kInline entries: all of them, moved here
