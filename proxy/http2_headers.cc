@@ -46,14 +46,18 @@ bool isHttp2PerResponseValue(std::string_view name) {
   if (name.size() < 10) return false;
   if (name.back() == 'd') return name.ends_with("request-id");
   if (name.front() == 'x') {
-    if (!name.starts_with("x-ratelimit-")) return false;
-  } else if (name.front() == 'a') {
-    if (!name.starts_with("anthropic-ratelimit-")) return false;
-  } else {
-    return false;
+    // OpenAI, Azure: x-ratelimit-{limit,remaining,reset}[-{requests,tokens}]
+    constexpr std::string_view kPrefix = "x-ratelimit-";
+    if (!name.starts_with(kPrefix)) return false;
+    const std::string_view kind = name.substr(kPrefix.size());
+    return kind.starts_with("remaining") || kind.starts_with("reset");
   }
-  return name.find("remaining") != std::string_view::npos ||
-         name.find("reset") != std::string_view::npos;
+  if (name.front() == 'a') {
+    // Anthropic: anthropic-ratelimit-<what>-{limit,remaining,reset}
+    return name.starts_with("anthropic-ratelimit-") &&
+           (name.ends_with("-remaining") || name.ends_with("-reset"));
+  }
+  return false;
 }
 
 void Http2RequestHeadBuilder::add(std::string_view name, std::string_view value) {

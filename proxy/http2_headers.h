@@ -51,8 +51,9 @@ class Http2RequestHeadBuilder {
  * True for response fields whose value is new on (nearly) every response:
  * request ids (`x-request-id`, `x-sluice-upstream-request-id`, Anthropic's
  * `request-id`: any name ending in `request-id`) and the remaining / reset
- * fields of the rate-limit families sluice reads (`x-ratelimit-*` and
- * `anthropic-ratelimit-*` names containing `remaining` or `reset`).
+ * fields of the rate-limit families sluice reads (`x-ratelimit-remaining*`,
+ * `x-ratelimit-reset*`, `anthropic-ratelimit-*-remaining` and
+ * `anthropic-ratelimit-*-reset`).
  * Indexing them in HPACK's dynamic table would buy no later hit and would
  * evict the fields that do repeat; `name` is lower-case.
  */
