@@ -8,7 +8,6 @@
 #include "common/release_storage.h"
 #include "proxy/exchange.h"
 #include "proxy/http2_headers.h"
-#include "proxy/http2_pending_bytes.h"
 
 namespace sluice {
 
@@ -38,7 +37,8 @@ constexpr uint32_t kPerResponseReindex = 32;
 
 class Http2ServerConnection::Stream final : public DeferredDeletable, public DownstreamStream {
  public:
-  Stream(Http2ServerConnection& conn, int32_t id) : conn_(conn), id_(id) {}
+  Stream(Http2ServerConnection& conn, int32_t id)
+      : conn_(conn), id_(id), pending_(evbuffer_new()) {}
 
   // DownstreamStream
   void encodeHeaders(const ResponseHead& head, bool end_stream) override;
@@ -53,7 +53,7 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   void onExchangeDone() override;
   const ClientInfo& clientInfo() const override { return conn_.client_info_; }
 
-  size_t pending() const { return pending_.size(); }
+  size_t pending() const { return evbuffer_get_length(pending_.get()); }
   /** RST_STREAM with `error_code`; buffered response bytes are dropped. */
   void reset(uint32_t error_code);
   /** The code a cut of this stream's response carries: CANCEL or INTERNAL_ERROR. */
@@ -94,7 +94,7 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   // the frame is out (onFrameSend).
   HeaderMap response_fields_;
   Http2ResponseNv::StatusText status_text_{};
-  Http2PendingBytes pending_;  // body bytes the client's window has not admitted yet
+  EvBufferPtr pending_;  // body bytes the client's window has not admitted yet
   bool response_started_ = false;
   bool body_allowed_ = true;    // false for HEAD, 204, 304
   bool end_pending_ = false;    // the response's last byte is in pending_
@@ -140,7 +140,7 @@ void Http2ServerConnection::Stream::encodeData(const char* data, size_t len, boo
     return;
   }
   if (len > 0 && body_allowed_) {
-    pending_.append(data, len);
+    evbuffer_add(pending_.get(), data, len);
     if (pending() > conn_.limits_.high_watermark) above_high_ = true;
   }
   if (end_stream) end_pending_ = true;
@@ -186,7 +186,7 @@ bool Http2ServerConnection::Stream::canWriteWithoutWaiting(size_t len) const {
 void Http2ServerConnection::Stream::reset(uint32_t error_code) {
   if (closed_ || reset_ || conn_.closed_) return;
   reset_ = true;
-  pending_.clear();
+  evbuffer_drain(pending_.get(), pending());
   nghttp2_submit_rst_stream(conn_.session_.get(), NGHTTP2_FLAG_NONE, id_, error_code);
   conn_.scheduleSend();
 }
@@ -582,7 +582,8 @@ ssize_t Http2ServerConnection::onDataSourceRead(nghttp2_session*, int32_t, uint8
   auto* self = static_cast<Http2ServerConnection*>(user_data);
   auto* stream = static_cast<Stream*>(source->ptr);
   if (stream->reset_) return NGHTTP2_ERR_DEFERRED;  // the RST_STREAM closes it
-  const size_t taken = stream->pending_.take(buf, length);
+  const int n = evbuffer_remove(stream->pending_.get(), buf, length);
+  const size_t taken = n > 0 ? static_cast<size_t>(n) : 0;
   if (stream->pending() == 0) {
     if (stream->end_pending_) {
       *data_flags |= NGHTTP2_DATA_FLAG_EOF;
