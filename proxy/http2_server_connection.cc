@@ -326,7 +326,9 @@ Http2ServerConnection::Stream* Http2ServerConnection::findStream(int32_t stream_
 // --- input ------------------------------------------------------------------------------
 
 void Http2ServerConnection::onProcessCb(evutil_socket_t, short, void* arg) {
-  static_cast<Http2ServerConnection*>(arg)->onRead();
+  auto* self = static_cast<Http2ServerConnection*>(arg);
+  self->send_scheduled_ = false;
+  self->onRead();
 }
 
 void Http2ServerConnection::onRead() {
@@ -552,7 +554,10 @@ void Http2ServerConnection::onRequestComplete(Stream& stream) {
 // --- output -----------------------------------------------------------------------------
 
 void Http2ServerConnection::scheduleSend() {
-  if (!closed_) event_active(process_event_.get(), 0, 0);
+  // A response is usually a head and a body in the same turn: one activation.
+  if (closed_ || send_scheduled_) return;
+  send_scheduled_ = true;
+  event_active(process_event_.get(), 0, 0);
 }
 
 void Http2ServerConnection::sendPending() {

@@ -187,6 +187,7 @@ class Http2ServerConnection final : public DownstreamConnection, private SocketI
   int32_t header_stream_id_ = 0;
   Stream* header_stream_ = nullptr;
   bool sending_ = false;          // inside sendPending (nghttp2_session_mem_send)
+  bool send_scheduled_ = false;   // process_event_ is active (scheduleSend)
   bool draining_ = false;         // closeWhenIdle: GOAWAY sent, close when no stream is left
   bool goaway_received_ = false;  // the client sent GOAWAY: it is leaving
   bool flushing_ = false;         // close once the output buffer is empty
