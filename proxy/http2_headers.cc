@@ -79,11 +79,20 @@ void Http2RequestHeadBuilder::add(std::string_view name, std::string_view value)
     cookie_.append(value);
     return;
   }
+  if (name.size() == 4 && equalsIgnoreCase(name, "host")) host_field_ = true;  // rare on HTTP/2
   head_.headers.add(name, value);
 }
 
 RequestHead Http2RequestHeadBuilder::finish() {
-  if (!authority_.empty()) head_.headers.set("host", authority_);
+  if (!authority_.empty()) {
+    // :authority wins over host fields: `set` (a scan and a removal) only
+    // when there is one to replace.
+    if (host_field_) {
+      head_.headers.set("host", authority_);
+    } else {
+      head_.headers.add("host", authority_);
+    }
+  }
   if (!cookie_.empty()) head_.headers.add("cookie", cookie_);
   head_.version_major = 2;
   head_.version_minor = 0;

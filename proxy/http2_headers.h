@@ -45,6 +45,7 @@ class Http2RequestHeadBuilder {
   std::string authority_;
   std::string scheme_;
   std::string cookie_;
+  bool host_field_ = false;  // a `host` field was added (finish replaces it)
 };
 
 /**

@@ -58,6 +58,60 @@ TEST(Http2HeadersTest, CookieCrumbsAreJoined) {
   EXPECT_EQ(head.headers.get("cookie").value_or(""), "a=1; b=2");
 }
 
+/** The builder as it was (`set("host", …)` always): the reference. */
+RequestHead referenceRequestHead(const std::vector<std::pair<std::string, std::string>>& fields) {
+  RequestHead head;
+  std::string authority, cookie;
+  for (const auto& [name, value] : fields) {
+    if (!name.empty() && name.front() == ':') {
+      if (name == ":method") head.method = value;
+      if (name == ":path") head.path = value;
+      if (name == ":authority") authority = value;
+      continue;
+    }
+    if (name == "cookie") {
+      if (!cookie.empty()) cookie += "; ";
+      cookie += value;
+      continue;
+    }
+    head.headers.add(name, value);
+  }
+  if (!authority.empty()) head.headers.set("host", authority);
+  if (!cookie.empty()) head.headers.add("cookie", cookie);
+  head.version_major = 2;
+  head.version_minor = 0;
+  return head;
+}
+
+TEST(Http2HeadersTest, RequestHeadsMatchTheSetBasedBuilderOnRandomFieldLists) {
+  std::mt19937 rng(8);
+  static const std::vector<std::string> kNames = {
+      ":method", ":path",        ":authority", ":scheme",       "host", "Host", "HOST",
+      "cookie",  "content-type", "x-a",        "authorization", "hos",  "hostx"};
+  for (int round = 0; round < 5000; ++round) {
+    std::vector<std::pair<std::string, std::string>> fields;
+    const size_t n = rng() % 12;
+    // Mostly as nghttp2 hands them over (pseudo-headers first), sometimes any order.
+    const bool pseudo_first = rng() % 4 != 0;
+    for (size_t i = 0; i < n; ++i) {
+      std::string value = std::vector<std::string>{"", "a", "example.com", "x:1"}[rng() % 4];
+      fields.emplace_back(kNames[rng() % kNames.size()], value);
+    }
+    if (pseudo_first) {
+      std::stable_partition(fields.begin(), fields.end(),
+                            [](const auto& f) { return f.first.front() == ':'; });
+    }
+    Http2RequestHeadBuilder b;
+    for (const auto& [name, value] : fields) b.add(name, value);
+    const RequestHead got = b.finish();
+    const RequestHead want = referenceRequestHead(fields);
+    ASSERT_EQ(got.method, want.method) << round;
+    ASSERT_EQ(got.path, want.path) << round;
+    ASSERT_EQ(got.headers.entries(), want.headers.entries()) << round;
+    ASSERT_EQ(got.version_major, 2);
+  }
+}
+
 TEST(Http2HeadersTest, ResponseHasStatusFirstAndNoConnectionSpecificFields) {
   ResponseHead head;
   head.status = 503;
