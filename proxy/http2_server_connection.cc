@@ -6,6 +6,7 @@
 #include "common/clock.h"
 #include "common/http_message.h"
 #include "common/problem.h"
+#include "common/release_storage.h"
 #include "proxy/exchange.h"
 #include "proxy/http2_headers.h"
 
@@ -23,6 +24,13 @@ namespace {
 constexpr size_t kHeaderOverflowFactor = 4;
 /** Header blocks cut that way that a connection may send; the next one gets GOAWAY. */
 constexpr uint32_t kMaxCutHeaderBlocks = 3;
+/**
+ * Per-response values (request ids, rate-limit counters) go into HPACK's
+ * dynamic table on a connection's first response and every this many
+ * after it, never-indexed otherwise: their names stay in the table
+ * (Http2ResponseNv) without an entry per response churning it.
+ */
+constexpr uint32_t kPerResponseReindex = 32;
 
 }  // namespace
 
@@ -31,10 +39,7 @@ constexpr uint32_t kMaxCutHeaderBlocks = 3;
 class Http2ServerConnection::Stream final : public DeferredDeletable, public DownstreamStream {
  public:
   Stream(Http2ServerConnection& conn, int32_t id)
-      : conn_(conn),
-        id_(id),
-        pending_(evbuffer_new()),
-        body_timer_(conn.host_.dispatcher().base(), [this] { onBodyTimer(); }) {}
+      : conn_(conn), id_(id), pending_(evbuffer_new()) {}
 
   // DownstreamStream
   void encodeHeaders(const ResponseHead& head, bool end_stream) override;
@@ -58,11 +63,16 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   void respondLocally(const Problem& problem);
   /** Detaches the Exchange, if any, and tells it the client is gone (`reason`). */
   void disconnect(CancelReason reason = CancelReason::ClientDisconnect);
-  /** The request body is being read: body_read_timeout runs from now, sliding per DATA. */
+  /**
+   * The request body is being read: body_read_timeout runs from now, sliding
+   * per DATA. The connection's one body timer watches every such stream.
+   */
   void startBodyTimer();
+  void stopBodyTimer() { body_watched_ = false; }
   /** Sends the WINDOW_UPDATE held back for request body bytes taken while paused. */
   void giveBackWindow();
-  void onBodyTimer();
+  /** No request body byte for body_read_timeout: 408. */
+  void onBodyTimeout();
 
   Http2ServerConnection& conn_;
   const int32_t id_;
@@ -80,6 +90,11 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   size_t unconsumed_ = 0;     // body bytes taken while paused, not yet acknowledged
 
   // response
+  // The response's fields and status text while its HEADERS frame waits in
+  // nghttp2, which was given views of them (Http2ResponseNv); released once
+  // the frame is out (onFrameSend).
+  HeaderMap response_fields_;
+  Http2ResponseNv::StatusText status_text_{};
   EvBufferPtr pending_;  // body bytes the client's window has not admitted yet
   bool response_started_ = false;
   bool body_allowed_ = true;    // false for HEAD, 204, 304
@@ -93,7 +108,7 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   std::optional<uint32_t> reset_after_pending_;
 
   // slow client
-  Timer body_timer_;
+  bool body_watched_ = false;  // body_read_timeout runs (Http2ServerConnection::onBodyTimer)
   MonotonicTime last_body_byte_{};
 };
 
@@ -101,8 +116,9 @@ void Http2ServerConnection::Stream::encodeHeaders(const ResponseHead& head, bool
   if (closed_ || reset_ || response_started_ || conn_.closed_) return;
   response_started_ = true;
   body_allowed_ = mayHaveBody(head_request_, head.status);
-  std::string status;
-  const std::vector<nghttp2_nv> nv = toHttp2ResponseNv(head, status);
+  response_fields_ = head.headers;
+  const bool reindex = conn_.responses_started_++ % kPerResponseReindex == 0;
+  const Http2ResponseNv nv(response_fields_, head.status, status_text_, reindex);
   int rv;
   if (end_stream) {
     end_submitted_ = true;
@@ -179,7 +195,7 @@ void Http2ServerConnection::Stream::reset(uint32_t error_code) {
 void Http2ServerConnection::Stream::pauseRequestBody() {
   if (body_paused_) return;
   body_paused_ = true;
-  body_timer_.disarm();  // waiting for the upstream is not the client's fault
+  stopBodyTimer();  // waiting for the upstream is not the client's fault
 }
 
 void Http2ServerConnection::Stream::resumeRequestBody() {
@@ -217,18 +233,14 @@ void Http2ServerConnection::Stream::respondLocally(const Problem& problem) {
 void Http2ServerConnection::Stream::startBodyTimer() {
   if (conn_.limits_.body_read_timeout.count() <= 0) return;
   last_body_byte_ = conn_.host_.dispatcher().clock().now();
-  body_timer_.arm(conn_.limits_.body_read_timeout);
+  body_watched_ = true;
+  // A deadline set now is the latest of all: an armed timer wakes no later than it.
+  if (!conn_.body_timer_.armed()) conn_.body_timer_.arm(conn_.limits_.body_read_timeout);
 }
 
-void Http2ServerConnection::Stream::onBodyTimer() {
+void Http2ServerConnection::Stream::onBodyTimeout() {
+  body_watched_ = false;
   if (closed_ || reset_ || request_complete_ || exchange_ == nullptr || conn_.closed_) return;
-  // DATA only notes the time; an early wake re-arms for what is left.
-  const MonotonicTime deadline = last_body_byte_ + conn_.limits_.body_read_timeout;
-  const MonotonicTime now = conn_.host_.dispatcher().clock().now();
-  if (now < deadline) {
-    body_timer_.arm(deadline - now);
-    return;
-  }
   conn_.host_.countRejection(Rejection::BodyTimeout);
   // Nothing went upstream yet (bodies are buffered first). The 408 ends the
   // stream; onFrameSend then resets it with NO_ERROR so the client stops uploading.
@@ -256,6 +268,7 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
                                      static_cast<SocketIoCallbacks&>(*this),
                                      &host.dispatcher().writeFlusher())),
       idle_timer_(host.dispatcher().base(), [this] { onIdleTimer(); }),
+      body_timer_(host.dispatcher().base(), [this] { onBodyTimer(); }),
       send_watch_(host.dispatcher(), limits.send_timeout, [this] { onSendStalled(); }),
       peer_address_(std::move(peer_address)) {
   client_info_.address = peer_address_;
@@ -315,7 +328,9 @@ Http2ServerConnection::Stream* Http2ServerConnection::findStream(int32_t stream_
 
 void Http2ServerConnection::onProcessCb(evutil_socket_t, short, void* arg) {
   const EventTimeScope event_time;
-  static_cast<Http2ServerConnection*>(arg)->onRead();
+  auto* self = static_cast<Http2ServerConnection*>(arg);
+  self->send_scheduled_ = false;
+  self->onRead();
 }
 
 void Http2ServerConnection::onRead() {
@@ -373,6 +388,32 @@ int Http2ServerConnection::onBeginFrame(nghttp2_session* session, const nghttp2_
   return NGHTTP2_ERR_CALLBACK_FAILURE;
 }
 
+void Http2ServerConnection::onBodyTimer() {
+  if (closed_) return;
+  // DATA only notes the time (last_body_byte_): streams whose deadline
+  // slid are looked at again at the earliest deadline left.
+  const MonotonicTime now = host_.dispatcher().clock().now();
+  std::optional<MonotonicTime> next;
+  std::vector<int32_t> expired;
+  for (const auto& [id, stream] : streams_) {
+    if (!stream->body_watched_) continue;
+    const MonotonicTime deadline = stream->last_body_byte_ + limits_.body_read_timeout;
+    if (now >= deadline) {
+      expired.push_back(id);
+    } else if (!next || deadline < *next) {
+      next = deadline;
+    }
+  }
+  if (next) body_timer_.arm(*next - now);
+  // Answering may run the Exchange: streams are looked up again, one by one.
+  for (const int32_t id : expired) {
+    if (closed_) return;
+    if (Stream* stream = findStream(id); stream != nullptr && stream->body_watched_) {
+      stream->onBodyTimeout();
+    }
+  }
+}
+
 bool Http2ServerConnection::closedEarly(int32_t stream_id) const {
   return std::find(closed_early_.begin(), closed_early_.end(), stream_id) != closed_early_.end();
 }
@@ -384,7 +425,11 @@ int Http2ServerConnection::onBeginHeaders(nghttp2_session*, const nghttp2_frame*
   // SETTINGS_MAX_CONCURRENT_STREAMS) and ones after our GOAWAY never get here.
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
   const int32_t id = frame->hd.stream_id;
-  self->streams_[id] = std::make_unique<Stream>(*self, id);
+  auto& slot = self->streams_[id];
+  slot = std::make_unique<Stream>(*self, id);
+  // Its fields come next, one onHeader each: no map look-up for them.
+  self->header_stream_id_ = id;
+  self->header_stream_ = slot.get();
   self->idle_timer_.disarm();  // busy until its last stream closes
   return 0;
 }
@@ -396,7 +441,9 @@ int Http2ServerConnection::onHeader(nghttp2_session*, const nghttp2_frame* frame
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
     return 0;  // trailers: not forwarded (LLM APIs do not use them)
   }
-  Stream* stream = self->findStream(frame->hd.stream_id);
+  Stream* stream = frame->hd.stream_id == self->header_stream_id_
+                       ? self->header_stream_
+                       : self->findStream(frame->hd.stream_id);
   if (stream == nullptr || stream->header_cut_) return 0;
   const std::string_view n(reinterpret_cast<const char*>(name), namelen);
   const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
@@ -502,14 +549,17 @@ void Http2ServerConnection::onRequestHeaders(Stream& stream) {
 
 void Http2ServerConnection::onRequestComplete(Stream& stream) {
   stream.request_complete_ = true;
-  stream.body_timer_.disarm();
+  stream.stopBodyTimer();
   if (stream.exchange_ != nullptr) stream.exchange_->decodeComplete();
 }
 
 // --- output -----------------------------------------------------------------------------
 
 void Http2ServerConnection::scheduleSend() {
-  if (!closed_) event_active(process_event_.get(), 0, 0);
+  // A response is usually a head and a body in the same turn: one activation.
+  if (closed_ || send_scheduled_) return;
+  send_scheduled_ = true;
+  event_active(process_event_.get(), 0, 0);
 }
 
 void Http2ServerConnection::sendPending() {
@@ -571,6 +621,11 @@ int Http2ServerConnection::onFrameSend(nghttp2_session* session, const nghttp2_f
       nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream->id_, NGHTTP2_NO_ERROR);
     }
   }
+  if (frame->hd.type == NGHTTP2_HEADERS) {
+    // The response head is serialized: nghttp2 no longer reads its fields.
+    Stream* stream = self->findStream(frame->hd.stream_id);
+    if (stream != nullptr) releaseStorage(stream->response_fields_);
+  }
   if (frame->hd.type == NGHTTP2_DATA) {
     Stream* stream = self->findStream(frame->hd.stream_id);
     if (stream != nullptr && stream->reset_after_pending_ && stream->pending() == 0) {
@@ -587,8 +642,12 @@ int Http2ServerConnection::onStreamClose(nghttp2_session*, int32_t stream_id, ui
   if (it == self->streams_.end()) return 0;
   std::unique_ptr<Stream> stream = std::move(it->second);
   self->streams_.erase(it);
+  if (stream_id == self->header_stream_id_) {
+    self->header_stream_id_ = 0;
+    self->header_stream_ = nullptr;
+  }
   stream->closed_ = true;
-  stream->body_timer_.disarm();
+  stream->stopBodyTimer();
   if (!stream->request_complete_) {
     // The client may not know yet: its trailers may still come (onBeginFrame).
     self->closed_early_[self->closed_early_next_++ % self->closed_early_.size()] = stream_id;
@@ -703,6 +762,7 @@ void Http2ServerConnection::closeWith(CancelReason reason) {
   if (io_) io_->stop();
   event_del(process_event_.get());
   idle_timer_.disarm();
+  body_timer_.disarm();
   send_watch_.stop();
   host_.connectionClosed(*this);
 }

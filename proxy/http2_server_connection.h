@@ -145,6 +145,12 @@ class Http2ServerConnection final : public DownstreamConnection, private SocketI
   int cutHeaderBlock(Stream& stream);
   void onRequestHeaders(Stream& stream);
   void onRequestComplete(Stream& stream);
+  /**
+   * body_read_timeout of every stream reading a request body: one timer per
+   * connection, armed at the earliest deadline (a stream's own timer was an
+   * event to create, add, delete and free per request).
+   */
+  void onBodyTimer();
   /** Queues a send on the next loop turn (never sends from inside a caller's stack). */
   void scheduleSend();
   /** Asks nghttp2 for frames while the socket's output buffer is below its watermark. */
@@ -168,6 +174,7 @@ class Http2ServerConnection final : public DownstreamConnection, private SocketI
   SocketIoPtr io_;  // the socket (h2c) or its bufferevent (TLS)
   EventPtr process_event_;
   Timer idle_timer_;
+  Timer body_timer_;  // onBodyTimer
   MonotonicTime idle_since_{};
   Nghttp2SessionPtr session_;
   SendStallWatch send_watch_;
@@ -176,15 +183,20 @@ class Http2ServerConnection final : public DownstreamConnection, private SocketI
 
   std::unordered_map<int32_t, std::unique_ptr<Stream>> streams_;
   std::vector<int32_t> writable_;  // streams that drained below the low watermark
-  bool sending_ = false;           // inside sendPending (nghttp2_session_mem_send)
-  bool draining_ = false;          // closeWhenIdle: GOAWAY sent, close when no stream is left
-  bool goaway_received_ = false;   // the client sent GOAWAY: it is leaving
-  bool flushing_ = false;          // close once the output buffer is empty
+  // The stream whose header block nghttp2 is decoding (onBeginHeaders to its close).
+  int32_t header_stream_id_ = 0;
+  Stream* header_stream_ = nullptr;
+  bool sending_ = false;          // inside sendPending (nghttp2_session_mem_send)
+  bool send_scheduled_ = false;   // process_event_ is active (scheduleSend)
+  bool draining_ = false;         // closeWhenIdle: GOAWAY sent, close when no stream is left
+  bool goaway_received_ = false;  // the client sent GOAWAY: it is leaving
+  bool flushing_ = false;         // close once the output buffer is empty
   bool closed_ = false;
   int32_t last_client_stream_id_ = 0;  // highest stream id the client opened (RFC 9113 §5.1.1)
   std::array<int32_t, 16> closed_early_{};  // recent streams closed before their request ended
   size_t closed_early_next_ = 0;
   uint32_t cut_header_blocks_ = 0;  // header blocks cut as HPACK bombs (cutHeaderBlock)
+  uint32_t responses_started_ = 0;  // response heads submitted (HPACK re-indexing)
   uint32_t connection_error_ = NGHTTP2_NO_ERROR;  // set by a callback: GOAWAY with it
 };
 

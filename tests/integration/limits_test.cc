@@ -325,6 +325,29 @@ TEST_F(LimitsTest, Http2StalledBodyGets408OnThatStreamOnly) {
   EXPECT_EQ(mock_->ledger().size(), 1u);
 }
 
+TEST_F(LimitsTest, Http2StalledBodiesEachGet408AtTheirOwnDeadline) {
+  // One timer per connection watches every stream's body: the earlier
+  // stream's deadline must not cut the later one, nor the later one delay it.
+  start("  body_read_timeout: 600ms");
+  H2Connection conn(sluice_->port());
+  const auto opened = std::chrono::steady_clock::now();
+  const int32_t first = conn.submitStalled("/v1/chat/completions", "{\"model\":", 100);
+  conn.runUntil([] { return false; }, milliseconds(300));
+  const int32_t second = conn.submitStalled("/v1/chat/completions", "{\"model\":", 100);
+  ASSERT_TRUE(conn.waitForStream(first));
+  EXPECT_EQ(conn.response(first).status, 408);
+  EXPECT_GE(std::chrono::steady_clock::now() - opened, milliseconds(600));
+  EXPECT_FALSE(conn.response(second).headers_received);  // its deadline is ~300 ms later
+  ASSERT_TRUE(conn.waitForStream(second));
+  EXPECT_EQ(conn.response(second).status, 408);
+  EXPECT_GE(std::chrono::steady_clock::now() - opened, milliseconds(900));
+  EXPECT_EQ(rejections("body_timeout"), 2);
+  const int32_t fine = conn.submit("GET", "/v1/models");
+  ASSERT_TRUE(conn.waitForStream(fine));
+  EXPECT_EQ(conn.response(fine).status, 200);
+  EXPECT_EQ(mock_->ledger().size(), 1u);
+}
+
 TEST_F(LimitsTest, AnIdleHttp2ConnectionGetsGoawayNoErrorAndCloses) {
   start("  idle_timeout: 300ms");
   H2Connection conn(sluice_->port());
