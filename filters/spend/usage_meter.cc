@@ -109,23 +109,11 @@ std::optional<UsageCounts> readUsageText(std::string_view text) {
       "prompt_tokens",           "input_tokens",      "cache_creation_input_tokens",
       "cache_read_input_tokens", "completion_tokens", "output_tokens"};
   std::optional<uint64_t> values[std::size(kKeys)];
-  // One pass that both vouches for the object (isPlainObject(text, 3), member
-  // by member) and reads the counts; it was a pass for each (PROFILE.md,
-  // sixth round). A member that is not plain stops it: the DOM decides then.
-  bool plain = true;
-  const bool scanned = scanTopLevelMembers(text, [&](std::string_view key, std::string_view value) {
-    // The scan hands the key without its quotes; it is plain when the quoted form is.
-    const std::optional<uint64_t> number = plainUnsigned(value);
-    plain = plainString(std::string_view(key.data() - 1, key.size() + 2)).has_value() &&
-            (number || plainString(value) || value == "true" || value == "false" ||
-             value == "null" || isPlainObject(value, 2));
-    if (!plain) return false;
-    for (size_t i = 0; i < std::size(kKeys); ++i) {
-      if (key == kKeys[i]) values[i] = number;  // the last occurrence wins
-    }
-    return true;
-  });
-  if (!scanned || !plain) {
+  // One pass that both vouches for the object (isPlainObject(text, 3)) and
+  // reads the counts (readPlainObject(): no member scan, no second pass over
+  // the nested objects; PROFILE.md, seventh round). An object that is not
+  // plain goes to the DOM.
+  if (!readPlainObject(text, 3, kKeys, std::size(kKeys), values)) {
     const json usage = parseJson(text);
     if (!usage.is_object()) return std::nullopt;
     return readUsage(usage);

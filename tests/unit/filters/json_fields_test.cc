@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -117,6 +119,108 @@ TEST(JsonFieldsTest, PlainObjectsAreValidJsonOfPlainLeaves) {
        {R"({"a":1.5})", R"({"a":-1})", R"({"a":[1]})", R"({"a":012})", R"({"a":"\n"})",
         R"({"a":tru})", R"({"a":{"b":1]})", R"({"a\u0041":1})", R"({"a":1} x)", R"([1])"}) {
     EXPECT_FALSE(isPlainObject(not_plain, 3)) << not_plain;
+  }
+}
+
+// ---- readPlainObject ----------------------------------------------------------
+
+// What readPlainObject() replaces: isPlainObject()'s member scan, with the
+// counts read as the scan passes the top-level members (the last one wins).
+bool twoPassPlainCounts(std::string_view text, int depth, const std::vector<std::string_view>& keys,
+                        std::vector<std::optional<uint64_t>>& counts) {
+  if (!isPlainObject(text, depth)) return false;
+  return scanTopLevelMembers(text, [&](std::string_view key, std::string_view value) {
+    for (size_t k = 0; k < keys.size(); ++k) {
+      if (key == keys[k]) counts[k] = plainUnsigned(value);
+    }
+    return true;
+  });
+}
+
+void expectSamePlainRead(std::string_view text, int depth) {
+  static const std::vector<std::string_view> kKeys = {"prompt_tokens", "completion_tokens", "a",
+                                                      ""};
+  std::vector<std::optional<uint64_t>> expected(kKeys.size(), 77u);
+  std::vector<std::optional<uint64_t>> got(kKeys.size(), 77u);
+  const bool plain = twoPassPlainCounts(text, depth, kKeys, expected);
+  EXPECT_EQ(readPlainObject(text, depth, kKeys.data(), kKeys.size(), got.data()), plain)
+      << text << " depth " << depth;
+  EXPECT_EQ(isPlainObject(text, depth), plain) << text;
+  if (plain) {
+    EXPECT_EQ(got, expected) << text;
+  }
+}
+
+TEST(ReadPlainObjectTest, ReadsTheCountsAPlainUsageHolds) {
+  static const std::string_view kKeys[] = {"prompt_tokens", "completion_tokens", "x"};
+  std::optional<uint64_t> counts[3];
+  ASSERT_TRUE(readPlainObject(
+      R"({"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,)"
+      R"("prompt_tokens_details":{"cached_tokens":0,"prompt_tokens":5},"x":"s"})",
+      3, kKeys, 3, counts));
+  EXPECT_EQ(counts[0], 19u);  // the nested prompt_tokens is not a top-level member
+  EXPECT_EQ(counts[1], 10u);
+  EXPECT_EQ(counts[2], std::nullopt);  // a string, not a count
+  for (const char* edge :
+       {"{}", "{ }", "{} ", "{}x", " {}", R"({"a":0})", R"({"a":00})", R"({"a":0 })",
+        R"({"a":18446744073709551615})", R"({"a":18446744073709551616})",
+        R"({"a":99999999999999999999999})", R"({"a":1,"a":"x"})", R"({"a":"x","a":2})",
+        R"({"a":true})", R"({"a":truex})", R"({"a":true]})", R"({"a":nul})", R"({"a":null,})",
+        R"({"a":1]})", R"({"a":1)", R"({"a":"\u0041"})", "{\"a\":\"\x7f\"}", "{\"\x7f\":1}",
+        "{\"a\":\"\x1f\"}", "{\"\xc3\xa9\":1}", R"({"":3})", R"({"a":{"b":{"c":{}}}})",
+        R"({"a":{"b":[]}})", R"({"a":"}"})", R"({"a":1}})", R"({"a" : 1 , "b" : { } })",
+        "{\n\"a\"\t:\r1}", R"({"a":-1})", R"({"a":+1})", R"({"a":1.0})", R"({"a":1e2})",
+        R"({"a":1"})", R"({"a",1})", R"({a:1})", R"({"a":})", "{\"a\":1,}", "{\"a"}) {
+    for (int depth = 0; depth <= 4; ++depth) expectSamePlainRead(edge, depth);
+  }
+}
+
+// Random objects of plain and not-quite-plain pieces, nested, then damaged:
+// the one pass says what isPlainObject() says and reads what the scan reads.
+TEST(ReadPlainObjectTest, MatchesTheMemberScanOnRandomObjects) {
+  static const std::vector<std::string> kKeys = {"prompt_tokens", "completion_tokens", "a", "",
+                                                 "b c", "pr\\u006fmpt_tokens"};
+  static const std::vector<std::string> kValues = {
+      "0",     "7",     "19",    "18446744073709551615", "18446744073709551616", "007",
+      "-3",    "1.5",   "2e3",   "true",                 "false",                "null",
+      "nul",   "\"x\"", "\"\"",  "\"a\\\"b\"",           "\"\xc3\xa9\"",         "[]",
+      "[1,2]", "\"{\"", "\"}\"", "\"\x7f\""};
+  static const std::string kDamage = "{}[],:\"\\ x0\t\x7f";
+  std::mt19937 rng(1801);
+  std::function<std::string(int)> object = [&](int depth) {
+    std::string text = "{";
+    if (rng() % 6 == 0) text += " ";
+    const size_t members = rng() % 5;
+    for (size_t m = 0; m < members; ++m) {
+      if (m > 0) text += rng() % 8 == 0 ? " , " : ",";
+      text += "\"" + kKeys[rng() % kKeys.size()] + "\"" + (rng() % 8 == 0 ? " : " : ":");
+      if (depth > 0 && rng() % 4 == 0) {
+        text += object(depth - 1);
+      } else {
+        text += kValues[rng() % kValues.size()];
+      }
+    }
+    text += "}";
+    return text;
+  };
+  for (int round = 0; round < 30000; ++round) {
+    std::string text = object(static_cast<int>(rng() % 4));
+    if (rng() % 3 == 0) {
+      const size_t at = rng() % text.size();
+      switch (rng() % 3) {
+        case 0:
+          text[at] = kDamage[rng() % kDamage.size()];
+          break;
+        case 1:
+          text.erase(at, 1);
+          break;
+        default:
+          text.insert(at, 1, text[at]);
+      }
+    }
+    if (text.empty()) continue;
+    expectSamePlainRead(text, static_cast<int>(rng() % 4) + 1);
+    if (HasFailure()) return;
   }
 }
 
