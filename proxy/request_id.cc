@@ -124,7 +124,12 @@ RequestIdentity establishIdentity(HeaderMap& headers, IdGenerator& ids) {
   } else {
     identity.request_id = ids.uuid();
     identity.request_id_generated = true;
-    headers.set("x-request-id", identity.request_id);
+    // set() when one is there to replace; add() when none is (set()'s search would find nothing).
+    if (present) {
+      headers.set("x-request-id", identity.request_id);
+    } else {
+      headers.add("x-request-id", identity.request_id);
+    }
   }
 
   const std::string_view traceparent = singleValue(headers, "traceparent", present);
@@ -141,8 +146,12 @@ RequestIdentity establishIdentity(HeaderMap& headers, IdGenerator& ids) {
     std::memcpy(tp + 52, "-01", 3);
     identity.trace_id.assign(tp + 3, 32);
     identity.trace_started = true;
-    if (present) headers.remove("tracestate");  // it described the trace we could not read
-    headers.set("traceparent", std::string_view(tp, sizeof(tp)));
+    if (present) {
+      headers.remove("tracestate");  // it described the trace we could not read
+      headers.set("traceparent", std::string_view(tp, sizeof(tp)));
+    } else {
+      headers.add("traceparent", std::string_view(tp, sizeof(tp)));
+    }
   }
   return identity;
 }
