@@ -1,5 +1,6 @@
 #include "filters/json_fields.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstring>
@@ -17,6 +18,7 @@ enum ByteClass : uint8_t {
   kEndsScalar = 2,     // ',' '}' ']' or whitespace: ends a number or literal
   kEndsKey = 4,        // '"' or '\\': ends a key the member scan takes as it is
   kPlainChar = 8,      // a character plainString() takes: 0x20-0x7e but '"' and '\\'
+  kStructural = 16,    // '"' '{' '}' '[' ']': what endOfValue() stops at in a container
 };
 
 constexpr std::array<uint8_t, 256> kByteClass = [] {
@@ -28,6 +30,7 @@ constexpr std::array<uint8_t, 256> kByteClass = [] {
   for (const char c : {',', '}', ']', ' ', '\n', '\r', '\t'}) {
     classes[static_cast<unsigned char>(c)] |= kEndsScalar;
   }
+  for (const char c : {'"', '{', '}', '[', ']'}) classes[static_cast<unsigned char>(c)] |= kStructural;
   classes['"'] |= kEndsKey;
   classes['\\'] |= kEndsKey;
   return classes;
@@ -64,8 +67,14 @@ size_t endOfValue(std::string_view s, size_t i) {
   if (c == '"') return endOfString(s, i);
   if (c == '{' || c == '[') {
     size_t depth = 0;
+    const char* const text = s.data();
     for (size_t j = i; j < s.size();) {
-      const char d = s[j];
+      // Bytes that neither nest nor open a string, in a tight loop.
+      if (!isByteClass(text[j], kStructural)) {
+        ++j;
+        continue;
+      }
+      const char d = text[j];
       if (d == '"') {
         j = endOfString(s, j);
         if (j == npos) return npos;
@@ -619,6 +628,20 @@ class PlainObjectReader {
   // (printable ASCII, no '\\'): moves past the closing quote.
   bool plainStringToken() {
     const char* q = p_ + 1;
+    // Eight bytes at a time while none is a quote, a backslash, a control
+    // character or 0x7f and up; the byte loop finds which one it is.
+    constexpr uint64_t kOnes = 0x0101010101010101ULL;
+    constexpr uint64_t kHighs = 0x8080808080808080ULL;
+    const auto hasZeroByte = [](uint64_t v) { return (v - kOnes) & ~v & kHighs; };
+    while (end_ - q >= 8) {
+      uint64_t w;
+      std::memcpy(&w, q, sizeof w);
+      const uint64_t stop = hasZeroByte(w ^ (kOnes * '"')) | hasZeroByte(w ^ (kOnes * '\\')) |
+                            hasZeroByte(w ^ (kOnes * 0x7f)) | ((w - kOnes * 0x20) & ~w & kHighs) |
+                            (w & kHighs);
+      if (stop != 0) break;
+      q += 8;
+    }
     while (q < end_ && isByteClass(*q, kPlainChar)) ++q;
     if (q >= end_ || *q != '"') return false;
     p_ = q + 1;

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -119,6 +121,165 @@ TEST(JsonFieldsTest, PlainObjectsAreValidJsonOfPlainLeaves) {
        {R"({"a":1.5})", R"({"a":-1})", R"({"a":[1]})", R"({"a":012})", R"({"a":"\n"})",
         R"({"a":tru})", R"({"a":{"b":1]})", R"({"a\u0041":1})", R"({"a":1} x)", R"([1])"}) {
     EXPECT_FALSE(isPlainObject(not_plain, 3)) << not_plain;
+  }
+}
+
+// ---- the member scan against session 8's ------------------------------------
+
+// scanTopLevelMembers() as it was before session 9 (a memchr per string, a
+// byte-by-byte container walk): the reference for the faster walk.
+namespace reference {
+
+constexpr size_t npos = std::string_view::npos;
+
+bool isWs(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+size_t skipWs(std::string_view s, size_t i) {
+  while (i < s.size() && isWs(s[i])) ++i;
+  return i;
+}
+
+size_t endOfString(std::string_view s, size_t i) {
+  size_t j = i + 1;
+  while (j < s.size()) {
+    const void* q = std::memchr(s.data() + j, '"', s.size() - j);
+    if (q == nullptr) return npos;
+    const size_t p = static_cast<size_t>(static_cast<const char*>(q) - s.data());
+    size_t backslashes = 0;
+    while (p - backslashes > i + 1 && s[p - backslashes - 1] == '\\') ++backslashes;
+    if (backslashes % 2 == 0) return p + 1;
+    j = p + 1;
+  }
+  return npos;
+}
+
+size_t endOfValue(std::string_view s, size_t i) {
+  if (i >= s.size()) return npos;
+  const char c = s[i];
+  if (c == '"') return endOfString(s, i);
+  if (c == '{' || c == '[') {
+    size_t depth = 0;
+    for (size_t j = i; j < s.size();) {
+      const char d = s[j];
+      if (d == '"') {
+        j = endOfString(s, j);
+        if (j == npos) return npos;
+        continue;
+      }
+      if (d == '{' || d == '[') {
+        ++depth;
+      } else if (d == '}' || d == ']') {
+        if (--depth == 0) return j + 1;
+      }
+      ++j;
+    }
+    return npos;
+  }
+  size_t j = i;
+  while (j < s.size() && !isWs(s[j]) && s[j] != ',' && s[j] != '}' && s[j] != ']') ++j;
+  return j == i ? npos : j;
+}
+
+bool memberKey(std::string_view s, size_t& i, std::string_view& key) {
+  if (i >= s.size() || s[i] != '"') return false;
+  size_t key_end = i + 1;
+  while (key_end < s.size() && s[key_end] != '"' && s[key_end] != '\\') ++key_end;
+  if (key_end >= s.size() || s[key_end] == '\\') return false;
+  key = s.substr(i + 1, key_end - i - 1);
+  i = skipWs(s, key_end + 1);
+  if (i >= s.size() || s[i] != ':') return false;
+  i = skipWs(s, i + 1);
+  return true;
+}
+
+bool scan(std::string_view s, Members* out) {
+  size_t i = skipWs(s, 0);
+  if (i >= s.size() || s[i] != '{') return false;
+  i = skipWs(s, i + 1);
+  if (i < s.size() && s[i] == '}') return skipWs(s, i + 1) == s.size();
+  std::string_view key;
+  if (!memberKey(s, i, key)) return false;
+  for (;;) {
+    const size_t end = endOfValue(s, i);
+    if (end == npos) return false;
+    out->emplace_back(std::string(key), std::string(s.substr(i, end - i)));
+    i = skipWs(s, end);
+    if (i >= s.size()) return false;
+    if (s[i] == '}') return skipWs(s, i + 1) == s.size();
+    if (s[i] != ',') return false;
+    i = skipWs(s, i + 1);
+    if (!memberKey(s, i, key)) return false;
+  }
+}
+
+}  // namespace reference
+
+// Random objects whose strings are short and long, with escaped quotes and
+// backslash runs anywhere (around the short-string bound especially), nested
+// in arrays and objects, then damaged: the same members, or the same refusal.
+TEST(JsonFieldsTest, MemberScanMatchesSessionEightsOnRandomObjects) {
+  static const std::string kPieces[] = {"a", "x", " ", "\\\"", "\\\\", "\\", "\"", "{", "}",
+                                        "[", "]", ",", ":", "\xc3\xa9", "\\u0041"};
+  static const std::string kDamage = "{}[],:\"\\ x0";
+  std::mt19937 rng(909);
+  const auto stringValue = [&] {
+    std::string out = "\"";
+    const size_t n = rng() % 40;
+    for (size_t i = 0; i < n; ++i) {
+      const std::string& piece = kPieces[rng() % std::size(kPieces)];
+      // Mostly valid string content: an unescaped quote or lone backslash now and then.
+      if ((piece == "\"" || piece == "\\") && rng() % 4 != 0) continue;
+      out += piece;
+    }
+    return out + "\"";
+  };
+  std::function<std::string(int)> value = [&](int depth) -> std::string {
+    switch (depth > 0 ? rng() % 5 : rng() % 3) {
+      case 0:
+        return stringValue();
+      case 1:
+        return std::to_string(rng() % 1000);
+      case 2:
+        return rng() % 2 ? "true" : "null";
+      case 3: {
+        std::string out = "[";
+        for (size_t i = 0, n = rng() % 4; i < n; ++i) out += (i ? "," : "") + value(depth - 1);
+        return out + "]";
+      }
+      default: {
+        std::string out = "{";
+        for (size_t i = 0, n = rng() % 4; i < n; ++i) {
+          out += (i ? "," : "") + stringValue() + ":" + value(depth - 1);
+        }
+        return out + "}";
+      }
+    }
+  };
+  for (int round = 0; round < 20000; ++round) {
+    std::string text = "{";
+    for (size_t m = 0, n = rng() % 5; m < n; ++m) {
+      text += (m ? (rng() % 8 == 0 ? " , " : ",") : "") + stringValue() + ":" + value(3);
+    }
+    text += "}";
+    if (rng() % 3 == 0) {
+      const size_t at = rng() % text.size();
+      switch (rng() % 3) {
+        case 0:
+          text[at] = kDamage[rng() % kDamage.size()];
+          break;
+        case 1:
+          text.erase(at, 1);
+          break;
+        default:
+          text.insert(at, 1, text[at]);
+      }
+    }
+    Members expected, got;
+    const bool expected_ok = reference::scan(text, &expected);
+    ASSERT_EQ(scan(text, &got), expected_ok) << text;
+    if (expected_ok) {
+      ASSERT_EQ(got, expected) << text;
+    }
   }
 }
 
