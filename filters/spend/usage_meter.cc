@@ -663,7 +663,10 @@ void UsageMeter::finishJson() {
              (counts = readUsageText(usage_text))) {
     // The provider reported usage: decode only it and the model; the
     // generated text is needed only for an estimate when usage is missing.
-    if (const auto model = readStringText(model_text)) noteResponseModel(*model);
+    // The answer's model is only ever used when the request named none (model()).
+    if (request_.model.empty()) {
+      if (const auto model = readStringText(model_text)) noteResponseModel(*model);
+    }
   } else {
     const json doc = parseJson(json_body_);
     if (doc.is_object()) {
