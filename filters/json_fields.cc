@@ -573,7 +573,7 @@ std::optional<std::string_view> plainString(std::string_view v) {
   if (v.size() < 2 || v.front() != '"' || v.back() != '"') return std::nullopt;
   const std::string_view chars = v.substr(1, v.size() - 2);
   for (const char c : chars) {
-    if (c < 0x20 || c > 0x7e || c == '"' || c == '\\') return std::nullopt;
+    if (!isByteClass(c, kPlainChar)) return std::nullopt;  // 0x20-0x7e but '"' and '\\'
   }
   return chars;
 }

@@ -98,6 +98,13 @@ TEST(JsonFieldsTest, PlainStringsNeedNoDecoding) {
                                 R"("open)", R"(x")", R"(")", "12", "null"}) {
     EXPECT_FALSE(plainString(not_plain)) << not_plain;
   }
+  // Every byte, alone and between others: plain exactly when printable ASCII
+  // other than '"' and '\\' (a table look-up since session 9).
+  for (int c = 0; c < 256; ++c) {
+    const bool plain = c >= 0x20 && c <= 0x7e && c != '"' && c != '\\';
+    const std::string text = "\"ab" + std::string(1, static_cast<char>(c)) + "cd\"";
+    EXPECT_EQ(plainString(text).has_value(), plain) << c;
+  }
 }
 
 TEST(JsonFieldsTest, PlainUnsignedIsDigitsOnly) {
