@@ -30,7 +30,8 @@ constexpr std::array<uint8_t, 256> kByteClass = [] {
   for (const char c : {',', '}', ']', ' ', '\n', '\r', '\t'}) {
     classes[static_cast<unsigned char>(c)] |= kEndsScalar;
   }
-  for (const char c : {'"', '{', '}', '[', ']'}) classes[static_cast<unsigned char>(c)] |= kStructural;
+  for (const char c : {'"', '{', '}', '[', ']'})
+    classes[static_cast<unsigned char>(c)] |= kStructural;
   classes['"'] |= kEndsKey;
   classes['\\'] |= kEndsKey;
   return classes;
@@ -609,7 +610,10 @@ class PlainObjectReader {
  public:
   PlainObjectReader(std::string_view s, const std::string_view* keys, size_t key_count,
                     std::optional<uint64_t>* counts)
-      : p_(s.data()), end_(s.data() + s.size()), keys_(keys), key_count_(key_count),
+      : p_(s.data()),
+        end_(s.data() + s.size()),
+        keys_(keys),
+        key_count_(key_count),
         counts_(counts) {}
 
   bool document(int depth) {
@@ -747,8 +751,8 @@ class PlainObjectReader {
 
 }  // namespace
 
-bool readPlainObject(std::string_view v, int depth, const std::string_view* keys,
-                     size_t key_count, std::optional<uint64_t>* counts) {
+bool readPlainObject(std::string_view v, int depth, const std::string_view* keys, size_t key_count,
+                     std::optional<uint64_t>* counts) {
   if (depth <= 0 || v.empty() || v.front() != '{') return false;
   return PlainObjectReader(v, keys, key_count, counts).document(depth);
 }

@@ -9,7 +9,6 @@ namespace sluice {
 
 namespace {
 
-
 /** `x` as 8 lower-case hex digits, most significant first: all eight at once. */
 void writeHex32(char* out, uint32_t x) {
   uint64_t n = x;

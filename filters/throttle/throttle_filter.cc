@@ -27,10 +27,9 @@ constexpr std::array<std::string_view, 3> kOutputCapFields = {"max_tokens", "max
 // Every cap's name starts with "max_": one search for that instead of one
 // per name (a body that has it is scanned, which reads the caps exactly).
 bool cannotHoldOutputCap(std::string_view body) {
-  static_assert(kOutputCapFields[0].starts_with("max_") && kOutputCapFields[1].starts_with("max_") &&
-                kOutputCapFields[2].starts_with("max_"));
-  return body.find("\\u") == std::string_view::npos &&
-         body.find("max_") == std::string_view::npos;
+  static_assert(kOutputCapFields[0].starts_with("max_") &&
+                kOutputCapFields[1].starts_with("max_") && kOutputCapFields[2].starts_with("max_"));
+  return body.find("\\u") == std::string_view::npos && body.find("max_") == std::string_view::npos;
 }
 
 }  // namespace

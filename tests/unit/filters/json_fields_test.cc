@@ -225,8 +225,8 @@ bool scan(std::string_view s, Members* out) {
 // backslash runs anywhere (around the short-string bound especially), nested
 // in arrays and objects, then damaged: the same members, or the same refusal.
 TEST(JsonFieldsTest, MemberScanMatchesSessionEightsOnRandomObjects) {
-  static const std::string kPieces[] = {"a", "x", " ", "\\\"", "\\\\", "\\", "\"", "{", "}",
-                                        "[", "]", ",", ":", "\xc3\xa9", "\\u0041"};
+  static const std::string kPieces[] = {"a", "x", " ", "\\\"", "\\\\", "\\",       "\"",     "{",
+                                        "}", "[", "]", ",",    ":",    "\xc3\xa9", "\\u0041"};
   static const std::string kDamage = "{}[],:\"\\ x0";
   std::mt19937 rng(909);
   const auto stringValue = [&] {
@@ -322,23 +322,55 @@ void expectSamePlainRead(std::string_view text, int depth) {
 TEST(ReadPlainObjectTest, ReadsTheCountsAPlainUsageHolds) {
   static const std::string_view kKeys[] = {"prompt_tokens", "completion_tokens", "x"};
   std::optional<uint64_t> counts[3];
-  ASSERT_TRUE(readPlainObject(
-      R"({"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,)"
-      R"("prompt_tokens_details":{"cached_tokens":0,"prompt_tokens":5},"x":"s"})",
-      3, kKeys, 3, counts));
+  ASSERT_TRUE(
+      readPlainObject(R"({"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,)"
+                      R"("prompt_tokens_details":{"cached_tokens":0,"prompt_tokens":5},"x":"s"})",
+                      3, kKeys, 3, counts));
   EXPECT_EQ(counts[0], 19u);  // the nested prompt_tokens is not a top-level member
   EXPECT_EQ(counts[1], 10u);
   EXPECT_EQ(counts[2], std::nullopt);  // a string, not a count
-  for (const char* edge :
-       {"{}", "{ }", "{} ", "{}x", " {}", R"({"a":0})", R"({"a":00})", R"({"a":0 })",
-        R"({"a":18446744073709551615})", R"({"a":18446744073709551616})",
-        R"({"a":99999999999999999999999})", R"({"a":1,"a":"x"})", R"({"a":"x","a":2})",
-        R"({"a":true})", R"({"a":truex})", R"({"a":true]})", R"({"a":nul})", R"({"a":null,})",
-        R"({"a":1]})", R"({"a":1)", R"({"a":"\u0041"})", "{\"a\":\"\x7f\"}", "{\"\x7f\":1}",
-        "{\"a\":\"\x1f\"}", "{\"\xc3\xa9\":1}", R"({"":3})", R"({"a":{"b":{"c":{}}}})",
-        R"({"a":{"b":[]}})", R"({"a":"}"})", R"({"a":1}})", R"({"a" : 1 , "b" : { } })",
-        "{\n\"a\"\t:\r1}", R"({"a":-1})", R"({"a":+1})", R"({"a":1.0})", R"({"a":1e2})",
-        R"({"a":1"})", R"({"a",1})", R"({a:1})", R"({"a":})", "{\"a\":1,}", "{\"a"}) {
+  for (const char* edge : {"{}",
+                           "{ }",
+                           "{} ",
+                           "{}x",
+                           " {}",
+                           R"({"a":0})",
+                           R"({"a":00})",
+                           R"({"a":0 })",
+                           R"({"a":18446744073709551615})",
+                           R"({"a":18446744073709551616})",
+                           R"({"a":99999999999999999999999})",
+                           R"({"a":1,"a":"x"})",
+                           R"({"a":"x","a":2})",
+                           R"({"a":true})",
+                           R"({"a":truex})",
+                           R"({"a":true]})",
+                           R"({"a":nul})",
+                           R"({"a":null,})",
+                           R"({"a":1]})",
+                           R"({"a":1)",
+                           R"({"a":"\u0041"})",
+                           "{\"a\":\"\x7f\"}",
+                           "{\"\x7f\":1}",
+                           "{\"a\":\"\x1f\"}",
+                           "{\"\xc3\xa9\":1}",
+                           R"({"":3})",
+                           R"({"a":{"b":{"c":{}}}})",
+                           R"({"a":{"b":[]}})",
+                           R"({"a":"}"})",
+                           R"({"a":1}})",
+                           R"({"a" : 1 , "b" : { } })",
+                           "{\n\"a\"\t:\r1}",
+                           R"({"a":-1})",
+                           R"({"a":+1})",
+                           R"({"a":1.0})",
+                           R"({"a":1e2})",
+                           R"({"a":1"})",
+                           R"({"a",1})",
+                           R"({a:1})",
+                           R"({"a":})",
+                           "{\"a\":1,}",
+                           "{\"a"}) {
     for (int depth = 0; depth <= 4; ++depth) expectSamePlainRead(edge, depth);
   }
 }
@@ -346,13 +378,30 @@ TEST(ReadPlainObjectTest, ReadsTheCountsAPlainUsageHolds) {
 // Random objects of plain and not-quite-plain pieces, nested, then damaged:
 // the one pass says what isPlainObject() says and reads what the scan reads.
 TEST(ReadPlainObjectTest, MatchesTheMemberScanOnRandomObjects) {
-  static const std::vector<std::string> kKeys = {"prompt_tokens", "completion_tokens", "a", "",
-                                                 "b c", "pr\\u006fmpt_tokens"};
-  static const std::vector<std::string> kValues = {
-      "0",     "7",     "19",    "18446744073709551615", "18446744073709551616", "007",
-      "-3",    "1.5",   "2e3",   "true",                 "false",                "null",
-      "nul",   "\"x\"", "\"\"",  "\"a\\\"b\"",           "\"\xc3\xa9\"",         "[]",
-      "[1,2]", "\"{\"", "\"}\"", "\"\x7f\""};
+  static const std::vector<std::string> kKeys = {"prompt_tokens", "completion_tokens",  "a", "",
+                                                 "b c",           "pr\\u006fmpt_tokens"};
+  static const std::vector<std::string> kValues = {"0",
+                                                   "7",
+                                                   "19",
+                                                   "18446744073709551615",
+                                                   "18446744073709551616",
+                                                   "007",
+                                                   "-3",
+                                                   "1.5",
+                                                   "2e3",
+                                                   "true",
+                                                   "false",
+                                                   "null",
+                                                   "nul",
+                                                   "\"x\"",
+                                                   "\"\"",
+                                                   "\"a\\\"b\"",
+                                                   "\"\xc3\xa9\"",
+                                                   "[]",
+                                                   "[1,2]",
+                                                   "\"{\"",
+                                                   "\"}\"",
+                                                   "\"\x7f\""};
   static const std::string kDamage = "{}[],:\"\\ x0\t\x7f";
   std::mt19937 rng(1801);
   std::function<std::string(int)> object = [&](int depth) {

@@ -107,8 +107,8 @@ TEST(IdGeneratorTest, DigitsAreTheStreamFormattedMostSignificantFirst) {
         hi = (hi & ~0xF000ULL) | 0x4000ULL;
         lo = (lo & 0x3FFFFFFFFFFFFFFFULL) | 0x8000000000000000ULL;
         const std::string h = hex16(hi) + hex16(lo);
-        const std::string expected = h.substr(0, 8) + "-" + h.substr(8, 4) + "-" +
-                                     h.substr(12, 4) + "-" + h.substr(16, 4) + "-" + h.substr(20);
+        const std::string expected = h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) +
+                                     "-" + h.substr(16, 4) + "-" + h.substr(20);
         ASSERT_EQ(ids.uuid(), expected);
       } else {
         const size_t bytes = 1 + static_cast<size_t>(round) % 20;

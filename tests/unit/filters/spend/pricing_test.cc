@@ -5,7 +5,6 @@
 
 #include <iterator>
 #include <random>
-
 #include <string>
 #include <vector>
 
@@ -59,9 +58,9 @@ INSTANTIATE_TEST_SUITE_P(
 // characters, '/', '.', NUL, non-ASCII bytes) the table picks what the first
 // fnmatch() match picks.
 TEST(PriceTableTest, ComparedGlobsMatchWhatFnmatchMatches) {
-  static const std::string kPieces[] = {"gpt", "-4o", "mini", "*", "?", "[ab]", "\\*", ".",
-                                        "/",   "a",   "b",    std::string(1, '\0'),
-                                        "\xc3\xa9", "\xff", "]", "-"};
+  static const std::string kPieces[] = {"gpt",      "-4o",  "mini", "*", "?", "[ab]",
+                                        "\\*",      ".",    "/",    "a", "b", std::string(1, '\0'),
+                                        "\xc3\xa9", "\xff", "]",    "-"};
   std::mt19937 rng(2026);
   const auto text = [&](size_t max_pieces) {
     std::string out;

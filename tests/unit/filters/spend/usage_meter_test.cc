@@ -82,17 +82,17 @@ INSTANTIATE_TEST_SUITE_P(
 // (since session 9): what is read as JSON, as SSE, and as neither.
 TEST(UsageMeterTest, ContentTypesAreReadWithoutCase) {
   const std::string body = R"({"usage":{"prompt_tokens":3,"completion_tokens":4}})";
-  for (const auto& [type, json] : std::vector<std::pair<std::string, bool>>{
-           {"application/json", true},
-           {"APPLICATION/JSON", true},
-           {" Application/Json ; charset=utf-8", true},
-           {"application/vnd.api+JSON", true},
-           {"+json", true},
-           {"application/jsonx", false},
-           {"application/json5", false},
-           {"json", false},
-           {"text/plain", false},
-           {"", false}}) {
+  for (const auto& [type, json] :
+       std::vector<std::pair<std::string, bool>>{{"application/json", true},
+                                                 {"APPLICATION/JSON", true},
+                                                 {" Application/Json ; charset=utf-8", true},
+                                                 {"application/vnd.api+JSON", true},
+                                                 {"+json", true},
+                                                 {"application/jsonx", false},
+                                                 {"application/json5", false},
+                                                 {"json", false},
+                                                 {"text/plain", false},
+                                                 {"", false}}) {
     UsageMeter meter(ApiKind::OpenAiChat, "{}");
     meter.onResponseHeaders(200, type);
     meter.onResponseData(body);
