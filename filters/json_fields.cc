@@ -1,5 +1,6 @@
 #include "filters/json_fields.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstring>
@@ -16,16 +17,21 @@ enum ByteClass : uint8_t {
   kPlainInString = 1,  // printable ASCII other than '"' and '\\': nothing to check
   kEndsScalar = 2,     // ',' '}' ']' or whitespace: ends a number or literal
   kEndsKey = 4,        // '"' or '\\': ends a key the member scan takes as it is
+  kPlainChar = 8,      // a character plainString() takes: 0x20-0x7e but '"' and '\\'
+  kStructural = 16,    // '"' '{' '}' '[' ']': what endOfValue() stops at in a container
 };
 
 constexpr std::array<uint8_t, 256> kByteClass = [] {
   std::array<uint8_t, 256> classes{};
   for (int c = 0x20; c < 0x80; ++c) {
     if (c != '"' && c != '\\') classes[c] |= kPlainInString;
+    if (c != '"' && c != '\\' && c != 0x7f) classes[c] |= kPlainChar;
   }
   for (const char c : {',', '}', ']', ' ', '\n', '\r', '\t'}) {
     classes[static_cast<unsigned char>(c)] |= kEndsScalar;
   }
+  for (const char c : {'"', '{', '}', '[', ']'})
+    classes[static_cast<unsigned char>(c)] |= kStructural;
   classes['"'] |= kEndsKey;
   classes['\\'] |= kEndsKey;
   return classes;
@@ -62,8 +68,14 @@ size_t endOfValue(std::string_view s, size_t i) {
   if (c == '"') return endOfString(s, i);
   if (c == '{' || c == '[') {
     size_t depth = 0;
+    const char* const text = s.data();
     for (size_t j = i; j < s.size();) {
-      const char d = s[j];
+      // Bytes that neither nest nor open a string, in a tight loop.
+      if (!isByteClass(text[j], kStructural)) {
+        ++j;
+        continue;
+      }
+      const char d = text[j];
       if (d == '"') {
         j = endOfString(s, j);
         if (j == npos) return npos;
@@ -562,7 +574,7 @@ std::optional<std::string_view> plainString(std::string_view v) {
   if (v.size() < 2 || v.front() != '"' || v.back() != '"') return std::nullopt;
   const std::string_view chars = v.substr(1, v.size() - 2);
   for (const char c : chars) {
-    if (c < 0x20 || c > 0x7e || c == '"' || c == '\\') return std::nullopt;
+    if (!isByteClass(c, kPlainChar)) return std::nullopt;  // 0x20-0x7e but '"' and '\\'
   }
   return chars;
 }
@@ -588,6 +600,161 @@ bool isPlainObject(std::string_view v, int depth) {
     return plain;
   });
   return scanned && plain;
+}
+
+namespace {
+
+// readPlainObject()'s parser: one forward pass over a plain object (see
+// isPlainObject()); any doubt is false, as isPlainObject() would say.
+class PlainObjectReader {
+ public:
+  PlainObjectReader(std::string_view s, const std::string_view* keys, size_t key_count,
+                    std::optional<uint64_t>* counts)
+      : p_(s.data()),
+        end_(s.data() + s.size()),
+        keys_(keys),
+        key_count_(key_count),
+        counts_(counts) {}
+
+  bool document(int depth) {
+    if (!object(depth, /*top=*/true)) return false;
+    skipWs();
+    return p_ == end_;
+  }
+
+ private:
+  static bool isWs(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+  void skipWs() {
+    while (p_ < end_ && isWs(*p_)) ++p_;
+  }
+
+  // p_ at the opening quote of a string whose bytes must be plain
+  // (printable ASCII, no '\\'): moves past the closing quote.
+  bool plainStringToken() {
+    const char* q = p_ + 1;
+    // Eight bytes at a time while none is a quote, a backslash, a control
+    // character or 0x7f and up; the byte loop finds which one it is.
+    constexpr uint64_t kOnes = 0x0101010101010101ULL;
+    constexpr uint64_t kHighs = 0x8080808080808080ULL;
+    const auto hasZeroByte = [](uint64_t v) { return (v - kOnes) & ~v & kHighs; };
+    while (end_ - q >= 8) {
+      uint64_t w;
+      std::memcpy(&w, q, sizeof w);
+      const uint64_t stop = hasZeroByte(w ^ (kOnes * '"')) | hasZeroByte(w ^ (kOnes * '\\')) |
+                            hasZeroByte(w ^ (kOnes * 0x7f)) | ((w - kOnes * 0x20) & ~w & kHighs) |
+                            (w & kHighs);
+      if (stop != 0) break;
+      q += 8;
+    }
+    while (q < end_ && isByteClass(*q, kPlainChar)) ++q;
+    if (q >= end_ || *q != '"') return false;
+    p_ = q + 1;
+    return true;
+  }
+
+  bool literal(std::string_view word) {
+    if (static_cast<size_t>(end_ - p_) < word.size() ||
+        std::memcmp(p_, word.data(), word.size()) != 0) {
+      return false;
+    }
+    p_ += word.size();
+    // The member scan takes a scalar up to a ',' '}' ']' or whitespace.
+    return p_ == end_ || isByteClass(*p_, kEndsScalar);
+  }
+
+  // A plain unsigned integer (plainUnsigned()); `value` is set when it fits.
+  bool number(std::optional<uint64_t>& value) {
+    const char* q = p_;
+    if (*q == '0') {
+      ++q;
+      value = 0;
+    } else {
+      uint64_t v = 0;
+      bool fits = true;
+      while (q < end_ && *q >= '0' && *q <= '9') {
+        const auto digit = static_cast<uint64_t>(*q - '0');
+        if (v > (UINT64_MAX - digit) / 10) fits = false;
+        v = v * 10 + digit;
+        ++q;
+      }
+      if (!fits) return false;  // not plain: from_chars refuses it
+      value = v;
+    }
+    if (q < end_ && !isByteClass(*q, kEndsScalar)) return false;
+    p_ = q;
+    return true;
+  }
+
+  // p_ at '{'.
+  bool object(int depth, bool top) {
+    if (depth <= 0) return false;
+    ++p_;
+    skipWs();
+    if (p_ < end_ && *p_ == '}') {
+      ++p_;
+      return true;
+    }
+    for (;;) {
+      if (p_ >= end_ || *p_ != '"') return false;
+      const char* const key_begin = p_ + 1;
+      if (!plainStringToken()) return false;
+      const std::string_view key(key_begin, static_cast<size_t>(p_ - 1 - key_begin));
+      skipWs();
+      if (p_ >= end_ || *p_ != ':') return false;
+      ++p_;
+      skipWs();
+      if (p_ >= end_) return false;
+      std::optional<uint64_t> count;
+      switch (*p_) {
+        case '"':
+          if (!plainStringToken()) return false;
+          break;
+        case '{':
+          if (!object(depth - 1, false)) return false;
+          break;
+        case 't':
+          if (!literal("true")) return false;
+          break;
+        case 'f':
+          if (!literal("false")) return false;
+          break;
+        case 'n':
+          if (!literal("null")) return false;
+          break;
+        default:
+          if (*p_ < '0' || *p_ > '9' || !number(count)) return false;
+          break;
+      }
+      if (top) {
+        for (size_t k = 0; k < key_count_; ++k) {
+          if (key == keys_[k]) counts_[k] = count;  // the last occurrence wins
+        }
+      }
+      skipWs();
+      if (p_ >= end_) return false;
+      if (*p_ == '}') {
+        ++p_;
+        return true;
+      }
+      if (*p_ != ',') return false;
+      ++p_;
+      skipWs();
+    }
+  }
+
+  const char* p_;
+  const char* const end_;
+  const std::string_view* const keys_;
+  const size_t key_count_;
+  std::optional<uint64_t>* const counts_;
+};
+
+}  // namespace
+
+bool readPlainObject(std::string_view v, int depth, const std::string_view* keys, size_t key_count,
+                     std::optional<uint64_t>* counts) {
+  if (depth <= 0 || v.empty() || v.front() != '{') return false;
+  return PlainObjectReader(v, keys, key_count, counts).document(depth);
 }
 
 }  // namespace sluice

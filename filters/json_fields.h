@@ -101,6 +101,18 @@ std::optional<uint64_t> plainUnsigned(std::string_view value_text);
 bool isPlainObject(std::string_view value_text, int depth);
 
 /**
+ * isPlainObject(value_text, depth) in one pass over the text that also reads
+ * top-level counts: returns exactly what isPlainObject() returns, and when
+ * true, sets counts[k] to plainUnsigned() of the value of the LAST top-level
+ * member named keys[k] (nullopt when that value is not a plain integer;
+ * untouched when there is no such member). The `usage` object's reader: the
+ * member scan, a plainString() per key and an isPlainObject() per nested
+ * object cost ~35 instructions per byte of it (PROFILE.md, seventh round).
+ */
+bool readPlainObject(std::string_view value_text, int depth, const std::string_view* keys,
+                     size_t key_count, std::optional<uint64_t>* counts);
+
+/**
  * True when `text` is one JSON value (surrounding whitespace allowed) that
  * nlohmann::json parses without error, checked here without a library:
  * structure, string escapes (surrogate pairs included), UTF-8 as the library

@@ -1,6 +1,7 @@
 #include "proxy/request_id.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <random>
 
@@ -8,14 +9,25 @@ namespace sluice {
 
 namespace {
 
-constexpr char kHex[] = "0123456789abcdef";
+/** `x` as 8 lower-case hex digits, most significant first: all eight at once. */
+void writeHex32(char* out, uint32_t x) {
+  uint64_t n = x;
+  n = (n | (n << 16)) & 0x0000FFFF0000FFFFULL;  // 16-bit halves into 32-bit lanes
+  n = (n | (n << 8)) & 0x00FF00FF00FF00FFULL;   // bytes into 16-bit lanes
+  n = (n | (n << 4)) & 0x0F0F0F0F0F0F0F0FULL;   // nibble k in byte k
+  // '0' + d, and 'a' - '0' - 10 more where d > 9 (d + 6 carries into bit 4).
+  const uint64_t letters = ((n + 0x0606060606060606ULL) >> 4) & 0x0101010101010101ULL;
+  n += 0x3030303030303030ULL + letters * ('a' - '0' - 10);
+  // The most significant nibble goes first: byte 7 to the lowest address.
+  n = __builtin_bswap64(n);
+  if constexpr (std::endian::native == std::endian::big) n = __builtin_bswap64(n);
+  std::memcpy(out, &n, sizeof n);
+}
 
 /** `v` as 16 lower-case hex digits, most significant first. */
 void writeHex(char* out, uint64_t v) {
-  for (int i = 15; i >= 0; --i) {
-    out[i] = kHex[v & 0xF];
-    v >>= 4;
-  }
+  writeHex32(out, static_cast<uint32_t>(v >> 32));
+  writeHex32(out + 8, static_cast<uint32_t>(v));
 }
 
 bool isLowerHex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
@@ -124,7 +136,12 @@ RequestIdentity establishIdentity(HeaderMap& headers, IdGenerator& ids) {
   } else {
     identity.request_id = ids.uuid();
     identity.request_id_generated = true;
-    headers.set("x-request-id", identity.request_id);
+    // set() when one is there to replace; add() when none is (set()'s search would find nothing).
+    if (present) {
+      headers.set("x-request-id", identity.request_id);
+    } else {
+      headers.add("x-request-id", identity.request_id);
+    }
   }
 
   const std::string_view traceparent = singleValue(headers, "traceparent", present);
@@ -141,8 +158,12 @@ RequestIdentity establishIdentity(HeaderMap& headers, IdGenerator& ids) {
     std::memcpy(tp + 52, "-01", 3);
     identity.trace_id.assign(tp + 3, 32);
     identity.trace_started = true;
-    if (present) headers.remove("tracestate");  // it described the trace we could not read
-    headers.set("traceparent", std::string_view(tp, sizeof(tp)));
+    if (present) {
+      headers.remove("tracestate");  // it described the trace we could not read
+      headers.set("traceparent", std::string_view(tp, sizeof(tp)));
+    } else {
+      headers.add("traceparent", std::string_view(tp, sizeof(tp)));
+    }
   }
   return identity;
 }

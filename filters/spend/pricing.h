@@ -62,7 +62,15 @@ class PriceTable {
   const std::vector<ModelPrice>& entries() const { return entries_; }
 
  private:
+  /** How an entry's glob is matched: most are a name or a name and a '*'. */
+  enum class GlobKind : uint8_t {
+    Literal,  // no '*', '?', '[' or '\\': equality
+    Prefix,   // such a name and one trailing '*': a prefix
+    Glob,     // anything else: fnmatch(3)
+  };
+
   std::vector<ModelPrice> entries_;
+  std::vector<GlobKind> kinds_;  // one per entry
   ModelPrice other_;
 };
 

@@ -24,12 +24,15 @@ bool endsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-std::string lowerAscii(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+// `s` equals the lower-case `lower` when its ASCII letters are lower-cased
+// (no copy: a Content-Type longer than 15 bytes cost an allocation per answer).
+bool equalsLowerAscii(std::string_view s, std::string_view lower) {
+  if (s.size() != lower.size()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != lower[i]) return false;
   }
-  return out;
+  return true;
 }
 
 // Never throws: a parse error yields a discarded value.
@@ -109,23 +112,11 @@ std::optional<UsageCounts> readUsageText(std::string_view text) {
       "prompt_tokens",           "input_tokens",      "cache_creation_input_tokens",
       "cache_read_input_tokens", "completion_tokens", "output_tokens"};
   std::optional<uint64_t> values[std::size(kKeys)];
-  // One pass that both vouches for the object (isPlainObject(text, 3), member
-  // by member) and reads the counts; it was a pass for each (PROFILE.md,
-  // sixth round). A member that is not plain stops it: the DOM decides then.
-  bool plain = true;
-  const bool scanned = scanTopLevelMembers(text, [&](std::string_view key, std::string_view value) {
-    // The scan hands the key without its quotes; it is plain when the quoted form is.
-    const std::optional<uint64_t> number = plainUnsigned(value);
-    plain = plainString(std::string_view(key.data() - 1, key.size() + 2)).has_value() &&
-            (number || plainString(value) || value == "true" || value == "false" ||
-             value == "null" || isPlainObject(value, 2));
-    if (!plain) return false;
-    for (size_t i = 0; i < std::size(kKeys); ++i) {
-      if (key == kKeys[i]) values[i] = number;  // the last occurrence wins
-    }
-    return true;
-  });
-  if (!scanned || !plain) {
+  // One pass that both vouches for the object (isPlainObject(text, 3)) and
+  // reads the counts (readPlainObject(): no member scan, no second pass over
+  // the nested objects; PROFILE.md, seventh round). An object that is not
+  // plain goes to the DOM.
+  if (!readPlainObject(text, 3, kKeys, std::size(kKeys), values)) {
     const json usage = parseJson(text);
     if (!usage.is_object()) return std::nullopt;
     return readUsage(usage);
@@ -319,8 +310,13 @@ class ModelFinder final : public nlohmann::json_sax<json> {
 }  // namespace
 
 ApiKind apiKindForPath(std::string_view path) {
-  const size_t query = path.find_first_of("?#");
-  if (query != std::string_view::npos) path = path.substr(0, query);
+  // (A loop: find_first_of() looks each byte up in its set with a call.)
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '?' || path[i] == '#') {
+      path = path.substr(0, i);
+      break;
+    }
+  }
   while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
   if (endsWith(path, "/chat/completions")) return ApiKind::OpenAiChat;
   if (endsWith(path, "/responses")) return ApiKind::OpenAiResponses;
@@ -386,13 +382,14 @@ UsageMeter::UsageMeter(MeteredRequest request) : request_(std::move(request)) {}
 void UsageMeter::onResponseHeaders(int status, std::string_view content_type) {
   if (format_ != BodyFormat::Unknown) return;
   billable_ = status >= 200 && status < 300;
-  const std::string mime = lowerAscii(trimOws(content_type.substr(0, content_type.find(';'))));
+  const std::string_view mime = trimOws(content_type.substr(0, content_type.find(';')));
   if (!billable_) {
     format_ = BodyFormat::Other;
-  } else if (mime == "text/event-stream") {
+  } else if (equalsLowerAscii(mime, "text/event-stream")) {
     format_ = BodyFormat::Sse;
     sse_.emplace([this](const SseEvent& event) { onSseEvent(event); }, kMaxSseEventBytes);
-  } else if (mime == "application/json" || endsWith(mime, "+json")) {
+  } else if (equalsLowerAscii(mime, "application/json") ||
+             (mime.size() >= 5 && equalsLowerAscii(mime.substr(mime.size() - 5), "+json"))) {
     format_ = BodyFormat::Json;
   } else {
     format_ = BodyFormat::Other;
@@ -666,7 +663,10 @@ void UsageMeter::finishJson() {
              (counts = readUsageText(usage_text))) {
     // The provider reported usage: decode only it and the model; the
     // generated text is needed only for an estimate when usage is missing.
-    if (const auto model = readStringText(model_text)) noteResponseModel(*model);
+    // The answer's model is only ever used when the request named none (model()).
+    if (request_.model.empty()) {
+      if (const auto model = readStringText(model_text)) noteResponseModel(*model);
+    }
   } else {
     const json doc = parseJson(json_body_);
     if (doc.is_object()) {

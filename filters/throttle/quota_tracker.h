@@ -50,6 +50,7 @@
 // at its deadline) and polls. One mutex guards all state; Wakers are always
 // invoked after it is released.
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -57,6 +58,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -77,8 +79,18 @@ inline constexpr std::chrono::milliseconds kUnknownQuotaRetryAfter = std::chrono
  * The quota key for a request: "" for key kind None; for Header, the first 16
  * hex chars of the SHA-256 of the header's (first) value. Raw keys — API keys —
  * are never stored, logged or exposed. A missing header gives the key "-".
+ * Each thread keeps its last keys by a keyed MAC of the value (SipHash-128
+ * under a per-process random secret, never the value itself), so a repeated
+ * API key costs a MAC rather than a SHA-256.
  */
 std::string quotaKeyFor(const config::RateLimitConfig& config, const HeaderMap& request_headers);
+
+namespace detail {
+/** SipHash-2-4 with its 128-bit output (the quota key cache's MAC). */
+std::array<uint64_t, 2> sipHash128(const std::array<uint64_t, 2>& key, std::string_view data);
+/** The first 16 hex chars of SHA-256(value): quotaKeyFor()'s key, computed afresh. */
+std::string digestQuotaKey(std::string_view value);
+}  // namespace detail
 
 /**
  * Throttling state for one upstream, across all its quota keys. Thread-safe.

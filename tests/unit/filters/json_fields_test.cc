@@ -5,7 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <functional>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -94,6 +98,13 @@ TEST(JsonFieldsTest, PlainStringsNeedNoDecoding) {
                                 R"("open)", R"(x")", R"(")", "12", "null"}) {
     EXPECT_FALSE(plainString(not_plain)) << not_plain;
   }
+  // Every byte, alone and between others: plain exactly when printable ASCII
+  // other than '"' and '\\' (a table look-up since session 9).
+  for (int c = 0; c < 256; ++c) {
+    const bool plain = c >= 0x20 && c <= 0x7e && c != '"' && c != '\\';
+    const std::string text = "\"ab" + std::string(1, static_cast<char>(c)) + "cd\"";
+    EXPECT_EQ(plainString(text).has_value(), plain) << c;
+  }
 }
 
 TEST(JsonFieldsTest, PlainUnsignedIsDigitsOnly) {
@@ -117,6 +128,316 @@ TEST(JsonFieldsTest, PlainObjectsAreValidJsonOfPlainLeaves) {
        {R"({"a":1.5})", R"({"a":-1})", R"({"a":[1]})", R"({"a":012})", R"({"a":"\n"})",
         R"({"a":tru})", R"({"a":{"b":1]})", R"({"a\u0041":1})", R"({"a":1} x)", R"([1])"}) {
     EXPECT_FALSE(isPlainObject(not_plain, 3)) << not_plain;
+  }
+}
+
+// ---- the member scan against session 8's ------------------------------------
+
+// scanTopLevelMembers() as it was before session 9 (a memchr per string, a
+// byte-by-byte container walk): the reference for the faster walk.
+namespace reference {
+
+constexpr size_t npos = std::string_view::npos;
+
+bool isWs(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+size_t skipWs(std::string_view s, size_t i) {
+  while (i < s.size() && isWs(s[i])) ++i;
+  return i;
+}
+
+size_t endOfString(std::string_view s, size_t i) {
+  size_t j = i + 1;
+  while (j < s.size()) {
+    const void* q = std::memchr(s.data() + j, '"', s.size() - j);
+    if (q == nullptr) return npos;
+    const size_t p = static_cast<size_t>(static_cast<const char*>(q) - s.data());
+    size_t backslashes = 0;
+    while (p - backslashes > i + 1 && s[p - backslashes - 1] == '\\') ++backslashes;
+    if (backslashes % 2 == 0) return p + 1;
+    j = p + 1;
+  }
+  return npos;
+}
+
+size_t endOfValue(std::string_view s, size_t i) {
+  if (i >= s.size()) return npos;
+  const char c = s[i];
+  if (c == '"') return endOfString(s, i);
+  if (c == '{' || c == '[') {
+    size_t depth = 0;
+    for (size_t j = i; j < s.size();) {
+      const char d = s[j];
+      if (d == '"') {
+        j = endOfString(s, j);
+        if (j == npos) return npos;
+        continue;
+      }
+      if (d == '{' || d == '[') {
+        ++depth;
+      } else if (d == '}' || d == ']') {
+        if (--depth == 0) return j + 1;
+      }
+      ++j;
+    }
+    return npos;
+  }
+  size_t j = i;
+  while (j < s.size() && !isWs(s[j]) && s[j] != ',' && s[j] != '}' && s[j] != ']') ++j;
+  return j == i ? npos : j;
+}
+
+bool memberKey(std::string_view s, size_t& i, std::string_view& key) {
+  if (i >= s.size() || s[i] != '"') return false;
+  size_t key_end = i + 1;
+  while (key_end < s.size() && s[key_end] != '"' && s[key_end] != '\\') ++key_end;
+  if (key_end >= s.size() || s[key_end] == '\\') return false;
+  key = s.substr(i + 1, key_end - i - 1);
+  i = skipWs(s, key_end + 1);
+  if (i >= s.size() || s[i] != ':') return false;
+  i = skipWs(s, i + 1);
+  return true;
+}
+
+bool scan(std::string_view s, Members* out) {
+  size_t i = skipWs(s, 0);
+  if (i >= s.size() || s[i] != '{') return false;
+  i = skipWs(s, i + 1);
+  if (i < s.size() && s[i] == '}') return skipWs(s, i + 1) == s.size();
+  std::string_view key;
+  if (!memberKey(s, i, key)) return false;
+  for (;;) {
+    const size_t end = endOfValue(s, i);
+    if (end == npos) return false;
+    out->emplace_back(std::string(key), std::string(s.substr(i, end - i)));
+    i = skipWs(s, end);
+    if (i >= s.size()) return false;
+    if (s[i] == '}') return skipWs(s, i + 1) == s.size();
+    if (s[i] != ',') return false;
+    i = skipWs(s, i + 1);
+    if (!memberKey(s, i, key)) return false;
+  }
+}
+
+}  // namespace reference
+
+// Random objects whose strings are short and long, with escaped quotes and
+// backslash runs anywhere (around the short-string bound especially), nested
+// in arrays and objects, then damaged: the same members, or the same refusal.
+TEST(JsonFieldsTest, MemberScanMatchesSessionEightsOnRandomObjects) {
+  static const std::string kPieces[] = {"a", "x", " ", "\\\"", "\\\\", "\\",       "\"",     "{",
+                                        "}", "[", "]", ",",    ":",    "\xc3\xa9", "\\u0041"};
+  static const std::string kDamage = "{}[],:\"\\ x0";
+  std::mt19937 rng(909);
+  const auto stringValue = [&] {
+    std::string out = "\"";
+    const size_t n = rng() % 40;
+    for (size_t i = 0; i < n; ++i) {
+      const std::string& piece = kPieces[rng() % std::size(kPieces)];
+      // Mostly valid string content: an unescaped quote or lone backslash now and then.
+      if ((piece == "\"" || piece == "\\") && rng() % 4 != 0) continue;
+      out += piece;
+    }
+    return out + "\"";
+  };
+  std::function<std::string(int)> value = [&](int depth) -> std::string {
+    switch (depth > 0 ? rng() % 5 : rng() % 3) {
+      case 0:
+        return stringValue();
+      case 1:
+        return std::to_string(rng() % 1000);
+      case 2:
+        return rng() % 2 ? "true" : "null";
+      case 3: {
+        std::string out = "[";
+        for (size_t i = 0, n = rng() % 4; i < n; ++i) out += (i ? "," : "") + value(depth - 1);
+        return out + "]";
+      }
+      default: {
+        std::string out = "{";
+        for (size_t i = 0, n = rng() % 4; i < n; ++i) {
+          out += (i ? "," : "") + stringValue() + ":" + value(depth - 1);
+        }
+        return out + "}";
+      }
+    }
+  };
+  for (int round = 0; round < 20000; ++round) {
+    std::string text = "{";
+    for (size_t m = 0, n = rng() % 5; m < n; ++m) {
+      text += (m ? (rng() % 8 == 0 ? " , " : ",") : "") + stringValue() + ":" + value(3);
+    }
+    text += "}";
+    if (rng() % 3 == 0) {
+      const size_t at = rng() % text.size();
+      switch (rng() % 3) {
+        case 0:
+          text[at] = kDamage[rng() % kDamage.size()];
+          break;
+        case 1:
+          text.erase(at, 1);
+          break;
+        default:
+          text.insert(at, 1, text[at]);
+      }
+    }
+    Members expected, got;
+    const bool expected_ok = reference::scan(text, &expected);
+    ASSERT_EQ(scan(text, &got), expected_ok) << text;
+    if (expected_ok) {
+      ASSERT_EQ(got, expected) << text;
+    }
+  }
+}
+
+// ---- readPlainObject ----------------------------------------------------------
+
+// What readPlainObject() replaces: isPlainObject()'s member scan, with the
+// counts read as the scan passes the top-level members (the last one wins).
+bool twoPassPlainCounts(std::string_view text, int depth, const std::vector<std::string_view>& keys,
+                        std::vector<std::optional<uint64_t>>& counts) {
+  if (!isPlainObject(text, depth)) return false;
+  return scanTopLevelMembers(text, [&](std::string_view key, std::string_view value) {
+    for (size_t k = 0; k < keys.size(); ++k) {
+      if (key == keys[k]) counts[k] = plainUnsigned(value);
+    }
+    return true;
+  });
+}
+
+void expectSamePlainRead(std::string_view text, int depth) {
+  static const std::vector<std::string_view> kKeys = {"prompt_tokens", "completion_tokens", "a",
+                                                      ""};
+  std::vector<std::optional<uint64_t>> expected(kKeys.size(), 77u);
+  std::vector<std::optional<uint64_t>> got(kKeys.size(), 77u);
+  const bool plain = twoPassPlainCounts(text, depth, kKeys, expected);
+  EXPECT_EQ(readPlainObject(text, depth, kKeys.data(), kKeys.size(), got.data()), plain)
+      << text << " depth " << depth;
+  EXPECT_EQ(isPlainObject(text, depth), plain) << text;
+  if (plain) {
+    EXPECT_EQ(got, expected) << text;
+  }
+}
+
+TEST(ReadPlainObjectTest, ReadsTheCountsAPlainUsageHolds) {
+  static const std::string_view kKeys[] = {"prompt_tokens", "completion_tokens", "x"};
+  std::optional<uint64_t> counts[3];
+  ASSERT_TRUE(
+      readPlainObject(R"({"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,)"
+                      R"("prompt_tokens_details":{"cached_tokens":0,"prompt_tokens":5},"x":"s"})",
+                      3, kKeys, 3, counts));
+  EXPECT_EQ(counts[0], 19u);  // the nested prompt_tokens is not a top-level member
+  EXPECT_EQ(counts[1], 10u);
+  EXPECT_EQ(counts[2], std::nullopt);  // a string, not a count
+  for (const char* edge : {"{}",
+                           "{ }",
+                           "{} ",
+                           "{}x",
+                           " {}",
+                           R"({"a":0})",
+                           R"({"a":00})",
+                           R"({"a":0 })",
+                           R"({"a":18446744073709551615})",
+                           R"({"a":18446744073709551616})",
+                           R"({"a":99999999999999999999999})",
+                           R"({"a":1,"a":"x"})",
+                           R"({"a":"x","a":2})",
+                           R"({"a":true})",
+                           R"({"a":truex})",
+                           R"({"a":true]})",
+                           R"({"a":nul})",
+                           R"({"a":null,})",
+                           R"({"a":1]})",
+                           R"({"a":1)",
+                           R"({"a":"\u0041"})",
+                           "{\"a\":\"\x7f\"}",
+                           "{\"\x7f\":1}",
+                           "{\"a\":\"\x1f\"}",
+                           "{\"\xc3\xa9\":1}",
+                           R"({"":3})",
+                           R"({"a":{"b":{"c":{}}}})",
+                           R"({"a":{"b":[]}})",
+                           R"({"a":"}"})",
+                           R"({"a":1}})",
+                           R"({"a" : 1 , "b" : { } })",
+                           "{\n\"a\"\t:\r1}",
+                           R"({"a":-1})",
+                           R"({"a":+1})",
+                           R"({"a":1.0})",
+                           R"({"a":1e2})",
+                           R"({"a":1"})",
+                           R"({"a",1})",
+                           R"({a:1})",
+                           R"({"a":})",
+                           "{\"a\":1,}",
+                           "{\"a"}) {
+    for (int depth = 0; depth <= 4; ++depth) expectSamePlainRead(edge, depth);
+  }
+}
+
+// Random objects of plain and not-quite-plain pieces, nested, then damaged:
+// the one pass says what isPlainObject() says and reads what the scan reads.
+TEST(ReadPlainObjectTest, MatchesTheMemberScanOnRandomObjects) {
+  static const std::vector<std::string> kKeys = {"prompt_tokens", "completion_tokens",  "a", "",
+                                                 "b c",           "pr\\u006fmpt_tokens"};
+  static const std::vector<std::string> kValues = {"0",
+                                                   "7",
+                                                   "19",
+                                                   "18446744073709551615",
+                                                   "18446744073709551616",
+                                                   "007",
+                                                   "-3",
+                                                   "1.5",
+                                                   "2e3",
+                                                   "true",
+                                                   "false",
+                                                   "null",
+                                                   "nul",
+                                                   "\"x\"",
+                                                   "\"\"",
+                                                   "\"a\\\"b\"",
+                                                   "\"\xc3\xa9\"",
+                                                   "[]",
+                                                   "[1,2]",
+                                                   "\"{\"",
+                                                   "\"}\"",
+                                                   "\"\x7f\""};
+  static const std::string kDamage = "{}[],:\"\\ x0\t\x7f";
+  std::mt19937 rng(1801);
+  std::function<std::string(int)> object = [&](int depth) {
+    std::string text = "{";
+    if (rng() % 6 == 0) text += " ";
+    const size_t members = rng() % 5;
+    for (size_t m = 0; m < members; ++m) {
+      if (m > 0) text += rng() % 8 == 0 ? " , " : ",";
+      text += "\"" + kKeys[rng() % kKeys.size()] + "\"" + (rng() % 8 == 0 ? " : " : ":");
+      if (depth > 0 && rng() % 4 == 0) {
+        text += object(depth - 1);
+      } else {
+        text += kValues[rng() % kValues.size()];
+      }
+    }
+    text += "}";
+    return text;
+  };
+  for (int round = 0; round < 30000; ++round) {
+    std::string text = object(static_cast<int>(rng() % 4));
+    if (rng() % 3 == 0) {
+      const size_t at = rng() % text.size();
+      switch (rng() % 3) {
+        case 0:
+          text[at] = kDamage[rng() % kDamage.size()];
+          break;
+        case 1:
+          text.erase(at, 1);
+          break;
+        default:
+          text.insert(at, 1, text[at]);
+      }
+    }
+    if (text.empty()) continue;
+    expectSamePlainRead(text, static_cast<int>(rng() % 4) + 1);
+    if (HasFailure()) return;
   }
 }
 

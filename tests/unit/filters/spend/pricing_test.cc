@@ -1,7 +1,10 @@
 #include "filters/spend/pricing.h"
 
+#include <fnmatch.h>
 #include <gtest/gtest.h>
 
+#include <iterator>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -49,6 +52,50 @@ INSTANTIATE_TEST_SUITE_P(
                       MatchCase{"openai/gpt-oss-120b", "*gpt-oss*", 1.00, 1.00},  // `*` spans '/'
                       MatchCase{"GPT-4o", "other", 0, 0},  // case-sensitive, like the provider ids
                       MatchCase{"llama-3.1-70b", "other", 0, 0}, MatchCase{"", "other", 0, 0}));
+
+// Since session 9 a glob that is a name, or a name and one trailing '*', is
+// compared instead of fnmatch()ed: on random globs and models (meta
+// characters, '/', '.', NUL, non-ASCII bytes) the table picks what the first
+// fnmatch() match picks.
+TEST(PriceTableTest, ComparedGlobsMatchWhatFnmatchMatches) {
+  static const std::string kPieces[] = {"gpt",      "-4o",  "mini", "*", "?", "[ab]",
+                                        "\\*",      ".",    "/",    "a", "b", std::string(1, '\0'),
+                                        "\xc3\xa9", "\xff", "]",    "-"};
+  std::mt19937 rng(2026);
+  const auto text = [&](size_t max_pieces) {
+    std::string out;
+    const size_t n = rng() % (max_pieces + 1);
+    for (size_t i = 0; i < n; ++i) out += kPieces[rng() % std::size(kPieces)];
+    return out;
+  };
+  for (int round = 0; round < 3000; ++round) {
+    std::vector<config::PriceConfig> pricing;
+    const size_t globs = 1 + rng() % 4;
+    for (size_t g = 0; g < globs; ++g) {
+      std::string glob = text(3);
+      if (rng() % 2 == 0) glob += "*";  // the prefix form, often
+      pricing.push_back({glob, static_cast<double>(g + 1), 0});
+    }
+    const PriceTable table(pricing);
+    for (int m = 0; m < 10; ++m) {
+      std::string model = text(4);
+      // Often a model that starts with (or is) a glob's text.
+      if (rng() % 2 == 0) {
+        const std::string& glob = pricing[rng() % pricing.size()].model_glob;
+        model = glob.substr(0, glob.size() - (glob.ends_with("*") ? 1 : 0)) +
+                (rng() % 2 == 0 ? text(2) : "");
+      }
+      std::string expected(PriceTable::kOtherLabel);
+      for (const auto& p : pricing) {
+        if (fnmatch(p.model_glob.c_str(), model.c_str(), 0) == 0) {
+          expected = p.model_glob;
+          break;
+        }
+      }
+      ASSERT_EQ(table.match(model).label, expected) << "model " << model;
+    }
+  }
+}
 
 TEST(PriceTableTest, EmptyTableAndCatchAll) {
   const PriceTable empty;

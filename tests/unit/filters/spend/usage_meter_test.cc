@@ -72,7 +72,41 @@ INSTANTIATE_TEST_SUITE_P(
                       PathCase{"/v1/threads/thread_abc/messages", ApiKind::Generic},
                       PathCase{"/v1/embeddings", ApiKind::Generic},
                       PathCase{"/v1/completions", ApiKind::Generic},
-                      PathCase{"/", ApiKind::Generic}, PathCase{"", ApiKind::Generic}));
+                      PathCase{"/", ApiKind::Generic}, PathCase{"", ApiKind::Generic},
+                      PathCase{"/v1/messages#frag", ApiKind::AnthropicMessages},
+                      PathCase{"/v1/chat/completions#a?b", ApiKind::OpenAiChat},
+                      PathCase{"/v1/responses/?x#y", ApiKind::OpenAiResponses},
+                      PathCase{"?/v1/messages", ApiKind::Generic}));
+
+// The Content-Type is compared without case and without copying it lower-cased
+// (since session 9): what is read as JSON, as SSE, and as neither.
+TEST(UsageMeterTest, ContentTypesAreReadWithoutCase) {
+  const std::string body = R"({"usage":{"prompt_tokens":3,"completion_tokens":4}})";
+  for (const auto& [type, json] :
+       std::vector<std::pair<std::string, bool>>{{"application/json", true},
+                                                 {"APPLICATION/JSON", true},
+                                                 {" Application/Json ; charset=utf-8", true},
+                                                 {"application/vnd.api+JSON", true},
+                                                 {"+json", true},
+                                                 {"application/jsonx", false},
+                                                 {"application/json5", false},
+                                                 {"json", false},
+                                                 {"text/plain", false},
+                                                 {"", false}}) {
+    UsageMeter meter(ApiKind::OpenAiChat, "{}");
+    meter.onResponseHeaders(200, type);
+    meter.onResponseData(body);
+    meter.onResponseEnd();
+    EXPECT_EQ(meter.outputReported(), json) << type;
+  }
+  for (const char* type : {"text/event-stream", "Text/Event-Stream; charset=utf-8"}) {
+    UsageMeter meter(ApiKind::OpenAiChat, "{}");
+    meter.onResponseHeaders(200, type);
+    meter.onResponseData("data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n");
+    meter.onResponseEnd();
+    EXPECT_EQ(meter.deltasSeen(), 1u) << type;
+  }
+}
 
 struct RequestCase {
   const char* name;

@@ -1,8 +1,11 @@
 #include "filters/throttle/quota_tracker.h"
 
 #include <gtest/gtest.h>
+#include <openssl/core_names.h>
 #include <openssl/evp.h>
+#include <openssl/params.h>
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -120,6 +123,81 @@ TEST(QuotaKeyTest, AReusedDigestContextGivesTheOneShotDigest) {
   };
   std::thread other(run, 2);
   run(1);
+  other.join();
+}
+
+// The cache's MAC: SipHash-2-4-128, the reference vectors (key 00..0f,
+// message 00..len-1), and OpenSSL's SIPHASH on every length up to 64 bytes.
+TEST(QuotaKeyTest, SipHash128MatchesTheReferenceAndOpenSsl) {
+  const std::array<uint64_t, 2> key = {0x0706050403020100ULL, 0x0f0e0d0c0b0a0908ULL};
+  const auto bytes = [](const std::array<uint64_t, 2>& mac) {
+    std::vector<unsigned char> out;
+    for (const uint64_t word : mac) {
+      for (int b = 0; b < 8; ++b) out.push_back(static_cast<unsigned char>(word >> (8 * b)));
+    }
+    return out;
+  };
+  const std::vector<std::vector<unsigned char>> reference = {
+      {0xa3, 0x81, 0x7f, 0x04, 0xba, 0x25, 0xa8, 0xe6, 0x6d, 0xf6, 0x72, 0x14, 0xc7, 0x55, 0x02,
+       0x93},
+      {0xda, 0x87, 0xc1, 0xd8, 0x6b, 0x99, 0xaf, 0x44, 0x34, 0x76, 0x59, 0x11, 0x9b, 0x22, 0xfc,
+       0x45},
+      {0x81, 0x77, 0x22, 0x8d, 0xa4, 0xa4, 0x5d, 0xc7, 0xfc, 0xa3, 0x8b, 0xde, 0xf6, 0x0a, 0xff,
+       0xe4}};
+  std::string message;
+  for (size_t len = 0; len < reference.size(); ++len) {
+    EXPECT_EQ(bytes(detail::sipHash128(key, message)), reference[len]) << len;
+    message.push_back(static_cast<char>(len));
+  }
+
+  EVP_MAC* mac = EVP_MAC_fetch(nullptr, "SIPHASH", nullptr);
+  ASSERT_NE(mac, nullptr);
+  std::mt19937 rng(9);
+  for (size_t len = 0; len <= 64; ++len) {
+    std::array<uint64_t, 2> k = {(uint64_t{rng()} << 32) | rng(), (uint64_t{rng()} << 32) | rng()};
+    std::string data(len, '\0');
+    for (char& c : data) c = static_cast<char>(rng());
+    unsigned char raw_key[16];
+    for (int b = 0; b < 16; ++b) raw_key[b] = static_cast<unsigned char>(k[b / 8] >> (8 * (b % 8)));
+    size_t size = 16;
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_size_t("size", &size), OSSL_PARAM_construct_end()};
+    EVP_MAC_CTX* ctx = EVP_MAC_CTX_new(mac);
+    ASSERT_NE(ctx, nullptr);
+    ASSERT_EQ(EVP_MAC_init(ctx, raw_key, sizeof raw_key, params), 1);
+    ASSERT_EQ(EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(data.data()), len), 1);
+    std::vector<unsigned char> expected(16);
+    size_t out_len = 0;
+    ASSERT_EQ(EVP_MAC_final(ctx, expected.data(), &out_len, expected.size()), 1);
+    EVP_MAC_CTX_free(ctx);
+    EXPECT_EQ(out_len, 16u);
+    EXPECT_EQ(bytes(detail::sipHash128(k, data)), expected) << len;
+  }
+  EVP_MAC_free(mac);
+}
+
+// Since session 9 each thread keeps its recent keys by a MAC of the value:
+// values that repeat (hits), that clash in a slot and that are new must all
+// get the SHA-256 key made afresh, on two threads at once.
+TEST(QuotaKeyTest, CachedKeysAreTheDigestsKeys) {
+  const auto run = [](unsigned seed) {
+    config::RateLimitConfig config;
+    std::mt19937 rng(seed);
+    std::vector<std::string> values;
+    for (int i = 0; i < 300; ++i) {
+      std::string value(rng() % 80, 'x');
+      for (char& c : value) c = static_cast<char>(' ' + rng() % 95);
+      values.push_back(value);
+    }
+    for (int i = 0; i < 5000; ++i) {
+      // Mostly a few hot keys, sometimes any of 300 (more than the slots).
+      const std::string& value = values[rng() % 4 == 0 ? rng() % values.size() : rng() % 5];
+      HeaderMap headers;
+      headers.add("authorization", value);
+      ASSERT_EQ(quotaKeyFor(config, headers), detail::digestQuotaKey(value)) << value;
+    }
+  };
+  std::thread other(run, 4);
+  run(3);
   other.join();
 }
 

@@ -43,6 +43,16 @@ TEST(TokenNeedTest, NestedOrNonNumericCapIsIgnored) {
   EXPECT_EQ(estimateTokenNeed(text), inputOnly(text));
 }
 
+// Since session 9 the fast path looks for "max_" (every cap's prefix): a body
+// with that prefix but no cap is scanned, and gives the input estimate; caps
+// after such a prefix are still read.
+TEST(TokenNeedTest, ACapPrefixWithoutACapIsTheInputEstimate) {
+  const std::string prefix_only = R"({"max_temperature":1,"messages":["max_"]})";
+  EXPECT_EQ(estimateTokenNeed(prefix_only), inputOnly(prefix_only));
+  const std::string both = R"({"max_temperature":1,"max_output_tokens":12})";
+  EXPECT_EQ(estimateTokenNeed(both), inputOnly(both) + 12);
+}
+
 TEST(TokenNeedTest, NotJsonIsTheInputEstimate) {
   EXPECT_EQ(estimateTokenNeed("max_tokens=5"), inputOnly("max_tokens=5"));
   EXPECT_EQ(estimateTokenNeed(""), 0u);
