@@ -45,7 +45,9 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
                                      &host.dispatcher().writeFlusher())),
       peer_address_(std::move(peer_address)),
       read_timer_(host.dispatcher().base(), [this] { onReadTimer(); }),
-      send_watch_(host.dispatcher(), limits.send_timeout, [this] { onSendStalled(); }) {
+      send_watch_(
+          host.dispatcher(), limits.send_timeout, [this] { onSendStalled(); },
+          static_cast<SendStallWatch::Alarm&>(*this)) {
   client_info_.address = peer_address_;
   client_info_.tls = tls;
 
@@ -843,7 +845,11 @@ void Http1ServerConnection::armReadTimer(MonotonicTime deadline) {
 
 void Http1ServerConnection::onReadTimer() {
   read_timer_at_ = MonotonicTime::max();  // fired: nothing armed now
-  if (closed_ || closing_ || read_phase_ == ReadPhase::Busy) return;
+  if (closed_) return;
+  // The send-stall watch shares this timer: it re-asks for its own deadline
+  // (any phase, closing too), or closes the connection.
+  if (send_watch_.onAlarm()) return;  // stalled: closed
+  if (closing_ || read_phase_ == ReadPhase::Busy) return;
   // The body deadline slides with every byte; onBody only notes the time, so
   // an early wake re-arms for what is left instead of re-arming per read.
   if (read_phase_ == ReadPhase::Body) {

@@ -25,7 +25,9 @@
 //   response:       none here — the Exchange's budget and timers own it.
 // One write deadline: send_timeout (SendStallWatch) closes a connection whose
 // output has been pending without a byte accepted for that long, whatever the
-// phase, and cancels its Exchange with `client_stalled`.
+// phase, and cancels its Exchange with `client_stalled`. The watch shares the
+// read timer (its Alarm): the timer is armed for the earlier of the two
+// deadlines, and each firing asks the watch first, then the read phase.
 //
 // The connection either owns a fresh socket or adopts a bufferevent from the
 // ProtocolDetector (plain listeners sniff for the HTTP/2 preface first; TLS
@@ -73,7 +75,8 @@ struct Http1Limits {
 
 class Http1ServerConnection final : public DownstreamConnection,
                                     public DownstreamStream,
-                                    private SocketIoCallbacks {
+                                    private SocketIoCallbacks,
+                                    private SendStallWatch::Alarm {
  public:
   /** Serves a freshly accepted plain-text socket. */
   Http1ServerConnection(DownstreamConnectionHost& host, evutil_socket_t fd,
@@ -187,6 +190,7 @@ class Http1ServerConnection final : public DownstreamConnection,
   void onReadTimer();
   /** send_timeout: the client stopped reading. */
   void onSendStalled();
+  void wakeBy(MonotonicTime at) override { armReadTimer(at); }  // the send-stall watch's
 
   // llhttp callbacks (one settings object for every connection).
   static const llhttp_settings_s& parserSettings();
