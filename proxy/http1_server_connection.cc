@@ -45,9 +45,8 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
                                      &host.dispatcher().writeFlusher())),
       peer_address_(std::move(peer_address)),
       read_timer_(host.dispatcher().base(), [this] { onReadTimer(); }),
-      send_watch_(
-          host.dispatcher(), limits.send_timeout, [this] { onSendStalled(); },
-          static_cast<SendStallWatch::Alarm&>(*this)) {
+      send_watch_(host.dispatcher(), limits.send_timeout,
+                  static_cast<SendStallWatch::Alarm&>(*this)) {
   client_info_.address = peer_address_;
   client_info_.tls = tls;
 

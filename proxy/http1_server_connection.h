@@ -189,8 +189,9 @@ class Http1ServerConnection final : public DownstreamConnection,
   void armReadTimer(MonotonicTime deadline);
   void onReadTimer();
   /** send_timeout: the client stopped reading. */
-  void onSendStalled();
-  void wakeBy(MonotonicTime at) override { armReadTimer(at); }  // the send-stall watch's
+  // The send-stall watch's Alarm: it shares the read timer.
+  void wakeBy(MonotonicTime at) override { armReadTimer(at); }
+  void onSendStalled() override;
 
   // llhttp callbacks (one settings object for every connection).
   static const llhttp_settings_s& parserSettings();

@@ -2,18 +2,34 @@
 
 namespace sluice {
 
-SendStallWatch::SendStallWatch(Dispatcher& dispatcher, std::chrono::milliseconds timeout,
-                               std::function<void()> on_stalled)
-    : dispatcher_(dispatcher), timeout_(timeout), on_stalled_(std::move(on_stalled)) {
-  timer_.emplace(dispatcher.base(), [this] { onWake(); });
-}
+/** A Timer of the watch's own (HTTP/2: its connection has no timer to share). */
+class SendStallWatch::OwnTimer final : public SendStallWatch::Alarm {
+ public:
+  OwnTimer(SendStallWatch& watch, std::function<void()> on_stalled)
+      : watch_(watch),
+        on_stalled_(std::move(on_stalled)),
+        timer_(watch.dispatcher_.base(), [this] { watch_.onAlarm(); }) {}
+
+  void wakeBy(MonotonicTime at) override { timer_.arm(at - watch_.dispatcher_.clock().now()); }
+  void onSendStalled() override { on_stalled_(); }
+  void disarm() { timer_.disarm(); }
+
+ private:
+  SendStallWatch& watch_;
+  std::function<void()> on_stalled_;
+  Timer timer_;
+};
 
 SendStallWatch::SendStallWatch(Dispatcher& dispatcher, std::chrono::milliseconds timeout,
-                               std::function<void()> on_stalled, Alarm& alarm)
+                               std::function<void()> on_stalled)
     : dispatcher_(dispatcher),
       timeout_(timeout),
-      on_stalled_(std::move(on_stalled)),
-      alarm_(&alarm) {}
+      own_(std::make_unique<OwnTimer>(*this, std::move(on_stalled))),
+      alarm_(own_.get()) {}
+
+SendStallWatch::SendStallWatch(Dispatcher& dispatcher, std::chrono::milliseconds timeout,
+                               Alarm& alarm)
+    : dispatcher_(dispatcher), timeout_(timeout), alarm_(&alarm) {}
 
 SendStallWatch::~SendStallWatch() { stop(); }
 
@@ -24,7 +40,8 @@ void SendStallWatch::watch(evbuffer* output) {
   entry_ = evbuffer_add_cb(output_, &SendStallWatch::onBufferCb, this);
   if (evbuffer_get_length(output_) > 0) {
     last_progress_ = dispatcher_.clock().now();
-    requestWake(timeout_, last_progress_);
+    wake_pending_ = true;
+    alarm_->wakeBy(last_progress_ + timeout_);
   }
 }
 
@@ -35,17 +52,8 @@ void SendStallWatch::stop() {
   }
   output_ = nullptr;
   wake_pending_ = false;
-  if (timer_) timer_->disarm();
-  // A shared alarm cannot be withdrawn: its next firing finds nothing watched.
-}
-
-void SendStallWatch::requestWake(std::chrono::nanoseconds d, MonotonicTime now) {
-  wake_pending_ = true;
-  if (timer_) {
-    timer_->arm(d);
-  } else {
-    alarm_->wakeBy(now + d);
-  }
+  // An owner's alarm is not withdrawn: its next firing finds nothing watched.
+  if (own_) own_->disarm();
 }
 
 void SendStallWatch::onBufferCb(evbuffer*, const evbuffer_cb_info* info, void* arg) {
@@ -56,23 +64,25 @@ void SendStallWatch::onBufferChanged(const evbuffer_cb_info& info) {
   // Drained to the socket: the client accepted bytes. Added to an empty
   // buffer: output is pending from now on.
   if (info.n_deleted > 0 || info.orig_size == 0) last_progress_ = dispatcher_.clock().now();
-  // A wake is pending while anything is; an empty buffer lets it lapse (onWake).
+  // A wake is pending while anything is; an empty buffer lets it lapse (onAlarm).
   if (evbuffer_get_length(output_) > 0 && !wake_pending_) {
-    requestWake(timeout_, alarm_ != nullptr ? dispatcher_.clock().now() : MonotonicTime{});
+    wake_pending_ = true;
+    alarm_->wakeBy(dispatcher_.clock().now() + timeout_);
   }
 }
 
-bool SendStallWatch::onWake() {
+bool SendStallWatch::onAlarm() {
   wake_pending_ = false;
   if (output_ == nullptr || evbuffer_get_length(output_) == 0) return false;  // nothing pending
   const MonotonicTime deadline = last_progress_ + timeout_;
-  const MonotonicTime now = dispatcher_.clock().now();
-  if (now < deadline) {
-    requestWake(deadline - now, now);
+  if (dispatcher_.clock().now() < deadline) {
+    wake_pending_ = true;
+    alarm_->wakeBy(deadline);
     return false;
   }
+  Alarm& alarm = *alarm_;
   stop();
-  on_stalled_();  // may delete the owner: nothing after this
+  alarm.onSendStalled();  // may delete the owner (and this): nothing after this
   return true;
 }
 

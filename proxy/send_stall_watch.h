@@ -21,7 +21,7 @@
 
 #include <chrono>
 #include <functional>
-#include <optional>
+#include <memory>
 
 #include "proxy/dispatcher.h"
 #include "proxy/event_util.h"
@@ -30,7 +30,7 @@ namespace sluice {
 
 class SendStallWatch {
  public:
-  /** The owner's timer, shared with the watch. */
+  /** The owner's timer, shared with the watch, and its reaction to a stall. */
   class Alarm {
    public:
     /**
@@ -39,17 +39,21 @@ class SendStallWatch {
      * onAlarm() until stop().
      */
     virtual void wakeBy(MonotonicTime at) = 0;
+    /** No byte accepted for the timeout: close (may delete the owner). */
+    virtual void onSendStalled() = 0;
 
    protected:
     ~Alarm() = default;
   };
 
-  /** `timeout` zero = off (watch() then does nothing). Wakes on a Timer of its own. */
+  /**
+   * `timeout` zero = off (watch() then does nothing). Wakes on a Timer of its
+   * own (allocated here), and calls `on_stalled` on a stall.
+   */
   SendStallWatch(Dispatcher& dispatcher, std::chrono::milliseconds timeout,
                  std::function<void()> on_stalled);
-  /** Likewise, waking through `alarm` (which outlives the watch's use of it). */
-  SendStallWatch(Dispatcher& dispatcher, std::chrono::milliseconds timeout,
-                 std::function<void()> on_stalled, Alarm& alarm);
+  /** Likewise, waking and reporting through `alarm` (which outlives the watch). */
+  SendStallWatch(Dispatcher& dispatcher, std::chrono::milliseconds timeout, Alarm& alarm);
   ~SendStallWatch();
   SendStallWatch(const SendStallWatch&) = delete;
   SendStallWatch& operator=(const SendStallWatch&) = delete;
@@ -59,27 +63,25 @@ class SendStallWatch {
   /** Stops for good: no callback after this. */
   void stop();
   /**
-   * The shared alarm fired (any reason). Calls on_stalled (which may delete
-   * the owner) and returns true if the client stalled; false otherwise.
+   * The alarm fired (any reason). Calls Alarm::onSendStalled (which may
+   * delete the owner) and returns true if the client stalled; false otherwise.
    */
-  bool onAlarm() { return onWake(); }
+  bool onAlarm();
 
  private:
+  class OwnTimer;  // the Alarm of the first constructor
+
   static void onBufferCb(evbuffer*, const evbuffer_cb_info* info, void* arg);
   void onBufferChanged(const evbuffer_cb_info& info);
-  /** Asks for a wake after `d` (own timer) or at now + d (alarm). */
-  void requestWake(std::chrono::nanoseconds d, MonotonicTime now);
-  bool onWake();
 
   Dispatcher& dispatcher_;
   const std::chrono::milliseconds timeout_;
-  std::function<void()> on_stalled_;
   evbuffer* output_ = nullptr;
   evbuffer_cb_entry* entry_ = nullptr;
-  Alarm* alarm_ = nullptr;         // the owner's timer, or
-  std::optional<Timer> timer_;     // one of the watch's own
-  bool wake_pending_ = false;      // a wake is armed or requested
+  std::unique_ptr<OwnTimer> own_;  // the first constructor's
+  Alarm* alarm_;                   // the owner's, or own_
   MonotonicTime last_progress_{};  // last byte accepted, or when output became pending
+  bool wake_pending_ = false;      // a wake is requested (the alarm fires by then)
 };
 
 }  // namespace sluice

@@ -22,7 +22,9 @@ using std::chrono::milliseconds;
 class RecordingAlarm : public SendStallWatch::Alarm {
  public:
   void wakeBy(MonotonicTime at) override { wakes.push_back(at); }
+  void onSendStalled() override { ++stalls; }
   std::vector<MonotonicTime> wakes;
+  int stalls = 0;
 };
 
 class SendStallWatchAlarmTest : public ::testing::Test {
@@ -30,8 +32,7 @@ class SendStallWatchAlarmTest : public ::testing::Test {
   SendStallWatchAlarmTest() : dispatcher_(clock_), output_(evbuffer_new()) {}
 
   void make(milliseconds timeout) {
-    watch_ = std::make_unique<SendStallWatch>(
-        dispatcher_, timeout, [this] { ++stalls_; }, alarm_);
+    watch_ = std::make_unique<SendStallWatch>(dispatcher_, timeout, alarm_);
     watch_->watch(output_.get());
   }
   void add(size_t n) {
@@ -46,7 +47,6 @@ class SendStallWatchAlarmTest : public ::testing::Test {
   EvBufferPtr output_;
   RecordingAlarm alarm_;
   std::unique_ptr<SendStallWatch> watch_;
-  int stalls_ = 0;
 };
 
 TEST_F(SendStallWatchAlarmTest, PendingOutputAsksOneWakeAtTheTimeout) {
@@ -60,7 +60,7 @@ TEST_F(SendStallWatchAlarmTest, PendingOutputAsksOneWakeAtTheTimeout) {
   add(10);  // more output while a wake is pending: no second request
   drain(5);
   EXPECT_EQ(alarm_.wakes.size(), 1u);
-  EXPECT_EQ(stalls_, 0);
+  EXPECT_EQ(alarm_.stalls, 0);
 }
 
 TEST_F(SendStallWatchAlarmTest, AnEarlyWakeAsksAgainForWhatIsLeft) {
@@ -77,7 +77,7 @@ TEST_F(SendStallWatchAlarmTest, AnEarlyWakeAsksAgainForWhatIsLeft) {
   EXPECT_FALSE(watch_->onAlarm());  // fired for another reason (a read deadline): asks again
   ASSERT_EQ(alarm_.wakes.size(), 3u);
   EXPECT_EQ(alarm_.wakes[2], woke + milliseconds(100));
-  EXPECT_EQ(stalls_, 0);
+  EXPECT_EQ(alarm_.stalls, 0);
 }
 
 TEST_F(SendStallWatchAlarmTest, ADrainedBufferLetsTheWaitLapse) {
@@ -87,7 +87,7 @@ TEST_F(SendStallWatchAlarmTest, ADrainedBufferLetsTheWaitLapse) {
   clock_.advance(milliseconds(400));
   EXPECT_FALSE(watch_->onAlarm());
   EXPECT_EQ(alarm_.wakes.size(), 1u);  // nothing asked for: nothing pending
-  EXPECT_EQ(stalls_, 0);
+  EXPECT_EQ(alarm_.stalls, 0);
   const MonotonicTime t1 = now();
   add(3);  // pending again: a new wait
   ASSERT_EQ(alarm_.wakes.size(), 2u);
@@ -99,10 +99,10 @@ TEST_F(SendStallWatchAlarmTest, NoByteAcceptedForTheTimeoutIsOneStall) {
   add(10);
   clock_.advance(milliseconds(299));
   EXPECT_FALSE(watch_->onAlarm());
-  EXPECT_EQ(stalls_, 0);
+  EXPECT_EQ(alarm_.stalls, 0);
   clock_.advance(milliseconds(1));
   EXPECT_TRUE(watch_->onAlarm());
-  EXPECT_EQ(stalls_, 1);
+  EXPECT_EQ(alarm_.stalls, 1);
   // Stopped by the stall: later firings and output do nothing.
   const size_t asked = alarm_.wakes.size();
   clock_.advance(milliseconds(1000));
@@ -110,7 +110,7 @@ TEST_F(SendStallWatchAlarmTest, NoByteAcceptedForTheTimeoutIsOneStall) {
   drain(10);
   add(10);
   EXPECT_EQ(alarm_.wakes.size(), asked);
-  EXPECT_EQ(stalls_, 1);
+  EXPECT_EQ(alarm_.stalls, 1);
 }
 
 TEST_F(SendStallWatchAlarmTest, StopAndZeroTimeoutWatchNothing) {
@@ -121,7 +121,7 @@ TEST_F(SendStallWatchAlarmTest, StopAndZeroTimeoutWatchNothing) {
   EXPECT_FALSE(watch_->onAlarm());
   add(10);
   EXPECT_EQ(alarm_.wakes.size(), 1u);
-  EXPECT_EQ(stalls_, 0);
+  EXPECT_EQ(alarm_.stalls, 0);
 
   watch_.reset();
   make(milliseconds(0));  // send_timeout off
@@ -129,7 +129,7 @@ TEST_F(SendStallWatchAlarmTest, StopAndZeroTimeoutWatchNothing) {
   clock_.advance(milliseconds(1000));
   EXPECT_FALSE(watch_->onAlarm());
   EXPECT_EQ(alarm_.wakes.size(), 1u);
-  EXPECT_EQ(stalls_, 0);
+  EXPECT_EQ(alarm_.stalls, 0);
 }
 
 TEST_F(SendStallWatchAlarmTest, OutputAlreadyPendingAtWatchAsksAtOnce) {
@@ -138,6 +138,36 @@ TEST_F(SendStallWatchAlarmTest, OutputAlreadyPendingAtWatchAsksAtOnce) {
   make(milliseconds(300));
   ASSERT_EQ(alarm_.wakes.size(), 1u);
   EXPECT_EQ(alarm_.wakes[0], t0 + milliseconds(300));
+}
+
+// The first constructor's own Timer (HTTP/2's), on real time: a stall is
+// reported once the timeout passed without progress; output drained in time
+// lets the wait lapse without one.
+TEST(SendStallWatchOwnTimerTest, ReportsAStallAfterTheTimeoutAndNotBefore) {
+  const RealClock& clock = RealClock::instance();
+  Dispatcher dispatcher(clock);
+  EvBufferPtr output(evbuffer_new());
+  int stalls = 0;
+  SendStallWatch watch(dispatcher, milliseconds(30), [&] { ++stalls; });
+  watch.watch(output.get());
+  const auto run_for = [&](milliseconds d) {
+    const MonotonicTime until = clock.now() + d;
+    while (clock.now() < until) event_base_loop(dispatcher.base(), EVLOOP_NONBLOCK);
+  };
+  evbuffer_add(output.get(), "abc", 3);
+  run_for(milliseconds(10));
+  evbuffer_drain(output.get(), 3);  // drained in time: no stall
+  run_for(milliseconds(80));
+  EXPECT_EQ(stalls, 0);
+  const MonotonicTime added = clock.now();
+  evbuffer_add(output.get(), "abc", 3);
+  while (stalls == 0 && clock.now() < added + std::chrono::seconds(5)) {
+    event_base_loop(dispatcher.base(), EVLOOP_ONCE);
+  }
+  EXPECT_EQ(stalls, 1);
+  EXPECT_GE(clock.now() - added, milliseconds(30));
+  run_for(milliseconds(50));
+  EXPECT_EQ(stalls, 1);  // stopped by the stall
 }
 
 }  // namespace
