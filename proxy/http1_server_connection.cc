@@ -219,7 +219,7 @@ bool Http1ServerConnection::countHeaderBytes(size_t len) {
 }
 
 int Http1ServerConnection::refuse(const ProblemKind& kind, std::string detail) {
-  refusal_ = makeProblem(kind, std::move(detail));
+  refusal_ = std::make_unique<Problem>(makeProblem(kind, std::move(detail)));
   return -1;
 }
 
