@@ -44,7 +44,8 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
                                      static_cast<SocketIoCallbacks&>(*this),
                                      &host.dispatcher().writeFlusher())),
       peer_address_(std::move(peer_address)),
-      read_timer_(host.dispatcher().base(), [this] { onReadTimer(); }),
+      read_timer_(
+          evtimer_new(host.dispatcher().base(), &Http1ServerConnection::onReadTimerCb, this)),
       send_watch_(host.dispatcher(), limits.send_timeout,
                   static_cast<SendStallWatch::Alarm&>(*this)) {
   client_info_.address = peer_address_;
@@ -839,7 +840,12 @@ void Http1ServerConnection::armReadTimer(MonotonicTime deadline) {
   // header_read_timeout instead of three times per request.
   if (deadline >= read_timer_at_) return;
   read_timer_at_ = deadline;
-  read_timer_.arm(deadline - host_.dispatcher().clock().now());
+  const timeval tv = toTimeval(deadline - host_.dispatcher().clock().now());
+  evtimer_add(read_timer_.get(), &tv);
+}
+
+void Http1ServerConnection::onReadTimerCb(evutil_socket_t, short, void* arg) {
+  static_cast<Http1ServerConnection*>(arg)->onReadTimer();
 }
 
 void Http1ServerConnection::onReadTimer() {
@@ -941,7 +947,7 @@ void Http1ServerConnection::closeWith(CancelReason reason) {
   if (io_) io_->stop();
   if (resume_event_) event_del(resume_event_.get());
   if (body_resume_event_) event_del(body_resume_event_.get());
-  read_timer_.disarm();
+  evtimer_del(read_timer_.get());
   send_watch_.stop();
   host_.connectionClosed(*this);
 }

@@ -174,7 +174,7 @@ class Http1ServerConnection final : public DownstreamConnection,
 
   // --- slow-client timeouts ---------------------------------------------------
   /** Which read deadline the timer enforces. */
-  enum class ReadPhase {
+  enum class ReadPhase : uint8_t {
     FirstHead,  // a new connection: header_read_timeout from accept
     Idle,       // keep-alive between requests: idle_timeout
     Head,       // the next request's head started: header_read_timeout from its first byte
@@ -189,6 +189,7 @@ class Http1ServerConnection final : public DownstreamConnection,
    */
   void armReadTimer(MonotonicTime deadline);
   void onReadTimer();
+  static void onReadTimerCb(evutil_socket_t, short, void* arg);
   /** send_timeout: the client stopped reading. */
   // The send-stall watch's Alarm: it shares the read timer.
   void wakeBy(MonotonicTime at) override { armReadTimer(at); }
@@ -290,14 +291,14 @@ class Http1ServerConnection final : public DownstreamConnection,
     bool cut_extension_ = false;  // Extension: the bytes are cut out (';' or whitespace began it)
   };
   ChunkScanner chunk_scanner_;
-  bool chunked_request_ = false;  // the current request's body is chunked
 
-  Timer read_timer_;
+  // The read timer (onReadTimerCb), a bare event: the connection keeps when
+  // it fires (read_timer_at_) itself, and a Timer's std::function would add
+  // 40 bytes to every held connection.
+  EventPtr read_timer_;
   MonotonicTime read_timer_at_ = MonotonicTime::max();  // when it fires; max = not armed
-  ReadPhase read_phase_ = ReadPhase::FirstHead;
   MonotonicTime read_deadline_ = MonotonicTime::max();  // of the current phase
   MonotonicTime last_body_byte_{};
-  bool head_bytes_seen_ = false;  // FirstHead: some request byte arrived
   SendStallWatch send_watch_;
 
   Exchange* exchange_ = nullptr;
@@ -317,6 +318,10 @@ class Http1ServerConnection final : public DownstreamConnection,
   // resume_event_ was made to parse the bytes the protocol detector read:
   // freed as it runs (a held stream keeps no event it may never use again).
   bool free_resume_event_ = false;
+  // Small fields together, in the padding the bools above leave.
+  ReadPhase read_phase_ = ReadPhase::FirstHead;
+  bool chunked_request_ = false;  // the current request's body is chunked
+  bool head_bytes_seen_ = false;  // FirstHead: some request byte arrived
   // The pieces that may still be in the output buffer, oldest first, so that
   // bufferedBytes() counts body bytes only, never chunk framing or heads.
   Fifo<OutputPiece> output_pieces_;
