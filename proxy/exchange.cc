@@ -288,7 +288,7 @@ void Exchange::runChain(size_t from) {
         break;
       case Phase::BeforeAttempt:
         ++chain_depth_;
-        status = filter.beforeAttempt(attempt_.request);
+        status = filter.beforeAttempt(*attempt_.request);
         --chain_depth_;
         if (spill_requested_) {
           // The filter refused the attempt (refuseAttempt): the next upstream takes it.
@@ -383,10 +383,10 @@ void Exchange::startAttempt(const AttemptTarget& target) {
     ++chain_index_;
     failed = nullptr;
   }
-  attempt_.request =
+  attempt_.request = std::make_unique<RequestHead>(
       requestForUpstream(request_, *attempt_.upstream->config, attempt_.endpoint->config->url,
-                         downstream_ != nullptr ? downstream_->clientInfo() : ClientInfo{});
-  attempt_.request.headers.remove("expect");  // sluice answered it (or reads the body anyway)
+                         downstream_ != nullptr ? downstream_->clientInfo() : ClientInfo{}));
+  attempt_.request->headers.remove("expect");  // sluice answered it (or reads the body anyway)
   attempt_.destination = attempt_.endpoint->destination;
   rewritten_body_.reset();
   if (chain_index_ > 0) {
@@ -540,7 +540,7 @@ void Exchange::sendAttempt() {
   }
   attempt_.stream = pool.acquire();
   // May report back synchronously.
-  attempt_.stream->sendRequest(attempt_.request, attemptBody(), this);
+  attempt_.stream->sendRequest(*attempt_.request, attemptBody(), this);
 }
 
 AttemptVerdict Exchange::endAttempt(AttemptOutcome outcome, bool reuse, AttemptVerdict proposed) {
@@ -735,7 +735,7 @@ void Exchange::releaseReplayState() {
   // Moved out and destroyed, not assigned an empty value: a string's move
   // assignment from a short (inline) one keeps the target's heap buffer, so
   // `= HeaderMap{}` freed nothing of a head's bytes.
-  releaseStorage(attempt_.request);  // the transport sent it (UpstreamStream::sendRequest)
+  attempt_.request.reset();          // the transport sent it (UpstreamStream::sendRequest)
   releaseStorage(request_.headers);  // FilterCallbacks::request() says so
   RequestBody& sent = attemptBody();
   if (!sent.complete() || attempt_.body_sent < sent.size()) return;  // the transport reads it still

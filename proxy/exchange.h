@@ -381,14 +381,17 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
     const EndpointRuntime* endpoint = nullptr;  // and one of its endpoints
     AttemptDestination destination;             // the endpoint's, as the filters see it
     UpstreamStream* stream = nullptr;           // from this worker's pool for the endpoint
-    RequestHead request;                        // the request as the upstream sees it
-    bool unprocessed = false;                   // the upstream said it did not process the attempt
-    bool upstream_paused = false;               // a slow client holds the upstream (backpressure)
-    int status = 0;                             // the response head's status; 0 until it arrived
-    std::unique_ptr<HeldResponse> held;         // a response a filter is holding back
-    uint64_t forwarded_bytes = 0;               // body bytes handed to the client
-    bool cut = false;          // ended without its response's end (cancel, reset, stall)
-    bool cut_flushes = false;  // the cut delivers what is buffered, then a final event
+    // The request as the upstream sees it: from startAttempt() until the
+    // response is under way (releaseReplayState). Out of line: a held stream
+    // keeps its Exchange, not this (~130 bytes inline).
+    std::unique_ptr<RequestHead> request;
+    bool unprocessed = false;            // the upstream said it did not process the attempt
+    bool upstream_paused = false;        // a slow client holds the upstream (backpressure)
+    int status = 0;                      // the response head's status; 0 until it arrived
+    std::unique_ptr<HeldResponse> held;  // a response a filter is holding back
+    uint64_t forwarded_bytes = 0;        // body bytes handed to the client
+    bool cut = false;                    // ended without its response's end (cancel, reset, stall)
+    bool cut_flushes = false;            // the cut delivers what is buffered, then a final event
     SseDialect sse_dialect = SseDialect::None;  // of the response under way (text/event-stream)
     uint32_t forwarded_tail = 0;  // its last four body bytes: is it at an SSE event boundary?
     uint64_t body_sent = 0;       // attemptBody() bytes the transport took (onUpstreamBodySent)

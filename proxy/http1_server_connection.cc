@@ -45,8 +45,10 @@ Http1ServerConnection::Http1ServerConnection(DownstreamConnectionHost& host, Buf
                                      static_cast<SocketIoCallbacks&>(*this),
                                      &host.dispatcher().writeFlusher())),
       peer_address_(std::move(peer_address)),
-      read_timer_(host.dispatcher().base(), [this] { onReadTimer(); }),
-      send_watch_(host.dispatcher(), limits.send_timeout, [this] { onSendStalled(); }) {
+      read_timer_(
+          evtimer_new(host.dispatcher().base(), &Http1ServerConnection::onReadTimerCb, this)),
+      send_watch_(host.dispatcher(), limits.send_timeout,
+                  static_cast<SendStallWatch::Alarm&>(*this)) {
   client_info_.address = peer_address_;
   client_info_.tls = tls;
 
@@ -219,7 +221,7 @@ bool Http1ServerConnection::countHeaderBytes(size_t len) {
 }
 
 int Http1ServerConnection::refuse(const ProblemKind& kind, std::string detail) {
-  refusal_ = makeProblem(kind, std::move(detail));
+  refusal_ = std::make_unique<Problem>(makeProblem(kind, std::move(detail)));
   return -1;
 }
 
@@ -841,12 +843,22 @@ void Http1ServerConnection::armReadTimer(MonotonicTime deadline) {
   // header_read_timeout instead of three times per request.
   if (deadline >= read_timer_at_) return;
   read_timer_at_ = deadline;
-  read_timer_.arm(deadline - host_.dispatcher().clock().now());
+  const timeval tv = toTimeval(deadline - host_.dispatcher().clock().now());
+  evtimer_add(read_timer_.get(), &tv);
+}
+
+void Http1ServerConnection::onReadTimerCb(evutil_socket_t, short, void* arg) {
+  const EventTimeScope event_time;
+  static_cast<Http1ServerConnection*>(arg)->onReadTimer();
 }
 
 void Http1ServerConnection::onReadTimer() {
   read_timer_at_ = MonotonicTime::max();  // fired: nothing armed now
-  if (closed_ || closing_ || read_phase_ == ReadPhase::Busy) return;
+  if (closed_) return;
+  // The send-stall watch shares this timer: it re-asks for its own deadline
+  // (any phase, closing too), or closes the connection.
+  if (send_watch_.onAlarm()) return;  // stalled: closed
+  if (closing_ || read_phase_ == ReadPhase::Busy) return;
   // The body deadline slides with every byte; onBody only notes the time, so
   // an early wake re-arms for what is left instead of re-arming per read.
   if (read_phase_ == ReadPhase::Body) {
@@ -939,7 +951,7 @@ void Http1ServerConnection::closeWith(CancelReason reason) {
   if (io_) io_->stop();
   if (resume_event_) event_del(resume_event_.get());
   if (body_resume_event_) event_del(body_resume_event_.get());
-  read_timer_.disarm();
+  evtimer_del(read_timer_.get());
   send_watch_.stop();
   host_.connectionClosed(*this);
 }

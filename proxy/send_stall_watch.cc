@@ -2,12 +2,34 @@
 
 namespace sluice {
 
+/** A Timer of the watch's own (HTTP/2: its connection has no timer to share). */
+class SendStallWatch::OwnTimer final : public SendStallWatch::Alarm {
+ public:
+  OwnTimer(SendStallWatch& watch, std::function<void()> on_stalled)
+      : watch_(watch),
+        on_stalled_(std::move(on_stalled)),
+        timer_(watch.dispatcher_.base(), [this] { watch_.onAlarm(); }) {}
+
+  void wakeBy(MonotonicTime at) override { timer_.arm(at - watch_.dispatcher_.clock().now()); }
+  void onSendStalled() override { on_stalled_(); }
+  void disarm() { timer_.disarm(); }
+
+ private:
+  SendStallWatch& watch_;
+  std::function<void()> on_stalled_;
+  Timer timer_;
+};
+
 SendStallWatch::SendStallWatch(Dispatcher& dispatcher, std::chrono::milliseconds timeout,
                                std::function<void()> on_stalled)
     : dispatcher_(dispatcher),
       timeout_(timeout),
-      on_stalled_(std::move(on_stalled)),
-      timer_(dispatcher.base(), [this] { onTimer(); }) {}
+      own_(std::make_unique<OwnTimer>(*this, std::move(on_stalled))),
+      alarm_(own_.get()) {}
+
+SendStallWatch::SendStallWatch(Dispatcher& dispatcher, std::chrono::milliseconds timeout,
+                               Alarm& alarm)
+    : dispatcher_(dispatcher), timeout_(timeout), alarm_(&alarm) {}
 
 SendStallWatch::~SendStallWatch() { stop(); }
 
@@ -18,7 +40,8 @@ void SendStallWatch::watch(evbuffer* output) {
   entry_ = evbuffer_add_cb(output_, &SendStallWatch::onBufferCb, this);
   if (evbuffer_get_length(output_) > 0) {
     last_progress_ = dispatcher_.clock().now();
-    timer_.arm(timeout_);
+    wake_pending_ = true;
+    alarm_->wakeBy(last_progress_ + timeout_);
   }
 }
 
@@ -28,7 +51,9 @@ void SendStallWatch::stop() {
     entry_ = nullptr;
   }
   output_ = nullptr;
-  timer_.disarm();
+  wake_pending_ = false;
+  // An owner's alarm is not withdrawn: its next firing finds nothing watched.
+  if (own_) own_->disarm();
 }
 
 void SendStallWatch::onBufferCb(evbuffer*, const evbuffer_cb_info* info, void* arg) {
@@ -39,20 +64,26 @@ void SendStallWatch::onBufferChanged(const evbuffer_cb_info& info) {
   // Drained to the socket: the client accepted bytes. Added to an empty
   // buffer: output is pending from now on.
   if (info.n_deleted > 0 || info.orig_size == 0) last_progress_ = dispatcher_.clock().now();
-  // Armed while anything is pending; an empty buffer lets it lapse (onTimer).
-  if (evbuffer_get_length(output_) > 0 && !timer_.armed()) timer_.arm(timeout_);
+  // A wake is pending while anything is; an empty buffer lets it lapse (onAlarm).
+  if (evbuffer_get_length(output_) > 0 && !wake_pending_) {
+    wake_pending_ = true;
+    alarm_->wakeBy(dispatcher_.clock().now() + timeout_);
+  }
 }
 
-void SendStallWatch::onTimer() {
-  if (output_ == nullptr || evbuffer_get_length(output_) == 0) return;  // nothing pending
+bool SendStallWatch::onAlarm() {
+  wake_pending_ = false;
+  if (output_ == nullptr || evbuffer_get_length(output_) == 0) return false;  // nothing pending
   const MonotonicTime deadline = last_progress_ + timeout_;
-  const MonotonicTime now = dispatcher_.clock().now();
-  if (now < deadline) {
-    timer_.arm(deadline - now);
-    return;
+  if (dispatcher_.clock().now() < deadline) {
+    wake_pending_ = true;
+    alarm_->wakeBy(deadline);
+    return false;
   }
+  Alarm& alarm = *alarm_;
   stop();
-  on_stalled_();  // may delete the owner: nothing after this
+  alarm.onSendStalled();  // may delete the owner (and this): nothing after this
+  return true;
 }
 
 }  // namespace sluice

@@ -132,8 +132,7 @@ void UpstreamConnection::sendRequest(const RequestHead& head, RequestBody& body,
   idle_ = false;
   reusable_ = false;
   message_done_ = false;
-  held_head_.reset();
-  held_body_.clear();
+  dropHeldHead();
   awaiting_response_ = true;
   head_request_ = head.method == "HEAD";
   body_ = &body;
@@ -261,8 +260,7 @@ void UpstreamConnection::fail(UpstreamError error, const std::string& detail) {
   callbacks_ = nullptr;
   awaiting_response_ = false;
   reusable_ = false;
-  held_head_.reset();  // never reported: the attempt failed before its response started
-  held_body_.clear();
+  dropHeldHead();  // never reported: the attempt failed before its response started
   if (cb != nullptr) {
     cb->onUpstreamError(error, detail);  // the holder destroys us through the pool
   } else {
@@ -426,17 +424,16 @@ int UpstreamConnection::onHeadersComplete(llhttp_t* p) {
   }
   const bool no_body = !mayHaveBody(self->head_request_, p->status_code);
   const bool end_stream = no_body || (!(p->flags & F_CHUNKED) && p->content_length == 0);
-  // Held until the rest of this read parsed (reportHeldHead).
-  self->held_head_ = std::move(self->head_);
+  // Held (in head_) until the rest of this read parsed (reportHeldHead).
+  self->head_held_ = true;
   self->held_end_stream_ = end_stream;
   self->held_body_.clear();
-  self->head_ = ResponseHead{};
   return no_body ? 1 : 0;  // 1 = skip the body (HEAD)
 }
 
 int UpstreamConnection::onBody(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<UpstreamConnection*>(p->data);
-  if (self->held_head_) {
+  if (self->head_held_) {
     self->held_body_.append(at, len);
     if (self->held_body_.size() > kMaxHeldBodyInRead) self->reportHeldHead();
   } else if (self->callbacks_ != nullptr) {
@@ -445,10 +442,19 @@ int UpstreamConnection::onBody(llhttp_t* p, const char* at, size_t len) {
   return self->closed_ ? -1 : 0;  // abort parsing: we were torn down
 }
 
+void UpstreamConnection::dropHeldHead() {
+  if (head_held_) {
+    head_held_ = false;
+    head_ = ResponseHead{};
+  }
+  held_body_.clear();
+}
+
 void UpstreamConnection::reportHeldHead() {
-  if (!held_head_) return;
-  ResponseHead head = std::move(*held_head_);
-  held_head_.reset();
+  if (!head_held_) return;
+  head_held_ = false;
+  ResponseHead head = std::move(head_);
+  head_ = ResponseHead{};
   std::string body;
   body.swap(held_body_);
   if (callbacks_ != nullptr) callbacks_->onUpstreamHeaders(std::move(head), held_end_stream_);

@@ -118,6 +118,8 @@ class UpstreamConnection : public DeferredDeletable,
    * attempt failure (502 or a retry), never a committed response.
    */
   void reportHeldHead();
+  /** Forgets a held head unreported (a new request, a failure). */
+  void dropHeldHead();
 
   // llhttp callbacks (one settings object for every connection).
   static const llhttp_settings_s& parserSettings();
@@ -159,7 +161,10 @@ class UpstreamConnection : public DeferredDeletable,
   bool interim_ = false;       // parsing a 1xx response
   bool awaiting_response_ = false;
   bool message_done_ = false;
-  std::optional<ResponseHead> held_head_;  // parsed in this read, not reported yet
+  // head_ is a final response head parsed in this read, not reported yet. It
+  // waits in head_ itself: no other head is parsed before it is reported
+  // (the parser pauses at the message's end, and reportHeldHead runs first).
+  bool head_held_ = false;
   bool held_end_stream_ = false;
   std::string held_body_;  // body after the held head in the same read
 

@@ -456,6 +456,81 @@ TEST_P(NoContentTest, LosesItsContentLengthAndNeverHasABody) {
 INSTANTIATE_TEST_SUITE_P(NoContent, NoContentTest, ::testing::Values(204, 304));
 
 /**
+ * A keep-alive scripted upstream: one connection, whose requests are answered
+ * in order with `responses` (one per request head).
+ */
+class KeepAliveUpstream {
+ public:
+  explicit KeepAliveUpstream(std::vector<std::string> responses)
+      : responses_(std::move(responses)) {
+    const LoopbackListener listener = listenOnLoopback(4);
+    fd_ = listener.fd;
+    port_ = listener.port;
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~KeepAliveUpstream() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    if (client_ >= 0) ::shutdown(client_, SHUT_RDWR);
+    thread_.join();
+    if (client_ >= 0) ::close(client_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int accepted() const { return accepted_.load(); }
+
+ private:
+  void serve() {
+    const int c = ::accept(fd_, nullptr, nullptr);
+    if (c < 0) return;
+    ++accepted_;
+    client_ = c;
+    std::string in;
+    char buf[4096];
+    for (const std::string& response : responses_) {
+      size_t end;
+      while ((end = in.find("\r\n\r\n")) == std::string::npos) {
+        const ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+        if (n <= 0) return;
+        in.append(buf, static_cast<size_t>(n));
+      }
+      in.erase(0, end + 4);  // GET requests: no body
+      (void)!::send(c, response.data(), response.size(), MSG_NOSIGNAL);
+    }
+  }
+
+  std::vector<std::string> responses_;
+  int fd_ = -1;
+  int client_ = -1;
+  uint16_t port_ = 0;
+  std::thread thread_;
+  std::atomic<int> accepted_{0};
+};
+
+// A response head is held while the rest of its read parses, then reported;
+// on a reused connection the next response's head starts empty: it carries
+// only its own fields (also after a 100 Continue and a body in the same read).
+TEST(UpstreamReuseTest, AReusedConnectionsNextHeadCarriesOnlyItsOwnFields) {
+  KeepAliveUpstream upstream({
+      "HTTP/1.1 100 Continue\r\nx-interim: 1\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nx-first: 1\r\ncontent-length: 5\r\n\r\nhello",
+      "HTTP/1.1 201 Created\r\nx-second: 2\r\ncontent-length: 3\r\n\r\nbye",
+  });
+  SluiceUnderTest sluice(config(upstream.url()));
+  const TestResponse first = httpRequest(sluice.port(), "GET", "/a");
+  EXPECT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(first.body, "hello");
+  EXPECT_EQ(first.headers.get("x-first").value_or(""), "1");
+  EXPECT_FALSE(first.headers.has("x-interim"));
+  const TestResponse second = httpRequest(sluice.port(), "GET", "/b");
+  EXPECT_EQ(second.status, 201) << second.body;
+  EXPECT_EQ(second.body, "bye");
+  EXPECT_EQ(second.headers.get("x-second").value_or(""), "2");
+  EXPECT_FALSE(second.headers.has("x-first"));
+  EXPECT_FALSE(second.headers.has("x-interim"));
+  EXPECT_EQ(upstream.accepted(), 1);  // the same upstream connection carried both
+}
+
+/**
  * An upstream that answers as soon as it has a request's head and never
  * reads the rest: a big body stays unsent in sluice's output buffer.
  */

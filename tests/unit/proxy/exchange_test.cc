@@ -707,7 +707,8 @@ TEST_F(ExchangeTest, AResponseUnderWayReleasesWhatOnlyAReplayReads) {
 }
 
 // Released means freed: the heads' heap buffers go, not only their fields
-// (an empty value assigned over a string keeps its buffer).
+// (an empty value assigned over a string keeps its buffer). The attempt's
+// head is an object of its own, deleted.
 TEST_F(ExchangeTest, AResponseUnderWayFreesTheHeadsBuffers) {
   load();
   const std::string big(20000, 'v');
@@ -721,8 +722,8 @@ TEST_F(ExchangeTest, AResponseUnderWayFreesTheHeadsBuffers) {
 #endif
   upstream().connect();
   upstream().head(200, {{"content-type", "text/event-stream"}});
-  EXPECT_EQ(sent->headers.size(), 0u);
-  EXPECT_EQ(sent->path.capacity(), std::string().capacity());
+  // The attempt's head (what `sent` pointed at) is freed whole, not emptied:
+  // it is no longer read here (the malloc figure below shows it went).
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   // The client's head and the upstream's copy each held the 20,000 bytes;
   // the response head and the rest allocated meanwhile are far smaller.
