@@ -18,6 +18,22 @@
 namespace sluice {
 namespace {
 
+// One random change to `text` (non-empty): a byte replaced by one of
+// `bytes`, a byte dropped, or a byte doubled.
+void damage(std::string& text, const std::string& bytes, std::mt19937& rng) {
+  const size_t at = rng() % text.size();
+  switch (rng() % 3) {
+    case 0:
+      text[at] = bytes[rng() % bytes.size()];
+      break;
+    case 1:
+      text.erase(at, 1);
+      break;
+    default:
+      text.insert(at, 1, text[at]);
+  }
+}
+
 using Members = std::vector<std::pair<std::string, std::string>>;
 
 bool scan(std::string_view text, Members* out) {
@@ -268,19 +284,7 @@ TEST(JsonFieldsTest, MemberScanMatchesSessionEightsOnRandomObjects) {
       text += (m ? (rng() % 8 == 0 ? " , " : ",") : "") + stringValue() + ":" + value(3);
     }
     text += "}";
-    if (rng() % 3 == 0) {
-      const size_t at = rng() % text.size();
-      switch (rng() % 3) {
-        case 0:
-          text[at] = kDamage[rng() % kDamage.size()];
-          break;
-        case 1:
-          text.erase(at, 1);
-          break;
-        default:
-          text.insert(at, 1, text[at]);
-      }
-    }
+    if (rng() % 3 == 0) damage(text, kDamage, rng);
     Members expected, got;
     const bool expected_ok = reference::scan(text, &expected);
     ASSERT_EQ(scan(text, &got), expected_ok) << text;
@@ -422,19 +426,7 @@ TEST(ReadPlainObjectTest, MatchesTheMemberScanOnRandomObjects) {
   };
   for (int round = 0; round < 30000; ++round) {
     std::string text = object(static_cast<int>(rng() % 4));
-    if (rng() % 3 == 0) {
-      const size_t at = rng() % text.size();
-      switch (rng() % 3) {
-        case 0:
-          text[at] = kDamage[rng() % kDamage.size()];
-          break;
-        case 1:
-          text.erase(at, 1);
-          break;
-        default:
-          text.insert(at, 1, text[at]);
-      }
-    }
+    if (rng() % 3 == 0) damage(text, kDamage, rng);
     if (text.empty()) continue;
     expectSamePlainRead(text, static_cast<int>(rng() % 4) + 1);
     if (HasFailure()) return;
@@ -654,19 +646,7 @@ TEST(ScanChatChunkTest, MatchesTheTwoPassReadOnRandomChunks) {
       }
     }
     text += "}";
-    if (rng() % 3 == 0) {
-      const size_t at = rng() % text.size();
-      switch (rng() % 3) {
-        case 0:
-          text[at] = kDamage[rng() % kDamage.size()];
-          break;
-        case 1:
-          text.erase(at, 1);
-          break;
-        default:
-          text.insert(at, 1, text[at]);
-      }
-    }
+    if (rng() % 3 == 0) damage(text, kDamage, rng);
     expectSameChatChunk(text);
     if (HasFailure()) return;
   }
