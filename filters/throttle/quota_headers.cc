@@ -182,17 +182,13 @@ std::string joinedField(const HeaderMap& headers, std::string_view name) {
 // --- the dialects -----------------------------------------------------------
 
 // The header names of one limit/remaining/reset triple, spelled out so no
-// lookup builds a string (every answer is parsed).
+// lookup builds a string (every answer is parsed). The x-ratelimit-* names
+// are matched in XRateLimitValues::note.
 struct TripleNames {
   std::string_view limit;
   std::string_view remaining;
   std::string_view reset;
 };
-constexpr TripleNames kOpenAiRequests{
-    "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"};
-constexpr TripleNames kOpenAiTokens{"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens",
-                                    "x-ratelimit-reset-tokens"};
-constexpr TripleNames kGeneric{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"};
 constexpr TripleNames kAnthropicRequests{"anthropic-ratelimit-requests-limit",
                                          "anthropic-ratelimit-requests-remaining",
                                          "anthropic-ratelimit-requests-reset"};
@@ -206,19 +202,76 @@ constexpr TripleNames kAnthropicOutputTokens{"anthropic-ratelimit-output-tokens-
                                              "anthropic-ratelimit-output-tokens-remaining",
                                              "anthropic-ratelimit-output-tokens-reset"};
 
+// The first values of one triple's three fields (absent = not sent).
+struct TripleValues {
+  std::optional<std::string_view> limit;
+  std::optional<std::string_view> remaining;
+  std::optional<std::string_view> reset;
+};
+
+// limit/remaining/reset from their values; nullopt unless remaining parses.
+std::optional<Quota> readTriple(const TripleValues& values, const Clock& clock) {
+  if (!values.remaining) return std::nullopt;
+  const auto remaining = parseQuotaCount(*values.remaining);
+  if (!remaining) return std::nullopt;
+  Quota q;
+  q.remaining = *remaining;
+  if (values.limit) q.limit = parseQuotaCount(*values.limit).value_or(-1);
+  if (values.reset) q.reset_at = parseResetValue(*values.reset, clock);
+  return q;
+}
+
 // limit/remaining/reset under three header names; nullopt unless remaining parses.
 std::optional<Quota> readTriple(const HeaderMap& headers, const TripleNames& names,
                                 const Clock& clock) {
   const auto remaining_value = headers.get(names.remaining);
   if (!remaining_value) return std::nullopt;
-  const auto remaining = parseQuotaCount(*remaining_value);
-  if (!remaining) return std::nullopt;
-  Quota q;
-  q.remaining = *remaining;
-  if (auto v = headers.get(names.limit)) q.limit = parseQuotaCount(*v).value_or(-1);
-  if (auto v = headers.get(names.reset)) q.reset_at = parseResetValue(*v, clock);
-  return q;
+  return readTriple(TripleValues{.limit = headers.get(names.limit),
+                                 .remaining = remaining_value,
+                                 .reset = headers.get(names.reset)},
+                    clock);
 }
+
+// The x-ratelimit-* family (OpenAI's two triples and the generic one), read
+// in the one pass that finds the dialects: HeaderMap::get keeps the first
+// value of a name, and so does note().
+struct XRateLimitValues {
+  TripleValues requests;  // x-ratelimit-*-requests
+  TripleValues tokens;    // x-ratelimit-*-tokens
+  TripleValues generic;   // x-ratelimit-*
+
+  // `suffix` is the name after "x-ratelimit-".
+  void note(std::string_view suffix, std::string_view value) {
+    auto keep = [&](std::optional<std::string_view>& slot) {
+      if (!slot) slot = value;
+    };
+    switch (suffix.size()) {
+      case 5:
+        if (suffix == "limit") keep(generic.limit);
+        if (suffix == "reset") keep(generic.reset);
+        break;
+      case 9:
+        if (suffix == "remaining") keep(generic.remaining);
+        break;
+      case 12:
+        if (suffix == "limit-tokens") keep(tokens.limit);
+        if (suffix == "reset-tokens") keep(tokens.reset);
+        break;
+      case 14:
+        if (suffix == "limit-requests") keep(requests.limit);
+        if (suffix == "reset-requests") keep(requests.reset);
+        break;
+      case 16:
+        if (suffix == "remaining-tokens") keep(tokens.remaining);
+        break;
+      case 18:
+        if (suffix == "remaining-requests") keep(requests.remaining);
+        break;
+      default:
+        break;
+    }
+  }
+};
 
 // `RateLimit` (draft-08+ list, or the draft-07 dictionary) with `RateLimit-Policy`.
 std::optional<Quota> ietfRateLimit(const HeaderMap& h, const Clock& clock) {
@@ -453,6 +506,17 @@ std::optional<SystemTime> parseRfc3339(std::string_view value) {
 }
 
 std::optional<MonotonicTime> parseResetValue(std::string_view value, const Clock& clock) {
+  // A decimal ends in a digit and an RFC 3339 time in a digit or Z: a value
+  // ending in anything else can only be a Go duration ("60s", "6m0s"), which
+  // is OpenAI's form, so it skips the two parsers that would refuse it.
+  const std::string_view trimmed = trimOws(value);
+  if (!trimmed.empty()) {
+    const char last = trimmed.back();
+    if (!isDigit(last) && last != 'Z' && last != 'z') {
+      if (auto wait = parseGoDuration(trimmed)) return afterWait(clock, *wait);
+      return std::nullopt;
+    }
+  }
   if (auto d = parseWholeDecimal(value)) {
     // d->whole < 1e15, so these int64 millisecond values cannot overflow.
     const double approx = static_cast<double>(d->whole);
@@ -476,28 +540,34 @@ QuotaObservation parseQuotaHeaders(const HeaderMap& headers, const Clock& clock)
   // Every answer is parsed, so look only for the dialects it speaks: one pass
   // over the (lower-case) names instead of a failed lookup per dialect and
   // kind (PROFILE.md). x-ratelimit-* is OpenAI's and the generic triple.
+  // The x-ratelimit-* values are kept in that pass, not looked up again.
+  constexpr std::string_view kXRateLimit = "x-ratelimit-";
   bool x_ratelimit = false;
   bool anthropic_ratelimit = false;
   bool ietf = false;
+  XRateLimitValues x;
   for (const auto& [name, value] : headers) {
-    x_ratelimit = x_ratelimit || name.starts_with("x-ratelimit-");
+    if (name.starts_with(kXRateLimit)) {
+      x_ratelimit = true;
+      x.note(name.substr(kXRateLimit.size()), value);
+    }
     anthropic_ratelimit = anthropic_ratelimit || name.starts_with("anthropic-ratelimit-");
     ietf = ietf || name.starts_with("ratelimit");
   }
 
-  if (x_ratelimit) obs.requests = readTriple(headers, kOpenAiRequests, clock);
+  if (x_ratelimit) obs.requests = readTriple(x.requests, clock);
   if (!obs.requests && anthropic_ratelimit) {
     obs.requests = readTriple(headers, kAnthropicRequests, clock);
   }
   if (!obs.requests && ietf) obs.requests = ietfRateLimit(headers, clock);
   if (!obs.requests && ietf) obs.requests = ietfSeparateFields(headers, clock);
-  if (!obs.requests && x_ratelimit) obs.requests = readTriple(headers, kGeneric, clock);
+  if (!obs.requests && x_ratelimit) obs.requests = readTriple(x.generic, clock);
 
   if (anthropic_ratelimit) {
     obs.input_tokens = readTriple(headers, kAnthropicInputTokens, clock);
     obs.output_tokens = readTriple(headers, kAnthropicOutputTokens, clock);
   }
-  if (x_ratelimit) obs.tokens = readTriple(headers, kOpenAiTokens, clock);
+  if (x_ratelimit) obs.tokens = readTriple(x.tokens, clock);
   if (!obs.tokens && anthropic_ratelimit) {
     obs.tokens = readTriple(headers, kAnthropicTokens, clock);
   }

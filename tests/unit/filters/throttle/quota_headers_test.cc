@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -126,6 +127,16 @@ TEST(QuotaHeadersTest, ResetValues) {
       {"abc", kNone},
       {"", kNone},
       {"1e9", kNone},
+      {" 60s ", 60'000},  // a Go duration with whitespace around it
+      {"\t6m0s", 360'000},
+      {"60s\t", 60'000},
+      {"1.", kNone},
+      {"1.5s", 1'500},
+      {"s", kNone},
+      {"   ", kNone},
+      {"30 ", 30'000},
+      {"2026-01-01T00:00:30z ", 30'000},
+      {"2026-01-01T00:00:30+00:00", 30'000},
   };
   for (const auto& [in, want] : cases) {
     const auto got = parseResetValue(in, clock);
@@ -374,6 +385,100 @@ TEST(QuotaHeadersTest, ExhaustedQuotaWait) {
   obs.tokens = q(0, -5'000);                                       // already reset
   EXPECT_EQ(exhaustedQuotaWait(obs, now), milliseconds(1'000));
   EXPECT_EQ(exhaustedQuotaWait(obs, now + milliseconds(2'000)), milliseconds(0));
+}
+
+// The x-ratelimit-* family as it was read before it was collected in the
+// dialect pass: a HeaderMap::get per field (the first value of each name).
+std::optional<Quota> oldTriple(const HeaderMap& h, const std::string& limit,
+                               const std::string& remaining, const std::string& reset,
+                               const Clock& clock) {
+  const auto r = h.get(remaining);
+  if (!r) return std::nullopt;
+  const auto count = parseQuotaCount(*r);
+  if (!count) return std::nullopt;
+  Quota q;
+  q.remaining = *count;
+  if (auto v = h.get(limit)) q.limit = parseQuotaCount(*v).value_or(-1);
+  if (auto v = h.get(reset)) q.reset_at = parseResetValue(*v, clock);
+  return q;
+}
+
+TEST(QuotaHeadersTest, OnePassReadMatchesTheLookUps) {
+  ManualClock clock;
+  const std::vector<std::string> names = {"x-ratelimit-limit-requests",
+                                          "x-ratelimit-remaining-requests",
+                                          "x-ratelimit-reset-requests",
+                                          "x-ratelimit-limit-tokens",
+                                          "x-ratelimit-remaining-tokens",
+                                          "x-ratelimit-reset-tokens",
+                                          "x-ratelimit-limit",
+                                          "x-ratelimit-remaining",
+                                          "x-ratelimit-reset",
+                                          "x-ratelimit-",
+                                          "x-ratelimit-remaining-request",
+                                          "x-ratelimit-reset-requestsx",
+                                          "x-ratelimit-limitx",
+                                          "x-ratelimit-remainingtokens",
+                                          "X-RateLimit-Remaining",
+                                          "content-type",
+                                          "x-ratelimit-remaining-tokens-",
+                                          "x-ratelimit-limit-request"};
+  const std::vector<std::string> values = {
+      "5",         "0",    "abc", "60s", "1.5", " 7 ", "",
+      "6m0s",      "20ms", "1e3", "-1",  "30",  "2s ", "2026-01-01T00:00:30Z",
+      "1767225660"};
+  std::mt19937 rng(18);
+  for (int round = 0; round < 20'000; ++round) {
+    HeaderMap h;
+    const int fields = static_cast<int>(rng() % 10);
+    for (int i = 0; i < fields; ++i) {
+      h.add(names[rng() % names.size()], values[rng() % values.size()]);
+    }
+    const auto obs = parseQuotaHeaders(h, clock);
+    auto requests = oldTriple(h, "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
+                              "x-ratelimit-reset-requests", clock);
+    if (!requests) {
+      requests =
+          oldTriple(h, "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", clock);
+    }
+    const auto tokens = oldTriple(h, "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens",
+                                  "x-ratelimit-reset-tokens", clock);
+    std::string what;
+    for (const auto& [k, v] : h) what += std::string(k) + ": " + std::string(v) + "; ";
+    EXPECT_EQ(obs.requests, requests) << what;
+    EXPECT_EQ(obs.tokens, tokens) << what;
+    EXPECT_FALSE(obs.input_tokens) << what;
+    EXPECT_FALSE(obs.output_tokens) << what;
+  }
+}
+
+TEST(QuotaHeadersTest, ResetsNotEndingInADigitOrZAreGoDurationsOnly) {
+  // parseResetValue sends a value that does not end in a digit or Z/z
+  // straight to the Go-duration parser: neither a decimal nor an RFC 3339
+  // time can end that way. Random values over the three forms' alphabets.
+  ManualClock clock;
+  const std::string alphabet = "0123456789.:-+TtZzsmhnu \t";
+  std::mt19937 rng(9);
+  int go_durations = 0;
+  for (int round = 0; round < 50'000; ++round) {
+    std::string v;
+    const size_t n = rng() % 12;
+    for (size_t i = 0; i < n; ++i) v.push_back(alphabet[rng() % alphabet.size()]);
+    if (rng() % 4 == 0) v = "2026-01-01T00:00:3" + v;
+    const std::string_view t = trimOws(v);
+    if (t.empty()) continue;
+    const char last = t.back();
+    if ((last >= '0' && last <= '9') || last == 'Z' || last == 'z') continue;
+    EXPECT_FALSE(parseRfc3339(v)) << "'" << v << "'";
+    const auto got = parseResetValue(v, clock);
+    const auto go = parseGoDuration(v);
+    ASSERT_EQ(got.has_value(), go.has_value()) << "'" << v << "'";
+    if (go) {
+      ++go_durations;
+      EXPECT_EQ(*got, clock.now() + *go) << "'" << v << "'";
+    }
+  }
+  EXPECT_GT(go_durations, 100);
 }
 
 TEST(QuotaHeadersTest, ResetIsAnchoredToTheMonotonicClock) {
