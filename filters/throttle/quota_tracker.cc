@@ -566,8 +566,9 @@ void QuotaTracker::observe(uint64_t ticket, const QuotaObservation& observation)
     if (it != tickets_.end()) {
       const MonotonicTime sent_at =
           it->second.state == Ticket::State::Admitted ? it->second.granted_at : now;
-      const std::string key_name = it->second.key;
-      observeLocked(key_name, observation, now, sent_at, wakers);
+      // By reference: observeLocked reads the name only to find its KeyState,
+      // before anything could erase the ticket (the sweep erases keys only).
+      observeLocked(it->second.key, observation, now, sent_at, wakers);
     }
   }
   wakeAll(wakers);
