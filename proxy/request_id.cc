@@ -42,16 +42,17 @@ bool isNonZeroHex(std::string_view s) {
   return non_zero;
 }
 
-/** The value of `name` when it appears exactly once; `repeated` says it appeared more often. */
-std::string_view singleValue(const HeaderMap& headers, std::string_view name, bool& present) {
+/** One header's value when it appears exactly once (empty otherwise), and whether it appears. */
+struct SingleValue {
   std::string_view value;
   int seen = 0;
-  for (const auto& [n, v] : headers) {
-    if (n == name && ++seen == 1) value = v;
+
+  void note(std::string_view v) {
+    if (++seen == 1) value = v;
   }
-  present = seen > 0;
-  return seen == 1 ? value : std::string_view();
-}
+  bool present() const { return seen > 0; }
+  std::string_view single() const { return seen == 1 ? value : std::string_view(); }
+};
 
 }  // namespace
 
@@ -129,26 +130,34 @@ std::string_view traceIdOf(std::string_view tp) {
 
 RequestIdentity establishIdentity(HeaderMap& headers, IdGenerator& ids) {
   RequestIdentity identity;
-  bool present = false;
-  const std::string_view client_id = singleValue(headers, "x-request-id", present);
+  // Both fields in one pass over the head. Replacing or adding x-request-id
+  // below leaves the traceparent fields as they were.
+  SingleValue request_id;
+  SingleValue traceparent_field;
+  for (const auto& [n, v] : headers) {
+    if (n == "x-request-id") request_id.note(v);
+    if (n == "traceparent") traceparent_field.note(v);
+  }
+  // Read (copied) before the head changes: adding a field may move the
+  // block these views point into.
+  if (const std::string_view trace_id = traceIdOf(traceparent_field.single()); !trace_id.empty()) {
+    identity.trace_id = std::string(trace_id);
+  }
+  const std::string_view client_id = request_id.single();
   if (isValidRequestId(client_id)) {
     identity.request_id = std::string(client_id);
   } else {
     identity.request_id = ids.uuid();
     identity.request_id_generated = true;
     // set() when one is there to replace; add() when none is (set()'s search would find nothing).
-    if (present) {
+    if (request_id.present()) {
       headers.set("x-request-id", identity.request_id);
     } else {
       headers.add("x-request-id", identity.request_id);
     }
   }
 
-  const std::string_view traceparent = singleValue(headers, "traceparent", present);
-  const std::string_view trace_id = traceIdOf(traceparent);
-  if (!trace_id.empty()) {
-    identity.trace_id = std::string(trace_id);
-  } else {
+  if (identity.trace_id.empty()) {  // no valid client traceparent
     // 00-<trace-id>-<parent-id>-01, written in place.
     char tp[55];
     std::memcpy(tp, "00-", 3);
@@ -158,7 +167,7 @@ RequestIdentity establishIdentity(HeaderMap& headers, IdGenerator& ids) {
     std::memcpy(tp + 52, "-01", 3);
     identity.trace_id.assign(tp + 3, 32);
     identity.trace_started = true;
-    if (present) {
+    if (traceparent_field.present()) {
       headers.remove("tracestate");  // it described the trace we could not read
       headers.set("traceparent", std::string_view(tp, sizeof(tp)));
     } else {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <random>
 #include <regex>
 #include <set>
 #include <string>
@@ -176,6 +177,88 @@ TEST(EstablishIdentityTest, ReplacesMalformedOrRepeatedValues) {
   EXPECT_TRUE(identity.trace_started);
   EXPECT_EQ(twice.getAll("x-request-id").size(), 1u);
   EXPECT_EQ(twice.getAll("traceparent").size(), 1u);
+}
+
+// establishIdentity as it was before it read both fields in one pass: a
+// separate walk over the head for each, the second after x-request-id was
+// replaced or added.
+std::string_view oldSingleValue(const HeaderMap& headers, std::string_view name, bool& present) {
+  std::string_view value;
+  int seen = 0;
+  for (const auto& [n, v] : headers) {
+    if (n == name && ++seen == 1) value = v;
+  }
+  present = seen > 0;
+  return seen == 1 ? value : std::string_view();
+}
+
+RequestIdentity oldEstablishIdentity(HeaderMap& headers, IdGenerator& ids) {
+  RequestIdentity identity;
+  bool present = false;
+  const std::string_view client_id = oldSingleValue(headers, "x-request-id", present);
+  if (isValidRequestId(client_id)) {
+    identity.request_id = std::string(client_id);
+  } else {
+    identity.request_id = ids.uuid();
+    identity.request_id_generated = true;
+    headers.set("x-request-id", identity.request_id);
+  }
+  const std::string_view traceparent = oldSingleValue(headers, "traceparent", present);
+  const std::string_view trace_id = traceIdOf(traceparent);
+  if (!trace_id.empty()) {
+    identity.trace_id = std::string(trace_id);
+  } else {
+    const std::string trace = ids.hex(16);  // drawn first, then the parent id
+    const std::string parent = ids.hex(8);
+    const std::string tp = "00-" + trace + "-" + parent + "-01";
+    identity.trace_id = tp.substr(3, 32);
+    identity.trace_started = true;
+    if (present) headers.remove("tracestate");
+    headers.set("traceparent", tp);
+  }
+  return identity;
+}
+
+TEST(EstablishIdentityTest, OnePassMatchesTheSeparateLookUps) {
+  // Random heads: none, one or two of each field, good and bad values, and
+  // enough other fields that adding one sometimes grows the map's block
+  // (the one-pass read must not keep views across that).
+  const std::vector<std::string> request_ids = {"client-42",           "has space",      "", "a",
+                                                std::string(129, 'x'), "req_01HZX/+=@:."};
+  const std::vector<std::string> traceparents = {
+      kTraceparent, "00-zzz", "", "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+      "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-more"};
+  std::mt19937 rng(7);
+  for (int round = 0; round < 5'000; ++round) {
+    HeaderMap head;
+    const int fields = static_cast<int>(rng() % 24);
+    const int id_at = static_cast<int>(rng() % 25) - 1;
+    const int tp_at = static_cast<int>(rng() % 25) - 1;
+    for (int i = 0; i <= fields; ++i) {
+      for (int k = 0; k < 2; ++k) {
+        if (i == id_at && (k == 0 || rng() % 4 == 0)) {
+          head.add(rng() % 8 == 0 ? "X-Request-Id" : "x-request-id",
+                   request_ids[rng() % request_ids.size()]);
+        }
+        if (i == tp_at && (k == 0 || rng() % 4 == 0)) {
+          head.add("traceparent", traceparents[rng() % traceparents.size()]);
+        }
+      }
+      if (rng() % 6 == 0) head.add("tracestate", "vendor=" + std::to_string(i));
+      if (i < fields) head.add("x-filler-" + std::to_string(i), std::string(rng() % 40, 'v'));
+    }
+    HeaderMap old_head = head;
+    const uint64_t seed = rng();
+    IdGenerator ids(seed);
+    IdGenerator old_ids(seed);
+    const RequestIdentity got = establishIdentity(head, ids);
+    const RequestIdentity want = oldEstablishIdentity(old_head, old_ids);
+    EXPECT_EQ(got.request_id, want.request_id) << round;
+    EXPECT_EQ(got.trace_id, want.trace_id) << round;
+    EXPECT_EQ(got.request_id_generated, want.request_id_generated) << round;
+    EXPECT_EQ(got.trace_started, want.trace_started) << round;
+    ASSERT_EQ(head.entries(), old_head.entries()) << round;
+  }
 }
 
 }  // namespace
