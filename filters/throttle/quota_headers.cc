@@ -547,12 +547,25 @@ QuotaObservation parseQuotaHeaders(const HeaderMap& headers, const Clock& clock)
   bool ietf = false;
   XRateLimitValues x;
   for (const auto& [name, value] : headers) {
-    if (name.starts_with(kXRateLimit)) {
-      x_ratelimit = true;
-      x.note(name.substr(kXRateLimit.size()), value);
+    // The three prefixes start with different letters: one test per field
+    // for the many that have none of them.
+    if (name.empty()) continue;
+    switch (name.front()) {
+      case 'x':
+        if (name.starts_with(kXRateLimit)) {
+          x_ratelimit = true;
+          x.note(name.substr(kXRateLimit.size()), value);
+        }
+        break;
+      case 'a':
+        anthropic_ratelimit = anthropic_ratelimit || name.starts_with("anthropic-ratelimit-");
+        break;
+      case 'r':
+        ietf = ietf || name.starts_with("ratelimit");
+        break;
+      default:
+        break;
     }
-    anthropic_ratelimit = anthropic_ratelimit || name.starts_with("anthropic-ratelimit-");
-    ietf = ietf || name.starts_with("ratelimit");
   }
 
   if (x_ratelimit) obs.requests = readTriple(x.requests, clock);
