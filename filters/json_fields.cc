@@ -4,6 +4,7 @@
 #include <array>
 #include <charconv>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 namespace sluice {
@@ -590,10 +591,11 @@ std::optional<ChatChunkMembers> ChatChunkScanner::scanInFull(std::string_view s)
   // whitespace before it, so the prefix must hold it.)
   if (visit.first_choices < s.size() && visit.first_choices < kMaxPrefixBytes) {
     known_.assign(s.substr(0, visit.first_choices + 1));
-    prefix_size_ = known_.size();
+    prefix_size_ = static_cast<uint16_t>(known_.size());  // <= kMaxPrefixBytes
     const auto span = [&](std::string_view value) {
       return value.empty() ? Span{}
-                           : Span{static_cast<size_t>(value.data() - s.data()), value.size()};
+                           : Span{static_cast<uint16_t>(value.data() - s.data()),
+                                  static_cast<uint16_t>(value.size())};
     };
     model_ = span(visit.before_first_choices.model);
     usage_ = span(visit.before_first_choices.usage);
@@ -623,12 +625,12 @@ void ChatChunkScanner::keepShape(std::string_view s, const ChatChunkMembers& mem
     ShapeSpan span;
     if (value.empty()) return span;
     span.present = true;
-    const auto edge = [&](size_t at, size_t& offset, bool& from_end) {
+    const auto edge = [&](size_t at, uint16_t& offset, bool& from_end) {
       if (at <= content_begin) {
-        offset = at;
+        offset = static_cast<uint16_t>(at);  // within the head: < kMaxPrefixBytes
         from_end = false;
       } else if (at >= content_end) {
-        offset = s.size() - at;
+        offset = static_cast<uint16_t>(s.size() - at);  // within the tail
         from_end = true;
       } else {
         outside = false;
@@ -643,9 +645,14 @@ void ChatChunkScanner::keepShape(std::string_view s, const ChatChunkMembers& mem
   const ShapeSpan usage = shape_span(members.usage);
   const ShapeSpan choices = shape_span(members.choices);
   if (!outside) return;
-  known_.assign(s.substr(0, content_begin + 1));
-  known_.append(s.substr(content_end - 1));
-  head_size_ = content_begin + 1;
+  // A string of its own, sized exactly: known_ is held for the stream's
+  // life, and growing it in place would double its capacity.
+  std::string known;
+  known.reserve(content_begin + 1 + (s.size() - content_end + 1));
+  known.append(s.substr(0, content_begin + 1));
+  known.append(s.substr(content_end - 1));
+  known_ = std::move(known);
+  head_size_ = static_cast<uint16_t>(content_begin + 1);
   shape_model_ = model;
   shape_usage_ = usage;
   shape_choices_ = choices;

@@ -188,23 +188,24 @@ class ChatChunkScanner {
  public:
   /** Prefixes and shapes longer than this are not kept (memory per stream). */
   static constexpr size_t kMaxPrefixBytes = 1024;
+  static_assert(kMaxPrefixBytes <= UINT16_MAX);
 
   std::optional<ChatChunkMembers> scan(std::string_view text);
 
  private:
   /** Where a value lies in the prefix; `size` 0: no such member. */
-  struct Span {
-    size_t at = 0;
-    size_t size = 0;
+  struct Span {  // (within the prefix's kMaxPrefixBytes: 16 bits)
+    uint16_t at = 0;
+    uint16_t size = 0;
   };
   /**
    * Where a value of the shape lies: its begin and end, each counted from
    * the chunk's start (before the content string) or back from its end
    * (after it); `present` false: no such member.
    */
-  struct ShapeSpan {
-    size_t begin = 0;
-    size_t end = 0;
+  struct ShapeSpan {  // (offsets within known_'s kMaxPrefixBytes: 16 bits)
+    uint16_t begin = 0;
+    uint16_t end = 0;
     bool begin_from_end = false;
     bool end_from_end = false;
     bool present = false;
@@ -219,14 +220,14 @@ class ChatChunkScanner {
   // known_ holds the shape's head (which starts with the prefix) and then
   // its tail; without one, the prefix only.
   std::string known_;
-  size_t prefix_size_ = 0;
   Span model_;  // the members before the first `choices`
   Span usage_;
-  size_t head_size_ = 0;  // the shape's bytes up to its content string's opening quote, included
+  std::optional<uint64_t> shape_with_output_;
   ShapeSpan shape_model_;
   ShapeSpan shape_usage_;
   ShapeSpan shape_choices_;
-  std::optional<uint64_t> shape_with_output_;
+  uint16_t prefix_size_ = 0;
+  uint16_t head_size_ = 0;  // the shape's bytes up to its content string's opening quote, included
 };
 
 }  // namespace sluice
