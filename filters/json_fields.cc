@@ -4,6 +4,7 @@
 #include <array>
 #include <charconv>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 namespace sluice {
@@ -133,6 +134,12 @@ class Verifier {
 
   size_t end() const { return i_; }
 
+  // Where the last `content` string of a delta this walk read lies
+  // ([content_begin(), content_end()): the token with its quotes); npos
+  // when there was none.
+  size_t content_begin() const { return content_begin_; }
+  size_t content_end() const { return content_end_; }
+
  private:
   // A choice (`choice`) or a delta object at s_[i_], verified; whether it
   // carries output. Duplicate keys: the last wins, as in nlohmann's DOM. A key
@@ -168,7 +175,13 @@ class Verifier {
           const std::string_view v = s_.substr(value_begin, i_ - value_begin);
           // A string token longer than its quotes decodes to a non-empty string.
           const bool text = v.front() == '"' && v.size() > 2;
-          if (key == "content") output[0] = text;
+          if (key == "content") {
+            output[0] = text;
+            if (v.front() == '"') {
+              content_begin_ = value_begin;
+              content_end_ = i_;
+            }
+          }
           if (key == "refusal") output[1] = text;
           if (key == "reasoning_content") output[2] = text;
           if (key == "reasoning") output[3] = text;
@@ -398,6 +411,8 @@ class Verifier {
   size_t i_ = 0;
   bool done_ = false;
   bool escaped_ = false;  // the last string() had an escape
+  size_t content_begin_ = npos;
+  size_t content_end_ = npos;
 };
 
 }  // namespace
@@ -479,6 +494,10 @@ struct ChatChunkVisitor {
   ChatChunkMembers members;
   size_t first_choices = npos;
   ChatChunkMembers before_first_choices;
+  // The last `content` string of a delta in a `choices` array the Verifier
+  // vouched for (ChatChunkScanner's shape): the token, quotes included.
+  size_t content_begin = npos;
+  size_t content_end = npos;
 
   bool operator()(std::string_view key, size_t begin, size_t& end) {
     if (key == "choices") {
@@ -490,6 +509,10 @@ struct ChatChunkVisitor {
       // brackets balance outside strings, which end at their unescaped quote.
       Verifier verifier(s);
       members.choices_with_output = verifier.chatChoices(begin, 32);
+      if (members.choices_with_output && verifier.content_begin() != npos) {
+        content_begin = verifier.content_begin();
+        content_end = verifier.content_end();
+      }
       end = members.choices_with_output ? verifier.end() : endOfValue(s, begin);
       if (end != npos) members.choices = s.substr(begin, end - begin);
       return true;
@@ -518,33 +541,122 @@ std::optional<ChatChunkMembers> scanChatChunk(std::string_view s) {
 }
 
 std::optional<ChatChunkMembers> ChatChunkScanner::scan(std::string_view s) {
+  if (head_size_ > 0) {
+    const size_t tail_size = known_.size() - head_size_;
+    if (s.size() > head_size_ + tail_size &&
+        std::memcmp(s.data(), known_.data(), head_size_) == 0 &&
+        std::memcmp(s.data() + s.size() - tail_size, known_.data() + head_size_, tail_size) == 0) {
+      const char* const text = s.data();
+      const size_t run_end = s.size() - tail_size;
+      size_t i = head_size_;
+      while (i < run_end && isByteClass(text[i], kPlainInString)) ++i;
+      if (i == run_end) {
+        const auto view = [&](const ShapeSpan& span) {
+          if (!span.present) return std::string_view();
+          const size_t begin = span.begin_from_end ? s.size() - span.begin : span.begin;
+          const size_t end = span.end_from_end ? s.size() - span.end : span.end;
+          return s.substr(begin, end - begin);
+        };
+        ChatChunkMembers members;
+        members.model = view(shape_model_);
+        members.usage = view(shape_usage_);
+        members.choices = view(shape_choices_);
+        members.choices_with_output = shape_with_output_;
+        return members;
+      }
+    }
+  }
+  return scanInFull(s);
+}
+
+std::optional<ChatChunkMembers> ChatChunkScanner::scanInFull(std::string_view s) {
   ChatChunkVisitor visit(s);
-  if (!prefix_.empty() && s.size() >= prefix_.size() &&
-      std::memcmp(s.data(), prefix_.data(), prefix_.size()) == 0) {
+  if (prefix_size_ > 0 && s.size() >= prefix_size_ &&
+      std::memcmp(s.data(), known_.data(), prefix_size_) == 0) {
     // Every step of the scan up to the first `choices` value read only bytes
     // of the prefix (the last one: the value's first byte, which ended the
     // whitespace after the colon), so it would pass them exactly as before:
     // resume it there with what the members before held.
     if (model_.size > 0) visit.members.model = s.substr(model_.at, model_.size);
     if (usage_.size > 0) visit.members.usage = s.substr(usage_.at, usage_.size);
-    if (!scanMembersFrom(s, "choices", prefix_.size() - 1, visit)) return std::nullopt;
+    if (!scanMembersFrom(s, "choices", prefix_size_ - 1, visit)) return std::nullopt;
+    keepShape(s, visit.members, visit.content_begin, visit.content_end);
     return visit.members;
   }
-  prefix_.clear();
+  known_.clear();
+  prefix_size_ = 0;
+  head_size_ = 0;
   const bool scanned = scanMembers(s, visit);
   // (Only with the value's first byte in the text: that byte ended the
   // whitespace before it, so the prefix must hold it.)
   if (visit.first_choices < s.size() && visit.first_choices < kMaxPrefixBytes) {
-    prefix_.assign(s.substr(0, visit.first_choices + 1));
+    known_.assign(s.substr(0, visit.first_choices + 1));
+    prefix_size_ = static_cast<uint16_t>(known_.size());  // <= kMaxPrefixBytes
     const auto span = [&](std::string_view value) {
       return value.empty() ? Span{}
-                           : Span{static_cast<size_t>(value.data() - s.data()), value.size()};
+                           : Span{static_cast<uint16_t>(value.data() - s.data()),
+                                  static_cast<uint16_t>(value.size())};
     };
     model_ = span(visit.before_first_choices.model);
     usage_ = span(visit.before_first_choices.usage);
   }
   if (!scanned) return std::nullopt;
+  if (prefix_size_ > 0) keepShape(s, visit.members, visit.content_begin, visit.content_end);
   return visit.members;
+}
+
+// s was read in full into `members` (scanChatChunk()'s result), with the
+// prefix in known_[0, prefix_size_) equal to s's first bytes; the last
+// `content` string it read lies at [content_begin, content_end).
+void ChatChunkScanner::keepShape(std::string_view s, const ChatChunkMembers& members,
+                                 size_t content_begin, size_t content_end) {
+  if (content_begin == npos || content_begin < prefix_size_ || content_end > s.size() ||
+      content_end - content_begin <= 2 ||
+      (content_begin + 1) + (s.size() - content_end + 1) > kMaxPrefixBytes) {
+    return;
+  }
+  for (size_t i = content_begin + 1; i + 1 < content_end; ++i) {
+    if (!isByteClass(s[i], kPlainInString)) return;
+  }
+  // Every view begins and ends outside the string (they are whole values of
+  // other members, or `choices`, which holds it whole).
+  bool outside = true;
+  const auto shape_span = [&](std::string_view value) {
+    ShapeSpan span;
+    if (value.empty()) return span;
+    span.present = true;
+    const auto edge = [&](size_t at, uint16_t& offset, bool& from_end) {
+      if (at <= content_begin) {
+        offset = static_cast<uint16_t>(at);  // within the head: < kMaxPrefixBytes
+        from_end = false;
+      } else if (at >= content_end) {
+        offset = static_cast<uint16_t>(s.size() - at);  // within the tail
+        from_end = true;
+      } else {
+        outside = false;
+      }
+    };
+    const auto begin = static_cast<size_t>(value.data() - s.data());
+    edge(begin, span.begin, span.begin_from_end);
+    edge(begin + value.size(), span.end, span.end_from_end);
+    return span;
+  };
+  const ShapeSpan model = shape_span(members.model);
+  const ShapeSpan usage = shape_span(members.usage);
+  const ShapeSpan choices = shape_span(members.choices);
+  if (!outside) return;
+  // A string of its own, sized exactly: known_ is held for the stream's
+  // life, and growing it in place would double its capacity.
+  std::string known;
+  known.reserve(content_begin + 1 + (s.size() - content_end + 1));
+  known.append(s.substr(0, content_begin + 1));
+  known.append(s.substr(content_end - 1));
+  known_ = std::move(known);
+  head_size_ = static_cast<uint16_t>(content_begin + 1);
+  shape_model_ = model;
+  shape_usage_ = usage;
+  shape_choices_ = choices;
+  shape_with_output_ = members.choices_with_output;
 }
 
 std::optional<std::string> withTopLevelString(std::string_view text, std::string_view key,

@@ -171,24 +171,63 @@ std::optional<ChatChunkMembers> scanChatChunk(std::string_view text);
  * and including the first byte of its first `choices` value, the scan
  * resumes there with what those members held: the scan up to that point
  * reads only those bytes, so the result is exactly scanChatChunk()'s.
+ *
+ * Past the prefix, the chunks of a stream usually differ only in the text
+ * of one delta's `content` string. When the last chunk scanned had such a
+ * string, non-empty and of printable ASCII only (no quote, no backslash),
+ * the scanner keeps the chunk's shape: its bytes up to and including that
+ * string's opening quote, and from its closing quote to the end. A chunk
+ * with the same bytes before and after, and between them a non-empty run
+ * of such characters, is read without a walk: every step of the scan
+ * passes those bytes the same way whatever the run holds (the Verifier's
+ * string loop skips them; a string longer than its quotes is output either
+ * way), so the result is the shape's, its views moved by the difference in
+ * length.
  */
 class ChatChunkScanner {
  public:
-  /** Prefixes longer than this are not kept (memory per stream). */
+  /** Prefixes and shapes longer than this are not kept (memory per stream). */
   static constexpr size_t kMaxPrefixBytes = 1024;
+  static_assert(kMaxPrefixBytes <= UINT16_MAX);
 
   std::optional<ChatChunkMembers> scan(std::string_view text);
 
  private:
-  /** Where a value lies in prefix_; `size` 0: no such member. */
-  struct Span {
-    size_t at = 0;
-    size_t size = 0;
+  /** Where a value lies in the prefix; `size` 0: no such member. */
+  struct Span {  // (within the prefix's kMaxPrefixBytes: 16 bits)
+    uint16_t at = 0;
+    uint16_t size = 0;
+  };
+  /**
+   * Where a value of the shape lies: its begin and end, each counted from
+   * the chunk's start (before the content string) or back from its end
+   * (after it); `present` false: no such member.
+   */
+  struct ShapeSpan {  // (offsets within known_'s kMaxPrefixBytes: 16 bits)
+    uint16_t begin = 0;
+    uint16_t end = 0;
+    bool begin_from_end = false;
+    bool end_from_end = false;
+    bool present = false;
   };
 
-  std::string prefix_;  // the bytes up to the first `choices` value, its first byte included
-  Span model_;          // the members before it
+  std::optional<ChatChunkMembers> scanInFull(std::string_view text);
+  void keepShape(std::string_view text, const ChatChunkMembers& members, size_t content_begin,
+                 size_t content_end);
+
+  // The prefix: the bytes up to the first `choices` value, its first byte
+  // included, are known_[0, prefix_size_). With a shape (head_size_ > 0)
+  // known_ holds the shape's head (which starts with the prefix) and then
+  // its tail; without one, the prefix only.
+  std::string known_;
+  Span model_;  // the members before the first `choices`
   Span usage_;
+  std::optional<uint64_t> shape_with_output_;
+  ShapeSpan shape_model_;
+  ShapeSpan shape_usage_;
+  ShapeSpan shape_choices_;
+  uint16_t prefix_size_ = 0;
+  uint16_t head_size_ = 0;  // the shape's bytes up to its content string's opening quote, included
 };
 
 }  // namespace sluice

@@ -713,6 +713,89 @@ TEST(ScanChatChunkTest, ScannerResumesOnlyWhereTheScanWouldPassTheSame) {
   }
 }
 
+// ChatChunkScanner's shape (the bytes around one delta's `content` string):
+// streams whose chunks differ mostly in that string's text, with tokens
+// plain and not (empty, escapes, UTF-8, a quote or a control character,
+// text that looks like JSON), shapes that change from chunk to chunk, and
+// random damage anywhere: each chunk read exactly as scanChatChunk() reads
+// it, its views in this chunk's text.
+TEST(ScanChatChunkTest, ScannerShapeReadsEachChunkAsTheFullScan) {
+  static const std::vector<std::string> kHeads = {
+      R"({"id":"c1","object":"chat.completion.chunk","created":17,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":)",
+      R"({"id":"c1","object":"chat.completion.chunk","created":17,"model":"gpt-4o","choices":[{"index":0,"delta":{"role":"assistant","content":)",
+      R"({"id":"c1","usage":{"prompt_tokens":1},"model":"o1","choices":[{"delta":{"content":"a","content":)",
+      R"({"model":"a","choices":[{"delta":{"content":"x"}},{"index":1,"delta":{"content":)",
+      R"({"choices":[{"index":0,"delta":{"refusal":null,"content":)",
+      R"({"choices":[{"index":0,"delta":{"tool_calls":[],"content":)",
+      R"({"choices":[{"index":0,"delta" : { "content" : )",
+  };
+  static const std::vector<std::string> kTokens = {"Hi",
+                                                   "x",
+                                                   " the",
+                                                   "",
+                                                   "a\\\"b",
+                                                   "\\n",
+                                                   "\\u00e9",
+                                                   "\xc3\xa9",
+                                                   "\xc3",
+                                                   "a\"b",
+                                                   std::string("a\x01", 2),
+                                                   "\"},\"x\":\"",
+                                                   "]}",
+                                                   "\\",
+                                                   "ok}",
+                                                   "tok en"};
+  static const std::vector<std::string> kTails = {
+      R"(},"finish_reason":null}]})",
+      R"(},"finish_reason":null}],"usage":null})",
+      R"(}}],"usage":{"prompt_tokens":5,"completion_tokens":2}})",
+      R"(}}],"choices":[{"delta":{"content":"again"}}]})",
+      R"(}}],"model":"late"})",
+      R"(,"content":""}}]})",
+      R"(}}]} x)",
+      R"(}}])",
+      R"(})",
+  };
+  static const std::string kDamage = "{}[],:\"\\ x0";
+  std::mt19937 rng(11);
+  for (int stream = 0; stream < 1000; ++stream) {
+    ChatChunkScanner scanner;
+    const size_t head = stream % kHeads.size();
+    const size_t tail = stream % 3;
+    std::string last;
+    for (int chunk = 0; chunk < 40; ++chunk) {
+      // Mostly the stream's own head and tail around a plain token.
+      std::string token;
+      if (rng() % 4 == 0) {
+        token = kTokens[rng() % kTokens.size()];
+      } else {
+        const size_t n = 1 + rng() % 6;
+        for (size_t k = 0; k < n; ++k) token += static_cast<char>(0x20 + rng() % 95);
+        if (token.find_first_of("\"\\") != std::string::npos) token = "w";
+      }
+      std::string text = kHeads[rng() % 8 == 0 ? rng() % kHeads.size() : head];
+      text += rng() % 10 == 0 ? R"(1)" : "\"" + token + "\"";
+      text += kTails[rng() % 8 == 0 ? rng() % kTails.size() : tail];
+      if (rng() % 8 == 0) damage(text, kDamage, rng);
+      const std::optional<ChatChunkMembers> got = scanner.scan(text);
+      const std::optional<ChatChunkMembers> want = scanChatChunk(text);
+      ASSERT_EQ(got.has_value(), want.has_value()) << text << "\nafter " << last;
+      if (!got) {
+        last = text;
+        continue;
+      }
+      for (const auto& [g, w] :
+           {std::pair{got->model, want->model}, std::pair{got->usage, want->usage},
+            std::pair{got->choices, want->choices}}) {
+        ASSERT_EQ(g.data(), w.data()) << text << "\nafter " << last;
+        ASSERT_EQ(g.size(), w.size()) << text << "\nafter " << last;
+      }
+      ASSERT_EQ(got->choices_with_output, want->choices_with_output) << text << "\nafter " << last;
+      last = text;
+    }
+  }
+}
+
 TEST(WithTopLevelStringTest, ReplacesTheMemberAndKeepsEverythingElseByteForByte) {
   const std::string body =
       R"({"model": "gpt-4o", "stream": true, "messages": [{"model": "nested"}]})";

@@ -95,6 +95,15 @@ INSTANTIATE_TEST_SUITE_P(
                   "foo: bar\ndata : no\ndata: yes\n\n",
                   {{"message", "yes"}}},
         FieldCase{"leading_blank_lines", "\n\n\r\ndata: x\n\n", {{"message", "x"}}},
+        // Empty lines in each style (found without a search) and fields that
+        // start like `data:` (whose first colon is taken as known).
+        FieldCase{"empty_lines_each_style",
+                  "data: a\n\r\n\rdata: b\r\n\n\r\rdata: c\r\r",
+                  {{"message", "a"}, {"message", "b"}, {"message", "c"}}},
+        FieldCase{"data_like_field_names",
+                  "datax: 1\ndata:x:y\ndat: 2\ndata\n\n",
+                  {{"message", "x:y\n"}}},
+        FieldCase{"colon_right_after_data", "data:: z\n\n", {{"message", ": z"}}},
         FieldCase{"bom_skipped",
                   "\xEF\xBB\xBF"
                   "data: x\n\n",
