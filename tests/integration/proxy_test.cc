@@ -310,6 +310,9 @@ TEST_F(ProxyTest, ClientDisconnectMidStreamClosesUpstreamAtOnce) {
                             {{"route", "chat"}, {"cancel_reason", "client_disconnect"}}),
             1);
   EXPECT_GE(sluice_->metric("sluice_cancel_propagation_seconds_count", {{"upstream", "mock"}}), 1);
+  // The teardown happens inside one callback, where now() is the event's
+  // time: the histogram must read the clock itself (Clock::preciseNow).
+  EXPECT_GT(sluice_->metric("sluice_cancel_propagation_seconds_sum", {{"upstream", "mock"}}), 0);
   EXPECT_EQ(sluice_->metric("sluice_active_requests", {{"route", "chat"}}), 0);
 }
 
