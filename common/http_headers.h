@@ -83,6 +83,12 @@ class HeaderMap {
   /** All values of `name`, in order. */
   std::vector<std::string_view> getAll(std::string_view name) const;
   bool has(std::string_view name) const { return find(name) != kNone; }
+  /** How many fields are named `name` (getAll(name).size(), without the vector). */
+  size_t count(std::string_view name) const {
+    size_t n = 0;
+    for (size_t i = 0; i < count_; ++i) n += nameAt(i, name) ? 1 : 0;
+    return n;
+  }
 
   /** The fields copied out, in order (tests and diagnostics). */
   std::vector<Entry> entries() const;

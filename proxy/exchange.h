@@ -37,6 +37,7 @@
 #include "proxy/downstream_stream.h"
 #include "proxy/event_util.h"
 #include "proxy/exchange_state.h"
+#include "proxy/filter_chain.h"
 #include "proxy/request_body.h"
 #include "proxy/request_id.h"
 #include "proxy/runtime.h"
@@ -360,7 +361,7 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   bool client_paused_ = false;  // the client's upload is paused (streamed body backpressure)
   bool request_complete_ = false;
   bool awaiting_model_ = false;  // routeOnModel() runs once the body (or its start) is in
-  std::vector<StreamFilterPtr> filters_;
+  FilterChain filters_;
 
   /**
    * A response held back (a filter's StopIteration, or one a fallback may

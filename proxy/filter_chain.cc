@@ -1,6 +1,7 @@
 #include "proxy/filter_chain.h"
 
 #include <iterator>
+#include <new>
 
 #include "filters/budget/budget_filter.h"
 #include "filters/circuit_breaker/circuit_breaker_filter.h"
@@ -12,53 +13,88 @@ namespace sluice {
 
 namespace {
 
-using Factory = StreamFilterPtr (*)(const RouteRuntime&);
+// Each filter's place in the chain's block: its size rounded up to the
+// alignment operator new[] gives the block.
+constexpr size_t kSlotAlign = __STDCPP_DEFAULT_NEW_ALIGNMENT__;
+constexpr size_t slotSize(size_t size) { return (size + kSlotAlign - 1) / kSlotAlign * kSlotAlign; }
+
+template <typename F>
+constexpr size_t slotOf() {
+  static_assert(alignof(F) <= kSlotAlign, "a filter's alignment must fit the chain's block");
+  return slotSize(sizeof(F));
+}
 
 struct FilterEntry {
   std::string_view name;
-  Factory make;  // returns null when the route does not use the filter
+  size_t slot;  // bytes the filter takes in the chain's block
+  // Whether the route uses the filter.
+  bool (*wanted)(const RouteRuntime&);
+  // Constructs the filter at `at` (slot bytes, aligned).
+  StreamFilter* (*construct)(void* at, const RouteRuntime&);
 };
+
+constexpr bool always(const RouteRuntime&) { return true; }
 
 // The chain, in order. Request path: top to bottom; each attempt's response:
 // top to bottom as well (observers first, the retry decision last).
 constexpr FilterEntry kFilterTable[] = {
-    {"budget",
-     [](const RouteRuntime& r) -> StreamFilterPtr {
-       return std::make_unique<BudgetFilter>(r.config->budget);
+    {"budget", slotOf<BudgetFilter>(), always,
+     [](void* at, const RouteRuntime& r) -> StreamFilter* {
+       return new (at) BudgetFilter(r.config->budget);
      }},
     // Circuit and quota are per endpoint: each attempt's come from its
     // destination (FilterCallbacks::destination()).
-    {"circuit_breaker",
-     [](const RouteRuntime&) -> StreamFilterPtr {
-       return std::make_unique<CircuitBreakerFilter>();
+    {"circuit_breaker", slotOf<CircuitBreakerFilter>(), always,
+     [](void* at, const RouteRuntime&) -> StreamFilter* {
+       return new (at) CircuitBreakerFilter();
      }},
-    {"throttle",
-     [](const RouteRuntime& r) -> StreamFilterPtr {
+    {"throttle", slotOf<ThrottleFilter>(),
+     [](const RouteRuntime& r) {
        // Only where some upstream of the route's chain has a `rate_limit`.
        for (const UpstreamRuntime* up : r.chain) {
-         if (up->config->rate_limit) return std::make_unique<ThrottleFilter>();
+         if (up->config->rate_limit) return true;
        }
-       return nullptr;
-     }},
-    {"retry",
-     [](const RouteRuntime& r) -> StreamFilterPtr {
-       return std::make_unique<RetryFilter>(r.config->retry, *r.retry_budget);
+       return false;
+     },
+     [](void* at, const RouteRuntime&) -> StreamFilter* { return new (at) ThrottleFilter(); }},
+    {"retry", slotOf<RetryFilter>(), always,
+     [](void* at, const RouteRuntime& r) -> StreamFilter* {
+       return new (at) RetryFilter(r.config->retry, *r.retry_budget);
      }},
     // Last, so that when an attempt ends it sees the retry decision already made.
-    {"spend",
-     [](const RouteRuntime& r) -> StreamFilterPtr {
-       return std::make_unique<SpendFilter>(r.runtime->prices(), *r.metrics);
+    {"spend", slotOf<SpendFilter>(), always,
+     [](void* at, const RouteRuntime& r) -> StreamFilter* {
+       return new (at) SpendFilter(r.runtime->prices(), *r.metrics);
      }},
 };
+static_assert(std::size(kFilterTable) == FilterChain::kMaxFilters);
 
 }  // namespace
 
-std::vector<StreamFilterPtr> buildFilterChain(const RouteRuntime& route) {
-  std::vector<StreamFilterPtr> chain;
+void FilterChain::clear() {
+  for (size_t i = 0; i < size_; ++i) std::destroy_at(filters_[i]);
+  size_ = 0;
+  block_.reset();
+}
+
+FilterChain buildFilterChain(const RouteRuntime& route) {
+  FilterChain chain;
   if (route.config == nullptr) return chain;
-  chain.reserve(std::size(kFilterTable));  // one allocation, not one per doubling
-  for (const auto& entry : kFilterTable) {
-    if (auto filter = entry.make(route)) chain.push_back(std::move(filter));
+  bool wanted[std::size(kFilterTable)];
+  size_t bytes = 0;
+  for (size_t i = 0; i < std::size(kFilterTable); ++i) {
+    wanted[i] = kFilterTable[i].wanted(route);
+    if (wanted[i]) bytes += kFilterTable[i].slot;
+  }
+  chain.block_.reset(new std::byte[bytes]);
+  std::byte* at = chain.block_.get();
+  for (size_t i = 0; i < std::size(kFilterTable); ++i) {
+    if (!wanted[i]) continue;
+    // size_ counts only constructed filters: if a constructor throws, the
+    // chain's destructor destroys exactly those.
+    chain.filters_[chain.size_] = kFilterTable[i].construct(at, route);
+    ++chain.size_;
+    at += kFilterTable[i].slot;
   }
   return chain;
 }

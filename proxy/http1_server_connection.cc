@@ -492,7 +492,7 @@ int Http1ServerConnection::checkHead(const llhttp_t& p) {
                   "Content-Length and Transfer-Encoding together (RFC 9112 §6.3)");
   }
   // RFC 9112 §3.2: exactly one Host on HTTP/1.1, at most one on HTTP/1.0.
-  const size_t hosts = head_.headers.getAll("host").size();
+  const size_t hosts = head_.headers.count("host");
   if (hosts > 1 || (hosts == 0 && p.http_minor >= 1)) {
     return refuse(problems::kBadRequest,
                   hosts > 1 ? "more than one Host header field (RFC 9112 §3.2)"

@@ -81,6 +81,9 @@ TEST(HeaderMapTest, OrderAndDuplicatesPreserved) {
   EXPECT_EQ(h.entries(), (Entries{{"a", "1"}, {"b", "2"}, {"a", "3"}, {"c", "4"}, {"a", "5"}}));
   EXPECT_EQ(*h.get("a"), "1");  // get = the first
   EXPECT_EQ(h.getAll("A"), (std::vector<std::string_view>{"1", "3", "5"}));
+  EXPECT_EQ(h.count("A"), 3u);
+  EXPECT_EQ(h.count("b"), 1u);
+  EXPECT_EQ(h.count("d"), 0u);
 
   // Iteration yields the same order as entries().
   Entries seen;
@@ -321,6 +324,7 @@ TEST(HeaderMapStorageTest, RandomEditsMatchAPlainModel) {
         if (n == lower(name)) all.push_back(v);
       }
       ASSERT_EQ(map.getAll(name), all);
+      ASSERT_EQ(map.count(name), all.size());
       ASSERT_EQ(map.has(name), !all.empty());
       if (!all.empty()) {
         ASSERT_EQ(map.get(name), all.front());
