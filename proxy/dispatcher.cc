@@ -62,11 +62,15 @@ void Dispatcher::onDeferred(evutil_socket_t, short, void* arg) {
 }
 
 void Dispatcher::clearDeferred() {
-  // Deleting one object may retire others; loop until quiet.
+  // Deleting one object may retire others; loop until quiet. The vectors'
+  // capacity is kept for the next turn (no allocation per loop turn); a
+  // nested call finds spare_ empty and is still correct.
   while (!to_delete_.empty()) {
-    std::vector<DeferredDeletablePtr> batch;
-    batch.swap(to_delete_);
+    std::vector<DeferredDeletablePtr> batch = std::move(to_delete_);
+    to_delete_ = std::move(spare_);
+    to_delete_.clear();
     batch.clear();
+    spare_ = std::move(batch);
   }
 }
 

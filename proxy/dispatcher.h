@@ -83,6 +83,7 @@ class Dispatcher {
   evdns_base* dns_ = nullptr;
   EventPtr deferred_event_;
   std::vector<DeferredDeletablePtr> to_delete_;
+  std::vector<DeferredDeletablePtr> spare_;  // to_delete_'s capacity between turns
   // The inbox: post() appends under the mutex and, when it was empty, wakes
   // the loop through an eventfd. Nothing else crosses threads, so libevent
   // runs without its locks (PROFILE.md, sixth round).

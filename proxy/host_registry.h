@@ -38,15 +38,23 @@ class HostRegistry {
     const uint64_t id = next_exchange_id_++;
     auto ex = std::make_unique<Exchange>(host, id, runtime, route, &downstream, start);
     Exchange& ref = *ex;
-    exchanges_.emplace(id, std::move(ex));
+    if (!spare_node_.empty()) {
+      // The last retired Exchange's map node: no allocation per request.
+      spare_node_.key() = id;
+      spare_node_.mapped() = std::move(ex);
+      exchanges_.insert(std::move(spare_node_));  // ids are unique: always inserted
+    } else {
+      exchanges_.emplace(id, std::move(ex));
+    }
     return ref;
   }
   /** Deletes `exchange` once the stack unwinds; false when it is not held here. */
   bool retire(Exchange& exchange) {
     auto it = exchanges_.find(exchange.id());
     if (it == exchanges_.end()) return false;
-    dispatcher_.deferredDelete(std::move(it->second));
-    exchanges_.erase(it);
+    auto node = exchanges_.extract(it);
+    dispatcher_.deferredDelete(std::move(node.mapped()));
+    spare_node_ = std::move(node);  // kept for the next Exchange
     return true;
   }
   bool alive(uint64_t id) const { return exchanges_.count(id) != 0; }
@@ -99,7 +107,9 @@ class HostRegistry {
   // Exchanges after connections: destroyed first (an Exchange points at its
   // connection's stream, never the other way round).
   std::unordered_map<DownstreamConnection*, DownstreamConnectionPtr> connections_;
-  std::unordered_map<uint64_t, std::unique_ptr<Exchange>> exchanges_;
+  using ExchangeMap = std::unordered_map<uint64_t, std::unique_ptr<Exchange>>;
+  ExchangeMap exchanges_;
+  ExchangeMap::node_type spare_node_;  // a retired Exchange's node (its pointer already handed off)
 };
 
 }  // namespace sluice
