@@ -42,7 +42,7 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
       : conn_(conn), id_(id), pending_(evbuffer_new()) {}
 
   // DownstreamStream
-  void encodeHeaders(const ResponseHead& head, bool end_stream) override;
+  void encodeHeaders(ResponseHead&& head, bool end_stream) override;
   void encodeData(const char* data, size_t len, bool end_stream) override;
   void resetStream() override;
   void resetStreamAfter(std::string_view final_bytes) override;
@@ -90,9 +90,10 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   size_t unconsumed_ = 0;     // body bytes taken while paused, not yet acknowledged
 
   // response
-  // The response's fields and status text while its HEADERS frame waits in
-  // nghttp2, which was given views of them (Http2ResponseNv); released once
-  // the frame is out (onFrameSend).
+  // The response's fields (handed over by the Exchange, not copied) and
+  // status text while its HEADERS frame waits in nghttp2, which was given
+  // views of them (Http2ResponseNv); released once the frame is out
+  // (onFrameSend).
   HeaderMap response_fields_;
   Http2ResponseNv::StatusText status_text_{};
   EvBufferPtr pending_;  // body bytes the client's window has not admitted yet
@@ -112,11 +113,11 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   MonotonicTime last_body_byte_{};
 };
 
-void Http2ServerConnection::Stream::encodeHeaders(const ResponseHead& head, bool end_stream) {
+void Http2ServerConnection::Stream::encodeHeaders(ResponseHead&& head, bool end_stream) {
   if (closed_ || reset_ || response_started_ || conn_.closed_) return;
   response_started_ = true;
   body_allowed_ = mayHaveBody(head_request_, head.status);
-  response_fields_ = head.headers;
+  response_fields_ = std::move(head.headers);
   const bool reindex = conn_.responses_started_++ % kPerResponseReindex == 0;
   const Http2ResponseNv nv(response_fields_, head.status, status_text_, reindex);
   int rv;
@@ -225,8 +226,8 @@ void Http2ServerConnection::Stream::onExchangeDone() {
 
 void Http2ServerConnection::Stream::respondLocally(const Problem& problem) {
   conn_.host_.countUnparsedRequest(problem.status);
-  const LocalReply reply = makeProblemReply(problem);
-  encodeHeaders(reply.head, false);
+  LocalReply reply = makeProblemReply(problem);
+  encodeHeaders(std::move(reply.head), false);
   encodeData(reply.body.data(), reply.body.size(), true);
 }
 
