@@ -1,6 +1,7 @@
 #include "proxy/http2_server_connection.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 
 #include "common/clock.h"
@@ -283,6 +284,7 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks.get(), &onDataChunkRecv);
   nghttp2_session_callbacks_set_on_frame_send_callback(callbacks.get(), &onFrameSend);
   nghttp2_session_callbacks_set_on_stream_close_callback(callbacks.get(), &onStreamClose);
+  nghttp2_session_callbacks_set_send_data_callback(callbacks.get(), &onSendData);
 
   const Nghttp2OptionPtr option = newNghttp2Option();
   // Request body windows are acknowledged by hand (onDataChunkRecv): a
@@ -585,15 +587,19 @@ void Http2ServerConnection::sendPending() {
   notifyWritable();
 }
 
-ssize_t Http2ServerConnection::onDataSourceRead(nghttp2_session*, int32_t, uint8_t* buf,
+ssize_t Http2ServerConnection::onDataSourceRead(nghttp2_session*, int32_t, uint8_t*,
                                                 size_t length, uint32_t* data_flags,
                                                 nghttp2_data_source* source, void* user_data) {
   auto* self = static_cast<Http2ServerConnection*>(user_data);
   auto* stream = static_cast<Stream*>(source->ptr);
   if (stream->reset_) return NGHTTP2_ERR_DEFERRED;  // the RST_STREAM closes it
-  const int n = evbuffer_remove(stream->pending_.get(), buf, length);
-  const size_t taken = n > 0 ? static_cast<size_t>(n) : 0;
-  if (stream->pending() == 0) {
+  // The payload stays in pending_ until onSendData moves it to the output,
+  // later in the same nghttp2_session_mem_send call (nghttp2 prepares a
+  // DATA frame and hands it to send_data without returning in between).
+  const size_t have = stream->pending();
+  const size_t taken = std::min(have, length);
+  const size_t left = have - taken;
+  if (left == 0) {
     if (stream->end_pending_) {
       *data_flags |= NGHTTP2_DATA_FLAG_EOF;
       stream->end_pending_ = false;
@@ -603,11 +609,39 @@ ssize_t Http2ServerConnection::onDataSourceRead(nghttp2_session*, int32_t, uint8
       return NGHTTP2_ERR_DEFERRED;
     }
   }
-  if (stream->above_high_ && stream->pending() < self->limits_.low_watermark) {
+  if (taken > 0) *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;  // an empty END_STREAM frame is nghttp2's
+  if (stream->above_high_ && left < self->limits_.low_watermark) {
     stream->above_high_ = false;
     self->writable_.push_back(stream->id_);  // told after nghttp2 returns
   }
   return static_cast<ssize_t>(taken);
+}
+
+int Http2ServerConnection::onSendData(nghttp2_session*, nghttp2_frame* frame,
+                                      const uint8_t* framehd, size_t length,
+                                      nghttp2_data_source* source, void* user_data) {
+  auto* self = static_cast<Http2ServerConnection*>(user_data);
+  auto* stream = static_cast<Stream*>(source->ptr);
+  evbuffer* output = self->io_->output();
+  // sluice sets no padding callback; a padded frame would carry its pad
+  // length byte first and the padding after the payload (RFC 9113 §6.1).
+  const size_t padlen = frame->data.padlen;
+  if (padlen == 0) {
+    evbuffer_add(output, framehd, 9);
+  } else {
+    uint8_t head[10];
+    std::memcpy(head, framehd, 9);
+    head[9] = static_cast<uint8_t>(padlen - 1);
+    evbuffer_add(output, head, sizeof(head));
+  }
+  if (evbuffer_remove_buffer(stream->pending_.get(), output, length) != static_cast<int>(length)) {
+    return NGHTTP2_ERR_CALLBACK_FAILURE;  // cannot happen: onDataSourceRead sized it
+  }
+  if (padlen > 1) {
+    static constexpr uint8_t kZeros[256] = {};
+    evbuffer_add(output, kZeros, padlen - 1);
+  }
+  return 0;
 }
 
 int Http2ServerConnection::onFrameSend(nghttp2_session* session, const nghttp2_frame* frame,
