@@ -647,26 +647,24 @@ int Http2ServerConnection::onSendData(nghttp2_session*, nghttp2_frame* frame,
 int Http2ServerConnection::onFrameSend(nghttp2_session* session, const nghttp2_frame* frame,
                                        void* user_data) {
   auto* self = static_cast<Http2ServerConnection*>(user_data);
-  if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
-      (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
-    Stream* stream = self->findStream(frame->hd.stream_id);
-    if (stream != nullptr && !stream->request_complete_ && !stream->reset_) {
-      // Answered before the request ended (404, 413, 431): ask the client to
-      // stop sending without an error (RFC 9113 §8.1).
-      stream->reset_ = true;
-      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream->id_, NGHTTP2_NO_ERROR);
-    }
+  const uint8_t type = frame->hd.type;
+  if (type != NGHTTP2_HEADERS && type != NGHTTP2_DATA) return 0;
+  // One look-up for the three checks below (the stream stays: nothing here
+  // closes it synchronously).
+  Stream* stream = self->findStream(frame->hd.stream_id);
+  if (stream == nullptr) return 0;
+  if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && !stream->request_complete_ &&
+      !stream->reset_) {
+    // Answered before the request ended (404, 413, 431): ask the client to
+    // stop sending without an error (RFC 9113 §8.1).
+    stream->reset_ = true;
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream->id_, NGHTTP2_NO_ERROR);
   }
-  if (frame->hd.type == NGHTTP2_HEADERS) {
+  if (type == NGHTTP2_HEADERS) {
     // The response head is serialized: nghttp2 no longer reads its fields.
-    Stream* stream = self->findStream(frame->hd.stream_id);
-    if (stream != nullptr) releaseStorage(stream->response_fields_);
-  }
-  if (frame->hd.type == NGHTTP2_DATA) {
-    Stream* stream = self->findStream(frame->hd.stream_id);
-    if (stream != nullptr && stream->reset_after_pending_ && stream->pending() == 0) {
-      stream->reset(*stream->reset_after_pending_);  // the final bytes are out: cut now
-    }
+    releaseStorage(stream->response_fields_);
+  } else if (stream->reset_after_pending_ && stream->pending() == 0) {
+    stream->reset(*stream->reset_after_pending_);  // the final bytes are out: cut now
   }
   return 0;
 }
