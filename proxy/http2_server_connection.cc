@@ -587,9 +587,9 @@ void Http2ServerConnection::sendPending() {
   notifyWritable();
 }
 
-ssize_t Http2ServerConnection::onDataSourceRead(nghttp2_session*, int32_t, uint8_t*,
-                                                size_t length, uint32_t* data_flags,
-                                                nghttp2_data_source* source, void* user_data) {
+ssize_t Http2ServerConnection::onDataSourceRead(nghttp2_session*, int32_t, uint8_t*, size_t length,
+                                                uint32_t* data_flags, nghttp2_data_source* source,
+                                                void* user_data) {
   auto* self = static_cast<Http2ServerConnection*>(user_data);
   auto* stream = static_cast<Stream*>(source->ptr);
   if (stream->reset_) return NGHTTP2_ERR_DEFERRED;  // the RST_STREAM closes it
@@ -609,7 +609,8 @@ ssize_t Http2ServerConnection::onDataSourceRead(nghttp2_session*, int32_t, uint8
       return NGHTTP2_ERR_DEFERRED;
     }
   }
-  if (taken > 0) *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;  // an empty END_STREAM frame is nghttp2's
+  // (An empty frame that only carries END_STREAM nghttp2 writes itself.)
+  if (taken > 0) *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
   if (stream->above_high_ && left < self->limits_.low_watermark) {
     stream->above_high_ = false;
     self->writable_.push_back(stream->id_);  // told after nghttp2 returns

@@ -116,8 +116,8 @@ TEST(Http2DataFramesTest, ClientGetsTheUpstreamBodyByteForByteWhateverItsSizeAnd
   std::mt19937 rng(18);
   // Both sides of one and several frames, of the 16 KiB output watermark the
   // tests' limits use, and up to the client's initial 64 KiB window.
-  const std::vector<size_t> sizes = {0,     1,     8,     9,     10,    150,   1023,  1024,
-                                     4096,  16383, 16384, 16385, 32768, 32769, 40000, 65535};
+  const std::vector<size_t> sizes = {0,    1,     8,     9,     10,    150,   1023,  1024,
+                                     4096, 16383, 16384, 16385, 32768, 32769, 40000, 65535};
   for (const size_t size : sizes) {
     for (const bool chunked : {false, true}) {
       std::string body(size, '\0');

@@ -117,11 +117,24 @@ TEST(Http2HeadersTest, ValidatedFieldsMakeTheSameHeadAsAdd) {
   // are): for the lower-case names nghttp2 lets through it must build the
   // head add() builds, host and cookie handling included.
   std::mt19937 rng(18);
-  static const std::vector<std::string> kNames = {
-      ":method",        ":path",  ":authority", ":scheme", "host",        "cookie",
-      "content-type",   "x-a",    "hos",        "hostx",   "cookies",     "x-request-id",
-      "authorization",  "accept", "user-agent", "te",      "content-length",
-      "x-a-rather-long-field-name-past-two-words"};
+  static const std::vector<std::string> kNames = {":method",
+                                                  ":path",
+                                                  ":authority",
+                                                  ":scheme",
+                                                  "host",
+                                                  "cookie",
+                                                  "content-type",
+                                                  "x-a",
+                                                  "hos",
+                                                  "hostx",
+                                                  "cookies",
+                                                  "x-request-id",
+                                                  "authorization",
+                                                  "accept",
+                                                  "user-agent",
+                                                  "te",
+                                                  "content-length",
+                                                  "x-a-rather-long-field-name-past-two-words"};
   for (int round = 0; round < 5000; ++round) {
     std::vector<std::pair<std::string, std::string>> fields;
     const size_t n = rng() % 16;
