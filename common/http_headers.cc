@@ -115,7 +115,7 @@ void HeaderMap::reserve(size_t fields, size_t bytes) {
   if (fields > field_capacity_ || bytes > bytes_capacity_) grow(fields, bytes);
 }
 
-void HeaderMap::append(std::string_view name, std::string_view value) {
+void HeaderMap::append(std::string_view name, std::string_view value, bool lower_case) {
   const size_t need = bytes_size_ + name.size() + value.size();
   if (count_ == field_capacity_ || need > bytes_capacity_) {
     grow(count_ == field_capacity_ ? std::max<size_t>(kFirstFields, 2 * field_capacity_)
@@ -126,7 +126,11 @@ void HeaderMap::append(std::string_view name, std::string_view value) {
   const uint32_t offset = bytes_size_;
   char* stored = bytes() + offset;
   // The name lower-cased as it is copied, eight bytes at a time.
-  copyLower(stored, name.data(), name.size());
+  if (lower_case) {
+    std::memcpy(stored, name.data(), name.size());
+  } else {
+    copyLower(stored, name.data(), name.size());
+  }
   if (!value.empty()) std::memcpy(stored + name.size(), value.data(), value.size());
   slots()[count_++] =
       Slot{offset, static_cast<uint32_t>(name.size()), static_cast<uint32_t>(value.size())};
@@ -134,6 +138,14 @@ void HeaderMap::append(std::string_view name, std::string_view value) {
 }
 
 void HeaderMap::add(std::string_view name, std::string_view value) {
+  addField(name, value, /*lower_case=*/false);
+}
+
+void HeaderMap::addLowerCase(std::string_view name, std::string_view value) {
+  addField(name, value, /*lower_case=*/true);
+}
+
+void HeaderMap::addField(std::string_view name, std::string_view value, bool lower_case) {
   // A view of this map (a value read from it, say) would dangle once the
   // block grows: copy such an argument first. Rare; the common case copies nothing.
   const char* begin = block_.get();
@@ -143,10 +155,10 @@ void HeaderMap::add(std::string_view name, std::string_view value) {
   };
   if (inside(name) || inside(value)) {
     const std::string n(name), v(value);
-    append(n, v);
+    append(n, v, lower_case);
     return;
   }
-  append(name, value);
+  append(name, value, lower_case);
 }
 
 void HeaderMap::set(std::string_view name, std::string_view value) {

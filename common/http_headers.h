@@ -55,6 +55,12 @@ class HeaderMap {
 
   /** Appends a header; `name` is lower-cased. */
   void add(std::string_view name, std::string_view value);
+  /**
+   * add() for a name the caller knows has no upper-case ASCII letter (one
+   * nghttp2 validated: HTTP/2 refuses upper-case names): the name is
+   * copied as it is, not lower-cased again. Same result as add() then.
+   */
+  void addLowerCase(std::string_view name, std::string_view value);
   /** Replaces every header named `name` with one entry (appended if absent). */
   void set(std::string_view name, std::string_view value);
   /** Removes every header named `name`; returns how many were removed. */
@@ -167,8 +173,13 @@ class HeaderMap {
   static bool foldedEquals(const char* lower, std::string_view name);
   /** The index of the first field named `name` (any case), or kNone. */
   size_t find(std::string_view name) const;
-  /** Appends a field; `name` and `value` must not point into the block. */
-  void append(std::string_view name, std::string_view value);
+  /**
+   * Appends a field; `name` and `value` must not point into the block.
+   * `name` is lower-cased unless `lower_case` (the caller vouches for it).
+   */
+  void append(std::string_view name, std::string_view value, bool lower_case = false);
+  /** add(), the argument check and all, for append(…, lower_case). */
+  void addField(std::string_view name, std::string_view value, bool lower_case);
   /** A block with room for `fields` fields and `bytes` bytes; keeps the fields. */
   void grow(size_t fields, size_t bytes);
   /** Copies only the live fields (a removed field's bytes stay behind in the source). */

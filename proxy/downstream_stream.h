@@ -17,8 +17,13 @@ class DownstreamStream {
  public:
   virtual ~DownstreamStream() = default;
 
-  /** Sends the response head; `end_stream` = there is no body. */
-  virtual void encodeHeaders(const ResponseHead& head, bool end_stream) = 0;
+  /**
+   * Sends the response head; `end_stream` = there is no body. The head is
+   * handed over: a codec that sends it later (HTTP/2: nghttp2 serialises
+   * the HEADERS frame when the connection next writes) keeps it without a
+   * copy; the caller must not read it afterwards.
+   */
+  virtual void encodeHeaders(ResponseHead&& head, bool end_stream) = 0;
   /** Sends a slice of the body; `end_stream` ends the response. */
   virtual void encodeData(const char* data, size_t len, bool end_stream) = 0;
   /**

@@ -726,7 +726,7 @@ void Exchange::sendResponseHead(ResponseHead& head) {
     attempt_.sse_dialect =
         sseDialectFor(request_.pathOnly(), head.headers.get("content-type").value_or(""));
     attempt_.forwarded_tail = 0;
-    downstream_->encodeHeaders(head, false);
+    downstream_->encodeHeaders(std::move(head), false);  // not read after: handed over
     releaseReplayState();
   }
 }
@@ -972,7 +972,7 @@ void Exchange::sendProblem(Problem& problem) {
   response_started_ = true;
   beginResponse(reply.head, /*from_upstream=*/false);
   bytes_out_ += reply.body.size();
-  downstream_->encodeHeaders(reply.head, false);
+  downstream_->encodeHeaders(std::move(reply.head), false);
   downstream_->encodeData(reply.body.data(), reply.body.size(), true);
 }
 

@@ -570,9 +570,9 @@ void Http1ServerConnection::rejectRequest(const Problem& problem) {
     return;
   }
   host_.countUnparsedRequest(problem.status);
-  const LocalReply reply = makeProblemReply(problem);
+  LocalReply reply = makeProblemReply(problem);
   head_request_ = false;
-  encodeHeaders(reply.head, false);
+  encodeHeaders(std::move(reply.head), false);
   encodeData(reply.body.data(), reply.body.size(), true);
   closing_ = true;
   io_->disableRead();
@@ -581,7 +581,7 @@ void Http1ServerConnection::rejectRequest(const Problem& problem) {
 
 // --- writing ------------------------------------------------------------------------
 
-void Http1ServerConnection::encodeHeaders(const ResponseHead& head, bool end_stream) {
+void Http1ServerConnection::encodeHeaders(ResponseHead&& head, bool end_stream) {
   if (closed_) return;
   response_started_ = true;
   Http1HeadWriter out;

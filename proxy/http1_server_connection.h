@@ -95,7 +95,7 @@ class Http1ServerConnection final : public DownstreamConnection,
   ~Http1ServerConnection() override;
 
   // DownstreamStream
-  void encodeHeaders(const ResponseHead& head, bool end_stream) override;
+  void encodeHeaders(ResponseHead&& head, bool end_stream) override;
   void encodeData(const char* data, size_t len, bool end_stream) override;
   void resetStream() override;
   void resetStreamAfter(std::string_view final_bytes) override;

@@ -61,6 +61,15 @@ bool isHttp2PerResponseValue(std::string_view name) {
 }
 
 void Http2RequestHeadBuilder::add(std::string_view name, std::string_view value) {
+  addField(name, value, /*lower_case=*/false);
+}
+
+void Http2RequestHeadBuilder::addValidated(std::string_view name, std::string_view value) {
+  addField(name, value, /*lower_case=*/true);
+}
+
+void Http2RequestHeadBuilder::addField(std::string_view name, std::string_view value,
+                                       bool lower_case) {
   if (!name.empty() && name.front() == ':') {
     if (name == ":method") {
       head_.method.assign(value);
@@ -80,7 +89,11 @@ void Http2RequestHeadBuilder::add(std::string_view name, std::string_view value)
     return;
   }
   if (name.size() == 4 && equalsIgnoreCase(name, "host")) host_field_ = true;  // rare on HTTP/2
-  head_.headers.add(name, value);
+  if (lower_case) {
+    head_.headers.addLowerCase(name, value);
+  } else {
+    head_.headers.add(name, value);
+  }
 }
 
 RequestHead Http2RequestHeadBuilder::finish() {
@@ -90,10 +103,10 @@ RequestHead Http2RequestHeadBuilder::finish() {
     if (host_field_) {
       head_.headers.set("host", authority_);
     } else {
-      head_.headers.add("host", authority_);
+      head_.headers.addLowerCase("host", authority_);
     }
   }
-  if (!cookie_.empty()) head_.headers.add("cookie", cookie_);
+  if (!cookie_.empty()) head_.headers.addLowerCase("cookie", cookie_);
   head_.version_major = 2;
   head_.version_minor = 0;
   return std::move(head_);

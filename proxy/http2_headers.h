@@ -32,6 +32,12 @@ class Http2RequestHeadBuilder {
   /** One field as received; pseudo-headers start with ':'. */
   void add(std::string_view name, std::string_view value);
   /**
+   * add() for a field nghttp2 validated (its HTTP messaging checks, which
+   * Http2ServerConnection keeps on): the name has no upper-case letter, so
+   * it is stored as it is, not lower-cased again. Same head as add().
+   */
+  void addValidated(std::string_view name, std::string_view value);
+  /**
    * The request head: method, path, `host` from `:authority` (which wins over
    * a `host` field), cookies joined, version 2.0.
    */
@@ -41,6 +47,9 @@ class Http2RequestHeadBuilder {
   const std::string& scheme() const { return scheme_; }
 
  private:
+  /** add() and addValidated(); `lower_case`: the name has no upper-case letter. */
+  void addField(std::string_view name, std::string_view value, bool lower_case);
+
   RequestHead head_;
   std::string authority_;
   std::string scheme_;

@@ -1,6 +1,7 @@
 #include "proxy/http2_server_connection.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 
 #include "common/clock.h"
@@ -42,7 +43,7 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
       : conn_(conn), id_(id), pending_(evbuffer_new()) {}
 
   // DownstreamStream
-  void encodeHeaders(const ResponseHead& head, bool end_stream) override;
+  void encodeHeaders(ResponseHead&& head, bool end_stream) override;
   void encodeData(const char* data, size_t len, bool end_stream) override;
   void resetStream() override;
   void resetStreamAfter(std::string_view final_bytes) override;
@@ -90,9 +91,10 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   size_t unconsumed_ = 0;     // body bytes taken while paused, not yet acknowledged
 
   // response
-  // The response's fields and status text while its HEADERS frame waits in
-  // nghttp2, which was given views of them (Http2ResponseNv); released once
-  // the frame is out (onFrameSend).
+  // The response's fields (handed over by the Exchange, not copied) and
+  // status text while its HEADERS frame waits in nghttp2, which was given
+  // views of them (Http2ResponseNv); released once the frame is out
+  // (onFrameSend).
   HeaderMap response_fields_;
   Http2ResponseNv::StatusText status_text_{};
   EvBufferPtr pending_;  // body bytes the client's window has not admitted yet
@@ -112,11 +114,11 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   MonotonicTime last_body_byte_{};
 };
 
-void Http2ServerConnection::Stream::encodeHeaders(const ResponseHead& head, bool end_stream) {
+void Http2ServerConnection::Stream::encodeHeaders(ResponseHead&& head, bool end_stream) {
   if (closed_ || reset_ || response_started_ || conn_.closed_) return;
   response_started_ = true;
   body_allowed_ = mayHaveBody(head_request_, head.status);
-  response_fields_ = head.headers;
+  response_fields_ = std::move(head.headers);
   const bool reindex = conn_.responses_started_++ % kPerResponseReindex == 0;
   const Http2ResponseNv nv(response_fields_, head.status, status_text_, reindex);
   int rv;
@@ -225,8 +227,8 @@ void Http2ServerConnection::Stream::onExchangeDone() {
 
 void Http2ServerConnection::Stream::respondLocally(const Problem& problem) {
   conn_.host_.countUnparsedRequest(problem.status);
-  const LocalReply reply = makeProblemReply(problem);
-  encodeHeaders(reply.head, false);
+  LocalReply reply = makeProblemReply(problem);
+  encodeHeaders(std::move(reply.head), false);
   encodeData(reply.body.data(), reply.body.size(), true);
 }
 
@@ -282,6 +284,7 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks.get(), &onDataChunkRecv);
   nghttp2_session_callbacks_set_on_frame_send_callback(callbacks.get(), &onFrameSend);
   nghttp2_session_callbacks_set_on_stream_close_callback(callbacks.get(), &onStreamClose);
+  nghttp2_session_callbacks_set_send_data_callback(callbacks.get(), &onSendData);
 
   const Nghttp2OptionPtr option = newNghttp2Option();
   // Request body windows are acknowledged by hand (onDataChunkRecv): a
@@ -461,7 +464,8 @@ int Http2ServerConnection::onHeader(nghttp2_session*, const nghttp2_frame* frame
     stream->header_overflow_ = true;
     return 0;
   }
-  stream->builder_.add(n, v);
+  // nghttp2's HTTP messaging checks refused any name with an upper-case letter.
+  stream->builder_.addValidated(n, v);
   return 0;
 }
 
@@ -583,15 +587,19 @@ void Http2ServerConnection::sendPending() {
   notifyWritable();
 }
 
-ssize_t Http2ServerConnection::onDataSourceRead(nghttp2_session*, int32_t, uint8_t* buf,
-                                                size_t length, uint32_t* data_flags,
-                                                nghttp2_data_source* source, void* user_data) {
+ssize_t Http2ServerConnection::onDataSourceRead(nghttp2_session*, int32_t, uint8_t*, size_t length,
+                                                uint32_t* data_flags, nghttp2_data_source* source,
+                                                void* user_data) {
   auto* self = static_cast<Http2ServerConnection*>(user_data);
   auto* stream = static_cast<Stream*>(source->ptr);
   if (stream->reset_) return NGHTTP2_ERR_DEFERRED;  // the RST_STREAM closes it
-  const int n = evbuffer_remove(stream->pending_.get(), buf, length);
-  const size_t taken = n > 0 ? static_cast<size_t>(n) : 0;
-  if (stream->pending() == 0) {
+  // The payload stays in pending_ until onSendData moves it to the output,
+  // later in the same nghttp2_session_mem_send call (nghttp2 prepares a
+  // DATA frame and hands it to send_data without returning in between).
+  const size_t have = stream->pending();
+  const size_t taken = std::min(have, length);
+  const size_t left = have - taken;
+  if (left == 0) {
     if (stream->end_pending_) {
       *data_flags |= NGHTTP2_DATA_FLAG_EOF;
       stream->end_pending_ = false;
@@ -601,36 +609,63 @@ ssize_t Http2ServerConnection::onDataSourceRead(nghttp2_session*, int32_t, uint8
       return NGHTTP2_ERR_DEFERRED;
     }
   }
-  if (stream->above_high_ && stream->pending() < self->limits_.low_watermark) {
+  // (An empty frame that only carries END_STREAM nghttp2 writes itself.)
+  if (taken > 0) *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+  if (stream->above_high_ && left < self->limits_.low_watermark) {
     stream->above_high_ = false;
     self->writable_.push_back(stream->id_);  // told after nghttp2 returns
   }
   return static_cast<ssize_t>(taken);
 }
 
+int Http2ServerConnection::onSendData(nghttp2_session*, nghttp2_frame* frame,
+                                      const uint8_t* framehd, size_t length,
+                                      nghttp2_data_source* source, void* user_data) {
+  auto* self = static_cast<Http2ServerConnection*>(user_data);
+  auto* stream = static_cast<Stream*>(source->ptr);
+  evbuffer* output = self->io_->output();
+  // sluice sets no padding callback; a padded frame would carry its pad
+  // length byte first and the padding after the payload (RFC 9113 §6.1).
+  const size_t padlen = frame->data.padlen;
+  if (padlen == 0) {
+    evbuffer_add(output, framehd, 9);
+  } else {
+    uint8_t head[10];
+    std::memcpy(head, framehd, 9);
+    head[9] = static_cast<uint8_t>(padlen - 1);
+    evbuffer_add(output, head, sizeof(head));
+  }
+  if (evbuffer_remove_buffer(stream->pending_.get(), output, length) != static_cast<int>(length)) {
+    return NGHTTP2_ERR_CALLBACK_FAILURE;  // cannot happen: onDataSourceRead sized it
+  }
+  if (padlen > 1) {
+    static constexpr uint8_t kZeros[256] = {};
+    evbuffer_add(output, kZeros, padlen - 1);
+  }
+  return 0;
+}
+
 int Http2ServerConnection::onFrameSend(nghttp2_session* session, const nghttp2_frame* frame,
                                        void* user_data) {
   auto* self = static_cast<Http2ServerConnection*>(user_data);
-  if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
-      (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
-    Stream* stream = self->findStream(frame->hd.stream_id);
-    if (stream != nullptr && !stream->request_complete_ && !stream->reset_) {
-      // Answered before the request ended (404, 413, 431): ask the client to
-      // stop sending without an error (RFC 9113 §8.1).
-      stream->reset_ = true;
-      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream->id_, NGHTTP2_NO_ERROR);
-    }
+  const uint8_t type = frame->hd.type;
+  if (type != NGHTTP2_HEADERS && type != NGHTTP2_DATA) return 0;
+  // One look-up for the three checks below (the stream stays: nothing here
+  // closes it synchronously).
+  Stream* stream = self->findStream(frame->hd.stream_id);
+  if (stream == nullptr) return 0;
+  if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && !stream->request_complete_ &&
+      !stream->reset_) {
+    // Answered before the request ended (404, 413, 431): ask the client to
+    // stop sending without an error (RFC 9113 §8.1).
+    stream->reset_ = true;
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream->id_, NGHTTP2_NO_ERROR);
   }
-  if (frame->hd.type == NGHTTP2_HEADERS) {
+  if (type == NGHTTP2_HEADERS) {
     // The response head is serialized: nghttp2 no longer reads its fields.
-    Stream* stream = self->findStream(frame->hd.stream_id);
-    if (stream != nullptr) releaseStorage(stream->response_fields_);
-  }
-  if (frame->hd.type == NGHTTP2_DATA) {
-    Stream* stream = self->findStream(frame->hd.stream_id);
-    if (stream != nullptr && stream->reset_after_pending_ && stream->pending() == 0) {
-      stream->reset(*stream->reset_after_pending_);  // the final bytes are out: cut now
-    }
+    releaseStorage(stream->response_fields_);
+  } else if (stream->reset_after_pending_ && stream->pending() == 0) {
+    stream->reset(*stream->reset_after_pending_);  // the final bytes are out: cut now
   }
   return 0;
 }

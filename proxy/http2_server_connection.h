@@ -137,6 +137,14 @@ class Http2ServerConnection final : public DownstreamConnection, private SocketI
   static int onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code, void*);
   static ssize_t onDataSourceRead(nghttp2_session*, int32_t stream_id, uint8_t* buf, size_t length,
                                   uint32_t* data_flags, nghttp2_data_source*, void*);
+  /**
+   * Writes a DATA frame onDataSourceRead sized without copying
+   * (NGHTTP2_DATA_FLAG_NO_COPY): its 9-byte header, then the payload moved
+   * from the stream's pending buffer straight to the output (evbuffer
+   * chains relinked, not copied into nghttp2's frame buffer and out again).
+   */
+  static int onSendData(nghttp2_session*, nghttp2_frame* frame, const uint8_t* framehd,
+                        size_t length, nghttp2_data_source* source, void*);
 
   Stream* findStream(int32_t stream_id) const;
   /** A stream closed before its request ended (the client may not know yet). */

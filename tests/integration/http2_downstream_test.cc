@@ -660,6 +660,35 @@ TEST_F(Http2DownstreamTest, TrailersOnAStreamSluiceAlreadyAnsweredAreNoConnectio
   EXPECT_FALSE(conn.peerClosed());
 }
 
+TEST_F(Http2DownstreamTest, UpperCaseFieldNamesAreRefusedBeforeTheyReachTheProxy) {
+  // sluice stores the names nghttp2 hands over as they are
+  // (Http2RequestHeadBuilder::addValidated): that rests on nghttp2's HTTP
+  // messaging checks refusing any name with an upper-case letter
+  // (RFC 9113 §8.2.1: a malformed request, RST_STREAM(PROTOCOL_ERROR)).
+  // :method GET, :scheme http, :path /echo/u (literal, name index 4), :authority t.
+  const std::string get_echo = std::string("\x82\x86\x04\x07") + "/echo/u" + kAuthority;
+  const std::string upper = std::string("\x00\x03X-u\x01", 6) + "1";  // literal, new name
+  const std::string lower = std::string("\x00\x03x-u\x01", 6) + "1";
+  TestConnection conn(sluice_->port());
+  conn.send(kPreface + rawFrame(kSettings, 0, 0, "") +
+            rawFrame(kHeaders, kEndStream | kEndHeaders, 1, get_echo + upper) +
+            rawFrame(kHeaders, kEndStream | kEndHeaders, 3, get_echo + lower));
+  conn.readUntil([&](const TestResponse&) {
+    const auto frames = parseFrames(conn.raw());
+    return findFrame(frames, kRstStream, 1) != nullptr && findFrame(frames, kHeaders, 3) != nullptr;
+  });
+  const auto frames = parseFrames(conn.raw());
+  const RawFrame* rst = findFrame(frames, kRstStream, 1);
+  ASSERT_NE(rst, nullptr);
+  ASSERT_GE(rst->payload.size(), 4u);
+  EXPECT_EQ(be32(rst->payload, 0), static_cast<uint32_t>(NGHTTP2_PROTOCOL_ERROR));
+  EXPECT_EQ(findFrame(frames, kHeaders, 1), nullptr);  // never answered: never proxied
+  ASSERT_NE(findFrame(frames, kHeaders, 3), nullptr);
+  EXPECT_TRUE(eventually([&] { return mock_->ledger().size() == 1u; }));
+  const nlohmann::json entry = mock_->ledger()[0];
+  EXPECT_EQ(entry["path"], "/echo/u") << entry.dump();
+}
+
 // --- protocol detection
 // ---------------------------------------------------------------------------
 

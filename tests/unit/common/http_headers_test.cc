@@ -240,6 +240,44 @@ TEST(HeaderMapStorageTest, ManyFieldsAndLargeValuesKeepOrder) {
 // case with non-ASCII and punctuation bytes around the letters' edges
 // ('@', '[', '`', '{'), sets, removes, removeIf, copies, moves, clears, and
 // values that are views of the map itself.
+TEST(HeaderMapStorageTest, AddLowerCaseMatchesAddForNamesWithoutUpperCase) {
+  // addLowerCase() is add() without the lower-casing, for names the caller
+  // knows are lower-case (HTTP/2 fields nghttp2 validated): for such names
+  // both maps must hold the same fields, whatever the lengths (the word-wise
+  // lower-casing has its own short and long paths), bytes and growth, and
+  // with values that are views of the map itself.
+  std::mt19937 rng(18);
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  const std::string kNameBytes = "az@[`{-_09:\x80\xc3\xff";  // no 'A'..'Z'
+  for (int round = 0; round < 300; ++round) {
+    HeaderMap by_add;
+    HeaderMap by_lower;
+    for (int step = 0; step < 50; ++step) {
+      std::string name;
+      for (size_t len = pick(3) == 0 ? pick(40) : pick(12); len > 0; --len) {
+        name += kNameBytes[pick(kNameBytes.size())];
+      }
+      if (pick(8) == 0 && !by_add.empty()) {
+        // A value that is a view of each map itself (copied before the block grows).
+        const size_t i = pick(by_add.size());
+        const std::string_view own_a = (*std::next(by_add.begin(), i)).value;
+        const std::string_view own_l = (*std::next(by_lower.begin(), i)).value;
+        by_add.add(name, own_a);
+        by_lower.addLowerCase(name, own_l);
+      } else if (pick(10) == 0) {
+        by_add.set(name, "s");
+        by_lower.set(name, "s");
+      } else {
+        const std::string value(pick(60), static_cast<char>('a' + pick(26)));
+        by_add.add(name, value);
+        by_lower.addLowerCase(name, value);
+      }
+      ASSERT_EQ(by_lower.entries(), by_add.entries()) << "round " << round << " step " << step;
+      ASSERT_EQ(by_lower.getAll(name), by_add.getAll(name));
+    }
+  }
+}
+
 TEST(HeaderMapStorageTest, RandomEditsMatchAPlainModel) {
   std::mt19937 rng(8);
   auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };

@@ -60,8 +60,8 @@ using namespace std::chrono_literals;
 /** The client's side: records the response as the codec would send it. */
 class FakeDownstream final : public DownstreamStream {
  public:
-  void encodeHeaders(const ResponseHead& head, bool end_stream) override {
-    heads.push_back(head);
+  void encodeHeaders(ResponseHead&& head, bool end_stream) override {
+    heads.push_back(std::move(head));
     ended = ended || end_stream;
   }
   void encodeData(const char* data, size_t len, bool end_stream) override {
