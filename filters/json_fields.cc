@@ -734,6 +734,16 @@ class PlainObjectReader {
     return p_ == end_;
   }
 
+  // The object at the text's start, which may go on past it: the length of
+  // the object when it is plain (as document() would vouch for it alone),
+  // npos otherwise. Nothing past the object's closing brace is read.
+  size_t leadingObject(int depth) {
+    const char* const begin = p_;
+    if (depth <= 0 || p_ >= end_ || *p_ != '{') return npos;
+    if (!object(depth, /*top=*/true)) return npos;
+    return static_cast<size_t>(p_ - begin);
+  }
+
  private:
   static bool isWs(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
   void skipWs() {
@@ -867,6 +877,32 @@ bool readPlainObject(std::string_view v, int depth, const std::string_view* keys
                      std::optional<uint64_t>* counts) {
   if (depth <= 0 || v.empty() || v.front() != '{') return false;
   return PlainObjectReader(v, keys, key_count, counts).document(depth);
+}
+
+bool scanAnswerMembers(std::string_view s, int usage_depth, const std::string_view* keys,
+                       size_t key_count, std::optional<uint64_t>* counts, AnswerMembers& out) {
+  out = AnswerMembers{};
+  return scanMembers(s, [&](std::string_view key, size_t begin, size_t& end) {
+    if (key == "usage") {
+      // Read as the scan passes it. A plain object ends where endOfValue()
+      // would put its end: its strings hold no quote or backslash, so its
+      // braces balance at the same closing one; and the reader reads nothing
+      // past that brace, so it reads the value exactly as readPlainObject()
+      // reads the value's text alone.
+      std::fill(counts, counts + key_count, std::nullopt);
+      const size_t length =
+          begin < s.size()
+              ? PlainObjectReader(s.substr(begin), keys, key_count, counts).leadingObject(usage_depth)
+              : npos;
+      out.usage_plain = length != npos;
+      end = out.usage_plain ? begin + length : endOfValue(s, begin);
+      if (end != npos) out.usage = s.substr(begin, end - begin);
+      return true;
+    }
+    end = endOfValue(s, begin);
+    if (end != npos && key == "model") out.model = s.substr(begin, end - begin);
+    return true;
+  });
 }
 
 }  // namespace sluice
