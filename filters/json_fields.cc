@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <charconv>
 #include <cstring>
 #include <utility>
@@ -46,6 +47,25 @@ size_t skipWhitespace(std::string_view s, size_t i) {
   while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) ++i;
   return i;
 }
+
+// Eight bytes at a time (SWAR): PlainObjectReader's strings.
+constexpr uint64_t kOnes = 0x0101010101010101ULL;
+constexpr uint64_t kHighs = 0x8080808080808080ULL;
+constexpr bool kLittleEndian = std::endian::native == std::endian::little;
+
+uint64_t load8(const char* p) {
+  uint64_t w;
+  std::memcpy(&w, p, sizeof w);
+  return w;
+}
+
+// The high bit of each byte of `w` that is zero; exact for the lowest such
+// byte (a borrow only runs upward, past a zero byte), so with the bytes
+// little-endian the lowest set bit marks the first match.
+uint64_t zeroBytes(uint64_t w) { return (w - kOnes) & ~w & kHighs; }
+
+// The byte index of the lowest mark (the first match, little-endian).
+size_t firstMarked(uint64_t marks) { return static_cast<size_t>(__builtin_ctzll(marks)) / 8; }
 
 // s[i] is the opening quote; returns the index after the closing one.
 size_t endOfString(std::string_view s, size_t i) {
@@ -755,17 +775,18 @@ class PlainObjectReader {
   bool plainStringToken() {
     const char* q = p_ + 1;
     // Eight bytes at a time while none is a quote, a backslash, a control
-    // character or 0x7f and up; the byte loop finds which one it is.
-    constexpr uint64_t kOnes = 0x0101010101010101ULL;
-    constexpr uint64_t kHighs = 0x8080808080808080ULL;
-    const auto hasZeroByte = [](uint64_t v) { return (v - kOnes) & ~v & kHighs; };
+    // character or 0x7f and up; the byte loop finds which one it is. Each
+    // mask is exact at its lowest byte (borrows run upward only), so with
+    // little-endian bytes the lowest mark is the first such byte.
     while (end_ - q >= 8) {
-      uint64_t w;
-      std::memcpy(&w, q, sizeof w);
-      const uint64_t stop = hasZeroByte(w ^ (kOnes * '"')) | hasZeroByte(w ^ (kOnes * '\\')) |
-                            hasZeroByte(w ^ (kOnes * 0x7f)) | ((w - kOnes * 0x20) & ~w & kHighs) |
+      const uint64_t w = load8(q);
+      const uint64_t stop = zeroBytes(w ^ (kOnes * '"')) | zeroBytes(w ^ (kOnes * '\\')) |
+                            zeroBytes(w ^ (kOnes * 0x7f)) | ((w - kOnes * 0x20) & ~w & kHighs) |
                             (w & kHighs);
-      if (stop != 0) break;
+      if (stop != 0) {
+        if constexpr (kLittleEndian) q += firstMarked(stop);
+        break;
+      }
       q += 8;
     }
     while (q < end_ && isByteClass(*q, kPlainChar)) ++q;
