@@ -91,7 +91,12 @@ void IdGenerator::fillHex(char* out, size_t bytes) {
     for (size_t i = 0; i < bytes; i += 8) {
       const uint64_t v = next();
       const size_t used = std::min<size_t>(8, bytes - i);  // bytes of v written, high first
-      any |= used == 8 ? v : v >> (64 - 8 * used);
+      if (used == 8) {  // a whole word: its sixteen digits straight into place
+        any |= v;
+        writeHex(out + 2 * i, v);
+        continue;
+      }
+      any |= v >> (64 - 8 * used);
       char digits[16];
       writeHex(digits, v);
       std::memcpy(out + 2 * i, digits, 2 * used);
