@@ -44,7 +44,11 @@ bool isByteClass(char c, ByteClass byte_class) {
 }
 
 size_t skipWhitespace(std::string_view s, size_t i) {
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) ++i;
+  // Every whitespace byte is at most ' ': most bytes leave at the first test.
+  while (i < s.size() && static_cast<unsigned char>(s[i]) <= ' ' &&
+         (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) {
+    ++i;
+  }
   return i;
 }
 
@@ -746,7 +750,11 @@ class PlainObjectReader {
         end_(s.data() + s.size()),
         keys_(keys),
         key_count_(key_count),
-        counts_(counts) {}
+        counts_(counts) {
+    for (size_t k = 0; k < key_count; ++k) {
+      key_sizes_ |= keys[k].size() < 64 ? uint64_t{1} << keys[k].size() : kLongKeys;
+    }
+  }
 
   bool document(int depth) {
     if (!object(depth, /*top=*/true)) return false;
@@ -767,7 +775,7 @@ class PlainObjectReader {
  private:
   static bool isWs(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
   void skipWs() {
-    while (p_ < end_ && isWs(*p_)) ++p_;
+    while (p_ < end_ && static_cast<unsigned char>(*p_) <= ' ' && isWs(*p_)) ++p_;
   }
 
   // p_ at the opening quote of a string whose bytes must be plain
@@ -868,7 +876,8 @@ class PlainObjectReader {
           if (*p_ < '0' || *p_ > '9' || !number(count)) return false;
           break;
       }
-      if (top) {
+      // (Only a member whose key is as long as one of keys_ can be one.)
+      if (top && (key_sizes_ & (key.size() < 64 ? uint64_t{1} << key.size() : kLongKeys)) != 0) {
         for (size_t k = 0; k < key_count_; ++k) {
           if (key == keys_[k]) counts_[k] = count;  // the last occurrence wins
         }
@@ -890,6 +899,9 @@ class PlainObjectReader {
   const std::string_view* const keys_;
   const size_t key_count_;
   std::optional<uint64_t>* const counts_;
+  // Bit n set: some key of keys_ is n bytes long (kLongKeys: 63 or more).
+  static constexpr uint64_t kLongKeys = uint64_t{1} << 63;
+  uint64_t key_sizes_ = 0;
 };
 
 }  // namespace

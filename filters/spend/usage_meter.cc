@@ -80,37 +80,51 @@ struct UsageCounts {
   std::optional<uint64_t> output;
 };
 
+// The counts a `usage` object may hold, by index into kUsageKeys.
+enum UsageField : size_t {
+  kPromptTokens,
+  kInputTokens,
+  kCacheCreationInputTokens,
+  kCacheReadInputTokens,
+  kCompletionTokens,
+  kOutputTokens,
+};
+constexpr std::string_view kUsageKeys[] = {
+    "prompt_tokens",           "input_tokens",      "cache_creation_input_tokens",
+    "cache_read_input_tokens", "completion_tokens", "output_tokens"};
+constexpr size_t kUsageKeyCount = std::size(kUsageKeys);
+static_assert(kOutputTokens + 1 == kUsageKeyCount);
+
 // One reader for every provider's `usage` object: OpenAI chat names the counts
 // prompt/completion_tokens, Responses and Anthropic input/output_tokens, and
 // Anthropic reports prompt-cache tokens separately from input_tokens (OpenAI's
-// cached_tokens are a detail already inside the input count).
+// cached_tokens are a detail already inside the input count). `count(field)`
+// reads kUsageKeys[field].
 template <typename CountOf>
 UsageCounts combineUsage(const CountOf& count) {
   UsageCounts counts;
-  counts.input = count("prompt_tokens");
-  if (!counts.input) counts.input = count("input_tokens");
+  counts.input = count(kPromptTokens);
+  if (!counts.input) counts.input = count(kInputTokens);
   if (counts.input) {
-    *counts.input += count("cache_creation_input_tokens").value_or(0);
-    *counts.input += count("cache_read_input_tokens").value_or(0);
+    *counts.input += count(kCacheCreationInputTokens).value_or(0);
+    *counts.input += count(kCacheReadInputTokens).value_or(0);
   }
-  counts.output = count("completion_tokens");
-  if (!counts.output) counts.output = count("output_tokens");
+  counts.output = count(kCompletionTokens);
+  if (!counts.output) counts.output = count(kOutputTokens);
   return counts;
 }
 
 UsageCounts readUsage(const json& usage) {
-  return combineUsage([&](const char* key) { return countField(usage, key); });
+  // (The names are literals: data() is their NUL-terminated text.)
+  return combineUsage(
+      [&](UsageField field) { return countField(usage, kUsageKeys[field].data()); });
 }
 
 // The raw text of a `usage` member. Providers write it small and plain (flat
 // counts, a `*_details` object of counts): then it is read without a DOM,
 // with exactly the result a full parse gives (json_fields.h); anything else
 // is parsed. nullopt when it is not an object.
-// The counts readUsageText() reads from a plain `usage`, and how deep it may nest.
-constexpr std::string_view kUsageKeys[] = {
-    "prompt_tokens",           "input_tokens",      "cache_creation_input_tokens",
-    "cache_read_input_tokens", "completion_tokens", "output_tokens"};
-constexpr size_t kUsageKeyCount = std::size(kUsageKeys);
+// How deep a plain `usage` may nest.
 constexpr int kPlainUsageDepth = 3;
 
 // readUsageText() once its text was read as a plain object (`plain`, with
@@ -124,13 +138,7 @@ std::optional<UsageCounts> usageFromText(std::string_view text, bool plain,
     if (!usage.is_object()) return std::nullopt;
     return readUsage(usage);
   }
-  return combineUsage([&](const char* key) {
-    const std::string_view name(key);
-    for (size_t i = 0; i < kUsageKeyCount; ++i) {
-      if (kUsageKeys[i] == name) return values[i];
-    }
-    return std::optional<uint64_t>();
-  });
+  return combineUsage([&](UsageField field) { return values[field]; });
 }
 
 std::optional<UsageCounts> readUsageText(std::string_view text) {

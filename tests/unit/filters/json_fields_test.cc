@@ -379,6 +379,31 @@ TEST(ReadPlainObjectTest, ReadsTheCountsAPlainUsageHolds) {
   }
 }
 
+// The reader compares a member's key with the wanted ones only when some
+// wanted key is as long (a bit per length, one for 63 and more): every
+// length still finds its key, and a same-length other key is no match.
+TEST(ReadPlainObjectTest, KeysOfEveryLengthAreFound) {
+  for (size_t length = 0; length <= 80; ++length) {
+    const std::string wanted(length, 'k');
+    std::string other = wanted;
+    if (length > 0) other.back() = 'j';
+    const std::string longer = wanted + "k";
+    const std::string_view keys[] = {wanted, "x"};
+    std::optional<uint64_t> counts[2];
+    const std::string text = "{\"" + other + "\":1,\"" + wanted + "\":2,\"" + longer + "\":3}";
+    ASSERT_TRUE(readPlainObject(text, 1, keys, 2, counts)) << length;
+    EXPECT_EQ(counts[0], 2u) << length;  // (length 0: `other` is "" too; the last wins)
+    EXPECT_EQ(counts[1], std::nullopt) << length;
+    if (length > 0) {  // only `other`, `longer` and the unwanted "x"
+      const std::string_view only[] = {wanted};
+      std::optional<uint64_t> count;
+      const std::string without = "{\"" + other + "\":1,\"" + longer + "\":3}";
+      ASSERT_TRUE(readPlainObject(without, 1, only, 1, &count));
+      EXPECT_EQ(count, std::nullopt) << length;
+    }
+  }
+}
+
 // Random objects of plain and not-quite-plain pieces, nested, then damaged:
 // the one pass says what isPlainObject() says and reads what the scan reads.
 TEST(ReadPlainObjectTest, MatchesTheMemberScanOnRandomObjects) {
