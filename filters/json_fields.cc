@@ -923,10 +923,10 @@ bool scanAnswerMembers(std::string_view s, int usage_depth, const std::string_vi
       // past that brace, so it reads the value exactly as readPlainObject()
       // reads the value's text alone.
       std::fill(counts, counts + key_count, std::nullopt);
-      const size_t length =
-          begin < s.size()
-              ? PlainObjectReader(s.substr(begin), keys, key_count, counts).leadingObject(usage_depth)
-              : npos;
+      const size_t length = begin < s.size()
+                                ? PlainObjectReader(s.substr(begin), keys, key_count, counts)
+                                      .leadingObject(usage_depth)
+                                : npos;
       out.usage_plain = length != npos;
       end = out.usage_plain ? begin + length : endOfValue(s, begin);
       if (end != npos) out.usage = s.substr(begin, end - begin);

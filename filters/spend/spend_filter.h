@@ -46,7 +46,7 @@ class SpendFilter final : public StreamFilter {
   const PriceTable& prices_;
   RouteMetrics& metrics_;
   std::optional<MeteredRequest> request_;  // (inline: no allocation per request)
-  std::unique_ptr<UsageMeter> meter_;  // the attempt in flight
+  std::unique_ptr<UsageMeter> meter_;      // the attempt in flight
 };
 
 }  // namespace sluice

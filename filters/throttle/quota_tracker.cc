@@ -668,8 +668,8 @@ int64_t QuotaTracker::unansweredTokens(const std::string& key) const {
 size_t QuotaTracker::queueDepth() const { return queued_.load(std::memory_order_relaxed); }
 
 std::optional<int64_t> QuotaTracker::lastRemaining(bool tokens) const {
-  const int64_t remaining = (tokens ? last_remaining_tokens_ : last_remaining_requests_)
-                                .load(std::memory_order_relaxed);
+  const int64_t remaining =
+      (tokens ? last_remaining_tokens_ : last_remaining_requests_).load(std::memory_order_relaxed);
   return remaining == kNoRemaining ? std::nullopt : std::optional<int64_t>(remaining);
 }
 

@@ -517,8 +517,8 @@ TEST(ScanAnswerMembersTest, ReadsTheUsageAsTheScanPassesIt) {
       R"("prompt_tokens_details":{"cached_tokens":0}},"system_fingerprint":"fp"})";
   AnswerMembers members;
   std::vector<std::optional<uint64_t>> counts(kAnswerKeys.size());
-  ASSERT_TRUE(scanAnswerMembers(answer, 3, kAnswerKeys.data(), kAnswerKeys.size(), counts.data(),
-                                members));
+  ASSERT_TRUE(
+      scanAnswerMembers(answer, 3, kAnswerKeys.data(), kAnswerKeys.size(), counts.data(), members));
   EXPECT_EQ(members.model, "\"gpt-4o\"");
   EXPECT_TRUE(members.usage_plain);
   EXPECT_EQ(counts[0], 19u);
@@ -570,12 +570,29 @@ TEST(ScanAnswerMembersTest, ReadsTheUsageAsTheScanPassesIt) {
 // other values around them), then damaged: the fused read gives what the scan
 // plus readPlainObject() on the last `usage` give.
 TEST(ScanAnswerMembersTest, MatchesTheScanThenTheReadOnRandomAnswers) {
-  static const std::vector<std::string> kKeys = {"prompt_tokens", "completion_tokens", "a", "", "b"};
-  static const std::vector<std::string> kValues = {
-      "0",     "7",     "19",    "18446744073709551615", "18446744073709551616", "007", "-3",
-      "1.5",   "true",  "false", "null",                 "nul",                  "\"x\"",
-      "\"\"",  "\"a\\\"b\"", "\"\xc3\xa9\"", "[]", "[1,{\"a\":2}]", "\"{\"", "\"}\"",
-      "\"\x7f\""};
+  static const std::vector<std::string> kKeys = {"prompt_tokens", "completion_tokens", "a", "",
+                                                 "b"};
+  static const std::vector<std::string> kValues = {"0",
+                                                   "7",
+                                                   "19",
+                                                   "18446744073709551615",
+                                                   "18446744073709551616",
+                                                   "007",
+                                                   "-3",
+                                                   "1.5",
+                                                   "true",
+                                                   "false",
+                                                   "null",
+                                                   "nul",
+                                                   "\"x\"",
+                                                   "\"\"",
+                                                   "\"a\\\"b\"",
+                                                   "\"\xc3\xa9\"",
+                                                   "[]",
+                                                   "[1,{\"a\":2}]",
+                                                   "\"{\"",
+                                                   "\"}\"",
+                                                   "\"\x7f\""};
   static const std::string kDamage = "{}[],:\"\\ x0\t\x7f";
   std::mt19937 rng(2610);
   std::function<std::string(int)> object = [&](int depth) {
