@@ -146,7 +146,7 @@ RequestIdentity establishIdentity(HeaderMap& headers, IdGenerator& ids) {
   // Read (copied) before the head changes: adding a field may move the
   // block these views point into.
   if (const std::string_view trace_id = traceIdOf(traceparent_field.single()); !trace_id.empty()) {
-    identity.trace_id = std::string(trace_id);
+    identity.trace_id = trace_id;
   }
   const std::string_view client_id = request_id.single();
   if (isValidRequestId(client_id)) {
@@ -170,7 +170,7 @@ RequestIdentity establishIdentity(HeaderMap& headers, IdGenerator& ids) {
     tp[35] = '-';
     ids.fillHex(tp + 36, 8);
     std::memcpy(tp + 52, "-01", 3);
-    identity.trace_id.assign(tp + 3, 32);
+    identity.trace_id = std::string_view(tp + 3, 32);
     identity.trace_started = true;
     if (traceparent_field.present()) {
       headers.remove("tracestate");  // it described the trace we could not read
