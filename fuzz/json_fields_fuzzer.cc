@@ -106,9 +106,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto same = [](std::string_view a, std::string_view b) {
       return a.data() == b.data() && a.size() == b.size();
     };
-    if (two_pass && (!same(fused.model, model) || !same(fused.usage, usage) ||
-                     fused.usage_plain != plain ||
-                     (plain && (got[0] != want[0] || got[1] != want[1] || got[2] != want[2])))) {
+    if (two_pass &&
+        (!same(fused.model, model) || !same(fused.usage, usage) || fused.usage_plain != plain ||
+         (plain && (got[0] != want[0] || got[1] != want[1] || got[2] != want[2])))) {
       std::abort();
     }
   }
