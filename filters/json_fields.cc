@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <charconv>
 #include <cstring>
 #include <utility>
@@ -43,9 +44,32 @@ bool isByteClass(char c, ByteClass byte_class) {
 }
 
 size_t skipWhitespace(std::string_view s, size_t i) {
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) ++i;
+  // Every whitespace byte is at most ' ': most bytes leave at the first test.
+  while (i < s.size() && static_cast<unsigned char>(s[i]) <= ' ' &&
+         (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) {
+    ++i;
+  }
   return i;
 }
+
+// Eight bytes at a time (SWAR): PlainObjectReader's strings.
+constexpr uint64_t kOnes = 0x0101010101010101ULL;
+constexpr uint64_t kHighs = 0x8080808080808080ULL;
+constexpr bool kLittleEndian = std::endian::native == std::endian::little;
+
+uint64_t load8(const char* p) {
+  uint64_t w;
+  std::memcpy(&w, p, sizeof w);
+  return w;
+}
+
+// The high bit of each byte of `w` that is zero; exact for the lowest such
+// byte (a borrow only runs upward, past a zero byte), so with the bytes
+// little-endian the lowest set bit marks the first match.
+uint64_t zeroBytes(uint64_t w) { return (w - kOnes) & ~w & kHighs; }
+
+// The byte index of the lowest mark (the first match, little-endian).
+size_t firstMarked(uint64_t marks) { return static_cast<size_t>(__builtin_ctzll(marks)) / 8; }
 
 // s[i] is the opening quote; returns the index after the closing one.
 size_t endOfString(std::string_view s, size_t i) {
@@ -726,7 +750,11 @@ class PlainObjectReader {
         end_(s.data() + s.size()),
         keys_(keys),
         key_count_(key_count),
-        counts_(counts) {}
+        counts_(counts) {
+    for (size_t k = 0; k < key_count; ++k) {
+      key_sizes_ |= keys[k].size() < 64 ? uint64_t{1} << keys[k].size() : kLongKeys;
+    }
+  }
 
   bool document(int depth) {
     if (!object(depth, /*top=*/true)) return false;
@@ -734,10 +762,20 @@ class PlainObjectReader {
     return p_ == end_;
   }
 
+  // The object at the text's start, which may go on past it: the length of
+  // the object when it is plain (as document() would vouch for it alone),
+  // npos otherwise. Nothing past the object's closing brace is read.
+  size_t leadingObject(int depth) {
+    const char* const begin = p_;
+    if (depth <= 0 || p_ >= end_ || *p_ != '{') return npos;
+    if (!object(depth, /*top=*/true)) return npos;
+    return static_cast<size_t>(p_ - begin);
+  }
+
  private:
   static bool isWs(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
   void skipWs() {
-    while (p_ < end_ && isWs(*p_)) ++p_;
+    while (p_ < end_ && static_cast<unsigned char>(*p_) <= ' ' && isWs(*p_)) ++p_;
   }
 
   // p_ at the opening quote of a string whose bytes must be plain
@@ -745,17 +783,18 @@ class PlainObjectReader {
   bool plainStringToken() {
     const char* q = p_ + 1;
     // Eight bytes at a time while none is a quote, a backslash, a control
-    // character or 0x7f and up; the byte loop finds which one it is.
-    constexpr uint64_t kOnes = 0x0101010101010101ULL;
-    constexpr uint64_t kHighs = 0x8080808080808080ULL;
-    const auto hasZeroByte = [](uint64_t v) { return (v - kOnes) & ~v & kHighs; };
+    // character or 0x7f and up; the byte loop finds which one it is. Each
+    // mask is exact at its lowest byte (borrows run upward only), so with
+    // little-endian bytes the lowest mark is the first such byte.
     while (end_ - q >= 8) {
-      uint64_t w;
-      std::memcpy(&w, q, sizeof w);
-      const uint64_t stop = hasZeroByte(w ^ (kOnes * '"')) | hasZeroByte(w ^ (kOnes * '\\')) |
-                            hasZeroByte(w ^ (kOnes * 0x7f)) | ((w - kOnes * 0x20) & ~w & kHighs) |
+      const uint64_t w = load8(q);
+      const uint64_t stop = zeroBytes(w ^ (kOnes * '"')) | zeroBytes(w ^ (kOnes * '\\')) |
+                            zeroBytes(w ^ (kOnes * 0x7f)) | ((w - kOnes * 0x20) & ~w & kHighs) |
                             (w & kHighs);
-      if (stop != 0) break;
+      if (stop != 0) {
+        if constexpr (kLittleEndian) q += firstMarked(stop);
+        break;
+      }
       q += 8;
     }
     while (q < end_ && isByteClass(*q, kPlainChar)) ++q;
@@ -837,7 +876,8 @@ class PlainObjectReader {
           if (*p_ < '0' || *p_ > '9' || !number(count)) return false;
           break;
       }
-      if (top) {
+      // (Only a member whose key is as long as one of keys_ can be one.)
+      if (top && (key_sizes_ & (key.size() < 64 ? uint64_t{1} << key.size() : kLongKeys)) != 0) {
         for (size_t k = 0; k < key_count_; ++k) {
           if (key == keys_[k]) counts_[k] = count;  // the last occurrence wins
         }
@@ -859,6 +899,9 @@ class PlainObjectReader {
   const std::string_view* const keys_;
   const size_t key_count_;
   std::optional<uint64_t>* const counts_;
+  // Bit n set: some key of keys_ is n bytes long (kLongKeys: 63 or more).
+  static constexpr uint64_t kLongKeys = uint64_t{1} << 63;
+  uint64_t key_sizes_ = 0;
 };
 
 }  // namespace
@@ -867,6 +910,32 @@ bool readPlainObject(std::string_view v, int depth, const std::string_view* keys
                      std::optional<uint64_t>* counts) {
   if (depth <= 0 || v.empty() || v.front() != '{') return false;
   return PlainObjectReader(v, keys, key_count, counts).document(depth);
+}
+
+bool scanAnswerMembers(std::string_view s, int usage_depth, const std::string_view* keys,
+                       size_t key_count, std::optional<uint64_t>* counts, AnswerMembers& out) {
+  out = AnswerMembers{};
+  return scanMembers(s, [&](std::string_view key, size_t begin, size_t& end) {
+    if (key == "usage") {
+      // Read as the scan passes it. A plain object ends where endOfValue()
+      // would put its end: its strings hold no quote or backslash, so its
+      // braces balance at the same closing one; and the reader reads nothing
+      // past that brace, so it reads the value exactly as readPlainObject()
+      // reads the value's text alone.
+      std::fill(counts, counts + key_count, std::nullopt);
+      const size_t length = begin < s.size()
+                                ? PlainObjectReader(s.substr(begin), keys, key_count, counts)
+                                      .leadingObject(usage_depth)
+                                : npos;
+      out.usage_plain = length != npos;
+      end = out.usage_plain ? begin + length : endOfValue(s, begin);
+      if (end != npos) out.usage = s.substr(begin, end - begin);
+      return true;
+    }
+    end = endOfValue(s, begin);
+    if (end != npos && key == "model") out.model = s.substr(begin, end - begin);
+    return true;
+  });
 }
 
 }  // namespace sluice

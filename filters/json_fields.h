@@ -112,6 +112,29 @@ bool isPlainObject(std::string_view value_text, int depth);
 bool readPlainObject(std::string_view value_text, int depth, const std::string_view* keys,
                      size_t key_count, std::optional<uint64_t>* counts);
 
+/** What scanAnswerMembers() found: the raw value text of the last `model` and `usage`. */
+struct AnswerMembers {
+  std::string_view model;  // "" if absent
+  std::string_view usage;  // "" if absent
+  /**
+   * readPlainObject(usage, usage_depth, ...) of the last `usage` (false when
+   * there is none); when true, `counts` hold what it read.
+   */
+  bool usage_plain = false;
+};
+
+/**
+ * scanTopLevelMembers() over a whole answer collecting AnswerMembers, with
+ * the `usage` object read by readPlainObject() as the scan passes it (each
+ * `usage` resets `counts` to nullopt first): one walk over it instead of one
+ * to find its end and another to read it (PROFILE.md, eighth round).
+ * Returns exactly what that scan returns, and `out` and `counts` are what
+ * the scan's last `model` and `usage` and readPlainObject() on that `usage`
+ * give.
+ */
+bool scanAnswerMembers(std::string_view text, int usage_depth, const std::string_view* keys,
+                       size_t key_count, std::optional<uint64_t>* counts, AnswerMembers& out);
+
 /**
  * True when `text` is one JSON value (surrounding whitespace allowed) that
  * nlohmann::json parses without error, checked here without a library:

@@ -10,7 +10,9 @@
 // isVerifiedJson never accepts what the library rejects; chatChoicesWithOutput
 // agrees with a DOM count; scanChatChunk returns exactly what the member scan
 // plus chatChoicesWithOutput on the last `choices` give (the passes it fuses),
-// and ChatChunkScanner what scanChatChunk gives, chunk after chunk.
+// and ChatChunkScanner what scanChatChunk gives, chunk after chunk;
+// scanAnswerMembers what the member scan plus readPlainObject on the last
+// `usage` give.
 // Seeds: fuzz/corpus/json_fields/ (real request and response bodies).
 
 #include <cstddef>
@@ -81,6 +83,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           std::abort();
         }
       }
+    }
+  }
+
+  // scanAnswerMembers: the same verdict and views as the member scan, and
+  // `usage` read as readPlainObject() reads the last one's text (the passes
+  // it fuses).
+  {
+    std::string_view model, usage;
+    const bool two_pass =
+        sluice::scanTopLevelMembers(text, [&](std::string_view key, std::string_view value) {
+          if (key == "model") model = value;
+          if (key == "usage") usage = value;
+          return true;
+        });
+    static constexpr std::string_view kKeys[] = {"prompt_tokens", "completion_tokens", "a"};
+    std::optional<uint64_t> want[3];
+    std::optional<uint64_t> got[3] = {7, 7, 7};
+    const bool plain = sluice::readPlainObject(usage, 3, kKeys, 3, want);
+    sluice::AnswerMembers fused;
+    if (sluice::scanAnswerMembers(text, 3, kKeys, 3, got, fused) != two_pass) std::abort();
+    const auto same = [](std::string_view a, std::string_view b) {
+      return a.data() == b.data() && a.size() == b.size();
+    };
+    if (two_pass &&
+        (!same(fused.model, model) || !same(fused.usage, usage) || fused.usage_plain != plain ||
+         (plain && (got[0] != want[0] || got[1] != want[1] || got[2] != want[2])))) {
+      std::abort();
     }
   }
 

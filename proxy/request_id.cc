@@ -91,7 +91,12 @@ void IdGenerator::fillHex(char* out, size_t bytes) {
     for (size_t i = 0; i < bytes; i += 8) {
       const uint64_t v = next();
       const size_t used = std::min<size_t>(8, bytes - i);  // bytes of v written, high first
-      any |= used == 8 ? v : v >> (64 - 8 * used);
+      if (used == 8) {  // a whole word: its sixteen digits straight into place
+        any |= v;
+        writeHex(out + 2 * i, v);
+        continue;
+      }
+      any |= v >> (64 - 8 * used);
       char digits[16];
       writeHex(digits, v);
       std::memcpy(out + 2 * i, digits, 2 * used);
@@ -141,7 +146,7 @@ RequestIdentity establishIdentity(HeaderMap& headers, IdGenerator& ids) {
   // Read (copied) before the head changes: adding a field may move the
   // block these views point into.
   if (const std::string_view trace_id = traceIdOf(traceparent_field.single()); !trace_id.empty()) {
-    identity.trace_id = std::string(trace_id);
+    identity.trace_id = trace_id;
   }
   const std::string_view client_id = request_id.single();
   if (isValidRequestId(client_id)) {
@@ -165,7 +170,7 @@ RequestIdentity establishIdentity(HeaderMap& headers, IdGenerator& ids) {
     tp[35] = '-';
     ids.fillHex(tp + 36, 8);
     std::memcpy(tp + 52, "-01", 3);
-    identity.trace_id.assign(tp + 3, 32);
+    identity.trace_id = std::string_view(tp + 3, 32);
     identity.trace_started = true;
     if (traceparent_field.present()) {
       headers.remove("tracestate");  // it described the trace we could not read

@@ -15,8 +15,7 @@ AttemptDisposition spendDisposition(const AttemptEnd& end, const AttemptVerdict&
 }
 
 FilterStatus SpendFilter::decodeComplete(std::string_view body) {
-  request_ = std::make_unique<MeteredRequest>(
-      MeteredRequest::fromRequest(callbacks_->request().pathOnly(), body));
+  request_ = MeteredRequest::fromRequest(callbacks_->request().pathOnly(), body);
   return FilterStatus::Continue;
 }
 

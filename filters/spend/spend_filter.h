@@ -9,6 +9,7 @@
 // Exchange's cancel_reason. It observes only: it never changes the response.
 
 #include <memory>
+#include <optional>
 
 #include "common/metrics.h"
 #include "filters/filter.h"
@@ -44,8 +45,8 @@ class SpendFilter final : public StreamFilter {
 
   const PriceTable& prices_;
   RouteMetrics& metrics_;
-  std::unique_ptr<MeteredRequest> request_;
-  std::unique_ptr<UsageMeter> meter_;  // the attempt in flight
+  std::optional<MeteredRequest> request_;  // (inline: no allocation per request)
+  std::unique_ptr<UsageMeter> meter_;      // the attempt in flight
 };
 
 }  // namespace sluice

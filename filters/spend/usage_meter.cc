@@ -80,54 +80,76 @@ struct UsageCounts {
   std::optional<uint64_t> output;
 };
 
+// The counts a `usage` object may hold, by index into kUsageKeys.
+enum UsageField : size_t {
+  kPromptTokens,
+  kInputTokens,
+  kCacheCreationInputTokens,
+  kCacheReadInputTokens,
+  kCompletionTokens,
+  kOutputTokens,
+};
+constexpr std::string_view kUsageKeys[] = {
+    "prompt_tokens",           "input_tokens",      "cache_creation_input_tokens",
+    "cache_read_input_tokens", "completion_tokens", "output_tokens"};
+constexpr size_t kUsageKeyCount = std::size(kUsageKeys);
+static_assert(kOutputTokens + 1 == kUsageKeyCount);
+
 // One reader for every provider's `usage` object: OpenAI chat names the counts
 // prompt/completion_tokens, Responses and Anthropic input/output_tokens, and
 // Anthropic reports prompt-cache tokens separately from input_tokens (OpenAI's
-// cached_tokens are a detail already inside the input count).
+// cached_tokens are a detail already inside the input count). `count(field)`
+// reads kUsageKeys[field].
 template <typename CountOf>
 UsageCounts combineUsage(const CountOf& count) {
   UsageCounts counts;
-  counts.input = count("prompt_tokens");
-  if (!counts.input) counts.input = count("input_tokens");
+  counts.input = count(kPromptTokens);
+  if (!counts.input) counts.input = count(kInputTokens);
   if (counts.input) {
-    *counts.input += count("cache_creation_input_tokens").value_or(0);
-    *counts.input += count("cache_read_input_tokens").value_or(0);
+    *counts.input += count(kCacheCreationInputTokens).value_or(0);
+    *counts.input += count(kCacheReadInputTokens).value_or(0);
   }
-  counts.output = count("completion_tokens");
-  if (!counts.output) counts.output = count("output_tokens");
+  counts.output = count(kCompletionTokens);
+  if (!counts.output) counts.output = count(kOutputTokens);
   return counts;
 }
 
 UsageCounts readUsage(const json& usage) {
-  return combineUsage([&](const char* key) { return countField(usage, key); });
+  // (The names are literals: data() is their NUL-terminated text.)
+  return combineUsage(
+      [&](UsageField field) { return countField(usage, kUsageKeys[field].data()); });
 }
 
 // The raw text of a `usage` member. Providers write it small and plain (flat
 // counts, a `*_details` object of counts): then it is read without a DOM,
 // with exactly the result a full parse gives (json_fields.h); anything else
 // is parsed. nullopt when it is not an object.
-std::optional<UsageCounts> readUsageText(std::string_view text) {
+// How deep a plain `usage` may nest.
+constexpr int kPlainUsageDepth = 3;
+
+// readUsageText() once its text was read as a plain object (`plain`, with
+// `values` the counts of kUsageKeys) or not: the combined counts, or the DOM's
+// read of a `usage` that is not plain.
+std::optional<UsageCounts> usageFromText(std::string_view text, bool plain,
+                                         const std::optional<uint64_t>* values) {
   if (text.empty() || text.front() != '{') return std::nullopt;
-  static constexpr std::string_view kKeys[] = {
-      "prompt_tokens",           "input_tokens",      "cache_creation_input_tokens",
-      "cache_read_input_tokens", "completion_tokens", "output_tokens"};
-  std::optional<uint64_t> values[std::size(kKeys)];
-  // One pass that both vouches for the object (isPlainObject(text, 3)) and
-  // reads the counts (readPlainObject(): no member scan, no second pass over
-  // the nested objects; PROFILE.md, seventh round). An object that is not
-  // plain goes to the DOM.
-  if (!readPlainObject(text, 3, kKeys, std::size(kKeys), values)) {
+  if (!plain) {
     const json usage = parseJson(text);
     if (!usage.is_object()) return std::nullopt;
     return readUsage(usage);
   }
-  return combineUsage([&](const char* key) {
-    const std::string_view name(key);
-    for (size_t i = 0; i < std::size(kKeys); ++i) {
-      if (kKeys[i] == name) return values[i];
-    }
-    return std::optional<uint64_t>();
-  });
+  return combineUsage([&](UsageField field) { return values[field]; });
+}
+
+std::optional<UsageCounts> readUsageText(std::string_view text) {
+  if (text.empty() || text.front() != '{') return std::nullopt;
+  std::optional<uint64_t> values[kUsageKeyCount];
+  // One pass that both vouches for the object (isPlainObject(text, 3)) and
+  // reads the counts (readPlainObject(): no member scan, no second pass over
+  // the nested objects; PROFILE.md, seventh round). An object that is not
+  // plain goes to the DOM.
+  const bool plain = readPlainObject(text, kPlainUsageDepth, kUsageKeys, kUsageKeyCount, values);
+  return usageFromText(text, plain, values);
 }
 
 // The decoded characters of a JSON string value (quotes included in `text`),
@@ -649,23 +671,20 @@ void UsageMeter::bufferJson(const char* data, size_t len) {
 
 void UsageMeter::finishJson() {
   std::optional<UsageCounts> counts;
-  std::string_view model_text;
-  std::string_view usage_text;
+  AnswerMembers members;  // the last `model` and `usage`, as in a full parse
+  std::optional<uint64_t> usage_values[kUsageKeyCount];
   if (json_overflowed_) {
     const json usage = trailingUsageObject(json_body_);
     if (usage.is_object()) counts = readUsage(usage);
-  } else if (scanTopLevelMembers(json_body_,
-                                 [&](std::string_view key, std::string_view value) {
-                                   if (key == "model") model_text = value;
-                                   if (key == "usage") usage_text = value;
-                                   return true;  // the last occurrence wins, as in a full parse
-                                 }) &&
-             (counts = readUsageText(usage_text))) {
+  } else if (scanAnswerMembers(json_body_, kPlainUsageDepth, kUsageKeys, kUsageKeyCount,
+                               usage_values, members) &&
+             (counts = usageFromText(members.usage, members.usage_plain, usage_values))) {
     // The provider reported usage: decode only it and the model; the
     // generated text is needed only for an estimate when usage is missing.
+    // (`usage` was read as the scan passed it: readUsageText() of its text.)
     // The answer's model is only ever used when the request named none (model()).
     if (request_.model.empty()) {
-      if (const auto model = readStringText(model_text)) noteResponseModel(*model);
+      if (const auto model = readStringText(members.model)) noteResponseModel(*model);
     }
   } else {
     const json doc = parseJson(json_body_);

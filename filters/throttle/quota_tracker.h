@@ -51,10 +51,12 @@
 // invoked after it is released.
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -213,7 +215,11 @@ class QuotaTracker {
    */
   std::optional<int64_t> lastRemaining(bool tokens) const;
 
-  /** queueDepth() and both lastRemaining() at once: one lock instead of three. */
+  /**
+   * queueDepth() and both lastRemaining() at once, read without the lock (each
+   * is kept in an atomic written under it): what the gauges show, several
+   * times per request.
+   */
   struct GaugeValues {
     size_t queue_depth = 0;
     std::optional<int64_t> remaining_requests;
@@ -244,6 +250,7 @@ class QuotaTracker {
     int64_t unanswered = 0;         // admitted, response headers not yet observed
     int64_t unanswered_tokens = 0;  // their token needs (estimated, see observe())
     size_t in_flight = 0;           // Admitted tickets not yet done
+    size_t expired = 0;             // Expired tickets not yet polled or abandoned
     std::deque<uint64_t> queue;     // Queued tickets, FIFO
     MonotonicTime last_active{};
     std::optional<MonotonicTime> held_until;  // the fleet's quota is spent until then
@@ -251,7 +258,12 @@ class QuotaTracker {
 
   struct Ticket {
     enum class State { Queued, Admitted, Expired };
-    std::string key;
+    // Its key's state: a ticket keeps its key from the sweep (Queued: in the
+    // key's queue; Admitted: in_flight; Expired: expired), and unordered_map
+    // elements never move, so this stays valid while the ticket exists. (A
+    // copy of the key's name was an allocation per admitted request, and
+    // looking it up again a hash per call: PROFILE.md, eighth round.)
+    KeyState* key;
     int64_t token_need = 0;
     MonotonicTime deadline;
     Waker waker;
@@ -280,8 +292,10 @@ class QuotaTracker {
   void maybeSweepLocked(MonotonicTime now);
   static bool applyQuota(QuotaState& state, const Quota& reported, MonotonicTime now,
                          MonotonicTime sent_at, int64_t unanswered);
-  void observeLocked(const std::string& key_name, const QuotaObservation& observation,
-                     MonotonicTime now, MonotonicTime sent_at, Wakers& wakers);
+  void observeLocked(KeyState& key, const QuotaObservation& observation, MonotonicTime now,
+                     MonotonicTime sent_at, Wakers& wakers);
+  void expireLocked(Ticket& ticket);
+  void eraseTicketLocked(std::unordered_map<uint64_t, Ticket>::iterator it);
   void wakeChangedLocked(KeyState& key, MonotonicTime now, Wakers& wakers);
   Admission queuedLocked(Ticket& ticket, uint64_t id, std::optional<MonotonicTime> wait);
   static void wakeAll(Wakers& wakers);
@@ -293,10 +307,13 @@ class QuotaTracker {
   std::unordered_map<std::string, KeyState> keys_;
   std::unordered_map<uint64_t, Ticket> tickets_;
   uint64_t next_ticket_ = 1;
-  size_t queued_ = 0;
   MonotonicTime last_sweep_{};
-  std::optional<int64_t> last_remaining_requests_;
-  std::optional<int64_t> last_remaining_tokens_;
+  // Written under mutex_, read without it by the gauges (gaugeValues()).
+  // A reported remaining is never negative: kNoRemaining is "not reported yet".
+  static constexpr int64_t kNoRemaining = std::numeric_limits<int64_t>::min();
+  std::atomic<size_t> queued_{0};
+  std::atomic<int64_t> last_remaining_requests_{kNoRemaining};
+  std::atomic<int64_t> last_remaining_tokens_{kNoRemaining};
 };
 
 }  // namespace sluice

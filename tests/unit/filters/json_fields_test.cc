@@ -379,6 +379,31 @@ TEST(ReadPlainObjectTest, ReadsTheCountsAPlainUsageHolds) {
   }
 }
 
+// The reader compares a member's key with the wanted ones only when some
+// wanted key is as long (a bit per length, one for 63 and more): every
+// length still finds its key, and a same-length other key is no match.
+TEST(ReadPlainObjectTest, KeysOfEveryLengthAreFound) {
+  for (size_t length = 0; length <= 80; ++length) {
+    const std::string wanted(length, 'k');
+    std::string other = wanted;
+    if (length > 0) other.back() = 'j';
+    const std::string longer = wanted + "k";
+    const std::string_view keys[] = {wanted, "x"};
+    std::optional<uint64_t> counts[2];
+    const std::string text = "{\"" + other + "\":1,\"" + wanted + "\":2,\"" + longer + "\":3}";
+    ASSERT_TRUE(readPlainObject(text, 1, keys, 2, counts)) << length;
+    EXPECT_EQ(counts[0], 2u) << length;  // (length 0: `other` is "" too; the last wins)
+    EXPECT_EQ(counts[1], std::nullopt) << length;
+    if (length > 0) {  // only `other`, `longer` and the unwanted "x"
+      const std::string_view only[] = {wanted};
+      std::optional<uint64_t> count;
+      const std::string without = "{\"" + other + "\":1,\"" + longer + "\":3}";
+      ASSERT_TRUE(readPlainObject(without, 1, only, 1, &count));
+      EXPECT_EQ(count, std::nullopt) << length;
+    }
+  }
+}
+
 // Random objects of plain and not-quite-plain pieces, nested, then damaged:
 // the one pass says what isPlainObject() says and reads what the scan reads.
 TEST(ReadPlainObjectTest, MatchesTheMemberScanOnRandomObjects) {
@@ -429,6 +454,181 @@ TEST(ReadPlainObjectTest, MatchesTheMemberScanOnRandomObjects) {
     if (rng() % 3 == 0) damage(text, kDamage, rng);
     if (text.empty()) continue;
     expectSamePlainRead(text, static_cast<int>(rng() % 4) + 1);
+    if (HasFailure()) return;
+  }
+}
+
+// ---- scanAnswerMembers ----------------------------------------------------------
+
+// What scanAnswerMembers() replaces: the member scan collecting the last
+// `model` and `usage`, then readPlainObject() on that `usage`'s text.
+struct TwoPassAnswer {
+  bool scanned = false;
+  std::string model;
+  std::string usage;
+  bool usage_plain = false;
+  std::vector<std::optional<uint64_t>> counts;
+};
+
+const std::vector<std::string_view> kAnswerKeys = {"prompt_tokens", "completion_tokens", "a", ""};
+
+TwoPassAnswer twoPassAnswer(std::string_view text, int depth) {
+  TwoPassAnswer out;
+  std::string_view model, usage;
+  out.scanned = scanTopLevelMembers(text, [&](std::string_view key, std::string_view value) {
+    if (key == "model") model = value;
+    if (key == "usage") usage = value;
+    return true;
+  });
+  out.model = std::string(model);
+  out.usage = std::string(usage);
+  out.counts.assign(kAnswerKeys.size(), std::nullopt);
+  out.usage_plain =
+      readPlainObject(usage, depth, kAnswerKeys.data(), kAnswerKeys.size(), out.counts.data());
+  return out;
+}
+
+void expectSameAnswerRead(std::string_view text, int depth) {
+  const TwoPassAnswer expected = twoPassAnswer(text, depth);
+  AnswerMembers got;
+  std::vector<std::optional<uint64_t>> counts(kAnswerKeys.size(), 77u);
+  ASSERT_EQ(
+      scanAnswerMembers(text, depth, kAnswerKeys.data(), kAnswerKeys.size(), counts.data(), got),
+      expected.scanned)
+      << text;
+  if (!expected.scanned) return;
+  ASSERT_EQ(got.model, expected.model) << text;
+  ASSERT_EQ(got.usage, expected.usage) << text;
+  // The views are the text's own bytes, as the scan's are.
+  if (!got.usage.empty()) {
+    ASSERT_TRUE(got.usage.data() >= text.data() &&
+                got.usage.data() + got.usage.size() <= text.data() + text.size());
+  }
+  ASSERT_EQ(got.usage_plain, expected.usage_plain) << text << " depth " << depth;
+  if (expected.usage_plain) {
+    ASSERT_EQ(counts, expected.counts) << text;
+  }
+}
+
+TEST(ScanAnswerMembersTest, ReadsTheUsageAsTheScanPassesIt) {
+  const std::string answer =
+      R"({"id":"c","model":"gpt-4o","choices":[{"message":{"content":"hi \"x\" {"}}],)"
+      R"("usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,)"
+      R"("prompt_tokens_details":{"cached_tokens":0}},"system_fingerprint":"fp"})";
+  AnswerMembers members;
+  std::vector<std::optional<uint64_t>> counts(kAnswerKeys.size());
+  ASSERT_TRUE(
+      scanAnswerMembers(answer, 3, kAnswerKeys.data(), kAnswerKeys.size(), counts.data(), members));
+  EXPECT_EQ(members.model, "\"gpt-4o\"");
+  EXPECT_TRUE(members.usage_plain);
+  EXPECT_EQ(counts[0], 19u);
+  EXPECT_EQ(counts[1], 10u);
+  for (const char* edge : {
+           "{}",
+           R"({"usage":{}})",
+           R"({"usage":{} })",
+           R"({"usage":{}x})",
+           R"({"usage":{"a":1}})",
+           R"({"usage":{"a":1}  ,  "model":"m"})",
+           R"({"usage":{"a":1})",
+           R"({"usage":{"a":1},)",
+           R"({"usage":{"a":1})",
+           R"({"usage":{"a":1)",
+           R"({"usage":{"a":)",
+           R"({"usage":)",
+           R"({"usage":})",
+           R"({"usage")",
+           R"({"usage":{"a":1}}})",
+           R"({"usage":{"a":1}]})",
+           R"({"usage":{"a":1,"a":2},"usage":{"prompt_tokens":3}})",
+           R"({"usage":{"prompt_tokens":3},"usage":{"a":"\u0041"}})",
+           R"({"usage":{"prompt_tokens":3},"usage":null})",
+           R"({"usage":{"prompt_tokens":3},"usage":"x"})",
+           R"({"usage":{"a":"}"},"model":"m"})",
+           R"({"usage":{"a":"\"}"},"model":"m"})",
+           R"({"usage":{"a":{"b":{"c":{"d":1}}}}})",
+           R"({"usage":{"a":1.5},"model":"m"})",
+           R"({"usage":{"a":[1]},"model":"m"})",
+           R"({"usage":{"a":007}})",
+           R"({"usage":{"a":1x}})",
+           R"({"usage":{"a":true}})",
+           R"({"usage":{"a":truex}})",
+           R"({"usage":{"a":tru}})",
+           "{\"usage\":{\"a\":\"\x7f\"}}",
+           "{\"usage\" : \n{ \"a\" : 1 } \t}",
+           R"({"model":"a","model":"b"})",
+           R"({"model":"a","usage":{"prompt_tokens":18446744073709551616}})",
+       }) {
+    for (int depth = 0; depth <= 4; ++depth) {
+      expectSameAnswerRead(edge, depth);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// Random answers with zero, one or more `usage` members (plain or not, nested,
+// other values around them), then damaged: the fused read gives what the scan
+// plus readPlainObject() on the last `usage` give.
+TEST(ScanAnswerMembersTest, MatchesTheScanThenTheReadOnRandomAnswers) {
+  static const std::vector<std::string> kKeys = {"prompt_tokens", "completion_tokens", "a", "",
+                                                 "b"};
+  static const std::vector<std::string> kValues = {"0",
+                                                   "7",
+                                                   "19",
+                                                   "18446744073709551615",
+                                                   "18446744073709551616",
+                                                   "007",
+                                                   "-3",
+                                                   "1.5",
+                                                   "true",
+                                                   "false",
+                                                   "null",
+                                                   "nul",
+                                                   "\"x\"",
+                                                   "\"\"",
+                                                   "\"a\\\"b\"",
+                                                   "\"\xc3\xa9\"",
+                                                   "[]",
+                                                   "[1,{\"a\":2}]",
+                                                   "\"{\"",
+                                                   "\"}\"",
+                                                   "\"\x7f\""};
+  static const std::string kDamage = "{}[],:\"\\ x0\t\x7f";
+  std::mt19937 rng(2610);
+  std::function<std::string(int)> object = [&](int depth) {
+    std::string text = "{";
+    if (rng() % 6 == 0) text += " ";
+    const size_t members = rng() % 5;
+    for (size_t m = 0; m < members; ++m) {
+      if (m > 0) text += rng() % 8 == 0 ? " , " : ",";
+      text += "\"" + kKeys[rng() % kKeys.size()] + "\"" + (rng() % 8 == 0 ? " : " : ":");
+      if (depth > 0 && rng() % 4 == 0) {
+        text += object(depth - 1);
+      } else {
+        text += kValues[rng() % kValues.size()];
+      }
+    }
+    text += "}";
+    return text;
+  };
+  static const std::vector<std::string> kTopKeys = {"id", "model", "choices", "usage", "x"};
+  for (int round = 0; round < 30000; ++round) {
+    std::string text = rng() % 8 == 0 ? " {" : "{";
+    const size_t members = rng() % 6;
+    for (size_t m = 0; m < members; ++m) {
+      if (m > 0) text += rng() % 8 == 0 ? " , " : ",";
+      const std::string& key = kTopKeys[rng() % kTopKeys.size()];
+      text += "\"" + key + "\"" + (rng() % 8 == 0 ? " : " : ":");
+      if (key == "usage" || key == "choices" || rng() % 3 == 0) {
+        text += key == "choices" ? "[" + object(2) + "]" : object(static_cast<int>(rng() % 4));
+      } else {
+        text += kValues[rng() % kValues.size()];
+      }
+    }
+    text += rng() % 8 == 0 ? "} " : "}";
+    if (rng() % 3 == 0) damage(text, kDamage, rng);
+    if (rng() % 10 == 0) text.resize(rng() % (text.size() + 1));  // cut short
+    expectSameAnswerRead(text, static_cast<int>(rng() % 5));
     if (HasFailure()) return;
   }
 }

@@ -219,6 +219,26 @@ RequestIdentity oldEstablishIdentity(HeaderMap& headers, IdGenerator& ids) {
   return identity;
 }
 
+TEST(TraceIdTest, HoldsItsDigitsInlineAndReadsAsText) {
+  TraceId id;
+  EXPECT_TRUE(id.empty());
+  EXPECT_EQ(id.view(), "");
+  id = std::string_view("4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_FALSE(id.empty());
+  EXPECT_EQ(id, "4bf92f3577b34da6a3ce929d0e0e4736");
+  const std::string_view text = id;  // what the access log reads
+  EXPECT_EQ(text, "4bf92f3577b34da6a3ce929d0e0e4736");
+  TraceId copy = id;
+  EXPECT_EQ(copy, id);
+  copy = std::string_view("00f067aa0ba902b7");
+  EXPECT_EQ(copy.size(), 16u);
+  EXPECT_FALSE(copy == id);
+  id = std::string_view(std::string(40, 'a'));  // never longer than a trace id
+  EXPECT_EQ(id.size(), TraceId::kSize);
+  id = std::string_view();
+  EXPECT_TRUE(id.empty());
+}
+
 TEST(EstablishIdentityTest, OnePassMatchesTheSeparateLookUps) {
   // Random heads: none, one or two of each field, good and bad values, and
   // enough other fields that adding one sometimes grows the map's block

@@ -735,6 +735,72 @@ TEST(QuotaTrackerTest, IdleKeysAreForgotten) {
   EXPECT_EQ(tracker.admit("idle", 0, kNoDeadline, [] {}).kind, Kind::Queued);
 }
 
+// A ticket refers to its key's state, not its name (no copy of the name per
+// ticket): every ticket keeps its key from the sweep, an Expired one (its
+// deadline passed in the queue) until it is polled or abandoned.
+TEST(QuotaTrackerTest, AnExpiredTicketKeepsItsKeyUntilPolledOrAbandoned) {
+  for (const bool poll : {true, false}) {
+    ManualClock clock;
+    WakeLog log;
+    QuotaTracker tracker(makeConfig(0), clock);
+    tracker.observe(kKey, requestsQuota(clock, 10, 0, seconds(10)));
+    const auto queued = tracker.admit(kKey, 0, clock.now() + seconds(20), log.waker(1));
+    ASSERT_EQ(queued.kind, Kind::Queued);
+    clock.advance(seconds(30));  // past the reset and the queued ticket's deadline
+    const auto next = tracker.admit(kKey, 0, kNoDeadline, [] {});
+    ASSERT_EQ(next.kind, Kind::Admitted);
+    EXPECT_EQ(log.take(), (std::vector<int>{1})) << "the expired ticket is woken";
+    tracker.onAttemptDone(next.ticket, false);
+    EXPECT_EQ(tracker.queueDepth(), 0u);
+    EXPECT_EQ(tracker.gaugeValues().queue_depth, 0u);
+
+    clock.advance(minutes(11));
+    tracker.observe("other", QuotaObservation{});  // sweeps
+    EXPECT_EQ(tracker.keyCount(), 2u) << "the expired ticket keeps its key";
+    if (poll) {
+      const auto p = tracker.poll(queued.ticket);
+      EXPECT_EQ(p.kind, Kind::Rejected);
+      EXPECT_EQ(p.retry_after, kUnknownQuotaRetryAfter);
+    } else {
+      tracker.abandon(queued.ticket);
+    }
+    EXPECT_EQ(tracker.poll(queued.ticket).kind, Kind::Rejected) << "gone";
+    clock.advance(minutes(11));
+    tracker.observe("other", QuotaObservation{});
+    EXPECT_EQ(tracker.keyCount(), 1u) << "then the idle key is forgotten";
+  }
+}
+
+TEST(QuotaTrackerTest, GaugeValuesAreTheTrackersValues) {
+  ManualClock clock;
+  QuotaTracker tracker(makeConfig(0), clock);
+  auto values = tracker.gaugeValues();
+  EXPECT_EQ(values.queue_depth, 0u);
+  EXPECT_FALSE(values.remaining_requests);
+  EXPECT_FALSE(values.remaining_tokens);
+  QuotaObservation obs = requestsQuota(clock, 100, 0, seconds(5));
+  obs.tokens = Quota{1000, 0, std::nullopt};
+  tracker.observe(kKey, obs);
+  const auto a = tracker.admit(kKey, 0, kNoDeadline, [] {});
+  const auto b = tracker.admit(kKey, 0, kNoDeadline, [] {});
+  ASSERT_EQ(a.kind, Kind::Queued);
+  ASSERT_EQ(b.kind, Kind::Queued);
+  values = tracker.gaugeValues();
+  EXPECT_EQ(values.queue_depth, 2u);
+  EXPECT_EQ(values.queue_depth, tracker.queueDepth());
+  EXPECT_EQ(values.remaining_requests, 0);
+  EXPECT_EQ(values.remaining_tokens, 0);
+  tracker.abandon(a.ticket);
+  EXPECT_EQ(tracker.gaugeValues().queue_depth, 1u);
+  clock.advance(seconds(6));  // a new window
+  tracker.observe(kKey, requestsQuota(clock, 100, 7, seconds(5)));
+  values = tracker.gaugeValues();
+  EXPECT_EQ(values.queue_depth, 0u) << "admitted";
+  EXPECT_EQ(values.remaining_requests, 7);
+  EXPECT_EQ(values.remaining_tokens, 0) << "not reported again: the last one stays";
+  EXPECT_EQ(tracker.poll(b.ticket).kind, Kind::Admitted);
+}
+
 TEST(QuotaTrackerTest, LastRemainingForGauge) {
   ManualClock clock;
   QuotaTracker tracker(makeConfig(0), clock);
