@@ -132,10 +132,10 @@ class SocketIo {
   /**
    * A read of at most this many bytes went through a per-thread scratch buffer,
    * and so does the socket's next one; after a larger read the next goes into
-   * a kReadSize reservation in the input itself (no copy). Below ~4 KiB the
-   * copy costs less than the 16 KiB allocation it replaces.
+   * a kReadSize reservation in the input itself (no copy). 2 KiB: of 1, 2 and
+   * 4 KiB the best for HTTP/1.1 and h2c together (PROFILE.md, eighth round).
    */
-  static constexpr size_t kSmallReadBytes = 4096;
+  static constexpr size_t kSmallReadBytes = 2048;
 
  private:
   friend class WriteFlusher;
