@@ -282,31 +282,48 @@ void SocketIo::onReadable(evutil_socket_t, short, void* arg) {
 
 void SocketIo::readSocket() {
   if (stopped_ || !read_enabled_) return;
-  evbuffer_iovec vec[2];
-  const int n = evbuffer_reserve_space(input_, static_cast<ev_ssize_t>(kReadSize), vec, 2);
-  if (n <= 0) return;
-  // Socket calls, not readv: read/readv go through the VFS layer (fdget_pos,
-  // rw_verify_area, security and fsnotify hooks) that recv/recvmsg skip,
-  // ~3% of a proxied request's CPU on loopback (PROFILE.md, sixth round).
+  // Socket calls, not read/readv: those go through the VFS layer (fdget_pos,
+  // rw_verify_area, security and fsnotify hooks) that recv/recvmsg skip, ~3%
+  // of a proxied request's CPU on loopback (PROFILE.md, sixth round).
   ssize_t got;
-  if (n == 1) {
-    got = ::recv(fd_, vec[0].iov_base, vec[0].iov_len, 0);
+  if (!bulk_reads_) {
+    // Small reads (a request, a head, a streamed chunk) land in this thread's
+    // scratch buffer and the input gets only what came. Reserving 16 KiB in
+    // the input left an empty 16 KiB chain behind when nothing came (EOF, a
+    // wake-up with nothing to read), and cost a 16 KiB allocation per read
+    // where evbuffer_add takes 1 KiB (PROFILE.md, eighth round). The scratch
+    // is free again before any callback runs.
+    alignas(64) static thread_local char scratch[kReadSize];
+    got = ::recv(fd_, scratch, sizeof(scratch), 0);
+    if (got > 0) evbuffer_add(input_, scratch, static_cast<size_t>(got));
   } else {
-    iovec iov[2];
-    for (int i = 0; i < n; ++i) iov[i] = iovec{vec[i].iov_base, vec[i].iov_len};
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(n);
-    got = ::recvmsg(fd_, &msg, 0);
+    // After a large read the next one goes straight into the input: a bulk
+    // transfer is not copied twice.
+    evbuffer_iovec vec[2];
+    const int n = evbuffer_reserve_space(input_, static_cast<ev_ssize_t>(kReadSize), vec, 2);
+    if (n <= 0) return;
+    if (n == 1) {
+      got = ::recv(fd_, vec[0].iov_base, vec[0].iov_len, 0);
+    } else {
+      iovec iov[2];
+      for (int i = 0; i < n; ++i) iov[i] = iovec{vec[i].iov_base, vec[i].iov_len};
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(n);
+      got = ::recvmsg(fd_, &msg, 0);
+    }
+    if (got > 0) {
+      size_t left = static_cast<size_t>(got);
+      int used = 0;
+      for (; used < n && left > 0; ++used) {
+        vec[used].iov_len = std::min(vec[used].iov_len, left);
+        left -= vec[used].iov_len;
+      }
+      evbuffer_commit_space(input_, vec, used);
+    }
   }
   if (got > 0) {
-    size_t left = static_cast<size_t>(got);
-    int used = 0;
-    for (; used < n && left > 0; ++used) {
-      vec[used].iov_len = std::min(vec[used].iov_len, left);
-      left -= vec[used].iov_len;
-    }
-    evbuffer_commit_space(input_, vec, used);
+    bulk_reads_ = static_cast<size_t>(got) > kSmallReadBytes;
     callbacks_.onIoRead();  // last: may destroy us
     return;
   }

@@ -441,10 +441,7 @@ void UsageMeter::onResponseEnd() {
 void UsageMeter::onBytesDelivered(uint64_t body_bytes) {
   if (body_bytes <= bytes_delivered_) return;
   bytes_delivered_ = body_bytes;
-  while (!pending_.empty() && pending_.front().end_offset <= bytes_delivered_) {
-    deltas_delivered_ += pending_.front().count;
-    pending_.pop_front();
-  }
+  deltas_delivered_ += pending_.popThrough(bytes_delivered_);
 }
 
 const std::string& UsageMeter::model() const {
@@ -707,12 +704,10 @@ void UsageMeter::recordDeltas(uint64_t end_offset, uint64_t count) {
     deltas_delivered_ += count;
     return;
   }
-  if (!pending_.empty() && pending_.back().end_offset == end_offset) {
-    pending_.back().count += count;
-    return;
+  if (pending_.size() >= kMaxPendingDeltaEntries && !pending_.endsAt(end_offset)) {
+    coalescePending();
   }
-  if (pending_.size() >= kMaxPendingDeltaEntries) coalescePending();
-  pending_.push_back(PendingDeltas{end_offset, count});
+  pending_.add(end_offset, count);
 }
 
 void UsageMeter::coalescePending() {
@@ -723,22 +718,23 @@ void UsageMeter::coalescePending() {
   // when that part would not shrink by half: older entries stay even in size,
   // and every call frees cap·3/8 entries. A merged entry counts as delivered
   // only when its later offset is, so delivery is undercounted, never inflated.
-  const size_t older = pending_.size() - pending_.size() / 4;
-  Fifo<PendingDeltas> merged;
+  const std::vector<PendingDeltas> all = pending_.records();
+  const size_t older = all.size() - all.size() / 4;
+  std::vector<PendingDeltas> merged;
   for (;; coalesce_span_ *= 2) {
     merged.clear();
     for (size_t i = 0; i < older; ++i) {
-      if (!merged.empty() && merged.back().count + pending_[i].count <= coalesce_span_) {
-        merged.back().count += pending_[i].count;
-        merged.back().end_offset = pending_[i].end_offset;
+      if (!merged.empty() && merged.back().count + all[i].count <= coalesce_span_) {
+        merged.back().count += all[i].count;
+        merged.back().end_offset = all[i].end_offset;
       } else {
-        merged.push_back(pending_[i]);
+        merged.push_back(all[i]);
       }
     }
     if (merged.size() <= older / 2) break;
   }
-  for (size_t i = older; i < pending_.size(); ++i) merged.push_back(pending_[i]);
-  pending_.swap(merged);
+  for (size_t i = older; i < all.size(); ++i) merged.push_back(all[i]);
+  pending_.assign(merged);
 }
 
 void UsageMeter::report(std::optional<uint64_t> input, std::optional<uint64_t> output) {

@@ -80,8 +80,8 @@
 #include <string>
 #include <string_view>
 
-#include "common/fifo.h"
 #include "filters/json_fields.h"
+#include "filters/spend/pending_deltas.h"
 #include "filters/spend/spend_split.h"
 #include "filters/spend/sse_parser.h"
 
@@ -215,12 +215,6 @@ class UsageMeter {
  private:
   enum class BodyFormat { Unknown, Sse, Json, Other };
 
-  /** Deltas that ended at `end_offset` and have not reached the client yet. */
-  struct PendingDeltas {
-    uint64_t end_offset;
-    uint64_t count;
-  };
-
   void onSseEvent(const SseEvent& event);
   void onChatEvent(const SseEvent& event);
   void onResponsesEvent(const SseEvent& event);
@@ -257,8 +251,8 @@ class UsageMeter {
   uint64_t deltas_delivered_ = 0;
   uint64_t body_bytes_ = 0;
   uint64_t bytes_delivered_ = 0;
-  Fifo<PendingDeltas> pending_;  // ascending end_offset, all > bytes_delivered_
-  uint64_t coalesce_span_ = 2;   // most deltas one coalesced entry may hold
+  PendingDeltaList pending_;    // ascending end_offset, all > bytes_delivered_ (~2 bytes a delta)
+  uint64_t coalesce_span_ = 2;  // most deltas one coalesced entry may hold
 };
 
 using UsageMeterPtr = std::unique_ptr<UsageMeter>;
