@@ -127,7 +127,7 @@ void HeaderMap::append(std::string_view name, std::string_view value, bool lower
   char* stored = bytes() + offset;
   // The name lower-cased as it is copied, eight bytes at a time.
   if (lower_case) {
-    std::memcpy(stored, name.data(), name.size());
+    if (!name.empty()) std::memcpy(stored, name.data(), name.size());
   } else {
     copyLower(stored, name.data(), name.size());
   }

@@ -77,7 +77,8 @@ class TraceId {
   /** At most kSize characters are kept (a trace id is exactly that long). */
   TraceId& operator=(std::string_view id) {
     size_ = static_cast<uint8_t>(std::min(id.size(), kSize));
-    std::memcpy(digits_, id.data(), size_);
+    // An empty view may have a null data(): memcpy must not see it.
+    if (size_ > 0) std::memcpy(digits_, id.data(), size_);
     return *this;
   }
 
