@@ -34,6 +34,27 @@ void damage(std::string& text, const std::string& bytes, std::mt19937& rng) {
   }
 }
 
+// A random object of up to four members from `keys` and `values`, sometimes
+// with blanks around its punctuation; a member's value is itself such an
+// object, up to `depth` levels down.
+std::string randomObject(std::mt19937& rng, const std::vector<std::string>& keys,
+                         const std::vector<std::string>& values, int depth) {
+  std::string text = "{";
+  if (rng() % 6 == 0) text += " ";
+  const size_t members = rng() % 5;
+  for (size_t m = 0; m < members; ++m) {
+    if (m > 0) text += rng() % 8 == 0 ? " , " : ",";
+    text += "\"" + keys[rng() % keys.size()] + "\"" + (rng() % 8 == 0 ? " : " : ":");
+    if (depth > 0 && rng() % 4 == 0) {
+      text += randomObject(rng, keys, values, depth - 1);
+    } else {
+      text += values[rng() % values.size()];
+    }
+  }
+  text += "}";
+  return text;
+}
+
 using Members = std::vector<std::pair<std::string, std::string>>;
 
 bool scan(std::string_view text, Members* out) {
@@ -433,22 +454,7 @@ TEST(ReadPlainObjectTest, MatchesTheMemberScanOnRandomObjects) {
                                                    "\"\x7f\""};
   static const std::string kDamage = "{}[],:\"\\ x0\t\x7f";
   std::mt19937 rng(1801);
-  std::function<std::string(int)> object = [&](int depth) {
-    std::string text = "{";
-    if (rng() % 6 == 0) text += " ";
-    const size_t members = rng() % 5;
-    for (size_t m = 0; m < members; ++m) {
-      if (m > 0) text += rng() % 8 == 0 ? " , " : ",";
-      text += "\"" + kKeys[rng() % kKeys.size()] + "\"" + (rng() % 8 == 0 ? " : " : ":");
-      if (depth > 0 && rng() % 4 == 0) {
-        text += object(depth - 1);
-      } else {
-        text += kValues[rng() % kValues.size()];
-      }
-    }
-    text += "}";
-    return text;
-  };
+  const auto object = [&](int depth) { return randomObject(rng, kKeys, kValues, depth); };
   for (int round = 0; round < 30000; ++round) {
     std::string text = object(static_cast<int>(rng() % 4));
     if (rng() % 3 == 0) damage(text, kDamage, rng);
@@ -595,22 +601,7 @@ TEST(ScanAnswerMembersTest, MatchesTheScanThenTheReadOnRandomAnswers) {
                                                    "\"\x7f\""};
   static const std::string kDamage = "{}[],:\"\\ x0\t\x7f";
   std::mt19937 rng(2610);
-  std::function<std::string(int)> object = [&](int depth) {
-    std::string text = "{";
-    if (rng() % 6 == 0) text += " ";
-    const size_t members = rng() % 5;
-    for (size_t m = 0; m < members; ++m) {
-      if (m > 0) text += rng() % 8 == 0 ? " , " : ",";
-      text += "\"" + kKeys[rng() % kKeys.size()] + "\"" + (rng() % 8 == 0 ? " : " : ":");
-      if (depth > 0 && rng() % 4 == 0) {
-        text += object(depth - 1);
-      } else {
-        text += kValues[rng() % kValues.size()];
-      }
-    }
-    text += "}";
-    return text;
-  };
+  const auto object = [&](int depth) { return randomObject(rng, kKeys, kValues, depth); };
   static const std::vector<std::string> kTopKeys = {"id", "model", "choices", "usage", "x"};
   for (int round = 0; round < 30000; ++round) {
     std::string text = rng() % 8 == 0 ? " {" : "{";
