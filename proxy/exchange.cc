@@ -369,6 +369,7 @@ void Exchange::startAttempt(const AttemptTarget& target) {
   if (target.kind == AttemptTarget::Kind::NextFallback) {
     ++chain_index_;
     failed = nullptr;
+    failed_endpoints_.clear();
   }
   for (;;) {
     const UpstreamRuntime& upstream = *route_->chain[chain_index_];
@@ -382,6 +383,7 @@ void Exchange::startAttempt(const AttemptTarget& target) {
     countFallback(std::string(toString(choice.refusal)));
     ++chain_index_;
     failed = nullptr;
+    failed_endpoints_.clear();
   }
   attempt_.request = std::make_unique<RequestHead>(
       requestForUpstream(request_, *attempt_.upstream->config, attempt_.endpoint->config->url,
@@ -446,6 +448,8 @@ Exchange::EndpointChoice Exchange::chooseEndpoint(const UpstreamRuntime& upstrea
     views[i].weight = e.config->weight;
     views[i].priority = e.config->priority;
     views[i].outstanding = e.breaker->activeRequests();
+    views[i].failed = std::find(failed_endpoints_.begin(), failed_endpoints_.end(), &e) !=
+                      failed_endpoints_.end();
     views[i].available =
         circuit_ok[i] && (!check_quota || e.quota == nullptr || e.quota->admitsNow(key, need));
   }
@@ -501,12 +505,25 @@ bool Exchange::mayFallBackOn(const AttemptOutcome& outcome) const {
 }
 
 AttemptVerdict Exchange::fallBackIfHelpful(const AttemptEnd& end, AttemptVerdict verdict) {
-  if (!mayRetry(end.outcome) || !mayFallBackOn(end.outcome)) return verdict;
-  if (verdict.isRetry()) {
-    // The filters retry: fine while another endpoint of this upstream can take it.
-    for (const EndpointRuntime& e : attempt_.upstream->endpoints) {
-      if (&e != attempt_.endpoint && e.breaker->state() != CircuitState::Open) return verdict;
-    }
+  if (!mayRetry(end.outcome)) return verdict;
+  const bool may_fall_back = mayFallBackOn(end.outcome);
+  if (!verdict.isRetry() && !may_fall_back) return verdict;  // delivered, or no attempt follows
+  // Another attempt may follow: this endpoint failed for this request.
+  if (std::find(failed_endpoints_.begin(), failed_endpoints_.end(), attempt_.endpoint) ==
+      failed_endpoints_.end()) {
+    failed_endpoints_.push_back(attempt_.endpoint);
+  }
+  if (!may_fall_back) return verdict;
+  const auto& endpoints = attempt_.upstream->endpoints;
+  std::vector<EndpointView> views(endpoints.size());  // (only after a failed attempt)
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    const EndpointRuntime& e = endpoints[i];
+    views[i].available = e.breaker->state() != CircuitState::Open;
+    views[i].failed = std::find(failed_endpoints_.begin(), failed_endpoints_.end(), &e) !=
+                      failed_endpoints_.end();
+  }
+  if (routeAfterFailure(views, verdict.isRetry(), may_fall_back) != AttemptRoute::NextFallback) {
+    return verdict;
   }
   return AttemptVerdict::retry(std::chrono::milliseconds(0),
                                std::string(toString(attemptResultFor(end.outcome))),

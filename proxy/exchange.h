@@ -228,8 +228,8 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   /**
    * After the filters' verdict: move to the next fallback upstream when the
    * attempt ended with a `fallback_on` outcome and retrying the current
-   * upstream cannot help (the filters did not retry, or no other endpoint of
-   * it is available).
+   * upstream cannot help (the filters did not retry, or every endpoint of it
+   * has failed for this request or has an open circuit): routeAfterFailure().
    */
   AttemptVerdict fallBackIfHelpful(const AttemptEnd& end, AttemptVerdict verdict);
   /** Counts one spill-over from the current upstream to the next, for `cause`. */
@@ -403,6 +403,8 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   Attempt attempt_;
   // The route's chain (DESIGN §5): route_->chain[chain_index_] takes the attempts.
   size_t chain_index_ = 0;
+  // Endpoints of route_->chain[chain_index_] an attempt of this request failed on.
+  std::vector<const EndpointRuntime*> failed_endpoints_;
   uint32_t fallbacks_ = 0;  // spill-overs so far
   // The body naming the current fallback's `model`, when it has one.
   std::unique_ptr<RequestBody> rewritten_body_;
