@@ -8,11 +8,9 @@
 // last asked, in the same window, changes nothing in Redis: it is not sent.
 //
 // The count a response implies is `fresh` = remaining - this replica's
-// requests sent after the reported one and still unanswered (those sent
-// before it are in `remaining` already: QuotaTracker::notInReport). When the
-// provider counts a request on arrival, `fresh` may still subtract some it
-// has already counted, so it runs up to `unanswered` below the fleet's count
-// with nothing to tell. That slack is
+// unanswered requests. When the provider counts a request on arrival,
+// `fresh` also subtracts requests it has already counted, so it runs up to
+// `unanswered` below the fleet's count with nothing to tell. That slack is
 // allowed only while the count is far from `reserve` (where a lower count
 // could not change an admission anyway); near it every lower count goes.
 //

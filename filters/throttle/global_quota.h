@@ -54,9 +54,7 @@ class GlobalQuota {
     // Its reset, relative to now (Redis adds its own clock); nullopt = not said.
     std::optional<std::chrono::milliseconds> reset_in;
     // What this replica has in flight on the key (requests, or their estimated
-    // token needs) that the report cannot include: sent after the reported
-    // request. Requests sent before it are in the report; requests still
-    // waiting for their reservation are subtracted by it.
+    // token needs), which the report cannot include yet.
     int64_t unanswered = 0;
   };
   /** One response's quota: whichever counters it reported. */

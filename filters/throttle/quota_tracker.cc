@@ -282,32 +282,6 @@ void QuotaTracker::grantLocked(KeyState& key, Ticket& ticket) {
   key.unanswered_tokens += ticket.token_need;
   key.requests.charged += 1;
   key.tokens.charged += ticket.token_need;
-  if (ticket.hold) {
-    ticket.unsent = true;
-    key.unsent += 1;
-    key.unsent_tokens += ticket.token_need;
-  } else {
-    stampSentLocked(key, ticket);
-  }
-}
-
-void QuotaTracker::stampSentLocked(KeyState& key, Ticket& ticket) {
-  key.sent_total += 1;
-  key.sent_tokens_total += ticket.token_need;
-  ticket.sent_seq = key.sent_total;
-  ticket.sent_tokens_seq = key.sent_tokens_total;
-}
-
-void QuotaTracker::dropUnsentLocked(KeyState& key, Ticket& ticket) {
-  if (!ticket.unsent) return;
-  ticket.unsent = false;
-  key.unsent = std::max<int64_t>(key.unsent - 1, 0);
-  key.unsent_tokens = std::max<int64_t>(key.unsent_tokens - ticket.token_need, 0);
-}
-
-QuotaTracker::InFlight QuotaTracker::sentAfterLocked(const KeyState& key, const Ticket& ticket) {
-  // Sent since its stamp (each request stamps once per grant).
-  return {key.sent_total - ticket.sent_seq, key.sent_tokens_total - ticket.sent_tokens_seq};
 }
 
 void QuotaTracker::releaseLocked(KeyState& key, MonotonicTime now, uint64_t caller,
@@ -441,7 +415,7 @@ void QuotaTracker::wakeAll(Wakers& wakers) {
 // --- the public API -------------------------------------------------------------
 
 QuotaTracker::Admission QuotaTracker::admit(const std::string& key_name, uint64_t token_need,
-                                            MonotonicTime deadline, Waker waker, bool hold) {
+                                            MonotonicTime deadline, Waker waker) {
   Wakers wakers;
   Admission result = rejected(milliseconds(0));
   {
@@ -455,8 +429,7 @@ QuotaTracker::Admission QuotaTracker::admit(const std::string& key_name, uint64_
 
     const int64_t need =
         static_cast<int64_t>(std::min<uint64_t>(token_need, static_cast<uint64_t>(kMaxTokenNeed)));
-    Ticket ticket{&key, need, deadline, std::move(waker), Ticket::State::Queued, {}, {}, 0,
-                  0,    hold, false};
+    Ticket ticket{&key, need, deadline, std::move(waker), Ticket::State::Queued, {}, {}};
     if (key.queue.empty() && (fitsLocked(key, need) || canProbeLocked(key, need, now))) {
       const uint64_t id = next_ticket_++;
       grantLocked(key, ticket);
@@ -543,7 +516,6 @@ void QuotaTracker::abandon(uint64_t id) {
       removeFromQueueLocked(key, id);
     } else if (ticket.state == Ticket::State::Admitted) {
       // Never sent: give its slot back (it was charged in every state since its grant).
-      dropUnsentLocked(key, ticket);
       key.in_flight -= 1;
       key.unanswered = std::max<int64_t>(key.unanswered - 1, 0);
       key.unanswered_tokens = std::max<int64_t>(key.unanswered_tokens - ticket.token_need, 0);
@@ -565,7 +537,6 @@ void QuotaTracker::onAttemptDone(uint64_t id, bool headers_seen) {
     if (it == tickets_.end() || it->second.state != Ticket::State::Admitted) return;
     const int64_t need = it->second.token_need;
     KeyState& key = *it->second.key;
-    dropUnsentLocked(key, it->second);
     tickets_.erase(it);  // (Admitted: it counted in in_flight, not in expired)
     const MonotonicTime now = clock_.now();
     key.last_active = now;
@@ -619,34 +590,25 @@ void QuotaTracker::observeLocked(KeyState& key, const QuotaObservation& observat
     key.last_active = now;
     refreshLocked(key, now);
 
-    // One response answered: its token need when the ticket is known,
-    // otherwise estimated as the average of those awaiting an answer.
+    // One response answered: its own token need when its ticket is known (it
+    // is in the report; the average of those awaiting an answer would leave
+    // part of a big request charged on top of the report that counts it),
+    // otherwise estimated as that average.
     if (key.unanswered > 0) {
-      const int64_t need = reporter != nullptr
-                               ? std::min(reporter->token_need, key.unanswered_tokens)
-                               : key.unanswered_tokens / key.unanswered;
-      key.unanswered_tokens -= need;
+      key.unanswered_tokens -= reporter != nullptr
+                                   ? std::min(reporter->token_need, key.unanswered_tokens)
+                                   : key.unanswered_tokens / key.unanswered;
       key.unanswered -= 1;
       if (key.unanswered == 0) key.unanswered_tokens = 0;
     }
 
-    // What the report cannot include (see top): with the reporter known, the
-    // requests sent after it (and those held, not sent yet); otherwise every
-    // request still unanswered.
-    int64_t charge_requests = key.unanswered;
-    int64_t charge_tokens = key.unanswered_tokens;
-    if (reporter != nullptr) {
-      const InFlight after = sentAfterLocked(key, *reporter);
-      charge_requests = std::min(charge_requests, after.requests + key.unsent);
-      charge_tokens = std::min(charge_tokens, after.tokens + key.unsent_tokens);
-    }
     if (observation.requests) {
       last_remaining_requests_.store(observation.requests->remaining, std::memory_order_relaxed);
-      applyQuota(key.requests, *observation.requests, now, sent_at, charge_requests);
+      applyQuota(key.requests, *observation.requests, now, sent_at, key.unanswered);
     }
     if (observation.tokens) {
       last_remaining_tokens_.store(observation.tokens->remaining, std::memory_order_relaxed);
-      applyQuota(key.tokens, *observation.tokens, now, sent_at, charge_tokens);
+      applyQuota(key.tokens, *observation.tokens, now, sent_at, key.unanswered_tokens);
     }
     if (key.requests.known || key.tokens.known) {
       key.unthrottled = false;
@@ -679,7 +641,6 @@ QuotaTracker::Admission QuotaTracker::deferAdmitted(uint64_t id, MonotonicTime u
   Ticket& ticket = it->second;
   KeyState& key = *ticket.key;
   // Undo its grant (as abandon() does), then back to the head of the FIFO.
-  dropUnsentLocked(key, ticket);
   key.in_flight -= 1;
   key.unanswered = std::max<int64_t>(key.unanswered - 1, 0);
   key.unanswered_tokens = std::max<int64_t>(key.unanswered_tokens - ticket.token_need, 0);
@@ -690,30 +651,6 @@ QuotaTracker::Admission QuotaTracker::deferAdmitted(uint64_t id, MonotonicTime u
   key.queue.push_front(id);
   ++queued_;
   return queuedLocked(ticket, id, *key.held_until);
-}
-
-void QuotaTracker::markSent(uint64_t id) {
-  std::lock_guard lock(mutex_);
-  auto it = tickets_.find(id);
-  if (it == tickets_.end() || !it->second.unsent) return;
-  Ticket& ticket = it->second;
-  dropUnsentLocked(*ticket.key, ticket);
-  stampSentLocked(*ticket.key, ticket);
-}
-
-QuotaTracker::InFlight QuotaTracker::notInReport(uint64_t id) const {
-  std::lock_guard lock(mutex_);
-  const auto it = tickets_.find(id);
-  if (it == tickets_.end()) return {};
-  const KeyState& key = *it->second.key;
-  InFlight out{std::max<int64_t>(key.unanswered - key.unsent, 0),
-               std::max<int64_t>(key.unanswered_tokens - key.unsent_tokens, 0)};
-  if (it->second.state == Ticket::State::Admitted) {
-    const InFlight after = sentAfterLocked(key, it->second);
-    out.requests = std::min(out.requests, after.requests);
-    out.tokens = std::min(out.tokens, after.tokens);
-  }
-  return out;
 }
 
 bool QuotaTracker::unthrottled(const std::string& key) const {

@@ -17,19 +17,10 @@
 //
 // Accounting ("effective remaining"). A report can only include requests the
 // upstream had seen when it answered; with LLM latencies, others sluice sent
-// meanwhile are missing from it. Providers count a request when it arrives
-// and answer with the count as of then, so a report on request R includes
-// every request sent before R, and none sent after it. So effective remaining
-// = reported remaining − the requests sent after R and not yet answered
-// (response headers not yet observed) when the report arrives − the requests
-// admitted since. Requests sent before R and still in flight are in the
-// report already: charging them again would count them twice and hold
-// requests the quota has room for. "Sent" is the grant, or markSent() for a
-// request held for the fleet's answer first (admit()'s `hold`: until then it is
-// charged locally, but never reported to the fleet as in flight, since its
-// own reservation there subtracts it). A report without a ticket (or on a
-// ticket no longer admitted) charges every request still unanswered. That is
-// the contract's "admitted since the last header", made safe for concurrent
+// meanwhile are missing from it. So effective remaining = reported remaining −
+// the requests admitted and not yet answered (response headers not yet
+// observed) when the report was taken − the requests admitted since. That is the
+// contract's "admitted since the last header", made safe for concurrent
 // requests: 50 requests in flight cannot all spend the same `remaining: 5`,
 // and a report that overtakes an older one cannot undo the count either.
 // Reports are also checked for staleness: within one window a report with
@@ -146,11 +137,9 @@ class QuotaTracker {
    * is Rejected at once when the key's queue holds `max_queue` requests, or
    * when the known wait (until the reset) ends at or after its deadline. An
    * unknown wait (waiting for a probe's answer) is only rejected once the
-   * deadline has passed. `hold`: the request is not sent on its grant but
-   * on markSent() (see there).
+   * deadline has passed.
    */
-  Admission admit(const std::string& key, uint64_t token_need, MonotonicTime deadline, Waker waker,
-                  bool hold = false);
+  Admission admit(const std::string& key, uint64_t token_need, MonotonicTime deadline, Waker waker);
 
   /**
    * A Queued ticket asks again (its waker fired, or wake_at passed): Admitted,
@@ -209,27 +198,6 @@ class QuotaTracker {
    */
   bool admitsNow(const std::string& key, uint64_t token_need);
 
-  /**
-   * A ticket admitted with `hold` = true is not sent on its grant (the fleet
-   * is asked first, GlobalQuota::reserve): it is charged here, but is not in
-   * flight for the fleet (notInReport()) until markSent(). Other tickets: ignored.
-   */
-  void markSent(uint64_t ticket);
-
-  /** Requests and their token needs. */
-  struct InFlight {
-    int64_t requests = 0;
-    int64_t tokens = 0;
-  };
-  /**
-   * What the fleet must subtract from the report on `ticket` (call it after
-   * observe(ticket, ...)): the key's requests sent after it and still
-   * unanswered, except those held unsent (their own reservation subtracts
-   * them). For a ticket that is not Admitted: every unanswered request not
-   * held unsent.
-   */
-  InFlight notInReport(uint64_t ticket) const;
-
   /** True when `key`'s responses carry no quota at all (the fleet need not be asked). */
   bool unthrottled(const std::string& key) const;
 
@@ -286,12 +254,6 @@ class QuotaTracker {
     std::deque<uint64_t> queue;     // Queued tickets, FIFO
     MonotonicTime last_active{};
     std::optional<MonotonicTime> held_until;  // the fleet's quota is spent until then
-    // Requests sent, ever, and their token needs: a ticket's stamp of these
-    // (Ticket::sent_seq) tells the requests sent after it (see top).
-    int64_t sent_total = 0;
-    int64_t sent_tokens_total = 0;
-    int64_t unsent = 0;         // admitted, held before sending (admit()'s `hold`)
-    int64_t unsent_tokens = 0;  // their token needs
   };
 
   struct Ticket {
@@ -308,10 +270,6 @@ class QuotaTracker {
     State state = State::Queued;
     MonotonicTime granted_at{};              // Admitted: when
     std::optional<MonotonicTime> told_wake;  // Queued: the wake_at last answered
-    int64_t sent_seq = 0;                    // Admitted: KeyState::sent_total once it was sent
-    int64_t sent_tokens_seq = 0;             //   and sent_tokens_total
-    bool hold = false;                       // sent on markSent(), not on its grant
-    bool unsent = false;                     // Admitted and held: not sent yet
   };
 
   using Wakers = std::vector<Waker>;
@@ -329,9 +287,6 @@ class QuotaTracker {
                                                 MonotonicTime now) const;
   void refreshLocked(KeyState& key, MonotonicTime now);
   void grantLocked(KeyState& key, Ticket& ticket);
-  static void stampSentLocked(KeyState& key, Ticket& ticket);
-  static void dropUnsentLocked(KeyState& key, Ticket& ticket);
-  static InFlight sentAfterLocked(const KeyState& key, const Ticket& ticket);
   void releaseLocked(KeyState& key, MonotonicTime now, uint64_t caller, Wakers& wakers);
   void removeFromQueueLocked(KeyState& key, uint64_t ticket);
   void maybeSweepLocked(MonotonicTime now);

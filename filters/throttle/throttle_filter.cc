@@ -90,9 +90,7 @@ FilterStatus ThrottleFilter::beforeAttempt(RequestHead& upstream_request) {
   // The waker may run on any thread; it only posts back to this Exchange's
   // worker, which drops it if the Exchange is gone by then.
   auto waker = callbacks_->crossThreadWaker([this] { poll(); });
-  // With a fleet, the request goes out after the fleet's answer (markSent in confirmGlobally).
-  return apply(tracker_->admit(key_, token_need_, callbacks_->deadline(), std::move(waker),
-                               /*hold=*/global_ != nullptr));
+  return apply(tracker_->admit(key_, token_need_, callbacks_->deadline(), std::move(waker)));
 }
 
 FilterStatus ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
@@ -148,11 +146,7 @@ FilterStatus ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
 }
 
 FilterStatus ThrottleFilter::confirmGlobally() {
-  if (global_ == nullptr) return FilterStatus::Continue;
-  if (tracker_->unthrottled(key_)) {
-    tracker_->markSent(ticket_);
-    return FilterStatus::Continue;
-  }
+  if (global_ == nullptr || tracker_->unthrottled(key_)) return FilterStatus::Continue;
   // The answer comes on this worker's own loop, on a later turn (GlobalQuota's
   // contract): no cross-thread post is needed, only to drop it if this filter
   // is gone by then (the post was ~7k instructions per admitted request).
@@ -161,10 +155,7 @@ FilterStatus ThrottleFilter::confirmGlobally() {
       global_->reserve(key_, token_need_, [this, alive = alive_](const GlobalQuota::Answer& a) {
         if (*alive) onGlobalAnswer(a);
       });
-  if (!asked) {
-    tracker_->markSent(ticket_);  // Redis down: the local decision stands
-    return FilterStatus::Continue;
-  }
+  if (!asked) return FilterStatus::Continue;  // Redis down: the local decision stands
   confirming_ = true;
   return FilterStatus::StopIteration;
 }
@@ -174,7 +165,6 @@ void ThrottleFilter::onGlobalAnswer(const GlobalQuota::Answer& answer) {
   confirming_ = false;
   if (answer.kind != GlobalQuota::Answer::Kind::Wait) {
     fleet_probe_ = answer.kind == GlobalQuota::Answer::Kind::Probe;
-    tracker_->markSent(ticket_);
     callbacks_->continueDecoding();
     return;
   }
@@ -240,14 +230,13 @@ void ThrottleFilter::reportGlobally(const QuotaObservation& observation) {
     }
     return c;
   };
-  // In flight and not in this report: sent after this request (requests sent
-  // before it are in the report already, and those still waiting for the
-  // fleet's answer are subtracted by their own reservation).
-  QuotaTracker::InFlight missing{tracker_->unanswered(key_), tracker_->unansweredTokens(key_)};
-  if (admitted_) missing = tracker_->notInReport(ticket_);
   GlobalQuota::Report report;
-  if (observation.requests) report.requests = counter(*observation.requests, missing.requests);
-  if (observation.tokens) report.tokens = counter(*observation.tokens, missing.tokens);
+  if (observation.requests) {
+    report.requests = counter(*observation.requests, tracker_->unanswered(key_));
+  }
+  if (observation.tokens) {
+    report.tokens = counter(*observation.tokens, tracker_->unansweredTokens(key_));
+  }
   if (admitted_) {
     report.sent_ago = std::chrono::floor<std::chrono::milliseconds>(now - admitted_at_);
   }

@@ -546,56 +546,6 @@ TEST_F(GlobalThrottleFilterTest, TheFleetIsAskedForTheTokenNeedAndToldTheTokenQu
   EXPECT_EQ(global_.last_report.tokens->unanswered, 0) << "its own answer is in the report";
 }
 
-// The traced false 429 with shared state: a report arriving before a request's
-// own reservation told the fleet that request (and those sent before the
-// reported one, which the provider had counted) as in flight, so the fleet
-// subtracted them twice. Told once: only what was sent after the reported request.
-TEST_F(GlobalThrottleFilterTest, TheFleetIsToldOnlyTheInFlightWorkTheReportCannotInclude) {
-  const std::string body = R"({"max_tokens":100,"messages":[]})";
-  const auto head = [](int64_t remaining) {
-    ResponseHead h;
-    h.status = 200;
-    h.headers.add("x-ratelimit-limit-tokens", "4000");
-    h.headers.add("x-ratelimit-remaining-tokens", std::to_string(remaining));
-    h.headers.add("x-ratelimit-reset-tokens", "30s");
-    return h;
-  };
-  global_.next.kind = GlobalQuota::Answer::Kind::Probe;
-  ThrottleFilter& probe = throttle(callbacks_);
-  probe.decodeComplete(body);
-  admit(probe);
-  global_.answer();
-  ResponseHead probe_head = head(4000);
-  probe.encodeHeaders(probe_head, false);
-  probe.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
-
-  global_.next.kind = GlobalQuota::Answer::Kind::Admit;
-  FakeFilterCallbacks before_callbacks(clock_), reported_callbacks(clock_), held_callbacks(clock_);
-  ThrottleFilter& before = throttle(before_callbacks);  // sent before: in the report
-  before.decodeComplete(body);
-  admit(before);
-  global_.answer();
-  ThrottleFilter& reported = throttle(reported_callbacks);
-  reported.decodeComplete(body);
-  admit(reported);
-  global_.answer();
-  ThrottleFilter& held = throttle(held_callbacks);  // its reservation not answered yet
-  held.decodeComplete(body);
-  admit(held);
-  ASSERT_EQ(global_.reserves, 4);
-
-  const int64_t need = static_cast<int64_t>(estimateTokenNeed(body));
-  ResponseHead reported_head = head(4000 - 3 * need);  // the probe, `before` and itself
-  reported.encodeHeaders(reported_head, false);
-  ASSERT_TRUE(global_.last_report.tokens);
-  EXPECT_EQ(global_.last_report.tokens->unanswered, 0)
-      << "`before` is in the report and `held` is subtracted by its own reservation";
-  reported.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
-  global_.answer();
-  held.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
-  before.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
-}
-
 TEST_F(GlobalThrottleFilterTest, AnAnswerForARequestThatIsGoneIsDropped) {
   global_.next.kind = GlobalQuota::Answer::Kind::Admit;
   ThrottleFilter& f = throttle(callbacks_);

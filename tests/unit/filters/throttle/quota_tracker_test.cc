@@ -298,36 +298,32 @@ TEST(QuotaTrackerTest, LateReportDoesNotUndoInFlightCount) {
   EXPECT_EQ(tracker.queueDepth(), 1u);
 }
 
-// The traced order of a false 429: a 400-token window; 192 tokens in flight,
-// all sent before request R; R's answer reports 167 left (the provider counted
-// the 192 on arrival: the window ended at 233 of 400). A request needing 151
-// fits the quota counted once (167 - 151 = 16) and must go, not wait for a
-// reset beyond its budget (429). Counting the 192 again (167 - 192 < 0) was
-// the double count.
-TEST(QuotaTrackerTest, InFlightSentBeforeTheReportedRequestIsNotChargedTwice) {
+// A false 429: the reported request's answer released the average token need
+// of those in flight instead of its own, so a big request's answer left part
+// of its own need charged on top of the report that already counts it. A
+// 400-token window; R (151) then A (41) are sent; R's answer says 249 left
+// (A not arrived yet). Counted once: 249 - 41 = 208 left, so a request needing
+// 200 goes; with the average (96) released, 249 - 96 = 153 and it got 429
+// (its budget ends before the reset).
+TEST(QuotaTrackerTest, TheReportedRequestReleasesItsOwnTokenNeed) {
   ManualClock clock;
   QuotaTracker tracker(makeConfig(0), clock);
   QuotaObservation window;
   window.tokens = Quota{400, 400, clock.now() + seconds(30)};
   tracker.observe(kKey, window);
-  std::vector<uint64_t> in_flight;
-  for (uint64_t need : {100, 92}) {
-    const auto a = tracker.admit(kKey, need, kNoDeadline, [] {});
-    ASSERT_EQ(a.kind, Kind::Admitted);
-    in_flight.push_back(a.ticket);
-  }
-  const auto reported = tracker.admit(kKey, 41, kNoDeadline, [] {});
+  const auto reported = tracker.admit(kKey, 151, kNoDeadline, [] {});
   ASSERT_EQ(reported.kind, Kind::Admitted);
+  ASSERT_EQ(tracker.admit(kKey, 41, kNoDeadline, [] {}).kind, Kind::Admitted);
   clock.advance(milliseconds(700));
   QuotaObservation report;
-  report.tokens = Quota{400, 167, clock.now() + seconds(29)};
+  report.tokens = Quota{400, 249, clock.now() + seconds(29)};
   tracker.observe(reported.ticket, report);
   tracker.onAttemptDone(reported.ticket, true);
-  // 192 still in flight, all in the report. The budget ends before the reset.
-  const auto a = tracker.admit(kKey, 151, clock.now() + seconds(10), [] {});
-  EXPECT_EQ(a.kind, Kind::Admitted) << "167 left, 151 needed: counted once it fits";
-  // Counted once, not zero times: 16 left, so 17 more do not fit.
-  EXPECT_NE(tracker.admit(kKey, 17, clock.now() + seconds(10), [] {}).kind, Kind::Admitted);
+  EXPECT_EQ(tracker.unansweredTokens(kKey), 41);
+  const auto a = tracker.admit(kKey, 200, clock.now() + seconds(10), [] {});
+  EXPECT_EQ(a.kind, Kind::Admitted) << "208 left, 200 needed";
+  EXPECT_EQ(tracker.admit(kKey, 9, clock.now() + seconds(10), [] {}).kind, Kind::Rejected)
+      << "8 left: counted once, not zero times";
 }
 
 // Requests sent after the reported one are not in its report: they stay charged.
@@ -349,40 +345,6 @@ TEST(QuotaTrackerTest, InFlightSentAfterTheReportedRequestStaysCharged) {
   // 359 - 192 = 167 left.
   EXPECT_EQ(tracker.admit(kKey, 168, clock.now() + seconds(10), [] {}).kind, Kind::Rejected);
   EXPECT_EQ(tracker.admit(kKey, 167, clock.now() + seconds(10), [] {}).kind, Kind::Admitted);
-}
-
-// With a fleet (admit's `hold`), a request waiting for its reservation is
-// charged locally (it will be sent) but not reported to the fleet as in
-// flight: its own reservation subtracts it there. The fleet is told only
-// what was sent after the reported request.
-TEST(QuotaTrackerTest, TheFleetIsToldOnlyWhatWasSentAfterTheReportedRequest) {
-  ManualClock clock;
-  QuotaTracker tracker(makeConfig(0), clock);
-  QuotaObservation window;
-  window.tokens = Quota{400, 400, clock.now() + seconds(30)};
-  tracker.observe(kKey, window);
-  const auto before = tracker.admit(
-      kKey, 41, kNoDeadline, [] {}, /*hold=*/true);
-  tracker.markSent(before.ticket);
-  const auto reported = tracker.admit(
-      kKey, 10, kNoDeadline, [] {}, /*hold=*/true);
-  tracker.markSent(reported.ticket);
-  const auto after = tracker.admit(
-      kKey, 20, kNoDeadline, [] {}, /*hold=*/true);
-  tracker.markSent(after.ticket);
-  const auto held = tracker.admit(
-      kKey, 151, kNoDeadline, [] {}, /*hold=*/true);  // not sent yet
-  ASSERT_EQ(held.kind, Kind::Admitted);
-  QuotaObservation report;
-  report.tokens = Quota{400, 349, clock.now() + seconds(29)};  // 41 + 10 counted
-  tracker.observe(reported.ticket, report);
-  const QuotaTracker::InFlight missing = tracker.notInReport(reported.ticket);
-  EXPECT_EQ(missing.requests, 1);  // `after`; `before` is in the report, `held` reserves itself
-  EXPECT_EQ(missing.tokens, 20);
-  tracker.onAttemptDone(reported.ticket, true);
-  // Locally all of `after` and `held` are charged: 349 - 20 - 151 = 178.
-  EXPECT_EQ(tracker.admit(kKey, 179, clock.now() + seconds(10), [] {}).kind, Kind::Rejected);
-  EXPECT_EQ(tracker.admit(kKey, 178, clock.now() + seconds(10), [] {}).kind, Kind::Admitted);
 }
 
 TEST(QuotaTrackerTest, OlderReportWithinWindowIsIgnored) {
