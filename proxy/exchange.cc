@@ -72,7 +72,7 @@ Exchange::Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const Ro
       downstream_(downstream),
       start_(start),
       body_(&runtime_->bodyMemory(), runtime_->config().limits.max_buffered_body_bytes),
-      wake_(host.dispatcher().createTimer([this] { onWake(); })) {
+      timers_(host.dispatcher(), *this) {
   route_->metrics->active().Increment();
   if (route_->config != nullptr) {
     filters_ = buildFilterChain(*route_);
@@ -244,7 +244,8 @@ void Exchange::decodeComplete() {
     attempt_.last_upstream_byte = clock().now();
     armFirstByteTimer();
     // Connected (its connect timer is gone) and no first-byte timer: idle time counts.
-    if (!slotArmed(Slot::FirstByte) && !slotArmed(Slot::Connect)) armIdleTimer();
+    if (!timers_.armed(ExchangeSlot::FirstByte) && !timers_.armed(ExchangeSlot::Connect))
+      armIdleTimer();
     return;
   }
   if (held_) return;
@@ -528,7 +529,7 @@ void Exchange::sendAttempt() {
   const MonotonicTime now = clock().now();
 
   attempt_.last_upstream_byte = now;
-  armSlot(Slot::Connect, now + uc.connect_timeout);
+  timers_.arm(ExchangeSlot::Connect, now + uc.connect_timeout);
   armFirstByteTimer();
 
   UpstreamStreamSource& pool = host_.pool(*runtime_, attempt_.endpoint->pool_index);
@@ -545,9 +546,9 @@ void Exchange::sendAttempt() {
 
 AttemptVerdict Exchange::endAttempt(AttemptOutcome outcome, bool reuse, AttemptVerdict proposed) {
   connect_wait_.release();
-  disarmSlot(Slot::Connect);
-  disarmSlot(Slot::FirstByte);
-  disarmSlot(Slot::Idle);
+  timers_.disarm(ExchangeSlot::Connect);
+  timers_.disarm(ExchangeSlot::FirstByte);
+  timers_.disarm(ExchangeSlot::Idle);
   attempt_.endpoint->metrics->attempts(attemptResultFor(outcome)).Increment();
   attempt_.cut = !outcome.isStatus();
   const AttemptEnd end = describeAttempt(outcome);
@@ -604,7 +605,7 @@ void Exchange::scheduleRetry(const AttemptVerdict::Retry& retry) {
   // The sleep is a timer of this Exchange: a cancel (client gone, budget)
   // clears it and no further attempt is made.
   retry_target_ = retry.target;
-  armSlot(Slot::RetryDelay, clock().now() + retry.delay);
+  timers_.arm(ExchangeSlot::RetryDelay, clock().now() + retry.delay);
 }
 
 void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
@@ -661,7 +662,7 @@ void Exchange::armFirstByteTimer() {
   // the upstream has the whole request.
   const auto timeout = route_->config->first_byte_timeout;
   if (timeout.count() <= 0 || !request_complete_ || attempt_.status != 0) return;
-  armSlot(Slot::FirstByte, clock().now() + timeout);
+  timers_.arm(ExchangeSlot::FirstByte, clock().now() + timeout);
 }
 
 void Exchange::armIdleTimer() {
@@ -672,15 +673,16 @@ void Exchange::armIdleTimer() {
   }
   const auto idle = route_->config->idle_timeout;
   if (idle.count() <= 0) return;
-  armSlot(Slot::Idle, attempt_.last_upstream_byte + idle);
+  timers_.arm(ExchangeSlot::Idle, attempt_.last_upstream_byte + idle);
 }
 
 // --- UpstreamCallbacks --------------------------------------------------------------
 
 void Exchange::onUpstreamConnected() {
   connect_wait_.release();
-  disarmSlot(Slot::Connect);
-  if (!slotArmed(Slot::FirstByte)) armIdleTimer();  // waiting for the first byte counts as idle
+  timers_.disarm(ExchangeSlot::Connect);
+  if (!timers_.armed(ExchangeSlot::FirstByte))
+    armIdleTimer();  // waiting for the first byte counts as idle
 }
 
 void Exchange::onUpstreamBodySent(uint64_t offset) {
@@ -693,7 +695,7 @@ void Exchange::onUpstreamBodySent(uint64_t offset) {
 
 void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
   if (finished_) return;
-  disarmSlot(Slot::FirstByte);
+  timers_.disarm(ExchangeSlot::FirstByte);
   attempt_.status = head.status;
   attempt_.last_upstream_byte = clock().now();
   rewriteResponseForDownstream(head);
@@ -796,7 +798,7 @@ void Exchange::pauseUpstreamIfClientSlow() {
     // the client drains (onDownstreamWritable). Memory per stream stays bounded.
     attempt_.upstream_paused = true;
     attempt_.stream->pauseReading();
-    disarmSlot(Slot::Idle);
+    timers_.disarm(ExchangeSlot::Idle);
   }
 }
 
@@ -881,8 +883,8 @@ void Exchange::onDownstreamDisconnect(CancelReason reason) {
       armIdleTimer();
     }
     // The first grace holds (its cancel's reason is cancel_reason_, set above).
-    if (!slotArmed(Slot::FinishGrace)) {
-      armSlot(Slot::FinishGrace, clock().now() + route_->config->finish_grace);
+    if (!timers_.armed(ExchangeSlot::FinishGrace)) {
+      timers_.arm(ExchangeSlot::FinishGrace, clock().now() + route_->config->finish_grace);
     }
     return;
   }
@@ -910,7 +912,7 @@ void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_wit
   const MonotonicTime decided = clock().preciseNow();
   const bool had_attempt = attempt_.stream != nullptr;
   transition(ExchangeState::Cancelling);
-  clearTimers();  // wakes nothing: every sleep of this request ends here
+  timers_.clear();  // wakes nothing: every sleep of this request ends here
   Problem problem =
       answer_with ? std::move(*answer_with) : problemFor(*cancel_reason_, retry_after);
   std::string final_event;
@@ -1057,7 +1059,7 @@ void Exchange::finish(int status_code) {
   if (finished_) return;
   finished_ = true;
   phase_ = Phase::Done;
-  clearTimers();
+  timers_.clear();
   connect_wait_.release();
   if (attempt_.stream != nullptr) {  // a safety net: every ending above ended its attempt
     endAttempt(AttemptOutcome::cancelled(), false,
@@ -1151,48 +1153,34 @@ void Exchange::logAccess(int status_code, MonotonicTime now) const {
   log->append(r);
 }
 
-// --- timers -----------------------------------------------------------------------------
+// --- timers (ExchangeTimers: one wake at the earliest) ----------------------------------
 
 TimerId Exchange::armTimer(MonotonicTime at, std::function<void()> cb) {
-  const TimerId id = next_timer_id_++;
-  filter_timers_.push_back(FilterTimer{id, at, std::move(cb)});
-  wakeBy(at);
-  return id;
+  return timers_.armCallback(at, std::move(cb));
 }
 
-void Exchange::disarmTimer(TimerId id) {
-  if (id == 0) return;
-  filter_timers_.erase(std::remove_if(filter_timers_.begin(), filter_timers_.end(),
-                                      [id](const FilterTimer& t) { return t.id == id; }),
-                       filter_timers_.end());
-  // The wake event may now fire early; onWake() finds nothing due and re-arms.
-}
-
-void Exchange::armSlot(Slot slot, MonotonicTime at) {
-  slots_[static_cast<size_t>(slot)] = SlotTimer{next_timer_id_++, at};
-  wakeBy(at);
-}
+void Exchange::disarmTimer(TimerId id) { timers_.disarmCallback(id); }
 
 void Exchange::setDeadline(MonotonicTime deadline) {
   deadline_ = deadline;
-  armSlot(Slot::Deadline, deadline);
+  timers_.arm(ExchangeSlot::Deadline, deadline);
 }
 
-void Exchange::onSlot(Slot slot) {
+void Exchange::onSlot(ExchangeSlot slot) {
   switch (slot) {
-    case Slot::Deadline:
+    case ExchangeSlot::Deadline:
       cancel(CancelReason::BudgetExhausted);
       return;
-    case Slot::Connect:
+    case ExchangeSlot::Connect:
       failAttempt(AttemptOutcome::connectError(),
                   makeProblem(problems::kUpstreamConnectTimeout,
                               "no connection to upstream " + attempt_.upstream->name() + " (" +
                                   attempt_.endpoint->name() + ") within connect_timeout"));
       return;
-    case Slot::FirstByte:
+    case ExchangeSlot::FirstByte:
       onAttemptTimeout();
       return;
-    case Slot::Idle: {
+    case ExchangeSlot::Idle: {
       if (attempt_.upstream_paused || attempt_.stream == nullptr) return;
       const MonotonicTime due = attempt_.last_upstream_byte + route_->config->idle_timeout;
       if (clock().now() >= due) {
@@ -1202,79 +1190,13 @@ void Exchange::onSlot(Slot slot) {
       }
       return;
     }
-    case Slot::RetryDelay:
+    case ExchangeSlot::RetryDelay:
       startAttempt(retry_target_);
       return;
-    case Slot::FinishGrace:
+    case ExchangeSlot::FinishGrace:
       cancel(cancel_reason_.value_or(CancelReason::ClientDisconnect));
       return;
   }
-}
-
-void Exchange::clearTimers() {
-  slots_.fill(SlotTimer{});
-  filter_timers_.clear();
-  wake_->disarm();
-  wake_at_ = MonotonicTime::max();
-}
-
-void Exchange::wakeBy(MonotonicTime at) {
-  if (at >= wake_at_) return;  // armed for earlier (or as early) already
-  wake_at_ = at;
-  wake_->arm(at - clock().now());
-}
-
-MonotonicTime Exchange::earliestTimer() const {
-  MonotonicTime earliest = MonotonicTime::max();
-  for (const SlotTimer& t : slots_) {
-    if (t.id != 0) earliest = std::min(earliest, t.at);
-  }
-  for (const FilterTimer& t : filter_timers_) earliest = std::min(earliest, t.at);
-  return earliest;
-}
-
-void Exchange::onWake() {
-  wake_at_ = MonotonicTime::max();  // fired: nothing armed now
-  // Run every due timer, the first armed first; each may arm, disarm or end the exchange.
-  while (!finished_) {
-    const MonotonicTime now = clock().now();
-    TimerId first = 0;
-    size_t slot = kSlots;
-    for (size_t i = 0; i < kSlots; ++i) {
-      const SlotTimer& t = slots_[i];
-      if (t.id != 0 && t.at <= now && (first == 0 || t.id < first)) {
-        first = t.id;
-        slot = i;
-      }
-    }
-    auto filter_timer = filter_timers_.end();
-    for (auto it = filter_timers_.begin(); it != filter_timers_.end(); ++it) {
-      if (it->at <= now && (first == 0 || it->id < first)) {
-        first = it->id;
-        filter_timer = it;
-      }
-    }
-    if (first == 0) break;
-    if (filter_timer != filter_timers_.end()) {
-      std::function<void()> cb = std::move(filter_timer->cb);
-      filter_timers_.erase(filter_timer);
-      cb();
-    } else {
-      slots_[slot].id = 0;
-      onSlot(static_cast<Slot>(slot));
-    }
-  }
-  if (finished_) return;
-  // Sleep until the earliest pending timer (a callback may have armed wake_ for a due one).
-  const MonotonicTime earliest = earliestTimer();
-  if (earliest == wake_at_) return;
-  if (earliest == MonotonicTime::max()) {
-    wake_->disarm();
-    wake_at_ = earliest;
-    return;
-  }
-  wake_at_ = MonotonicTime::max();
-  wakeBy(earliest);
 }
 
 // --- introspection -----------------------------------------------------------------------

@@ -37,6 +37,7 @@
 #include "proxy/downstream_stream.h"
 #include "proxy/event_util.h"
 #include "proxy/exchange_state.h"
+#include "proxy/exchange_timers.h"
 #include "proxy/filter_chain.h"
 #include "proxy/request_body.h"
 #include "proxy/request_id.h"
@@ -88,7 +89,10 @@ struct ExchangeSnapshot {
   uint64_t response_bytes = 0;
 };
 
-class Exchange final : public DeferredDeletable, public FilterCallbacks, private UpstreamCallbacks {
+class Exchange final : public DeferredDeletable,
+                       public FilterCallbacks,
+                       private UpstreamCallbacks,
+                       private ExchangeTimers::Owner {
  public:
   /**
    * `route` is null when no route matched (the Exchange answers 404).
@@ -305,39 +309,9 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
    */
   void releaseReplayState();
 
-  // Every timer of this request, served by one libevent timer (wake_) at the
-  // earliest. The Exchange's own timers are named slots that allocate
-  // nothing; a filter's (armTimer) carries its callback. Due timers run in
-  // the order they were armed (their ids).
-  enum class Slot : uint8_t {
-    Deadline,     // the budget (setDeadline): budget_exhausted
-    Connect,      // the attempt's connect_timeout
-    FirstByte,    // the attempt's first_byte_timeout
-    Idle,         // the attempt's idle_timeout (re-checked against last_upstream_byte)
-    RetryDelay,   // the backoff before the next attempt (retry_target_)
-    FinishGrace,  // finish mode: the client left, the upstream may complete until then
-  };
-  static constexpr size_t kSlots = static_cast<size_t>(Slot::FinishGrace) + 1;
-  struct SlotTimer {
-    TimerId id = 0;  // 0: not armed
-    MonotonicTime at{};
-  };
-  struct FilterTimer {
-    TimerId id;
-    MonotonicTime at;
-    std::function<void()> cb;
-  };
-  void armSlot(Slot slot, MonotonicTime at);
-  void disarmSlot(Slot slot) { slots_[static_cast<size_t>(slot)].id = 0; }
-  bool slotArmed(Slot slot) const { return slots_[static_cast<size_t>(slot)].id != 0; }
-  /** What a slot does when it comes due. */
-  void onSlot(Slot slot);
-  /** Lazy: arms wake_ for `at` only when that is earlier than it is armed for. */
-  void wakeBy(MonotonicTime at);
-  /** The earliest pending timer's time; max when none. */
-  MonotonicTime earliestTimer() const;
-  void onWake();
-  void clearTimers();
+  // ExchangeTimers::Owner
+  void onSlot(ExchangeSlot slot) override;
+  bool timersLive() const override { return !finished_; }
 
   ExchangeHost& host_;
   const uint64_t id_;
@@ -423,16 +397,10 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   std::string model_;       // the last attempt's model, as the spend filter read it
   AttemptUsage usage_;      // summed over attempts (its `model` unused: see model_)
 
-  // Every timer of this request (Slot, above), served by wake_ at the earliest.
-  std::array<SlotTimer, kSlots> slots_{};
-  std::vector<FilterTimer> filter_timers_;
-  TimerId next_timer_id_ = 1;
   AttemptTarget retry_target_;  // of the RetryDelay slot
-  ScheduledTimerPtr wake_;      // from the Dispatcher's scheduler: simulated time in tests
-  // When wake_ fires; max = not armed. It is moved only earlier while armed
-  // (a disarmed or later timer leaves it): firing early finds nothing due
-  // and sleeps again until the earliest pending timer.
-  MonotonicTime wake_at_ = MonotonicTime::max();
+  // Every timer of this request: the named slots and the filters' timers,
+  // served by one scheduler timer at the earliest.
+  ExchangeTimers timers_;
   MonotonicTime deadline_ = MonotonicTime::max();
 };
 
