@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <charconv>
 #include <nlohmann/json.hpp>
 
 #include "common/release_storage.h"
@@ -15,6 +14,7 @@
 #include "proxy/exchange_problem.h"
 #include "proxy/filter_chain.h"
 #include "proxy/header_rewrite.h"
+#include "proxy/request_intake.h"
 
 namespace sluice {
 
@@ -25,16 +25,6 @@ double seconds(std::chrono::steady_clock::duration d) {
 }
 
 constexpr int kClientClosedRequest = 499;  // nginx's code for "the client went away"
-
-/** The request's Content-Length (the codecs validated it), if it has one. */
-std::optional<uint64_t> declaredContentLength(const RequestHead& request) {
-  const auto value = request.headers.get("content-length");
-  if (!value) return std::nullopt;
-  uint64_t n = 0;
-  const auto [end, ec] = std::from_chars(value->data(), value->data() + value->size(), n);
-  if (ec != std::errc() || end != value->data() + value->size()) return std::nullopt;
-  return n;
-}
 
 // Whether a client that sees its response cut for `reason` is still there to
 // read a final error event. client_disconnect: it left; client_stalled: it
@@ -72,7 +62,7 @@ Exchange::Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const Ro
       route_(route != nullptr ? route : &runtime_->noRoute()),
       downstream_(downstream),
       start_(start),
-      body_(&runtime_->bodyMemory(), runtime_->config().limits.max_buffered_body_bytes),
+      intake_(&runtime_->bodyMemory(), runtime_->config().limits.max_buffered_body_bytes),
       timers_(host.dispatcher(), *this) {
   route_->metrics->active().Increment();
   if (route_->config != nullptr) {
@@ -111,11 +101,17 @@ void Exchange::decodeHeaders(RequestHead&& head) {
            ExchangeState::Completed);
     return;
   }
-  if (declaredBodyTooLarge()) {
-    rejectBodyTooLarge();
-    return;
+  switch (intake_.plan(request_, runtime_->config().limits.max_body,
+                       RequestIntake::streamAbove(route_->config->retry, request_))) {
+    case RequestIntake::Plan::Ok:
+      break;
+    case RequestIntake::Plan::TooLarge:
+      rejectBodyTooLarge();
+      return;
+    case RequestIntake::Plan::Refused:
+      refuseBody();
+      return;
   }
-  if (!planBody()) return;
   phase_ = Phase::DecodeHeaders;
   if (!route_->config->match.model.empty()) {
     // The route depends on the body's model: decided once the body is in.
@@ -129,7 +125,7 @@ void Exchange::decodeHeaders(RequestHead&& head) {
 void Exchange::routeOnModel() {
   awaiting_model_ = false;
   std::string model;
-  scanTopLevelMembers(body_.prefix(), [&](std::string_view key, std::string_view value) {
+  scanTopLevelMembers(intake_.body().prefix(), [&](std::string_view key, std::string_view value) {
     if (key != "model") return true;
     if (const auto plain = plainString(value)) {
       model = std::string(*plain);
@@ -159,64 +155,30 @@ void Exchange::routeOnModel() {
   runChain(0);
 }
 
-bool Exchange::planBody() {
-  stream_above_ = streamAbove();
-  const auto declared = declaredContentLength(request_);
-  if (!declared) return true;  // chunked: decided as the bytes come
-  body_.declareLength(*declared);
-  if (*declared > stream_above_) {
-    body_.startStreaming();  // the attempt starts with the head (runChain)
-    return true;
-  }
-  // Buffered whole: its room is taken now, so a body the process cannot
-  // hold is refused before any of it is read.
-  if (*declared > 0 && !body_.reserveWhole(*declared)) {
-    refuseBody();
-    return false;
-  }
-  return true;
-}
-
-uint64_t Exchange::streamAbove() const {
-  const config::RetryConfig& retry = route_->config->retry;
-  if (isRetrySafe(retry.idempotent, request_.method, request_.headers.has("idempotency-key"))) {
-    return retry.max_body;
-  }
-  return std::min(retry.max_body, kAlwaysBufferedBytes);
-}
-
 void Exchange::decodeData(const char* data, size_t len) {
   if (finished_) return;
-  if (body_.size() + len > runtime_->config().limits.max_body) {
-    rejectBodyTooLarge();
-    return;
-  }
-  if (!body_.append(data, len)) {
-    refuseBody();
-    return;
-  }
-  bytes_in_ += len;
-  if (!body_.streaming()) {
-    if (body_.size() <= stream_above_) return;
-    // Too big to replay: stop buffering and start the attempt now.
-    body_.startStreaming();
-    if (awaitsModel()) {
-      routeOnModel();  // with the model in the body's first block, if it is there
-    } else if (phase_ == Phase::DecodeComplete && !held_) {
-      runChain(0);
-    }
-    if (finished_) return;
+  switch (intake_.append(data, len, runtime_->config().limits.max_body)) {
+    case RequestIntake::Intake::TooLarge:
+      rejectBodyTooLarge();
+      return;
+    case RequestIntake::Intake::Refused:
+      refuseBody();
+      return;
+    case RequestIntake::Intake::Held:
+      return;
+    case RequestIntake::Intake::StartStreaming:
+      if (awaitsModel()) {
+        routeOnModel();  // with the model in the body's first block, if it is there
+      } else if (phase_ == Phase::DecodeComplete && !held_) {
+        runChain(0);
+      }
+      if (finished_) return;
+      break;
+    case RequestIntake::Intake::Streamed:
+      break;
   }
   if (attempt_.stream != nullptr) attempt_.stream->onRequestBodyData();
   applyBodyBackpressure();
-}
-
-bool Exchange::declaredBodyTooLarge() const {
-  // The codecs validated the value (digits only, one value); a body that says
-  // up front it will not fit is refused before a byte of it is read (and
-  // before an HTTP/1.1 client is told `100 Continue`).
-  const auto declared = declaredContentLength(request_);
-  return declared && *declared > runtime_->config().limits.max_body;
 }
 
 void Exchange::rejectBodyTooLarge() {
@@ -229,13 +191,10 @@ void Exchange::rejectBodyTooLarge() {
 }
 
 void Exchange::decodeComplete() {
-  request_complete_ = true;
-  body_.markComplete();
-  if (client_paused_) {
+  if (intake_.complete() && downstream_ != nullptr) {
     // The codec read the end with the bytes that paused it: let it read
     // again, so a client that leaves is seen at once.
-    client_paused_ = false;
-    if (downstream_ != nullptr) downstream_->resumeRequestBody();
+    downstream_->resumeRequestBody();
   }
   if (finished_) return;
   if (attempt_.stream != nullptr) {
@@ -258,13 +217,16 @@ void Exchange::decodeComplete() {
 }
 
 void Exchange::applyBodyBackpressure() {
-  if (!body_.streaming() || request_complete_ || downstream_ == nullptr || finished_) return;
-  if (!client_paused_ && body_.held() > kBodyHighWatermark) {
-    client_paused_ = true;
-    downstream_->pauseRequestBody();
-  } else if (client_paused_ && body_.held() < kBodyLowWatermark) {
-    client_paused_ = false;
-    downstream_->resumeRequestBody();
+  if (downstream_ == nullptr || finished_) return;
+  switch (intake_.flow()) {
+    case RequestIntake::Flow::Keep:
+      break;
+    case RequestIntake::Flow::Pause:
+      downstream_->pauseRequestBody();
+      break;
+    case RequestIntake::Flow::Resume:
+      downstream_->resumeRequestBody();
+      break;
   }
 }
 
@@ -286,7 +248,7 @@ void Exchange::runChain(size_t from) {
         status = filter.decodeHeaders(request_);
         break;
       case Phase::DecodeComplete:
-        status = filter.decodeComplete(body_.prefix());
+        status = filter.decodeComplete(intake_.body().prefix());
         break;
       case Phase::BeforeAttempt:
         ++chain_depth_;
@@ -314,7 +276,7 @@ void Exchange::runChain(size_t from) {
     case Phase::DecodeHeaders:
       phase_ = Phase::DecodeComplete;
       // A streamed body does not wait for its end: the attempt carries it.
-      if (request_complete_ || body_.streaming()) runChain(0);
+      if (intake_.requestComplete() || intake_.body().streaming()) runChain(0);
       return;
     case Phase::DecodeComplete:
       startAttempt(AttemptTarget::sameUpstream());
@@ -361,7 +323,7 @@ void Exchange::continueDecoding() {
 
 void Exchange::startAttempt(const AttemptTarget& target) {
   assert(attempt_.stream == nullptr && "one attempt at a time");
-  assert(body_.replayable() && "a retry needs the whole body");
+  assert(intake_.body().replayable() && "a retry needs the whole body");
   ++attempts_;
   held_ = false;
   // A retry prefers another endpoint than the one the last attempt failed on.
@@ -394,7 +356,7 @@ void Exchange::startAttempt(const AttemptTarget& target) {
   if (chain_index_ > 0) {
     const std::string& model = route_->config->fallback[chain_index_ - 1].model;
     std::optional<std::string> body;
-    if (!model.empty()) body = withTopLevelString(body_.prefix(), "model", model);
+    if (!model.empty()) body = withTopLevelString(intake_.body().prefix(), "model", model);
     if (body) {
       // The same bytes with another model: counted against the process-wide cap as well.
       auto rewritten = std::make_unique<RequestBody>(
@@ -436,7 +398,7 @@ Exchange::EndpointChoice Exchange::chooseEndpoint(const UpstreamRuntime& upstrea
       }
     }
     key = quotaKeyFor(rate_limit, *headers);
-    need = estimateTokenNeed(body_.prefix());
+    need = estimateTokenNeed(intake_.body().prefix());
   }
   std::vector<EndpointView> views(endpoints.size());
   std::vector<bool> circuit_ok(endpoints.size());
@@ -481,7 +443,7 @@ bool Exchange::fallbackAllowed() const {
   // The rules of a retry (DESIGN §5): nothing reached the client yet, the
   // body can be sent again, and the request is safe to repeat.
   return !finished_ && !response_started_ && !discarding_ && state_ != ExchangeState::Cancelling &&
-         request_complete_ && !body_.streaming() && body_.replayable() &&
+         intake_.requestComplete() && !intake_.body().streaming() && intake_.body().replayable() &&
          clock().now() < deadline_ &&
          isRetrySafe(route_->config->retry.idempotent, request_.method,
                      request_.headers.has("idempotency-key"));
@@ -662,14 +624,14 @@ void Exchange::armFirstByteTimer() {
   // A streamed upload is not the upstream's time to answer: it runs once
   // the upstream has the whole request.
   const auto timeout = route_->config->first_byte_timeout;
-  if (timeout.count() <= 0 || !request_complete_ || attempt_.status != 0) return;
+  if (timeout.count() <= 0 || !intake_.requestComplete() || attempt_.status != 0) return;
   timers_.arm(ExchangeSlot::FirstByte, clock().now() + timeout);
 }
 
 void Exchange::armIdleTimer() {
   // Nor is a stalled upload a stalled upstream (body_read_timeout is the client's).
   if (route_->config == nullptr || attempt_.upstream_paused || attempt_.stream == nullptr ||
-      !request_complete_) {
+      !intake_.requestComplete()) {
     return;
   }
   const auto idle = route_->config->idle_timeout;
@@ -688,7 +650,7 @@ void Exchange::onUpstreamConnected() {
 
 void Exchange::onUpstreamBodySent(uint64_t offset) {
   attempt_.body_sent = offset;
-  body_.discardBefore(offset);  // a streamed body frees what the upstream took
+  intake_.body().discardBefore(offset);  // a streamed body frees what the upstream took
   applyBodyBackpressure();
   // The upstream answered before it took the whole body: the rest goes once it has.
   if (response_started_ && attempt_.body_sent == attemptBody().size()) releaseReplayState();
@@ -743,7 +705,7 @@ void Exchange::releaseReplayState() {
   RequestBody& sent = attemptBody();
   if (!sent.complete() || attempt_.body_sent < sent.size()) return;  // the transport reads it still
   sent.releaseAll();
-  if (&sent != &body_ && body_.complete()) body_.releaseAll();
+  if (&sent != &intake_.body() && intake_.body().complete()) intake_.body().releaseAll();
 }
 
 void Exchange::beginResponse(ResponseHead& head, bool from_upstream) {
@@ -871,7 +833,7 @@ void Exchange::onDownstreamDisconnect(CancelReason reason) {
                                                             config::ClientDisconnectMode::Finish;
   // A streamed request cut short cannot complete upstream: cancel it instead.
   if (finish_mode && attempt_.stream != nullptr && state_ == ExchangeState::Running &&
-      request_complete_) {
+      intake_.requestComplete()) {
     // Let the side-effecting call complete, within finish_grace; its output is leaked.
     discarding_ = true;
     if (!cancel_reason_) cancel_reason_ = reason;
@@ -1042,8 +1004,7 @@ void Exchange::finish(int status_code) {
   if (DownstreamStream* d = downstream_) {
     downstream_ = nullptr;
     // Answered before the upload ended: the codec reads (and drops) the rest.
-    if (client_paused_) d->resumeRequestBody();
-    client_paused_ = false;
+    if (intake_.takeClientPaused()) d->resumeRequestBody();
     d->onExchangeDone();
   }
   host_.retire(*this);
@@ -1114,7 +1075,7 @@ void Exchange::logAccess(int status_code, MonotonicTime now) const {
   r.output_tokens = usage_.output_tokens;
   r.spend_usd = usage_.spend_usd;
   r.leaked_usd = usage_.leaked_usd;
-  r.bytes_in = bytes_in_;
+  r.bytes_in = intake_.bytesIn();
   r.bytes_out = bytes_out_;
   log->append(r);
 }

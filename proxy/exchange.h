@@ -41,6 +41,7 @@
 #include "proxy/filter_chain.h"
 #include "proxy/request_body.h"
 #include "proxy/request_id.h"
+#include "proxy/request_intake.h"
 #include "proxy/runtime.h"
 #include "proxy/upstream_stream.h"
 
@@ -112,7 +113,7 @@ class Exchange final : public DeferredDeletable,
    * A slice of the request body; 413 above `limits.max_body`, 503
    * `overloaded` when the process holds too much body already. A body a
    * retry may replay is buffered whole before the first attempt; one that
-   * cannot be replayed (above streamAbove()) is streamed: the attempt starts
+   * cannot be replayed (above RequestIntake::streamAbove()) is streamed: the attempt starts
    * once that is known and each byte is freed when the upstream took it,
    * the client paused while more than kBodyHighWatermark waits.
    */
@@ -126,17 +127,6 @@ class Exchange final : public DeferredDeletable,
   void onDownstreamDisconnect(CancelReason reason = CancelReason::ClientDisconnect);
   /** The client drained its buffer below the low watermark: resume the upstream. */
   void onDownstreamWritable();
-
-  /** A streamed body held above this pauses the client's upload... */
-  static constexpr uint64_t kBodyHighWatermark = 256 * 1024;
-  /** ... until the upstream took it down to this. */
-  static constexpr uint64_t kBodyLowWatermark = 64 * 1024;
-  /**
-   * Bodies up to this size are buffered whole even when no retry could
-   * replay them: the filters read them (spend meter, throttle estimate) and
-   * an attempt the upstream never processed can still be replayed.
-   */
-  static constexpr uint64_t kAlwaysBufferedBytes = 1024 * 1024;
 
   // --- FilterCallbacks ------------------------------------------------------------
   void continueDecoding() override;
@@ -155,7 +145,7 @@ class Exchange final : public DeferredDeletable,
   const AttemptDestination& destination() const override { return attempt_.destination; }
   void refuseAttempt(CancelReason reason,
                      std::optional<std::chrono::milliseconds> retry_after) override;
-  bool requestBodyReplayable() const override { return body_.replayable(); }
+  bool requestBodyReplayable() const override { return intake_.body().replayable(); }
   std::function<void()> crossThreadWaker(std::function<void()> fn) override;
 
   // --- introspection ----------------------------------------------------------
@@ -180,7 +170,9 @@ class Exchange final : public DeferredDeletable,
 
   bool transition(ExchangeState to);
   /** The route was matched without the body and has a `match.model` glob. */
-  bool awaitsModel() const { return awaiting_model_ && (request_complete_ || body_.streaming()); }
+  bool awaitsModel() const {
+    return awaiting_model_ && (intake_.requestComplete() || intake_.body().streaming());
+  }
   /**
    * Matches the route again with the body's top-level "model" (DESIGN §5,
    * `match.model`), switches to the route that matches (or answers 404),
@@ -188,14 +180,6 @@ class Exchange final : public DeferredDeletable,
    */
   void routeOnModel();
   void runChain(size_t from);
-  /**
-   * Reads the request's declared length: a body that will be streamed is
-   * marked so, one that will be buffered whole reserves its room now. False
-   * (answered 503) when the cap refuses it.
-   */
-  bool planBody();
-  /** A body above this many bytes cannot be replayed by a retry: it is streamed. */
-  uint64_t streamAbove() const;
   /** Pauses or resumes the client's upload around the body watermarks. */
   void applyBodyBackpressure();
   /** 503 `overloaded`: the body does not fit under `limits.max_buffered_body_bytes`. */
@@ -239,7 +223,7 @@ class Exchange final : public DeferredDeletable,
   /** Counts one spill-over from the current upstream to the next, for `cause`. */
   void countFallback(const std::string& cause);
   /** The body the attempt sends: the client's, or a copy naming the fallback's `model`. */
-  RequestBody& attemptBody() { return rewritten_body_ ? *rewritten_body_ : body_; }
+  RequestBody& attemptBody() { return rewritten_body_ ? *rewritten_body_ : intake_.body(); }
   void sendAttempt();
   /**
    * Ends the attempt in flight: its timers, its max_pending slot and its
@@ -262,8 +246,6 @@ class Exchange final : public DeferredDeletable,
   void answer(Problem problem, ExchangeState terminal);
   /** Passes `problem` through the filters (encodeLocalReply) and sends it if nothing was sent. */
   void sendProblem(Problem& problem);
-  /** Content-Length says the body is above limits.max_body. */
-  bool declaredBodyTooLarge() const;
   /** 413 body-too-large, counted in the downstream rejections. */
   void rejectBodyTooLarge();
   void finish(int status_code);
@@ -330,10 +312,7 @@ class Exchange final : public DeferredDeletable,
 
   RequestHead request_;
   RequestIdentity identity_;
-  RequestBody body_;            // counted against the process-wide cap (runtime_->bodyMemory())
-  uint64_t stream_above_ = 0;   // planBody(): streamAbove()
-  bool client_paused_ = false;  // the client's upload is paused (streamed body backpressure)
-  bool request_complete_ = false;
+  RequestIntake intake_;         // the body: its plan, the bytes, the client's upload paused or not
   bool awaiting_model_ = false;  // routeOnModel() runs once the body (or its start) is in
   FilterChain filters_;
 
@@ -392,7 +371,6 @@ class Exchange final : public DeferredDeletable,
   // For the access log (DESIGN §7).
   std::optional<MonotonicTime> first_byte_at_;  // first response byte to the client
   std::vector<std::string> retry_causes_;
-  uint64_t bytes_in_ = 0;   // request body bytes received
   uint64_t bytes_out_ = 0;  // response body bytes handed to the client
   std::string model_;       // the last attempt's model, as the spend filter read it
   AttemptUsage usage_;      // summed over attempts (its `model` unused: see model_)
