@@ -40,6 +40,7 @@
 #include "proxy/exchange_timers.h"
 #include "proxy/filter_chain.h"
 #include "proxy/request_body.h"
+#include "proxy/request_decoder.h"
 #include "proxy/request_id.h"
 #include "proxy/request_intake.h"
 #include "proxy/runtime.h"
@@ -91,6 +92,7 @@ struct ExchangeSnapshot {
 };
 
 class Exchange final : public DeferredDeletable,
+                       public RequestDecoder,
                        public FilterCallbacks,
                        private UpstreamCallbacks,
                        private ExchangeTimers::Owner {
@@ -108,7 +110,7 @@ class Exchange final : public DeferredDeletable,
    * The request head. Runs decodeHeaders; may answer at once (404, 400, 503
    * when its declared body would pass `limits.max_buffered_body_bytes`).
    */
-  void decodeHeaders(RequestHead&& head);
+  void decodeHeaders(RequestHead&& head) override;
   /**
    * A slice of the request body; 413 above `limits.max_body`, 503
    * `overloaded` when the process holds too much body already. A body a
@@ -117,16 +119,17 @@ class Exchange final : public DeferredDeletable,
    * once that is known and each byte is freed when the upstream took it,
    * the client paused while more than kBodyHighWatermark waits.
    */
-  void decodeData(const char* data, size_t len);
+  void decodeData(const char* data, size_t len) override;
   /** The request is complete: the first attempt may start (a streamed one is under way). */
-  void decodeComplete();
+  void decodeComplete() override;
   /**
    * The client went away (EOF, reset, RST_STREAM: `client_disconnect`), or
    * sluice dropped it for not reading (send_timeout: `client_stalled`).
    */
-  void onDownstreamDisconnect(CancelReason reason = CancelReason::ClientDisconnect);
+  void onDownstreamDisconnect(CancelReason reason = CancelReason::ClientDisconnect) override;
   /** The client drained its buffer below the low watermark: resume the upstream. */
-  void onDownstreamWritable();
+  void onDownstreamWritable() override;
+  bool cancelled() const override { return cancel_reason_.has_value(); }
 
   // --- FilterCallbacks ------------------------------------------------------------
   void continueDecoding() override;

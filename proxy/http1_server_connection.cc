@@ -11,7 +11,6 @@
 #include "common/clock.h"
 #include "common/http_message.h"
 #include "common/problem.h"
-#include "proxy/exchange.h"
 #include "proxy/http1_head_writer.h"
 #include "proxy/request_target.h"
 
@@ -103,9 +102,9 @@ const llhttp_settings_t& Http1ServerConnection::parserSettings() {
 
 Http1ServerConnection::~Http1ServerConnection() {
   if (exchange_ != nullptr) {
-    Exchange* ex = exchange_;
+    RequestDecoder* ex = exchange_;
     exchange_ = nullptr;
-    ex->onDownstreamDisconnect();
+    ex->onDownstreamDisconnect(CancelReason::ClientDisconnect);
   }
 }
 
@@ -454,7 +453,7 @@ int Http1ServerConnection::onHeadersComplete(llhttp_t* p) {
   self->client_minor_ = p->http_minor;
   // From here the body (if any) is read under body_read_timeout; onMessageComplete ends it.
   self->enterReadPhase(ReadPhase::Body);
-  Exchange& ex = self->host_.newExchange(self->head_, *self, start);
+  RequestDecoder& ex = self->host_.newStream(self->head_, *self, start);
   if (self->closed_) return -1;
   self->exchange_ = &ex;  // decodeHeaders may answer at once (404, 400, 413) and let go of us
   ex.decodeHeaders(std::move(self->head_));
@@ -562,9 +561,9 @@ void Http1ServerConnection::rejectRequest(const Problem& problem) {
     io_->disableRead();
     exchange_->sendLocalReply(problem);
     if (exchange_ != nullptr) {  // it could not answer: drop the client
-      Exchange* ex = exchange_;
+      RequestDecoder* ex = exchange_;
       exchange_ = nullptr;
-      ex->onDownstreamDisconnect();
+      ex->onDownstreamDisconnect(CancelReason::ClientDisconnect);
       close();
     }
     return;
@@ -944,7 +943,7 @@ void Http1ServerConnection::closeWith(CancelReason reason) {
   if (closed_) return;
   closed_ = true;
   if (exchange_ != nullptr) {
-    Exchange* ex = exchange_;
+    RequestDecoder* ex = exchange_;
     exchange_ = nullptr;
     ex->onDownstreamDisconnect(reason);
   }

@@ -57,8 +57,6 @@
 
 namespace sluice {
 
-class Exchange;
-
 /** Limits that protect sluice from a hostile or broken client. */
 struct Http1Limits {
   size_t max_header_bytes = 64 * 1024;       // request line + headers → 431 beyond
@@ -301,7 +299,7 @@ class Http1ServerConnection final : public DownstreamConnection,
   MonotonicTime last_body_byte_{};
   SendStallWatch send_watch_;
 
-  Exchange* exchange_ = nullptr;
+  RequestDecoder* exchange_ = nullptr;  // the request in flight (its Exchange)
   bool body_paused_ = false;        // the Exchange paused the body (streamed upload backpressure)
   bool request_complete_ = false;   // the current request's last byte was parsed
   bool response_complete_ = false;  // the current response's last byte was written

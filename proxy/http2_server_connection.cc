@@ -8,7 +8,6 @@
 #include "common/http_message.h"
 #include "common/problem.h"
 #include "common/release_storage.h"
-#include "proxy/exchange.h"
 #include "proxy/http2_headers.h"
 
 namespace sluice {
@@ -85,10 +84,10 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   bool header_overflow_ = false;  // above the limit: 431 once the head is in
   bool header_cut_ = false;       // far above it: no longer decoded, reset
   bool head_request_ = false;
-  bool request_complete_ = false;  // END_STREAM received
-  Exchange* exchange_ = nullptr;
-  bool body_paused_ = false;  // the Exchange paused the upload: the stream window is held
-  size_t unconsumed_ = 0;     // body bytes taken while paused, not yet acknowledged
+  bool request_complete_ = false;       // END_STREAM received
+  RequestDecoder* exchange_ = nullptr;  // this stream's request (its Exchange)
+  bool body_paused_ = false;            // the Exchange paused the upload: the stream window is held
+  size_t unconsumed_ = 0;               // body bytes taken while paused, not yet acknowledged
 
   // response
   // The response's fields (handed over by the Exchange, not copied) and
@@ -158,7 +157,7 @@ uint32_t Http2ServerConnection::Stream::cutCode() const {
   // A deliberate cancel (budget, drain) is CANCEL; an upstream that broke
   // mid-response is INTERNAL_ERROR. Either way the client knows the response
   // is incomplete, and the connection's other streams are untouched.
-  const bool cancelled = exchange_ != nullptr && exchange_->cancelReason().has_value();
+  const bool cancelled = exchange_ != nullptr && exchange_->cancelled();
   return cancelled ? NGHTTP2_CANCEL : NGHTTP2_INTERNAL_ERROR;
 }
 
@@ -255,7 +254,7 @@ void Http2ServerConnection::Stream::onBodyTimeout() {
 
 void Http2ServerConnection::Stream::disconnect(CancelReason reason) {
   if (exchange_ == nullptr) return;
-  Exchange* ex = exchange_;
+  RequestDecoder* ex = exchange_;
   exchange_ = nullptr;
   ex->onDownstreamDisconnect(reason);
 }
@@ -544,7 +543,7 @@ void Http2ServerConnection::onRequestHeaders(Stream& stream) {
   RequestHead head = stream.builder_.finish();
   stream.head_request_ = head.method == "HEAD";
   const MonotonicTime start = host_.dispatcher().clock().now();
-  Exchange& ex = host_.newExchange(head, stream, start);
+  RequestDecoder& ex = host_.newStream(head, stream, start);
   stream.exchange_ = &ex;  // decodeHeaders may answer at once (404, 400) and let go of us
   // A body follows unless END_STREAM came with the headers (onRequestComplete stops it).
   stream.startBodyTimer();

@@ -6,7 +6,7 @@
 // Each stream is one Exchange: the stream object implements
 // DownstreamStream exactly as Http1ServerConnection does for its one request.
 //
-//   HEADERS (request complete)  → host.newExchange() + decodeHeaders
+//   HEADERS (request complete)  → host.newStream() + decodeHeaders
 //   DATA                        → decodeData;  END_STREAM → decodeComplete
 //   RST_STREAM from the client  → that stream's Exchange only: client disconnect
 //   GOAWAY / EOF / reset        → every Exchange of the connection: client disconnect
