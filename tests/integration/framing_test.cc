@@ -206,6 +206,32 @@ TEST_F(DownstreamRequestTest, ChunkExtensionsAreIgnored) {
   EXPECT_FALSE(conn.peerClosed());
 }
 
+// A chunked request's trailer section is dropped: it reaches neither its own
+// request's head upstream nor the next pipelined request's, whether it comes
+// in the same read as the rest or a byte at a time.
+TEST_F(DownstreamRequestTest, RequestTrailersReachNoHead) {
+  start();
+  const std::string pipelined =
+      "POST /echo/a HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n"
+      "5\r\nhello\r\n0\r\nx-leak: a\r\ncontent-length: 999\r\n\r\n"
+      "GET /echo/b HTTP/1.1\r\nhost: t\r\n\r\n";
+  for (const bool per_byte : {false, true}) {
+    TestConnection conn(sluice_->port());
+    if (per_byte) {
+      for (const char c : pipelined) conn.send(std::string(1, c));
+    } else {
+      conn.send(pipelined);
+    }
+    for (const char* path : {"/echo/a", "/echo/b"}) {
+      const TestResponse r = conn.readResponse();
+      ASSERT_EQ(r.status, 200) << path << ": " << conn.raw();
+      const auto echo = nlohmann::json::parse(r.body);
+      EXPECT_FALSE(echo["headers"].contains("x-leak")) << path << ": " << r.body;
+      EXPECT_NE(echo["headers"].value("content-length", ""), "999") << path << ": " << r.body;
+    }
+  }
+}
+
 TEST_F(DownstreamRequestTest, AHeadAbove80KiBOfWhitespaceIs431) {
   // Leading whitespace of a value is not part of it (max_header_bytes does
   // not count it), but the raw head stays bounded as it was with http-parser.
