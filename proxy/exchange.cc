@@ -94,6 +94,9 @@ bool Exchange::transition(ExchangeState to) {
 
 void Exchange::decodeHeaders(RequestHead&& head) {
   request_ = std::move(head);
+  // Looked up only where trailers can be carried (HTTP/2): HTTP/1.1 pays nothing.
+  client_takes_trailers_ =
+      downstream_ != nullptr && downstream_->carriesTrailers() && acceptsTrailers(request_.headers);
   identity_ = establishIdentity(request_.headers, host_.ids());
   if (route_->config == nullptr) {
     answer(makeProblem(problems::kNoRoute, "no route matches " + request_.method + " " +
@@ -731,8 +734,28 @@ void Exchange::releaseHeldResponse(bool end_stream) {
   sendResponseHead(head);
   if (!discarding_ && downstream_ != nullptr) {
     noteForwarded(body.data(), body.size());
-    downstream_->encodeData(body.data(), body.size(), end_stream);
+    const bool trailers = end_stream && attempt_.trailers != nullptr;
+    downstream_->encodeData(body.data(), body.size(), end_stream && !trailers);
+    if (trailers) endResponse();
   }
+}
+
+void Exchange::endResponse() {
+  if (attempt_.trailers == nullptr) {
+    downstream_->encodeData(nullptr, 0, true);
+    return;
+  }
+  const std::unique_ptr<HeaderMap> trailers = std::move(attempt_.trailers);
+  downstream_->encodeTrailers(std::move(*trailers));
+}
+
+void Exchange::onUpstreamTrailers(HeaderMap&& trailers) {
+  // Never merged into a head (RFC 9110 §6.5.1): the client gets them as
+  // trailers, at the response's end, or not at all.
+  if (finished_ || !client_takes_trailers_) return;
+  rewriteTrailersForDownstream(trailers);
+  if (trailers.empty()) return;
+  attempt_.trailers = std::make_unique<HeaderMap>(std::move(trailers));
 }
 
 void Exchange::onUpstreamData(const char* data, size_t len) {
@@ -795,7 +818,7 @@ void Exchange::onUpstreamComplete() {
     finish(kClientClosedRequest);
     return;
   }
-  downstream_->encodeData(nullptr, 0, true);
+  endResponse();
   transition(ExchangeState::Completed);
   finish(attempt_.status);
 }

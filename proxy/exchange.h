@@ -168,6 +168,7 @@ class Exchange final : public DeferredDeletable,
   void onUpstreamBodySent(uint64_t offset) override;
   void onUpstreamHeaders(ResponseHead&& head, bool end_stream) override;
   void onUpstreamData(const char* data, size_t len) override;
+  void onUpstreamTrailers(HeaderMap&& trailers) override;
   void onUpstreamComplete() override;
   void onUpstreamError(UpstreamError error, const std::string& detail) override;
 
@@ -278,6 +279,8 @@ class Exchange final : public DeferredDeletable,
   /** One access log line for the finished request, when the log is on. */
   void logAccess(int status_code, MonotonicTime now) const;
   void releaseHeldResponse(bool end_stream);
+  /** Ends the response to the client: with the upstream's trailers when it takes them. */
+  void endResponse();
   /**
    * Response body bytes of the attempt that reached the client: what was
    * handed to the client connection, minus what was still buffered in sluice
@@ -316,6 +319,9 @@ class Exchange final : public DeferredDeletable,
   RequestHead request_;
   RequestIdentity identity_;
   RequestIntake intake_;         // the body: its plan, the bytes, the client's upload paused or not
+  // The client can be sent a trailer section (HTTP/2) and asked for one
+  // (`te: trailers`): the upstream's trailers go to it; otherwise dropped.
+  bool client_takes_trailers_ = false;
   bool awaiting_model_ = false;  // routeOnModel() runs once the body (or its start) is in
   FilterChain filters_;
 
@@ -346,9 +352,11 @@ class Exchange final : public DeferredDeletable,
     bool upstream_paused = false;        // a slow client holds the upstream (backpressure)
     int status = 0;                      // the response head's status; 0 until it arrived
     std::unique_ptr<HeldResponse> held;  // a response a filter is holding back
-    uint64_t forwarded_bytes = 0;        // body bytes handed to the client
-    bool cut = false;                    // ended without its response's end (cancel, reset, stall)
-    bool cut_flushes = false;            // the cut delivers what is buffered, then a final event
+    // The response's trailers, for a client that takes them (client_takes_trailers_).
+    std::unique_ptr<HeaderMap> trailers;
+    uint64_t forwarded_bytes = 0;  // body bytes handed to the client
+    bool cut = false;              // ended without its response's end (cancel, reset, stall)
+    bool cut_flushes = false;      // the cut delivers what is buffered, then a final event
     SseDialect sse_dialect = SseDialect::None;  // of the response under way (text/event-stream)
     uint32_t forwarded_tail = 0;  // its last four body bytes: is it at an SSE event boundary?
     uint64_t body_sent = 0;       // attemptBody() bytes the transport took (onUpstreamBodySent)

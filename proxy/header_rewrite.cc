@@ -157,4 +157,26 @@ void rewriteResponseForDownstream(ResponseHead& head) {
   });
 }
 
+bool acceptsTrailers(const HeaderMap& request_headers) {
+  for (const auto field : request_headers) {
+    if (field.name != "te") continue;
+    std::string_view value = field.value;
+    while (!value.empty()) {
+      const auto comma = value.find(',');
+      const std::string_view member = value.substr(0, comma);
+      if (equalsIgnoreCase(trimOws(member.substr(0, member.find(';'))), "trailers")) return true;
+      if (comma == std::string_view::npos) break;
+      value.remove_prefix(comma + 1);
+    }
+  }
+  return false;
+}
+
+void rewriteTrailersForDownstream(HeaderMap& trailers) {
+  trailers.removeIf([](std::string_view name, std::string_view) {
+    return inHopByHopList(name) || name == kContentLength || name == "host" ||
+           isSluiceHeader(name) || name.empty() || name.front() == ':';
+  });
+}
+
 }  // namespace sluice

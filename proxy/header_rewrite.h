@@ -40,6 +40,17 @@ void rewriteRequestForUpstream(RequestHead& head, const config::UpstreamConfig& 
  */
 void rewriteResponseForDownstream(ResponseHead& head);
 
+/**
+ * Strips from an upstream response's trailer section what must not travel
+ * as a trailer (RFC 9110 §6.5.1) or cannot over HTTP/2: hop-by-hop and
+ * connection-specific fields, framing (Content-Length), Host and sluice's own
+ * `x-sluice-*`.
+ */
+void rewriteTrailersForDownstream(HeaderMap& trailers);
+
+/** The request's TE field lists `trailers` (RFC 9110 §10.1.4): its client takes trailers. */
+bool acceptsTrailers(const HeaderMap& request_headers);
+
 /** `x-sluice-*` in any mix of `-` and `_` (`x_sluice_attempts`); `name` is lower-case. */
 bool isSluiceHeader(std::string_view name);
 

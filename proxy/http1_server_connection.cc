@@ -403,6 +403,12 @@ int Http1ServerConnection::onUrl(llhttp_t* p, const char* at, size_t len) {
 int Http1ServerConnection::onHeaderField(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
   if (!self->countHeaderBytes(len)) return -1;
+  // A chunked body's trailer section: counted, never forwarded, never part
+  // of a head (this request's went to its Exchange already).
+  if (p->flags & F_TRAILING) {
+    self->field_name_bytes_ += len;  // an empty name is still refused (onHeaderFieldComplete)
+    return 0;
+  }
   if (self->header_fields_.flush(self->head_.headers) &&
       self->head_.headers.size() >= self->limits_.max_headers) {
     return self->refuseHeaderTooLarge();
@@ -426,6 +432,7 @@ int Http1ServerConnection::onHeaderFieldComplete(llhttp_t* p) {
 int Http1ServerConnection::onHeaderValue(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
   if (!self->countHeaderBytes(len)) return -1;
+  if (p->flags & F_TRAILING) return 0;  // a trailer's value: dropped (onHeaderField)
   self->header_fields_.borrowValue({at, len});
   return 0;
 }

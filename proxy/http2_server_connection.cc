@@ -44,6 +44,8 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   // DownstreamStream
   void encodeHeaders(ResponseHead&& head, bool end_stream) override;
   void encodeData(const char* data, size_t len, bool end_stream) override;
+  bool carriesTrailers() const override { return true; }
+  void encodeTrailers(HeaderMap&& trailers) override;
   void resetStream() override;
   void resetStreamAfter(std::string_view final_bytes) override;
   bool canWriteWithoutWaiting(size_t len) const override;
@@ -101,8 +103,11 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   bool body_allowed_ = true;    // false for HEAD, 204, 304
   bool end_pending_ = false;    // the response's last byte is in pending_
   bool end_submitted_ = false;  // END_STREAM handed to nghttp2
-  bool deferred_ = false;       // the data provider is waiting for bytes
-  bool above_high_ = false;     // the Exchange may have paused: tell it when we drain
+  // Sent in a HEADERS frame after the last DATA (onDataSourceRead). Out of
+  // line: rare, and a HeaderMap inline in every held stream.
+  std::unique_ptr<HeaderMap> trailers_;
+  bool deferred_ = false;    // the data provider is waiting for bytes
+  bool above_high_ = false;  // the Exchange may have paused: tell it when we drain
   bool reset_ = false;
   bool closed_ = false;  // nghttp2 closed the stream
   // resetStreamAfter: RST_STREAM with this code once pending_ has been sent.
@@ -151,6 +156,14 @@ void Http2ServerConnection::Stream::encodeData(const char* data, size_t len, boo
     nghttp2_session_resume_data(conn_.session_.get(), id_);
   }
   conn_.scheduleSend();
+}
+
+void Http2ServerConnection::Stream::encodeTrailers(HeaderMap&& trailers) {
+  if (closed_ || reset_ || !response_started_ || end_pending_ || end_submitted_ || conn_.closed_) {
+    return;
+  }
+  if (!trailers.empty()) trailers_ = std::make_unique<HeaderMap>(std::move(trailers));
+  encodeData(nullptr, 0, true);
 }
 
 uint32_t Http2ServerConnection::Stream::cutCode() const {
@@ -586,6 +599,19 @@ void Http2ServerConnection::sendPending() {
   notifyWritable();
 }
 
+bool Http2ServerConnection::submitTrailers(Stream& stream) {
+  const std::unique_ptr<HeaderMap> trailers = std::move(stream.trailers_);
+  std::vector<nghttp2_nv> nv;
+  nv.reserve(trailers->size());
+  for (const auto field : *trailers) {
+    // Copied by nghttp2 (no NO_COPY flag): the map goes when this returns.
+    nv.push_back(nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(field.name.data())),
+                            reinterpret_cast<uint8_t*>(const_cast<char*>(field.value.data())),
+                            field.name.size(), field.value.size(), NGHTTP2_NV_FLAG_NONE});
+  }
+  return nghttp2_submit_trailer(session_.get(), stream.id_, nv.data(), nv.size()) == 0;
+}
+
 ssize_t Http2ServerConnection::onDataSourceRead(nghttp2_session*, int32_t, uint8_t*, size_t length,
                                                 uint32_t* data_flags, nghttp2_data_source* source,
                                                 void* user_data) {
@@ -603,6 +629,10 @@ ssize_t Http2ServerConnection::onDataSourceRead(nghttp2_session*, int32_t, uint8
       *data_flags |= NGHTTP2_DATA_FLAG_EOF;
       stream->end_pending_ = false;
       stream->end_submitted_ = true;
+      // The trailer section ends the stream instead of this DATA frame.
+      if (stream->trailers_ && self->submitTrailers(*stream)) {
+        *data_flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      }
     } else if (taken == 0) {
       stream->deferred_ = true;  // encodeData resumes it
       return NGHTTP2_ERR_DEFERRED;

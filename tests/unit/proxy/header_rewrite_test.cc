@@ -570,5 +570,33 @@ TEST(RewriteResponseTest, RemovesAnUpstreamsAttemptsHeader) {
             (Entries{{"retry-after", "2"}, {"x-ratelimit-remaining-requests", "0"}}));
 }
 
+TEST(RewriteTrailersTest, KeepsOnlyWhatMayTravelAsATrailer) {
+  HeaderMap trailers;
+  trailers.add("Content-Length", "999");
+  trailers.add("Transfer-Encoding", "chunked");
+  trailers.add("connection", "close");
+  trailers.add("te", "trailers");
+  trailers.add("host", "elsewhere");
+  trailers.add("x-sluice-attempts", "9");
+  trailers.add("grpc-status", "0");
+  trailers.add("set-cookie", "session=userA");
+  rewriteTrailersForDownstream(trailers);
+  EXPECT_EQ(trailers.entries(), (Entries{{"grpc-status", "0"}, {"set-cookie", "session=userA"}}));
+}
+
+TEST(AcceptsTrailersTest, ReadsTheTeListCaseInsensitively) {
+  const auto with = [](std::vector<std::pair<std::string, std::string>> fields) {
+    HeaderMap headers;
+    for (const auto& [name, value] : fields) headers.add(name, value);
+    return acceptsTrailers(headers);
+  };
+  EXPECT_TRUE(with({{"te", "trailers"}}));
+  EXPECT_TRUE(with({{"TE", "gzip;q=0.5, Trailers"}}));
+  EXPECT_TRUE(with({{"te", "gzip"}, {"te", " trailers "}}));
+  EXPECT_FALSE(with({}));
+  EXPECT_FALSE(with({{"te", "gzip, deflate"}}));
+  EXPECT_FALSE(with({{"trailer", "trailers"}}));
+}
+
 }  // namespace
 }  // namespace sluice
