@@ -107,7 +107,6 @@ RequestHead requestForUpstream(const RequestHead& client, const config::Upstream
   const bool own_xff = !info.address.empty() && !configured("x-forwarded-for", upstream);
   const bool may_xfp = !configured("x-forwarded-proto", upstream);
   std::string xff;
-  bool has_xfp = false;
   HeaderMap& headers = out.headers;
   headers.reserve(client.headers.size() + 3 + upstream.headers.size(), 512);
   for (const auto field : client.headers) {
@@ -123,7 +122,9 @@ RequestHead requestForUpstream(const RequestHead& client, const config::Upstream
       }
       continue;  // appended below, with the client's address
     }
-    if (name == "x-forwarded-proto") has_xfp = true;
+    // The listener's scheme, never the client's say (a client could claim
+    // https on a plain listener and an upstream would trust it).
+    if (name == "x-forwarded-proto" && may_xfp) continue;
     headers.add(name, field.value);
   }
   if (own_host) headers.add("host", url.authority());
@@ -132,7 +133,7 @@ RequestHead requestForUpstream(const RequestHead& client, const config::Upstream
     xff += info.address;
     headers.add("x-forwarded-for", xff);
   }
-  if (!has_xfp && may_xfp) headers.add("x-forwarded-proto", info.tls ? "https" : "http");
+  if (may_xfp) headers.add("x-forwarded-proto", info.tls ? "https" : "http");
   for (const auto& [name, value] : upstream.headers) headers.add(name, value);
   return out;
 }

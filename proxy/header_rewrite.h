@@ -22,7 +22,8 @@ struct ClientInfo {
  * The request `client` as it goes to `url`, an endpoint of `upstream`: strips
  * hop-by-hop fields (and the ones the client's Connection header names),
  * strips client-supplied `x-sluice-*` (and `x_sluice_*`), sets Host, appends
- * X-Forwarded-For, sets X-Forwarded-Proto if absent, prefixes the endpoint
+ * X-Forwarded-For, sets X-Forwarded-Proto to the listener's scheme
+ * (replacing the client's), prefixes the endpoint
  * URL's base path and applies `upstream.headers`. Framing (Content-Length /
  * Transfer-Encoding) is the codec's job. Built in one pass: the client's head
  * is not copied first.

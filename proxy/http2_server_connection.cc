@@ -5,10 +5,12 @@
 #include <optional>
 
 #include "common/clock.h"
+#include "common/http_date.h"
 #include "common/http_message.h"
 #include "common/problem.h"
 #include "common/release_storage.h"
 #include "proxy/http2_headers.h"
+#include "proxy/request_target.h"
 
 namespace sluice {
 
@@ -123,6 +125,10 @@ void Http2ServerConnection::Stream::encodeHeaders(ResponseHead&& head, bool end_
   response_started_ = true;
   body_allowed_ = mayHaveBody(head_request_, head.status);
   response_fields_ = std::move(head.headers);
+  // RFC 9110 §6.6.1: sluice's own answers and forwarded ones without a Date.
+  if (!response_fields_.has("date")) {
+    response_fields_.add("date", httpDate(conn_.host_.dispatcher().clock()));
+  }
   const bool reindex = conn_.responses_started_++ % kPerResponseReindex == 0;
   const Http2ResponseNv nv(response_fields_, head.status, status_text_, reindex);
   int rv;
@@ -555,6 +561,11 @@ void Http2ServerConnection::onRequestHeaders(Stream& stream) {
   }
   RequestHead head = stream.builder_.finish();
   stream.head_request_ = head.method == "HEAD";
+  // The same path rule as HTTP/1.1's: dot segments resolved before routing.
+  if (normalizePath(head.path) == PathNormalization::AboveRoot) {
+    stream.respondLocally(makeProblem(problems::kBadRequest, std::string(kPathAboveRoot)));
+    return;
+  }
   const MonotonicTime start = host_.dispatcher().clock().now();
   RequestDecoder& ex = host_.newStream(head, stream, start);
   stream.exchange_ = &ex;  // decodeHeaders may answer at once (404, 400) and let go of us

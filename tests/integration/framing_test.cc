@@ -135,7 +135,13 @@ INSTANTIATE_TEST_SUITE_P(
         RequestCase{"UnknownMethod", "FROB /echo/x HTTP/1.1\r\nhost: t\r\n\r\n"},
         RequestCase{"AbsoluteFormWithUserinfo",
                     "GET http://user@t/echo/x HTTP/1.1\r\nhost: t\r\n\r\n"},
-        RequestCase{"AbsoluteFormNotHttp", "GET ftp://t/echo/x HTTP/1.1\r\nhost: t\r\n\r\n"}),
+        RequestCase{"AbsoluteFormNotHttp", "GET ftp://t/echo/x HTTP/1.1\r\nhost: t\r\n\r\n"},
+        // RFC 9112 §6.1: HTTP/1.0 has no Transfer-Encoding; treated as faulty.
+        RequestCase{"Http10WithTransferEncoding",
+                    "POST /echo/x HTTP/1.0\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n"
+                    "5\r\nhello\r\n0\r\n\r\n"},
+        RequestCase{"ChunkedTwice", kHead + "transfer-encoding: chunked, chunked\r\n\r\n"
+                                            "5\r\nhello\r\n0\r\n\r\n"}),
     [](const ::testing::TestParamInfo<RequestCase>& info) { return std::string(info.param.name); });
 
 class UnsupportedVersionTest : public ::testing::TestWithParam<RequestCase> {};
@@ -297,6 +303,98 @@ TEST_F(DownstreamRequestTest, ExpectContinueAboveMaxBodyIs413WithoutContinue) {
   EXPECT_EQ(sluice_->metric("sluice_downstream_rejections_total", {{"reason", "body_too_large"}}),
             1);
   EXPECT_EQ(mock_->ledger().size(), 0u);
+}
+
+// RFC 9110 §6.6.1: every response carries a Date, the upstream's when it sent one.
+bool isImfFixdate(std::string_view v) {
+  // "Sun, 06 Nov 1994 08:49:37 GMT"
+  return v.size() == 29 && v[3] == ',' && v[4] == ' ' && v[7] == ' ' && v[11] == ' ' &&
+         v[16] == ' ' && v[19] == ':' && v[22] == ':' && v.substr(25) == " GMT";
+}
+
+TEST_F(DownstreamRequestTest, EveryResponseHasOneDate) {
+  start();
+  TestConnection conn(sluice_->port());
+  conn.sendRequest("GET", "/echo/date");  // forwarded: mock-llm sends no Date
+  const TestResponse forwarded = conn.readResponse();
+  ASSERT_EQ(forwarded.status, 200) << forwarded.body;
+  EXPECT_EQ(forwarded.headers.getAll("date").size(), 1u) << conn.raw();
+  EXPECT_TRUE(isImfFixdate(forwarded.headers.get("date").value_or(""))) << conn.raw();
+  // sluice's own answer.
+  TestConnection refused(sluice_->port());
+  refused.send("GET /.. HTTP/1.1\r\nhost: t\r\n\r\n");
+  const TestResponse own = refused.readResponse();
+  ASSERT_EQ(own.status, 400) << own.body;
+  EXPECT_TRUE(isImfFixdate(own.headers.get("date").value_or(""))) << refused.raw();
+
+  H2Connection h2(sluice_->port());
+  const int32_t ok = h2.submit("GET", "/echo/date");
+  const int32_t bad = h2.submit("FROB", "/echo/date");
+  ASSERT_TRUE(h2.waitForStream(ok));
+  ASSERT_TRUE(h2.waitForStream(bad));
+  EXPECT_EQ(h2.response(ok).status, 200);
+  EXPECT_TRUE(isImfFixdate(h2.response(ok).headers.get("date").value_or("")));
+  EXPECT_EQ(h2.response(bad).status, 400);
+  EXPECT_TRUE(isImfFixdate(h2.response(bad).headers.get("date").value_or("")));
+}
+
+// RFC 9112 §6.1: sluice decodes no transfer coding but chunked, so it cannot
+// forward a gzip-coded body honestly (it used to drop the coding and send
+// the still-compressed bytes as if plain).
+TEST_F(DownstreamRequestTest, ATransferCodingOtherThanChunkedIs501) {
+  start();
+  TestConnection conn(sluice_->port());
+  conn.send(
+      "POST /echo/te HTTP/1.1\r\nhost: t\r\ntransfer-encoding: gzip, chunked\r\n\r\n"
+      "5\r\nhello\r\n0\r\n\r\n");
+  const TestResponse r = conn.readResponse();
+  EXPECT_EQ(r.status, 501) << r.body;
+  EXPECT_EQ(r.headers.get("content-type").value_or(""), "application/problem+json");
+  EXPECT_EQ(nlohmann::json::parse(r.body)["type"], "urn:sluice:problem:not-implemented");
+  EXPECT_TRUE(conn.waitForClose(milliseconds(5000)));
+  EXPECT_EQ(mock_->ledger().size(), 0u);
+  // Two fields make one list (RFC 9110 §5.3): the same.
+  TestConnection split(sluice_->port());
+  split.send(
+      "POST /echo/te HTTP/1.1\r\nhost: t\r\ntransfer-encoding: gzip\r\n"
+      "transfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+  EXPECT_EQ(split.readResponse().status, 501);
+  // chunked alone, any case, still goes through.
+  TestConnection plain(sluice_->port());
+  plain.send(
+      "POST /echo/te HTTP/1.1\r\nhost: t\r\ntransfer-encoding: Chunked\r\n\r\n"
+      "5\r\nhello\r\n0\r\n\r\n");
+  const TestResponse ok = plain.readResponse();
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(nlohmann::json::parse(ok.body)["body"], "hello");
+}
+
+// RFC 9112 §3: a request-target longer than sluice takes is 414, not 431.
+TEST_F(DownstreamRequestTest, AnOverlongRequestTargetIs414) {
+  start("limits: {max_header_bytes: 4KiB}\n");
+  for (const size_t length : {size_t{5 * 1024}, size_t{90 * 1024}}) {
+    TestConnection conn(sluice_->port());
+    conn.send("GET /echo/" + std::string(length, 'a') + " HTTP/1.1\r\nhost: t\r\n\r\n");
+    const TestResponse r = conn.readResponse();
+    EXPECT_EQ(r.status, 414) << length << ": " << r.body;
+    EXPECT_EQ(nlohmann::json::parse(r.body)["type"], "urn:sluice:problem:uri-too-long");
+    EXPECT_TRUE(conn.waitForClose(milliseconds(5000)));
+  }
+  // A short target with large headers is still 431.
+  TestConnection conn(sluice_->port());
+  conn.send("GET /echo/x HTTP/1.1\r\nhost: t\r\nx-big: " + std::string(5 * 1024, 'b') + "\r\n\r\n");
+  EXPECT_EQ(conn.readResponse().status, 431);
+  EXPECT_EQ(mock_->ledger().size(), 0u);
+}
+
+// The listener says whether the client used TLS; a client's own
+// X-Forwarded-Proto is not passed on (it could claim https on plain HTTP).
+TEST_F(DownstreamRequestTest, XForwardedProtoIsTheListenersScheme) {
+  start();
+  const TestResponse r =
+      httpRequest(sluice_->port(), "GET", "/echo/xfp", {{"x-forwarded-proto", "https"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(nlohmann::json::parse(r.body)["headers"]["x-forwarded-proto"], "http");
 }
 
 /**
@@ -484,6 +582,18 @@ TEST_P(NoContentTest, LosesItsContentLengthAndNeverHasABody) {
 }
 
 INSTANTIATE_TEST_SUITE_P(NoContent, NoContentTest, ::testing::Values(204, 304));
+
+TEST(UpstreamDateTest, AnUpstreamsDateIsKeptNotDoubled) {
+  RawUpstream upstream(
+      "HTTP/1.1 200 OK\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\ncontent-length: 2\r\n\r\nok");
+  SluiceUnderTest sluice(config(upstream.url()));
+  TestConnection conn(sluice.port());
+  conn.sendRequest("GET", "/x");
+  const TestResponse r = conn.readResponse();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers.getAll("date").size(), 1u) << conn.raw();
+  EXPECT_EQ(r.headers.get("date").value_or(""), "Sun, 06 Nov 1994 08:49:37 GMT");
+}
 
 /**
  * A keep-alive scripted upstream: one connection, whose requests are answered

@@ -9,6 +9,10 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/h2_client.h"
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
 #include "tests/support/sluice_process.h"
@@ -104,6 +108,127 @@ routes:
   EXPECT_NE(err.find("sluice: draining"), std::string::npos) << "stderr was captured: " << err;
   EXPECT_EQ(err.find(kClientKey), std::string::npos) << err;
   EXPECT_EQ(err.find(kConfigKey), std::string::npos) << err;
+}
+
+// A route by path prefix must not be a door to the rest of the upstream's
+// API with the operator's key: dot segments (also written %2e) are resolved
+// before routes match, and the resolved path is what goes upstream.
+std::string dotSegmentConfig(const std::string& mock_url) {
+  return substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - name: mock
+    url: ${MOCK_URL}
+    headers: {authorization: "Bearer ${KEY}"}
+routes:
+  - name: chat
+    match: {path_prefix: /v1/chat/completions}
+    upstream: mock
+  - name: echo
+    match: {path_prefix: /echo/}
+    upstream: mock
+)",
+                    {{"MOCK_URL", mock_url}, {"KEY", kConfigKey}});
+}
+
+TEST(SecurityTest, DotSegmentsCannotLeaveARouteWithTheOperatorsKey) {
+  MockLlm mock;
+  SluiceUnderTest sluice(dotSegmentConfig(mock.url()));
+  for (const std::string path : {
+           "/v1/chat/completions/../../files",
+           "/v1/chat/completions/%2e%2e/%2e%2e/files",
+           "/v1/chat/completions/%2E%2e/%2e%2E/files",
+           "/v1/chat/completions/.%2e/%2E./files",
+           "/v1/chat/completions/./../.././files",
+           "/echo/../v1/files",
+       }) {
+    TestConnection conn(sluice.port());
+    conn.send("GET " + path + " HTTP/1.1\r\nhost: t\r\n\r\n");
+    const TestResponse r = conn.readResponse();
+    EXPECT_EQ(r.status, 404) << path << ": " << r.body;
+    EXPECT_EQ(r.headers.get("content-type").value_or(""), "application/problem+json") << path;
+    EXPECT_NE(r.body.find("/v1/files"), std::string::npos) << "routed on the resolved path";
+
+    H2Connection h2(sluice.port());
+    const int32_t id = h2.submit("GET", path);
+    ASSERT_TRUE(h2.waitForStream(id)) << path;
+    EXPECT_EQ(h2.response(id).status, 404) << path << ": " << h2.response(id).body;
+  }
+  EXPECT_EQ(mock.ledger().size(), 0u) << mock.ledger().dump();
+}
+
+TEST(SecurityTest, TheResolvedPathGoesUpstreamWithItsQueryUntouched) {
+  MockLlm mock;
+  SluiceUnderTest sluice(dotSegmentConfig(mock.url()));
+  TestConnection conn(sluice.port());
+  conn.send("GET /echo/a/./b/%2e%2E/c/.?q=/../x%2e%2e HTTP/1.1\r\nhost: t\r\n\r\n");
+  const TestResponse r = conn.readResponse();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(nlohmann::json::parse(r.body)["path"], "/echo/a/c/?q=/../x%2e%2e");
+  // Escapes that are not dots are the upstream's to decode: left as they came.
+  conn.send("GET /echo/a%2fb/%2e%2e%2f/c HTTP/1.1\r\nhost: t\r\n\r\n");
+  const TestResponse kept = conn.readResponse();
+  ASSERT_EQ(kept.status, 200) << kept.body;
+  EXPECT_EQ(nlohmann::json::parse(kept.body)["path"], "/echo/a%2fb/%2e%2e%2f/c");
+
+  H2Connection h2(sluice.port());
+  const int32_t id = h2.submit("GET", "/echo/x/../y?z=..");
+  ASSERT_TRUE(h2.waitForStream(id));
+  ASSERT_EQ(h2.response(id).status, 200) << h2.response(id).body;
+  EXPECT_EQ(nlohmann::json::parse(h2.response(id).body)["path"], "/echo/y?z=..");
+}
+
+TEST(SecurityTest, APathClimbingAboveTheRootIs400) {
+  MockLlm mock;
+  SluiceUnderTest sluice(dotSegmentConfig(mock.url()));
+  for (const std::string path : {"/..", "/echo/../../v1/files", "/%2e%2e/echo/x"}) {
+    TestConnection conn(sluice.port());
+    conn.send("GET " + path + " HTTP/1.1\r\nhost: t\r\n\r\n");
+    const TestResponse r = conn.readResponse();
+    EXPECT_EQ(r.status, 400) << path << ": " << r.body;
+    EXPECT_TRUE(conn.waitForClose(std::chrono::milliseconds(5000))) << path;
+
+    H2Connection h2(sluice.port());
+    const int32_t id = h2.submit("GET", path);
+    ASSERT_TRUE(h2.waitForStream(id)) << path;
+    EXPECT_EQ(h2.response(id).status, 400) << path;
+  }
+  EXPECT_EQ(mock.ledger().size(), 0u) << mock.ledger().dump();
+}
+
+// `match.model` reads the body as the upstream will: a key written with
+// escapes is still `model`.
+TEST(SecurityTest, AModelKeyWrittenWithEscapesIsTheModel) {
+  MockLlm mock;
+  SluiceUnderTest sluice(substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - name: mock
+    url: ${MOCK_URL}
+routes:
+  - name: mini
+    match: {path_prefix: /v1/chat/completions, model: "gpt-4o-mini"}
+    upstream: mock
+)",
+                                    {{"MOCK_URL", mock.url()}}));
+  const TestResponse r = httpRequest(
+      sluice.port(), "POST", "/v1/chat/completions", {{"content-type", "application/json"}},
+      R"({"mod\u0065l":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  const auto ledger = mock.ledger();
+  ASSERT_EQ(ledger.size(), 1u);
+  EXPECT_EQ(ledger[0]["model"], "gpt-4o-mini");
+  // Another model, however written, does not match the route.
+  EXPECT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                        {{"content-type", "application/json"}},
+                        R"({"model":"gpt-4o-mini","mod\u0065l":"gpt-4o","messages":[]})")
+                .status,
+            404);
+  EXPECT_EQ(mock.ledger().size(), 1u);
 }
 
 TEST(SecurityTest, TlsVerifyOffIsLoggedAtStartAndOnReload) {

@@ -311,7 +311,7 @@ TEST_F(RewriteRequestTest, XForwardedForAppendsTheClient) {
   }
 }
 
-TEST_F(RewriteRequestTest, XForwardedProtoSetOnlyIfAbsent) {
+TEST_F(RewriteRequestTest, XForwardedProtoIsTheListenersSchemeWhateverTheClientSaid) {
   struct Row {
     std::string label;
     std::optional<std::string> prior;
@@ -321,12 +321,14 @@ TEST_F(RewriteRequestTest, XForwardedProtoSetOnlyIfAbsent) {
   const Row kRows[] = {
       {"plain, absent", std::nullopt, false, "http"},
       {"tls, absent", std::nullopt, true, "https"},
-      {"plain, client said https", "https", false, "https"},
-      {"tls, client said http", "http", true, "http"},
+      {"plain, client said https", "https", false, "http"},
+      {"tls, client said http", "http", true, "https"},
+      {"plain, client said https twice", "https", false, "http"},
   };
   for (const auto& row : kRows) {
     Entries in;
     if (row.prior) in.emplace_back("X-Forwarded-Proto", *row.prior);
+    if (row.label.find("twice") != std::string::npos) in.emplace_back("x-forwarded-proto", "https");
     auto head = request("POST", "/v1/chat/completions", in);
     rewriteRequestForUpstream(head, up(), up().endpoints.at(0).url,
                               ClientInfo{"10.0.0.1", row.tls});
@@ -475,7 +477,8 @@ void referenceRewrite(RequestHead& head, const config::UpstreamConfig& upstream,
     xff += client.address;
     h.set("x-forwarded-for", xff);
   }
-  if (!h.has("x-forwarded-proto")) h.add("x-forwarded-proto", client.tls ? "https" : "http");
+  h.remove("x-forwarded-proto");
+  h.add("x-forwarded-proto", client.tls ? "https" : "http");
   if (!url.path_prefix.empty()) head.path = url.path_prefix + head.path;
   for (const auto& [name, value] : upstream.headers) h.set(name, value);
 }
