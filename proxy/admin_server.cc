@@ -161,7 +161,9 @@ AdminConnection::AdminConnection(AdminServer& server, evutil_socket_t fd)
 }
 
 AdminConnection::~AdminConnection() {
-  if (drain_) server_.server_.requestShutdown();
+  // A POST /drain whose client left before the 202 was written still drains
+  // (not while the admin server itself is being torn down).
+  if (drain_ && !server_.stopped_) server_.server_.requestShutdown();
 }
 
 void AdminConnection::readSome() {
@@ -372,6 +374,7 @@ void AdminServer::stop() {
     dispatcher_.exit();
     thread_.join();
   }
+  stopped_ = true;
   connections_.clear();
   listener_.reset();
 }

@@ -72,6 +72,7 @@ class AdminServer {
   void close(AdminConnection* conn);
 
   Server& server_;
+  bool stopped_ = false;  // stop() ran: connections closing now start no drain
   Dispatcher dispatcher_;
   ListenerPtr listener_;
   std::unordered_map<AdminConnection*, std::unique_ptr<AdminConnection>> connections_;
