@@ -100,9 +100,9 @@ AdminResponse plain(int code, const char* reason, std::string body) {
 }
 
 /**
- * A listening socket for the admin address. Bound here rather than by
- * evhttp so a failure can say why (errno), and without SO_REUSEPORT: a
- * second process must not share the admin port.
+ * A listening socket for the admin address. Bound here so a failure can
+ * say why (errno), and without SO_REUSEPORT: a second process must not
+ * share the admin port.
  */
 evutil_socket_t bindAdminSocket(const std::string& host, uint16_t port, std::string* error) {
   const std::string address =
