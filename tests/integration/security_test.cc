@@ -321,6 +321,96 @@ TEST(SecurityTest, AdminPortRefusesCrossSiteRequestsAndDnsRebinding) {
   EXPECT_EQ(sluice.waitForExit(), 0);
 }
 
+// The admin port reads no more than an admin call needs: the request head is
+// bounded (431), a body is refused from its Content-Length before a byte of
+// it is read (413), Host and Origin are decided as soon as the head is
+// complete, and a head or body that never completes ends in 408. Each
+// refusal closes the connection. (These used to be read without bound: a
+// 600 MB POST /drain body was buffered whole, an endless header line grew
+// the process, and a foreign Origin was only refused after the body.)
+std::string adminLimitsConfig() {
+  return adminOnlyConfig("127.0.0.1:0") +
+         "limits: {header_read_timeout: 300ms, body_read_timeout: 300ms}\n";
+}
+
+TEST(SecurityTest, AdminPortBoundsTheRequestHead) {
+  SluiceProcess sluice(adminLimitsConfig());
+  ASSERT_TRUE(sluice.running());
+  TestConnection endless(sluice.adminPort());
+  endless.send("GET /metrics HTTP/1.1\r\nhost: 127.0.0.1\r\nx-endless: ");
+  endless.send(std::string(16 * 1024, 'a'));  // no end of line, ever
+  const TestResponse r = endless.readResponse(std::chrono::seconds(5));
+  EXPECT_EQ(r.status, 431) << endless.raw().substr(0, 200);
+  EXPECT_EQ(r.headers.get("connection").value_or(""), "close");
+  EXPECT_TRUE(endless.waitForClose(std::chrono::seconds(10)));
+  // A head within the bound is served.
+  EXPECT_EQ(httpRequest(sluice.adminPort(), "GET", "/healthz", {{"x-pad", std::string(6000, 'b')}})
+                .status,
+            200);
+  EXPECT_EQ(sluice.stop(), 0);
+}
+
+TEST(SecurityTest, AdminPortRefusesALargeBodyFromContentLengthAlone) {
+  SluiceProcess sluice(adminLimitsConfig());
+  ASSERT_TRUE(sluice.running());
+  // Only the head is sent: the answer must come without the 600 MB.
+  TestConnection big(sluice.adminPort());
+  big.send(
+      "POST /drain HTTP/1.1\r\nhost: 127.0.0.1\r\nx-sluice-admin: 1\r\n"
+      "content-length: 600000000\r\n\r\n");
+  const TestResponse r = big.readResponse(std::chrono::seconds(5));
+  EXPECT_EQ(r.status, 413) << big.raw();
+  EXPECT_TRUE(big.waitForClose(std::chrono::seconds(10)));
+  // Chunked bodies have no length to check first: refused too.
+  TestConnection chunked(sluice.adminPort());
+  chunked.send(
+      "POST /drain HTTP/1.1\r\nhost: 127.0.0.1\r\nx-sluice-admin: 1\r\n"
+      "transfer-encoding: chunked\r\n\r\n");
+  EXPECT_EQ(chunked.readResponse(std::chrono::seconds(5)).status, 411) << chunked.raw();
+  // A foreign Origin is refused on the head: the announced body is never awaited.
+  TestConnection cross(sluice.adminPort());
+  cross.send(
+      "POST /drain HTTP/1.1\r\nhost: 127.0.0.1\r\norigin: http://attacker.example\r\n"
+      "content-type: text/plain\r\ncontent-length: 100\r\n\r\n");
+  EXPECT_EQ(cross.readResponse(std::chrono::seconds(5)).status, 403) << cross.raw();
+  EXPECT_TRUE(cross.waitForClose(std::chrono::seconds(10)));
+  ASSERT_EQ(sluice.adminStatus("/ready"), 200) << "nothing above may start a drain";
+  // A small JSON body is read and the call served.
+  EXPECT_EQ(httpRequest(sluice.adminPort(), "POST", "/drain",
+                        {{"content-type", "application/json"}}, "{}")
+                .status,
+            202);
+  EXPECT_EQ(sluice.waitForExit(), 0);
+}
+
+TEST(SecurityTest, AdminPortSlowHeadOrBodyGets408) {
+  SluiceProcess sluice(adminLimitsConfig());
+  ASSERT_TRUE(sluice.running());
+  TestConnection loris(sluice.adminPort());
+  loris.send("GET /metrics HTTP/1.1\r\nhost: 127.0.0.1\r\nx-slow: ");
+  // One byte per 50 ms: bytes keep arriving, the head never completes.
+  size_t sent = 0;
+  while (sent < 400 && !loris.peerClosed() && loris.current().status == 0 &&
+         loris.completed().empty()) {
+    loris.send("a");
+    ++sent;
+    loris.readUntil([](const TestResponse& r) { return r.status != 0; },
+                    std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(loris.readResponse(std::chrono::seconds(5)).status, 408) << loris.raw();
+  EXPECT_GT(sent, 1u);
+  EXPECT_TRUE(loris.waitForClose(std::chrono::seconds(10)));
+
+  TestConnection stalled(sluice.adminPort());
+  stalled.send(
+      "POST /drain HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+      "content-length: 10\r\n\r\n{}");
+  EXPECT_EQ(stalled.readResponse(std::chrono::seconds(5)).status, 408) << stalled.raw();
+  EXPECT_TRUE(stalled.waitForClose(std::chrono::seconds(10)));
+  ASSERT_EQ(sluice.adminStatus("/ready"), 200) << "an unfinished POST /drain must not drain";
+  EXPECT_EQ(sluice.stop(), 0);
+}
+
 // On 0.0.0.0 (a container) the same rules hold: IP literals (a pod IP, a
 // published port via localhost) and the names in admin.allowed_hosts (a
 // compose service name) are accepted, any other name is not.
