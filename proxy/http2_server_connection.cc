@@ -156,9 +156,11 @@ void Http2ServerConnection::Stream::encodeData(const char* data, size_t len, boo
 
 uint32_t Http2ServerConnection::Stream::cutCode() const {
   // A deliberate cancel (budget, drain) is CANCEL; an upstream that broke
-  // mid-response is INTERNAL_ERROR. Either way the client knows the response
-  // is incomplete, and the connection's other streams are untouched.
-  const bool cancelled = exchange_ != nullptr && exchange_->cancelReason().has_value();
+  // mid-response (cancel_reason upstream_reset) is INTERNAL_ERROR. Either way
+  // the client knows the response is incomplete, and the connection's other
+  // streams are untouched.
+  const auto reason = exchange_ != nullptr ? exchange_->cancelReason() : std::nullopt;
+  const bool cancelled = reason && *reason != CancelReason::UpstreamReset;
   return cancelled ? NGHTTP2_CANCEL : NGHTTP2_INTERNAL_ERROR;
 }
 
