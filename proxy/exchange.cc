@@ -40,6 +40,7 @@ bool clientStillListening(CancelReason reason) {
     case CancelReason::Overloaded:
     case CancelReason::UpstreamTimeout:
     case CancelReason::Draining:
+    case CancelReason::UpstreamReset:
       return true;
   }
   return false;
@@ -506,6 +507,7 @@ void Exchange::sendAttempt() {
     return;
   }
   attempt_.stream = pool.acquire();
+  ++attempts_sent_;
   // May report back synchronously.
   attempt_.stream->sendRequest(*attempt_.request, attemptBody(), this);
 }
@@ -517,6 +519,7 @@ AttemptVerdict Exchange::endAttempt(AttemptOutcome outcome, bool reuse, AttemptV
   timers_.disarm(ExchangeSlot::Idle);
   attempt_.endpoint->metrics->attempts(attemptResultFor(outcome)).Increment();
   attempt_.cut = !outcome.isStatus();
+  attempt_.outcome = outcome;
   const AttemptEnd end = describeAttempt(outcome);
   AttemptVerdict verdict = proposed;
   for (auto& filter : filters_) verdict = filter->decideAttempt(end, std::move(verdict));
@@ -545,7 +548,9 @@ AttemptEnd Exchange::describeAttempt(const AttemptOutcome& outcome) const {
   end.held_response = attempt_.held ? &attempt_.held->head : nullptr;
   if (attempt_.held) end.held_body = attempt_.held->body;
   end.response_started = response_started_;
-  end.unprocessed = attempt_.unprocessed || outcome.kind == OutcomeKind::ConnectError;
+  // Never connected: not a byte of the request reached the upstream.
+  end.unprocessed =
+      attempt_.unprocessed || outcome.kind == OutcomeKind::ConnectError || !attempt_.connected;
   end.delivered_body_bytes = deliveredBodyBytes();
   end.cancel_reason = cancel_reason_;
   end.finish_draining = discarding_;
@@ -566,7 +571,8 @@ void Exchange::scheduleRetry(const AttemptVerdict::Retry& retry) {
   } else {
     route_->metrics->retries(retry.cause).Increment();
   }
-  retry_causes_.push_back(retry.cause);
+  // The access log speaks sluice_retries_total's vocabulary for a spill-over too.
+  retry_causes_.push_back(causeLabel(attempt_.outcome));
   transition(ExchangeState::BackingOff);
   // The sleep is a timer of this Exchange: a cancel (client gone, budget)
   // clears it and no further attempt is made.
@@ -579,6 +585,12 @@ void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
   // A response under way is never retried: it will be cut, after one final
   // error event if the client can take it (decided before the spend meter reads).
   const std::string final_event = response_started_ ? finalEventFor(problem) : std::string();
+  // The upstream broke the response the client is reading: the request ends
+  // cut (its status stays the one the client saw), with a reason the spend
+  // meter, the access log and sluice_cancellations_total all see.
+  if (response_started_ && outcome.kind == OutcomeKind::Reset && !cancel_reason_) {
+    cancel_reason_ = CancelReason::UpstreamReset;
+  }
   const AttemptVerdict verdict = endAttempt(outcome, false, AttemptVerdict::fail(problem));
   if (finished_) return;
   if (const auto* retry = verdict.asRetry()) {
@@ -586,6 +598,10 @@ void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
     return;
   }
   if (response_started_) {
+    if (cancel_reason_ == CancelReason::UpstreamReset && !cancel_counted_) {
+      route_->metrics->cancellations(*cancel_reason_).Increment();
+      cancel_counted_ = true;
+    }
     cutResponse(final_event);
     transition(ExchangeState::Failed);
     finish(attempt_.status);
@@ -645,6 +661,7 @@ void Exchange::armIdleTimer() {
 // --- UpstreamCallbacks --------------------------------------------------------------
 
 void Exchange::onUpstreamConnected() {
+  attempt_.connected = true;
   connect_wait_.release();
   timers_.disarm(ExchangeSlot::Connect);
   if (!timers_.armed(ExchangeSlot::FirstByte))
@@ -686,7 +703,7 @@ void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
 }
 
 void Exchange::sendResponseHead(ResponseHead& head) {
-  head.headers.set("x-sluice-attempts", std::to_string(attempts_));
+  head.headers.set("x-sluice-attempts", std::to_string(attempts_sent_));
   head.headers.set("x-sluice-upstream", attempt_.upstream->name());
   if (!discarding_ && downstream_ != nullptr) {
     response_started_ = true;
@@ -722,6 +739,9 @@ void Exchange::beginResponse(ResponseHead& head, bool from_upstream) {
     }
   }
   head.headers.set("x-request-id", identity_.request_id);
+  // The Anthropic SDKs read `request-id` (err.requestID): sluice's own
+  // answers carry it too, so that id finds the access log line.
+  if (!from_upstream) head.headers.set("request-id", identity_.request_id);
   if (first_byte_at_) return;
   first_byte_at_ = clock().now();
   if (from_upstream) route_->metrics->timeToFirstByte().Observe(seconds(*first_byte_at_ - start_));
@@ -956,7 +976,9 @@ void Exchange::sendProblem(Problem& problem) {
   for (auto& filter : filters_) filter->encodeLocalReply(problem);
   if (downstream_ == nullptr || response_started_) return;
   LocalReply reply = makeProblemReply(problem);
-  if (attempts_ > 0) reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_));
+  if (attempts_sent_ > 0) {
+    reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_sent_));
+  }
   response_started_ = true;
   beginResponse(reply.head, /*from_upstream=*/false);
   bytes_out_ += reply.body.size();
@@ -997,10 +1019,56 @@ Problem Exchange::problemFor(CancelReason reason,
                              std::optional<std::chrono::milliseconds> retry_after) const {
   const UpstreamRuntime* current =
       attempt_.upstream != nullptr ? attempt_.upstream : route_->upstream;
+<<<<<<< HEAD
   CancelContext context;
   context.upstream = current != nullptr ? std::string_view(current->name()) : "none";
   if (deadline_ != MonotonicTime::max()) {
     context.budget = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - start_);
+=======
+  const std::string upstream = current != nullptr ? current->name() : "none";
+  switch (reason) {
+    case CancelReason::BudgetExhausted: {
+      std::string budget;
+      if (deadline_ != MonotonicTime::max()) {
+        budget =
+            " of " +
+            std::to_string(
+                std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - start_).count()) +
+            " ms";
+      }
+      return makeProblem(problems::kBudgetExhausted,
+                         "the request's time budget" + budget + " ran out after " +
+                             std::to_string(attempts_sent_) + " attempt(s)",
+                         reason);
+    }
+    case CancelReason::UpstreamTimeout:
+      return makeProblem(
+          problems::kUpstreamTimeout,
+          "upstream " + upstream + " stopped sending (first_byte_timeout/idle_timeout)", reason);
+    case CancelReason::CircuitOpen:
+      return makeProblem(problems::kCircuitOpen,
+                         "upstream " + upstream + " is failing; sluice is not calling it for now",
+                         reason, retry_after);
+    case CancelReason::RateLimited:
+      return makeProblem(problems::kRateLimited,
+                         "upstream " + upstream + " quota would be exceeded; wait for its reset",
+                         reason, retry_after);
+    case CancelReason::Overloaded:
+      return makeProblem(problems::kOverloaded,
+                         "too many requests in flight or waiting for upstream " + upstream, reason,
+                         retry_after);
+    case CancelReason::Draining:
+      return makeProblem(problems::kDraining, "this sluice instance is draining; retry on another",
+                         reason, retry_after);
+    case CancelReason::ClientDisconnect:
+      return makeProblem(problems::kClientDisconnect, "the client went away", reason);
+    case CancelReason::ClientStalled:
+      return makeProblem(problems::kClientStalled,
+                         "the client accepted no byte for limits.send_timeout", reason);
+    case CancelReason::UpstreamReset:
+      return makeProblem(problems::kUpstreamReset,
+                         "upstream " + upstream + " broke the response under way", reason);
+>>>>>>> h-counts
   }
   context.attempts = attempts_;
   return problemForCancel(reason, context, retry_after);
@@ -1086,7 +1154,7 @@ void Exchange::logAccess(int status_code, MonotonicTime now) const {
                : request_.version_minor == 0 ? "HTTP/1.0"
                                              : "HTTP/1.1";
   r.status = status_code;
-  r.attempts = attempts_;
+  r.attempts = attempts_sent_;
   r.retry_causes = retry_causes_;
   r.duration_ms = std::chrono::duration<double, std::milli>(age).count();
   if (first_byte_at_) {

@@ -349,6 +349,7 @@ class Exchange final : public DeferredDeletable,
     // keeps its Exchange, not this (~130 bytes inline).
     std::unique_ptr<RequestHead> request;
     bool unprocessed = false;            // the upstream said it did not process the attempt
+    bool connected = false;              // onUpstreamConnected: the request went on the wire
     bool upstream_paused = false;        // a slow client holds the upstream (backpressure)
     int status = 0;                      // the response head's status; 0 until it arrived
     std::unique_ptr<HeldResponse> held;  // a response a filter is holding back
@@ -360,10 +361,14 @@ class Exchange final : public DeferredDeletable,
     SseDialect sse_dialect = SseDialect::None;  // of the response under way (text/event-stream)
     uint32_t forwarded_tail = 0;  // its last four body bytes: is it at an SSE event boundary?
     uint64_t body_sent = 0;       // attemptBody() bytes the transport took (onUpstreamBodySent)
+    AttemptOutcome outcome;       // how it ended (endAttempt)
     MonotonicTime last_upstream_byte{};
     // Its timers are the slots Connect, FirstByte and Idle (below).
   };
   uint32_t attempts_ = 0;  // attempts started; the current one's number
+  // Attempts handed to an upstream connection (x-sluice-attempts, the access
+  // log): not one refused or dropped before it was sent (circuit, throttle).
+  uint32_t attempts_sent_ = 0;
   Attempt attempt_;
   // The route's chain (DESIGN §5): route_->chain[chain_index_] takes the attempts.
   size_t chain_index_ = 0;
