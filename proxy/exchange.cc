@@ -1019,58 +1019,12 @@ Problem Exchange::problemFor(CancelReason reason,
                              std::optional<std::chrono::milliseconds> retry_after) const {
   const UpstreamRuntime* current =
       attempt_.upstream != nullptr ? attempt_.upstream : route_->upstream;
-<<<<<<< HEAD
   CancelContext context;
   context.upstream = current != nullptr ? std::string_view(current->name()) : "none";
   if (deadline_ != MonotonicTime::max()) {
     context.budget = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - start_);
-=======
-  const std::string upstream = current != nullptr ? current->name() : "none";
-  switch (reason) {
-    case CancelReason::BudgetExhausted: {
-      std::string budget;
-      if (deadline_ != MonotonicTime::max()) {
-        budget =
-            " of " +
-            std::to_string(
-                std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - start_).count()) +
-            " ms";
-      }
-      return makeProblem(problems::kBudgetExhausted,
-                         "the request's time budget" + budget + " ran out after " +
-                             std::to_string(attempts_sent_) + " attempt(s)",
-                         reason);
-    }
-    case CancelReason::UpstreamTimeout:
-      return makeProblem(
-          problems::kUpstreamTimeout,
-          "upstream " + upstream + " stopped sending (first_byte_timeout/idle_timeout)", reason);
-    case CancelReason::CircuitOpen:
-      return makeProblem(problems::kCircuitOpen,
-                         "upstream " + upstream + " is failing; sluice is not calling it for now",
-                         reason, retry_after);
-    case CancelReason::RateLimited:
-      return makeProblem(problems::kRateLimited,
-                         "upstream " + upstream + " quota would be exceeded; wait for its reset",
-                         reason, retry_after);
-    case CancelReason::Overloaded:
-      return makeProblem(problems::kOverloaded,
-                         "too many requests in flight or waiting for upstream " + upstream, reason,
-                         retry_after);
-    case CancelReason::Draining:
-      return makeProblem(problems::kDraining, "this sluice instance is draining; retry on another",
-                         reason, retry_after);
-    case CancelReason::ClientDisconnect:
-      return makeProblem(problems::kClientDisconnect, "the client went away", reason);
-    case CancelReason::ClientStalled:
-      return makeProblem(problems::kClientStalled,
-                         "the client accepted no byte for limits.send_timeout", reason);
-    case CancelReason::UpstreamReset:
-      return makeProblem(problems::kUpstreamReset,
-                         "upstream " + upstream + " broke the response under way", reason);
->>>>>>> h-counts
   }
-  context.attempts = attempts_;
+  context.attempts = attempts_sent_;
   return problemForCancel(reason, context, retry_after);
 }
 

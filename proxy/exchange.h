@@ -129,7 +129,6 @@ class Exchange final : public DeferredDeletable,
   void onDownstreamDisconnect(CancelReason reason = CancelReason::ClientDisconnect) override;
   /** The client drained its buffer below the low watermark: resume the upstream. */
   void onDownstreamWritable() override;
-  bool cancelled() const override { return cancel_reason_.has_value(); }
 
   // --- FilterCallbacks ------------------------------------------------------------
   void continueDecoding() override;
@@ -318,7 +317,7 @@ class Exchange final : public DeferredDeletable,
 
   RequestHead request_;
   RequestIdentity identity_;
-  RequestIntake intake_;         // the body: its plan, the bytes, the client's upload paused or not
+  RequestIntake intake_;  // the body: its plan, the bytes, the client's upload paused or not
   // The client can be sent a trailer section (HTTP/2) and asked for one
   // (`te: trailers`): the upstream's trailers go to it; otherwise dropped.
   bool client_takes_trailers_ = false;

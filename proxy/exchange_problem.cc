@@ -40,6 +40,9 @@ Problem problemForCancel(CancelReason reason, const CancelContext& context,
     case CancelReason::ClientStalled:
       return makeProblem(problems::kClientStalled,
                          "the client accepted no byte for limits.send_timeout", reason);
+    case CancelReason::UpstreamReset:
+      return makeProblem(problems::kUpstreamReset,
+                         "upstream " + upstream + " broke the response under way", reason);
   }
   return makeProblem(problems::kClientDisconnect, "the client went away", reason);
 }

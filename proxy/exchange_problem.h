@@ -20,7 +20,7 @@ namespace sluice {
 struct CancelContext {
   std::string_view upstream = "none";  // the current attempt's upstream, else the route's
   std::optional<std::chrono::milliseconds> budget;  // the request's whole budget, if bounded
-  uint32_t attempts = 0;                            // attempts started so far
+  uint32_t attempts = 0;                            // attempts sent so far
 };
 
 /** The problem for a request cancelled with `reason`; `retry_after` where a wait is known. */

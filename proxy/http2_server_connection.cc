@@ -174,17 +174,11 @@ void Http2ServerConnection::Stream::encodeTrailers(HeaderMap&& trailers) {
 
 uint32_t Http2ServerConnection::Stream::cutCode() const {
   // A deliberate cancel (budget, drain) is CANCEL; an upstream that broke
-<<<<<<< HEAD
-  // mid-response is INTERNAL_ERROR. Either way the client knows the response
-  // is incomplete, and the connection's other streams are untouched.
-  const bool cancelled = exchange_ != nullptr && exchange_->cancelled();
-=======
   // mid-response (cancel_reason upstream_reset) is INTERNAL_ERROR. Either way
   // the client knows the response is incomplete, and the connection's other
   // streams are untouched.
   const auto reason = exchange_ != nullptr ? exchange_->cancelReason() : std::nullopt;
   const bool cancelled = reason && *reason != CancelReason::UpstreamReset;
->>>>>>> h-counts
   return cancelled ? NGHTTP2_CANCEL : NGHTTP2_INTERNAL_ERROR;
 }
 

@@ -8,6 +8,7 @@
 // never include it, so the downstream room sits below the exchange room.
 
 #include <cstddef>
+#include <optional>
 
 #include "common/cancel_reason.h"
 #include "common/http_message.h"
@@ -33,8 +34,8 @@ class RequestDecoder {
   virtual void onDownstreamDisconnect(CancelReason reason) = 0;
   /** The client drained its buffer below the low watermark. */
   virtual void onDownstreamWritable() = 0;
-  /** True once the request was cancelled (the codec ends the stream as a cancel). */
-  virtual bool cancelled() const = 0;
+  /** Why the request was cancelled, once it was (the codec picks how to end the stream). */
+  virtual std::optional<CancelReason> cancelReason() const = 0;
 };
 
 }  // namespace sluice

@@ -35,6 +35,8 @@ TEST(ExchangeProblemTest, EveryCancelReasonHasItsAnswer) {
       {CancelReason::Draining, 503, "draining", "draining", true},
       {CancelReason::ClientDisconnect, 499, "client-disconnect", "went away", false},
       {CancelReason::ClientStalled, 499, "client-stalled", "limits.send_timeout", false},
+      {CancelReason::UpstreamReset, 502, "upstream-reset", "upstream openai broke the response",
+       false},
   };
   for (const Row& row : rows) {
     SCOPED_TRACE(std::string(toString(row.reason)));
