@@ -173,8 +173,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& [key, value] : j.items()) {
     if (nlohmann::json(key).dump().find('\\') != std::string::npos) escaped_key = true;
   }
-  // The scan decodes a key's escapes (and compares below by the decoded
-  // key); one it cannot decode makes it decline, and the caller parses fully.
+  // A key whose raw text has an escape (even one decoding to a plain
+  // character) makes the scan decline; the caller then parses fully.
   if (!scanned) {
     if (escaped_key || text.find('\\') != std::string_view::npos) return 0;
     // nlohmann's lexer takes a NUL byte for the end of the input (` {}\n\0 `

@@ -113,28 +113,6 @@ TEST(JsonFieldsTest, StopsWhenTheCallbackSaysSo) {
   EXPECT_EQ(calls, 1);
 }
 
-TEST(JsonFieldsTest, KeysWrittenWithEscapesAreDecodedAsAParserReadsThem) {
-  const std::string text =
-      R"({"mod\u0065l":"a","\"q\\\/\b\f\n\r\t":1,"\u00e9\ud83d\ude00":2,"p\u0000":3})";
-  Members m;
-  ASSERT_TRUE(scan(text, &m));
-  const auto parsed = nlohmann::json::parse(text);
-  ASSERT_EQ(m.size(), parsed.size());
-  for (const auto& [key, value] : m) {
-    ASSERT_TRUE(parsed.contains(key)) << key;
-    EXPECT_EQ(parsed[key], nlohmann::json::parse(value)) << key;
-  }
-  EXPECT_EQ(m[0].first, "model");
-  // What a parser refuses, the scan declines too (the caller parses fully).
-  for (const std::string_view bad :
-       {R"({"mod\x":1})", R"({"\ud800":1})", R"({"\udc00x":1})", R"({"\ud800\u0041":1})",
-        R"({"\u12g4":1})", R"({"a\)", "{\"a\\\x01\":1}"}) {
-    Members ignored;
-    EXPECT_FALSE(scan(bad, &ignored)) << bad;
-    EXPECT_TRUE(nlohmann::json::parse(bad, nullptr, false).is_discarded()) << bad;
-  }
-}
-
 TEST(JsonFieldsTest, EmptyObject) {
   Members m;
   EXPECT_TRUE(scan(" {} ", &m));
@@ -144,7 +122,7 @@ TEST(JsonFieldsTest, EmptyObject) {
 TEST(JsonFieldsTest, RefusesWhatItCannotVouchFor) {
   for (const char* bad : {"", "[]", "\"x\"", "{", R"({"a":1)", R"({"a" 1})", R"({"a":})",
                           R"({"a":1,})", R"({"a":"unterminated})", R"({"a":[1,2})", R"({"a":1}} )",
-                          R"({a:1})", R"({"max\u005x":1})"}) {
+                          R"({a:1})", R"({"max\u005ftokens":1})"}) {
     Members m;
     EXPECT_FALSE(scan(bad, &m)) << bad;
   }
@@ -330,24 +308,7 @@ TEST(JsonFieldsTest, MemberScanMatchesSessionEightsOnRandomObjects) {
     if (rng() % 3 == 0) damage(text, kDamage, rng);
     Members expected, got;
     const bool expected_ok = reference::scan(text, &expected);
-    const bool ok = scan(text, &got);
-    if (ok && !expected_ok) {
-      // The reference declines a key written with escapes; the scan decodes
-      // it. What it reports must then be what a parser reads.
-      ASSERT_NE(text.find('\\'), std::string::npos) << text;
-      const auto parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-      if (parsed.is_discarded()) continue;  // e.g. invalid UTF-8: no parser's reading to compare
-      for (const auto& [key, raw] : got) {
-        ASSERT_TRUE(parsed.contains(key)) << key << " in " << text;
-        size_t times = 0;
-        for (const auto& [k, unused] : got) times += k == key;
-        if (times == 1) {
-          ASSERT_EQ(parsed[key], nlohmann::json::parse(raw)) << text;
-        }
-      }
-      continue;
-    }
-    ASSERT_EQ(ok, expected_ok) << text;
+    ASSERT_EQ(scan(text, &got), expected_ok) << text;
     if (expected_ok) {
       ASSERT_EQ(got, expected) << text;
     }
@@ -1036,21 +997,6 @@ TEST(WithTopLevelStringTest, ReplacesTheMemberAndKeepsEverythingElseByteForByte)
 TEST(WithTopLevelStringTest, ReplacesEveryOccurrenceOfARepeatedKey) {
   EXPECT_EQ(withTopLevelString(R"({"model":1,"x":2,"model":"b"})", "model", "m"),
             R"({"model":"m","x":2,"model":"m"})");
-}
-
-TEST(WithTopLevelStringTest, ReplacesAModelWhoseKeyIsWrittenWithEscapes) {
-  // The upstream's parser reads every one of these keys as "model".
-  for (const std::string key :
-       {R"(mod\u0065l)", R"(\u006d\u006F\u0064\u0065\u006c)", R"(mode\u006C)"}) {
-    const std::string body = R"({"stream":true,")" + key + R"(":"gpt-4o","n":1})";
-    const auto out = withTopLevelString(body, "model", "gpt-4o-mini");
-    ASSERT_TRUE(out.has_value()) << body;
-    EXPECT_EQ(*out, R"({"stream":true,")" + key + R"(":"gpt-4o-mini","n":1})");
-    EXPECT_EQ(nlohmann::json::parse(*out)["model"], "gpt-4o-mini") << *out;
-  }
-  // Plain and escaped together: both are the member (the parser keeps the last).
-  EXPECT_EQ(withTopLevelString(R"({"model":"a","mod\u0065l":"b"})", "model", "m"),
-            R"({"model":"m","mod\u0065l":"m"})");
 }
 
 TEST(WithTopLevelStringTest, LeavesABodyWithoutTheMemberOrNotAnObjectAlone) {
