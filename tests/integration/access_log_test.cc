@@ -458,7 +458,13 @@ pricing:
     TestConnection conn(sluice.port());
     conn.sendRequest(
         "POST", "/v1/chat/completions",
-        {{"x-request-id", "cut"}, {"x-mock-tokens", "50"}, {"x-mock-reset-after-tokens", "3"}},
+        // Tokens 30 ms apart: the reset never shares a read with the first
+        // tokens (that case is a 502 before anything was sent, tested in
+        // http2_upstream_test).
+        {{"x-request-id", "cut"},
+         {"x-mock-tokens", "50"},
+         {"x-mock-token-interval-ms", "30"},
+         {"x-mock-reset-after-tokens", "3"}},
         R"({"model":"gpt-4o-mini","stream":true,"messages":[]})");
     const TestResponse r = conn.readResponse();
     EXPECT_EQ(r.status, 200);
