@@ -456,16 +456,15 @@ pricing:
                    {{"LOG", log_path_}, {"MOCK_URL", mock_.url()}, {"HTTP2", http2}}));
     ASSERT_TRUE(sluice.running());
     TestConnection conn(sluice.port());
-    conn.sendRequest(
-        "POST", "/v1/chat/completions",
-        // Tokens 30 ms apart: the reset never shares a read with the first
-        // tokens (that case is a 502 before anything was sent, tested in
-        // http2_upstream_test).
-        {{"x-request-id", "cut"},
-         {"x-mock-tokens", "50"},
-         {"x-mock-token-interval-ms", "30"},
-         {"x-mock-reset-after-tokens", "3"}},
-        R"({"model":"gpt-4o-mini","stream":true,"messages":[]})");
+    conn.sendRequest("POST", "/v1/chat/completions",
+                     // Tokens 30 ms apart: the reset never shares a read with the first
+                     // tokens (that case is a 502 before anything was sent, tested in
+                     // http2_upstream_test).
+                     {{"x-request-id", "cut"},
+                      {"x-mock-tokens", "50"},
+                      {"x-mock-token-interval-ms", "30"},
+                      {"x-mock-reset-after-tokens", "3"}},
+                     R"({"model":"gpt-4o-mini","stream":true,"messages":[]})");
     const TestResponse r = conn.readResponse();
     EXPECT_EQ(r.status, 200);
     EXPECT_FALSE(r.complete);

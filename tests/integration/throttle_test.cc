@@ -87,7 +87,7 @@ TEST(ThrottleTest, HoldsRequestsSoTheProviderNeverSays429) {
   SluiceUnderTest sluice(config(mock.url(), true));
   const auto result = runAgents(sluice.port(), "on");
   EXPECT_EQ(result.ok, 12) << "429s: " << result.rate_limited << " other: " << result.other << "\n"
-                          << result.refusals;
+                           << result.refusals;
   EXPECT_EQ(mock.answeredWith(429), 0) << mock.ledger().dump();
   EXPECT_EQ(mock.ledger().size(), 12u);
   // Some had to wait for a quota reset.
