@@ -508,6 +508,7 @@ void QuotaTracker::abandon(uint64_t id) {
     auto it = tickets_.find(id);
     if (it == tickets_.end()) return;
     KeyState& key = *it->second.key;
+    setAwaitingFleetLocked(it->second, false);
     Ticket ticket = std::move(it->second);
     eraseTicketLocked(it);
     const MonotonicTime now = clock_.now();
@@ -537,6 +538,7 @@ void QuotaTracker::onAttemptDone(uint64_t id, bool headers_seen) {
     if (it == tickets_.end() || it->second.state != Ticket::State::Admitted) return;
     const int64_t need = it->second.token_need;
     KeyState& key = *it->second.key;
+    setAwaitingFleetLocked(it->second, false);
     tickets_.erase(it);  // (Admitted: it counted in in_flight, not in expired)
     const MonotonicTime now = clock_.now();
     key.last_active = now;
@@ -641,6 +643,7 @@ QuotaTracker::Admission QuotaTracker::deferAdmitted(uint64_t id, MonotonicTime u
   Ticket& ticket = it->second;
   KeyState& key = *ticket.key;
   // Undo its grant (as abandon() does), then back to the head of the FIFO.
+  setAwaitingFleetLocked(ticket, false);
   key.in_flight -= 1;
   key.unanswered = std::max<int64_t>(key.unanswered - 1, 0);
   key.unanswered_tokens = std::max<int64_t>(key.unanswered_tokens - ticket.token_need, 0);
@@ -669,6 +672,32 @@ int64_t QuotaTracker::unansweredTokens(const std::string& key) const {
   std::lock_guard lock(mutex_);
   const auto it = keys_.find(key);
   return it == keys_.end() ? 0 : it->second.unanswered_tokens;
+}
+
+void QuotaTracker::setAwaitingFleetLocked(Ticket& ticket, bool waiting) {
+  if (ticket.awaiting_fleet == waiting) return;
+  ticket.awaiting_fleet = waiting;
+  InFlight& awaiting = ticket.key->awaiting_fleet;
+  const int64_t sign = waiting ? 1 : -1;
+  awaiting.requests += sign;
+  awaiting.tokens += sign * ticket.token_need;
+}
+
+void QuotaTracker::awaitingFleet(uint64_t id, bool waiting) {
+  std::lock_guard lock(mutex_);
+  const auto it = tickets_.find(id);
+  if (it == tickets_.end() || it->second.state != Ticket::State::Admitted) return;
+  setAwaitingFleetLocked(it->second, waiting);
+}
+
+QuotaTracker::InFlight QuotaTracker::fleetUnanswered(const std::string& key_name) const {
+  std::lock_guard lock(mutex_);
+  const auto it = keys_.find(key_name);
+  if (it == keys_.end()) return {};
+  const KeyState& key = it->second;
+  // (unanswered_tokens is partly estimated: never below zero.)
+  return {std::max<int64_t>(key.unanswered - key.awaiting_fleet.requests, 0),
+          std::max<int64_t>(key.unanswered_tokens - key.awaiting_fleet.tokens, 0)};
 }
 
 size_t QuotaTracker::queueDepth() const { return queued_.load(std::memory_order_relaxed); }
