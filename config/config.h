@@ -26,6 +26,7 @@
 #include "filters/circuit_breaker/circuit_breaker_config.h"
 #include "filters/outcome_set.h"
 #include "filters/retry/retry_config.h"
+#include "filters/runs/runs_config.h"
 #include "filters/spend/price_config.h"
 #include "filters/throttle/rate_limit_config.h"
 
@@ -259,6 +260,7 @@ struct Config {
   LimitsConfig limits;
   AccessLogConfig access_log;
   std::optional<SharedStateConfig> shared_state;
+  std::optional<RunsConfig> runs;  // absent = requests are not grouped into runs
 
   std::string source_path;  // the file it came from, for messages and reloads
   // Advice found while loading ("FILE:LINE:COL: key.path: message"): valid,

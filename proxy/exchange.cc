@@ -41,6 +41,8 @@ bool clientStillListening(CancelReason reason) {
     case CancelReason::UpstreamTimeout:
     case CancelReason::Draining:
     case CancelReason::UpstreamReset:
+    case CancelReason::RunCancelled:
+    case CancelReason::RunDeadline:
       return true;
   }
   return false;
@@ -1096,6 +1098,11 @@ std::function<void()> Exchange::crossThreadWaker(std::function<void()> fn) {
   };
 }
 
+void Exchange::recordRun(std::string_view run_id, std::string_view parent_run_id) {
+  run_id_ = std::string(run_id);
+  parent_run_id_ = std::string(parent_run_id);
+}
+
 void Exchange::recordUsage(const AttemptUsage& usage) {
   if (!usage.model.empty()) model_ = std::string(usage.model);
   usage_.input_tokens += usage.input_tokens;
@@ -1139,6 +1146,8 @@ void Exchange::logAccess(int status_code, MonotonicTime now) const {
   r.leaked_usd = usage_.leaked_usd;
   r.bytes_in = intake_.bytesIn();
   r.bytes_out = bytes_out_;
+  r.run_id = run_id_;
+  r.parent_run_id = parent_run_id_;
   log->append(r);
 }
 
@@ -1152,13 +1161,21 @@ void Exchange::disarmTimer(TimerId id) { timers_.disarmCallback(id); }
 
 void Exchange::setDeadline(MonotonicTime deadline) {
   deadline_ = deadline;
+  deadline_reason_ = CancelReason::BudgetExhausted;
+  timers_.arm(ExchangeSlot::Deadline, deadline);
+}
+
+void Exchange::lowerDeadline(MonotonicTime deadline, CancelReason reason) {
+  if (deadline >= deadline_) return;
+  deadline_ = deadline;
+  deadline_reason_ = reason;
   timers_.arm(ExchangeSlot::Deadline, deadline);
 }
 
 void Exchange::onSlot(ExchangeSlot slot) {
   switch (slot) {
     case ExchangeSlot::Deadline:
-      cancel(CancelReason::BudgetExhausted);
+      cancel(deadline_reason_);
       return;
     case ExchangeSlot::Connect:
       failAttempt(AttemptOutcome::connectError(),

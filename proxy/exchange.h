@@ -140,6 +140,7 @@ class Exchange final : public DeferredDeletable,
   const Clock& clock() const override { return host_.dispatcher().clock(); }
   MonotonicTime deadline() const override { return deadline_; }
   void setDeadline(MonotonicTime deadline) override;
+  void lowerDeadline(MonotonicTime deadline, CancelReason reason) override;
   MonotonicTime startTime() const override { return start_; }
   const RequestHead& request() const override { return request_; }
   const RouteRuntime& route() const override { return *route_; }
@@ -155,6 +156,7 @@ class Exchange final : public DeferredDeletable,
   ExchangeState state() const { return state_; }
   std::optional<CancelReason> cancelReason() const override { return cancel_reason_; }
   void recordUsage(const AttemptUsage& usage) override;
+  void recordRun(std::string_view run_id, std::string_view parent_run_id) override;
   ExchangeSnapshot snapshot() const;
   /** The request's x-request-id (kept from the client or generated). */
   const std::string& requestId() const { return identity_.request_id; }
@@ -388,15 +390,19 @@ class Exchange final : public DeferredDeletable,
   // For the access log (DESIGN §7).
   std::optional<MonotonicTime> first_byte_at_;  // first response byte to the client
   std::vector<std::string> retry_causes_;
-  uint64_t bytes_out_ = 0;  // response body bytes handed to the client
-  std::string model_;       // the last attempt's model, as the spend filter read it
-  AttemptUsage usage_;      // summed over attempts (its `model` unused: see model_)
+  uint64_t bytes_out_ = 0;     // response body bytes handed to the client
+  std::string model_;          // the last attempt's model, as the spend filter read it
+  AttemptUsage usage_;         // summed over attempts (its `model` unused: see model_)
+  std::string run_id_;         // the request's run, if a task of one (docs/design.md §9)
+  std::string parent_run_id_;  // and that run's parent
 
   AttemptTarget retry_target_;  // of the RetryDelay slot
   // Every timer of this request: the named slots and the filters' timers,
   // served by one scheduler timer at the earliest.
   ExchangeTimers timers_;
   MonotonicTime deadline_ = MonotonicTime::max();
+  // What reaching deadline_ means: the request's own budget, or its run's deadline.
+  CancelReason deadline_reason_ = CancelReason::BudgetExhausted;
 };
 
 using ExchangePtr = std::unique_ptr<Exchange>;

@@ -23,6 +23,17 @@ void RunTable::setEndingListener(EndingListener listener) {
   on_ending_ = std::move(listener);
 }
 
+void RunTable::setActiveListener(std::function<void(size_t)> listener) {
+  std::lock_guard lock(mutex_);
+  on_active_ = std::move(listener);
+  if (on_active_) on_active_(active_);
+}
+
+void RunTable::setActiveLocked(size_t active) {
+  active_ = active;
+  if (on_active_) on_active_(active_);
+}
+
 RunTable::Run& RunTable::createLocked(const std::string& id, MonotonicTime now) {
   if (runs_.size() >= limits_.max_runs) sweepLocked(now, true);
   while (runs_.size() >= limits_.max_runs && !idle_.empty()) {
@@ -134,7 +145,7 @@ RunTable::Join RunTable::join(const std::string& id, const std::string& parent,
     if (run.state == State::Running) {
       out.task = next_task_++;
       out.deadline = run.deadline;
-      if (run.tasks.empty()) ++active_;
+      if (run.tasks.empty()) setActiveLocked(active_ + 1);
       run.tasks.emplace(out.task, std::move(canceller));
       ++run.tasks_total;
     } else {
@@ -154,7 +165,7 @@ void RunTable::leave(const std::string& id, uint64_t task) {
   Run& run = it->second;
   if (run.tasks.erase(task) == 0) return;
   run.last_active = clock_.now();
-  if (run.tasks.empty()) --active_;
+  if (run.tasks.empty()) setActiveLocked(active_ - 1);
   touchIdleLocked(run);
 }
 

@@ -57,6 +57,8 @@ class RunTable {
   /** New limits (a reload): they apply to runs created from now on, and to expiry. */
   void setLimits(Limits limits);
   void setEndingListener(EndingListener listener);
+  /** Told the number of active runs whenever it changes (under the lock: keep it cheap). */
+  void setActiveListener(std::function<void(size_t)> listener);
 
   /** A task's admission. */
   struct Join {
@@ -135,11 +137,13 @@ class RunTable {
   void eraseLocked(const std::string& id);
   Snapshot snapshotLocked(const Run& run, MonotonicTime now) const;
   void notify(const std::vector<Ending>& endings);
+  void setActiveLocked(size_t active);
 
   const Clock& clock_;
   mutable std::mutex mutex_;
   Limits limits_;
   EndingListener on_ending_;
+  std::function<void(size_t)> on_active_;
   std::unordered_map<std::string, Run> runs_;
   std::list<std::string> idle_;  // runs with nothing in flight, least recently active first
   size_t active_ = 0;            // runs with tasks in flight
