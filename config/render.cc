@@ -188,6 +188,7 @@ nlohmann::json sharedStateToJson(const std::optional<SharedStateConfig>& shared)
   return {{"redis", redis},
           {"prefix", shared->prefix},
           {"timeout", formatDuration(shared->timeout)},
+          {"required", shared->required},
           {"tls", {{"verify", tls.verify}, {"ca_file", tls.ca_file}, {"sni", tls.sni}}}};
 }
 

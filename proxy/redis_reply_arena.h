@@ -30,6 +30,16 @@ class RedisReplyArena {
   };
   using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
 
+  /**
+   * What one reply may hold; past any of these the reader fails (as on a
+   * failed allocation) and RedisClient drops the connection. No reply of
+   * sluice's scripts has more than six values or one level of arrays.
+   */
+  static constexpr size_t kMaxBulkBytes = 64 * 1024;  // one string, status or error
+  static constexpr int kMaxArrayElements = 4096;
+  static constexpr int kMaxNesting = 4;  // arrays within arrays (the outermost is 1)
+  static constexpr size_t kMaxReplyValues = 16384;
+
   RedisReplyArena() = default;
   RedisReplyArena(const RedisReplyArena&) = delete;
   RedisReplyArena& operator=(const RedisReplyArena&) = delete;
