@@ -39,6 +39,13 @@ class Server {
    * users need not know). Logs the config's warnings (e.g. `tls.verify: false`) to stderr.
    */
   bool start(std::string* error);
+  /**
+   * `--check-config`: everything start() would load from files, loaded the
+   * same way (TLS certificates, keys and CA files of listeners, upstreams and
+   * shared_state, the access log's file), binding nothing. False + the
+   * message start() would give.
+   */
+  static bool check(const config::ConfigPtr& config, std::string* error);
   /** Stops everything at once (in-flight exchanges are cancelled with `draining`). */
   void stop();
 
