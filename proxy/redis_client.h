@@ -30,7 +30,8 @@
 // What Redis sends is bounded (a hostile or broken server must not grow
 // memory without bound): a bulk string of at most 64 KiB, an array of at
 // most 4096 elements, arrays nested at most 4 deep, at most 16384 values in
-// one reply (RedisReplyArena refuses more), and at most kMaxBufferedBytes
+// one reply holding at most 256 KiB of strings in all (RedisReplyArena
+// refuses more), and at most kMaxBufferedBytes
 // (256 KiB) read but not yet parsed into whole replies. Past any of them the connection is
 // dropped and counted as op "protocol". Each is far above what sluice's own
 // scripts return (at most six values, one level of nesting).
@@ -86,7 +87,7 @@ class RedisClient final : private SocketIoCallbacks {
   /**
    * Read but not yet whole replies, at most (the per-value limits are
    * RedisReplyArena's: kMaxBulkBytes, kMaxArrayElements, kMaxNesting,
-   * kMaxReplyValues).
+   * kMaxReplyValues, kMaxReplyBytes).
    */
   static constexpr size_t kMaxBufferedBytes = 256 * 1024;
 

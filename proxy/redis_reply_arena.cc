@@ -30,6 +30,7 @@ const redisReply* RedisReplyArena::reply(void* obj) { return &static_cast<Node*>
 
 void RedisReplyArena::reset() {
   used_ = 0;
+  bytes_ = 0;
   if (!oversized_) return;
   oversized_ = false;
   for (size_t i = 0; i < nodes_.size() && i < kKeepNodes; ++i) {
@@ -70,10 +71,12 @@ RedisReplyArena::Node* RedisReplyArena::take(const redisReadTask* task, int type
 
 void* RedisReplyArena::createString(const redisReadTask* task, char* str, size_t len) {
   if (len > kMaxBulkBytes) return nullptr;
+  if (rootArena(task).bytes_ + len > kMaxReplyBytes) return nullptr;
   try {
     // The task's type: a string, a status or an error.
     Node* node = take(task, task->type);
     if (node == nullptr) return nullptr;
+    rootArena(task).bytes_ += len;
     node->text.assign(str, len);
     if (len > kKeepBytes) rootArena(task).oversized_ = true;
     node->reply.str = node->text.data();

@@ -39,6 +39,9 @@ class RedisReplyArena {
   static constexpr int kMaxArrayElements = 4096;
   static constexpr int kMaxNesting = 4;  // arrays within arrays (the outermost is 1)
   static constexpr size_t kMaxReplyValues = 16384;
+  // Every string, status and error of one reply together: without it the
+  // limits above would let one reply hold 16384 x 64 KiB.
+  static constexpr size_t kMaxReplyBytes = 256 * 1024;
 
   RedisReplyArena() = default;
   RedisReplyArena(const RedisReplyArena&) = delete;
@@ -92,6 +95,7 @@ class RedisReplyArena {
 
   std::vector<std::unique_ptr<Node>> nodes_;  // [0, used_) in use
   size_t used_ = 0;
+  size_t bytes_ = 0;        // string bytes built since the last reset
   bool oversized_ = false;  // something to give back on reset()
 };
 
