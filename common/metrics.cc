@@ -406,6 +406,7 @@ prometheus::Counter& RouteMetrics::leakedSpend(const std::string& model,
 prometheus::Counter& Metrics::SharedStateSeries::errors(std::string_view op) const {
   if (op == "quota") return *quota_errors;
   if (op == "circuit") return *circuit_errors;
+  if (op == "protocol") return *protocol_errors;
   return *connect_errors;
 }
 
@@ -415,6 +416,7 @@ const Metrics::SharedStateSeries& Metrics::sharedState() {
     shared_state_.quota_errors = &shared_state_errors.Add({{"op", "quota"}});
     shared_state_.circuit_errors = &shared_state_errors.Add({{"op", "circuit"}});
     shared_state_.connect_errors = &shared_state_errors.Add({{"op", "connect"}});
+    shared_state_.protocol_errors = &shared_state_errors.Add({{"op", "protocol"}});
   });
   return shared_state_;
 }

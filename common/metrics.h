@@ -259,7 +259,11 @@ class Metrics {
     prometheus::Counter* quota_errors = nullptr;
     prometheus::Counter* circuit_errors = nullptr;
     prometheus::Counter* connect_errors = nullptr;
-    /** The counter of `op` ("quota", "circuit", anything else counts as "connect"). */
+    prometheus::Counter* protocol_errors = nullptr;  // a reply past the limits, or not RESP
+    /**
+     * The counter of `op` ("quota", "circuit", "protocol", anything else
+     * counts as "connect").
+     */
     prometheus::Counter& errors(std::string_view op) const;
   };
   /**

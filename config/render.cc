@@ -203,6 +203,7 @@ nlohmann::json sharedStateToJson(const std::optional<SharedStateConfig>& shared)
   return {{"redis", redis},
           {"prefix", shared->prefix},
           {"timeout", formatDuration(shared->timeout)},
+          {"required", shared->required},
           {"tls", clientTlsToJson(tls)}};
 }
 

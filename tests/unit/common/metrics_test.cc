@@ -176,7 +176,7 @@ void exerciseEverything(RouteMetrics& route, UpstreamMetrics& upstream, Endpoint
 void exerciseSharedState(Metrics& metrics) {
   const auto& shared = metrics.sharedState();
   shared.up->Set(1);
-  for (const char* op : {"quota", "circuit", "connect"}) shared.errors(op).Increment();
+  for (const char* op : {"quota", "circuit", "connect", "protocol"}) shared.errors(op).Increment();
 }
 
 class MetricsTest : public ::testing::Test {

@@ -977,6 +977,9 @@ routes:
     {"SharedStateZeroTimeout",
      "listen: 127.0.0.1:8080\nshared_state: {redis: \"redis://h\", timeout: 0s}\n",
      "test.yaml:2:45: shared_state.timeout: must be greater than 0s"},
+    {"SharedStateRequiredNotABool",
+     "listen: 127.0.0.1:8080\nshared_state: {redis: \"redis://h\", required: yes}\n",
+     R"(test.yaml:2:46: shared_state.required: expected true or false, got "yes")"},
 
     // --- limits (a contract addition)
     {"LimitsUnknownKey", "listen: 127.0.0.1:8080\nlimits:\n  max_header: 8KiB\n",
