@@ -502,7 +502,7 @@ def scenario_e(session, peer, duration, tmp):
 # (never exhausted), so every answer feeds the throttle a request quota and,
 # with shared state on, every admitted request takes its slot in Redis.
 R_HEADERS = dict(COMMON_HEADERS, **{"x-mock-quota": "100000000/60000"})
-# shared_state.timeout: DESIGN §6's default.
+# shared_state.timeout: docs/design.md §6's default.
 R_REDIS_TIMEOUT = "50ms"
 # R's latency phase runs at this fraction of the slower instance's closed-loop
 # req/s: well below saturation (B uses 0.5; here redis-server shares the load
@@ -1579,7 +1579,7 @@ def evaluate(res):
     if e:
         r1 = ratio(med(e, "sluice", "rps"), med(e, "nghttpx", "rps"))
         r2 = ratio(med(e, "nghttpx", "proxy_cpu_us_per_req"), med(e, "sluice", "proxy_cpu_us_per_req"))
-        # Issue 18's line (issue 5's was 0.8×): req/s and CPU per request both.
+        # The target: req/s and CPU per request both (the earlier one was 0.8× req/s).
         t["E"] = {"target": "sluice ≥ 1.0× nghttpx (req/s and CPU per request)",
                   "result": f"req/s ratio {fmt(r1, '', 2)}×; CPU-per-request ratio (nghttpx / sluice) {fmt(r2, '', 2)}×",
                   "verdict": verdict(None if r1 is None else (r1 >= 1.0 and (r2 or 0) >= 1.0))}

@@ -1,6 +1,6 @@
 #pragma once
 
-// One upstream attempt's end, and the decision taken on it (DESIGN.md §1, §3).
+// One upstream attempt's end, and the decision taken on it (docs/design.md §1, §3).
 //
 // When an attempt ends — its response completed, the transport failed, a
 // timer fired, sluice tore it down — the Exchange describes the ending in one
@@ -102,7 +102,7 @@ struct AttemptEnd {
 };
 
 /**
- * Where the next attempt goes (DESIGN §5), routed by Exchange::startAttempt().
+ * Where the next attempt goes (docs/design.md §5), routed by Exchange::startAttempt().
  * Any attempt to the same upstream prefers another endpoint than the one the
  * last attempt failed on, when one is available.
  */

@@ -1,6 +1,6 @@
 #pragma once
 
-// Why an Exchange stopped before completing (DESIGN.md §4). The set is closed:
+// Why an Exchange stopped before completing (docs/design.md §4). The set is closed:
 // these strings are metric label values and appear in problem+json bodies.
 
 #include <optional>

@@ -1,6 +1,6 @@
 #pragma once
 
-// sluice's Prometheus metrics (DESIGN.md §4), built once.
+// sluice's Prometheus metrics (docs/design.md §4), built once.
 //
 // `Metrics` owns the registry and every family. Per-route and per-upstream
 // handle sets (`RouteMetrics`, `UpstreamMetrics`) are resolved once when a
@@ -61,7 +61,7 @@ class Metrics;
 
 /** Handles for one upstream. Thread-safe; shared by all workers. */
 /**
- * Handles for one endpoint of an upstream (DESIGN §5): the series whose
+ * Handles for one endpoint of an upstream (docs/design.md §5): the series whose
  * state is kept per endpoint. Thread-safe; shared by all workers.
  */
 class EndpointMetrics {
@@ -130,7 +130,7 @@ class RouteMetrics {
   /** sluice_retries_total{route,upstream,cause}. */
   prometheus::Counter& retries(const std::string& cause);
   /**
-   * sluice_fallbacks_total{route,from,to,cause} (DESIGN §5): one spill-over
+   * sluice_fallbacks_total{route,from,to,cause} (docs/design.md §5): one spill-over
    * from upstream `from` to `to`. Bounded: upstream pairs of the route's
    * chain times a handful of causes.
    */
@@ -184,7 +184,7 @@ class RouteMetrics {
   std::map<std::string, prometheus::Counter*> lazy_;
 };
 
-/** The registry and every metric family of DESIGN.md §4. */
+/** The registry and every metric family of docs/design.md §4. */
 class Metrics {
   // Declared first: the family references below are built from it.
   std::shared_ptr<prometheus::Registry> registry_;
@@ -217,7 +217,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& endpoint_circuit_state;
   prometheus::Family<prometheus::Histogram>& time_to_first_byte;
   prometheus::Family<prometheus::Gauge>& build_info;
-  // Not in DESIGN §4 (README "Operating sluice"): config reloads by result.
+  // Not in docs/design.md §4 (README "Operating sluice"): config reloads by result.
   prometheus::Family<prometheus::Counter>& config_reloads;
   prometheus::Family<prometheus::Gauge>& config_last_reload_success;
 
@@ -228,7 +228,7 @@ class Metrics {
   void countReload(bool accepted);
 
   prometheus::Family<prometheus::Counter>& downstream_rejections;
-  // Not in DESIGN §4 (README "Access log"): lines the access log could not write.
+  // Not in docs/design.md §4 (README "Access log"): lines the access log could not write.
   prometheus::Family<prometheus::Counter>& access_log_dropped;
   prometheus::Counter& accessLogDropped() { return *access_log_dropped_; }
 
@@ -242,7 +242,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& request_body_buffered;
   prometheus::Gauge& requestBodyBuffered() { return *request_body_buffered_bytes_; }
 
-  /** sluice_shared_state_up and sluice_shared_state_errors_total{op} (DESIGN §4, §6). */
+  /** sluice_shared_state_up and sluice_shared_state_errors_total{op} (docs/design.md §4, §6). */
   prometheus::Family<prometheus::Gauge>& shared_state_up;
   prometheus::Family<prometheus::Counter>& shared_state_errors;
   /** sluice_runs_active and sluice_run_endings_total{reason} (docs/design.md §9). */

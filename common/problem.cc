@@ -21,7 +21,7 @@ std::string dump(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-/** The `error` member the provider SDKs read (DESIGN.md §8). */
+/** The `error` member the provider SDKs read (docs/design.md §8). */
 nlohmann::json errorMember(const Problem& p) {
   nlohmann::json e;
   e["message"] = errorMessage(p);

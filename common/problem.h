@@ -1,6 +1,6 @@
 #pragma once
 
-// Errors sluice makes itself (DESIGN.md §3, §8). Every one is an RFC 9457
+// Errors sluice makes itself (docs/design.md §3, §8). Every one is an RFC 9457
 // `application/problem+json` body —
 //   {"type","title","status","detail","cancel_reason","is_retriable","error"}
 // — whose `error` member has the provider SDKs' shape,

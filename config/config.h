@@ -1,6 +1,6 @@
 #pragma once
 
-// sluice's configuration as plain structs: the whole schema of DESIGN.md §2.
+// sluice's configuration as plain structs: the whole schema of docs/design.md §2.
 //
 // The loader (config/loader.h) decodes one YAML file into a `Config` and
 // validates it strictly; everything downstream reads these structs and never
@@ -101,7 +101,7 @@ struct UpstreamUrl {
 };
 
 /**
- * One of an upstream's `endpoints` (DESIGN §5): where the one API is
+ * One of an upstream's `endpoints` (docs/design.md §5): where the one API is
  * reachable. `url: X` on the upstream is the shorthand for one endpoint.
  */
 struct EndpointConfig {
@@ -130,7 +130,7 @@ struct RouteMatch {
   std::string path_prefix = "/";
   std::vector<std::string> methods;  // upper-case
   // A shell glob on the JSON body's top-level "model"; "" = any request. A
-  // route with a model glob is matched once the body is in (DESIGN §5).
+  // route with a model glob is matched once the body is in (docs/design.md §5).
   std::string model;
 };
 
@@ -156,7 +156,7 @@ struct FallbackOn {
 /**
  * `routes[].fallback_wait`: when the current upstream's quota is spent but
  * frees up within the budget, `prefer` waits for it and `avoid` spills over
- * to the next fallback at once (a contract addition, DESIGN §5).
+ * to the next fallback at once (a contract addition, docs/design.md §5).
  */
 enum class FallbackWait { Prefer, Avoid };
 
@@ -200,7 +200,7 @@ struct LimitsConfig {
 };
 
 /**
- * `access_log` (DESIGN §7): one JSON line per finished request. `path` is
+ * `access_log` (docs/design.md §7): one JSON line per finished request. `path` is
  * `off` (the default), `stdout` or a file (appended to, reopened on SIGHUP).
  * `format` is `json`, the only format.
  */
@@ -226,7 +226,7 @@ struct RedisUrl {
 };
 
 /**
- * `shared_state` (DESIGN §6): quota and circuit state shared by every replica
+ * `shared_state` (docs/design.md §6): quota and circuit state shared by every replica
  * through Redis. Absent = local state only (the default).
  */
 struct SharedStateConfig {

@@ -1,6 +1,6 @@
 #pragma once
 
-// Loads sluice's YAML config (DESIGN.md §2) into the plain structs of
+// Loads sluice's YAML config (docs/design.md §2) into the plain structs of
 // config/config.h, validating strictly.
 //
 // Every problem is reported as one ConfigError naming the file, the 1-based
@@ -11,7 +11,7 @@
 // `${VAR}` in any scalar value expands from the environment before the value
 // is interpreted; an unset variable is an error; `$$` is a literal `$`.
 //
-// Where DESIGN.md §2 is silent, the loader decides:
+// Where docs/design.md §2 is silent, the loader decides:
 // - Positions: a value error points at the value; an unknown or duplicate key
 //   at the key; a missing required key at its parent mapping (path = the
 //   missing key); an empty value (`admin:`) at its key. Cross-field checks

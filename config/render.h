@@ -4,7 +4,7 @@
 // Durations and sizes are written by formatDuration() / formatSize()
 // (common/yaml/value_parsers.h), the loader's messages' syntax.
 //
-// The JSON uses the YAML schema's key names (DESIGN.md §2), so what an
+// The JSON uses the YAML schema's key names (docs/design.md §2), so what an
 // operator reads on `/config` maps one-to-one onto the file they wrote,
 // with every default filled in. Secrets are never rendered.
 

@@ -7,7 +7,7 @@
 // they ask the Exchange (armTimer), so cancelling the Exchange stops
 // everything a filter started.
 //
-// Order of calls for one request (DESIGN.md §1):
+// Order of calls for one request (docs/design.md §1):
 //   decodeHeaders → decodeComplete                  once per request
 //   { beforeAttempt → encodeHeaders → encodeData*
 //     → decideAttempt (each filter, table order) → onAttemptDone }   per attempt
@@ -44,7 +44,7 @@ class QuotaTracker;
 struct RouteRuntime;
 
 /**
- * Where one attempt goes (DESIGN §5): an endpoint of an upstream, and the
+ * Where one attempt goes (docs/design.md §5): an endpoint of an upstream, and the
  * shared state the filters consult for it — its circuit, its quota — which
  * is kept per endpoint. The Exchange chooses it before the per-attempt chain
  * runs (proxy/endpoint_picker.h); it may differ from attempt to attempt
@@ -225,7 +225,7 @@ class StreamFilter {
    * sluice is about to answer with `problem` itself (a cancel, a failed
    * attempt, a filter's own reply), as Envoy passes local replies through
    * the encoder filters. A filter may amend it: the retry filter clears
-   * `is_retriable` when a client retry cannot help (DESIGN.md §3, §8).
+   * `is_retriable` when a client retry cannot help (docs/design.md §3, §8).
    */
   virtual void encodeLocalReply(Problem& /*problem*/) {}
   /** The Exchange is ending: drop anything asynchronous. Always called, once. */

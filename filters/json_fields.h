@@ -67,7 +67,7 @@ bool scanTopLevelMembers(std::string_view text, MemberVisitor on_member);
  * `text` with the value of its top-level member `key` replaced by the JSON
  * string `value` (every occurrence, should the key repeat, however the key
  * is spelled: `"mod\u0065l"` is `model`), everything else
- * byte for byte as it was: a fallback's `model` rewrite (DESIGN §5), which
+ * byte for byte as it was: a fallback's `model` rewrite (docs/design.md §5), which
  * keeps `stream` and every other member as the client sent them. `value`
  * must need no escaping (the config refuses quotes, backslashes and control
  * characters). nullopt when `text` is not an object the scan vouches for, or

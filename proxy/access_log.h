@@ -1,6 +1,6 @@
 #pragma once
 
-// The access log (DESIGN.md §7): one JSON object per finished request,
+// The access log (docs/design.md §7): one JSON object per finished request,
 // written off the request path.
 //
 //   Exchange::finish ──AccessRecord──► AccessLogBuffer (per worker: render, append)
@@ -70,7 +70,7 @@ struct AccessRecord {
   std::string_view parent_run_id;  // that run's parent run; "" = null
 };
 
-/** Appends `r` as one JSON line (fields in DESIGN §7 order, '\n' included) to `out`. */
+/** Appends `r` as one JSON line (fields in docs/design.md §7 order, '\n' included) to `out`. */
 void renderAccessRecord(const AccessRecord& r, std::string& out);
 
 /**

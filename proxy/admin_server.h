@@ -1,6 +1,6 @@
 #pragma once
 
-// The admin HTTP server (DESIGN.md §2 `admin`), on its own thread with its own
+// The admin HTTP server (docs/design.md §2 `admin`), on its own thread with its own
 // event loop so a slow scrape can never stall proxy traffic:
 //   GET  /metrics    Prometheus text exposition
 //   GET  /ready      200 while serving, 503 once draining

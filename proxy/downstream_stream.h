@@ -48,7 +48,7 @@ class DownstreamStream {
   /**
    * Aborts a response already under way like resetStream(), but only after
    * what is buffered and then `final_bytes` (body bytes: a final SSE error
-   * event, DESIGN.md §8) have been written: HTTP/1.1 closes once its output
+   * event, docs/design.md §8) have been written: HTTP/1.1 closes once its output
    * drained, without the terminating chunk; HTTP/2 sends RST_STREAM after the
    * DATA frame that carries the last byte. The client still sees a truncated
    * response. Call it only when canWriteWithoutWaiting(final_bytes.size()).

@@ -1,6 +1,6 @@
 #pragma once
 
-// Choosing the endpoint of an upstream for one attempt (DESIGN §5).
+// Choosing the endpoint of an upstream for one attempt (docs/design.md §5).
 //
 // Among the lowest priority level that has an available endpoint (circuit
 // not open, quota admits now), pick by weighted least outstanding requests

@@ -450,7 +450,7 @@ Exchange::EndpointChoice Exchange::chooseEndpoint(const UpstreamRuntime& upstrea
 
 bool Exchange::fallbackAllowed() const {
   if (route_->config == nullptr || chain_index_ + 1 >= route_->chain.size()) return false;
-  // The rules of a retry (DESIGN §5): nothing reached the client yet, the
+  // The rules of a retry (docs/design.md §5): nothing reached the client yet, the
   // body can be sent again, and the request is safe to repeat.
   return !finished_ && !response_started_ && !discarding_ && state_ != ExchangeState::Cancelling &&
          intake_.requestComplete() && !intake_.body().streaming() && intake_.body().replayable() &&

@@ -1,6 +1,6 @@
 #pragma once
 
-// The Exchange: the single owner of one client request (DESIGN.md §1).
+// The Exchange: the single owner of one client request (docs/design.md §1).
 //
 // It owns the cancel token (cancel(), first cause wins), the deadline, every
 // timer of the request (one libevent timer armed at the earliest of them, as
@@ -64,7 +64,7 @@ class ExchangeHost {
   virtual void retire(Exchange& exchange) = 0;
   /** True while exchange `id` exists on this host and has not finished. */
   virtual bool alive(uint64_t id) const = 0;
-  /** This worker's source of request and trace ids (DESIGN §7). */
+  /** This worker's source of request and trace ids (docs/design.md §7). */
   virtual IdGenerator& ids() = 0;
   /** This worker's access log buffer; null while the access log is off. */
   virtual AccessLogBuffer* accessLog() = 0;
@@ -179,7 +179,7 @@ class Exchange final : public DeferredDeletable,
     return awaiting_model_ && (intake_.requestComplete() || intake_.body().streaming());
   }
   /**
-   * Matches the route again with the body's top-level "model" (DESIGN §5,
+   * Matches the route again with the body's top-level "model" (docs/design.md §5,
    * `match.model`), switches to the route that matches (or answers 404),
    * then runs the request's filters from the start.
    */
@@ -197,7 +197,7 @@ class Exchange final : public DeferredDeletable,
                   std::optional<std::chrono::milliseconds> retry_after = std::nullopt);
   /**
    * Starts the next attempt toward `target`: resets the per-attempt state,
-   * chooses the upstream of the route's chain and its endpoint (DESIGN §5:
+   * chooses the upstream of the route's chain and its endpoint (docs/design.md §5:
    * NextFallback moves one step down the chain; an upstream none of whose
    * endpoints is available now is skipped when the route falls back on why),
    * rewrites the request for them and runs the per-attempt chain
@@ -259,7 +259,7 @@ class Exchange final : public DeferredDeletable,
   void armFirstByteTimer();
   /**
    * The one SSE error event that precedes a cut of the response under way
-   * (DESIGN.md §8), or "" when none can be written: not an event stream of a
+   * (docs/design.md §8), or "" when none can be written: not an event stream of a
    * known dialect, the forwarded bytes end inside an event, or the client
    * cannot take it without waiting. Sets cut_flushes_ when there is one, so
    * the spend meter counts what is buffered as delivered.
@@ -371,7 +371,7 @@ class Exchange final : public DeferredDeletable,
   // log): not one refused or dropped before it was sent (circuit, throttle).
   uint32_t attempts_sent_ = 0;
   Attempt attempt_;
-  // The route's chain (DESIGN §5): route_->chain[chain_index_] takes the attempts.
+  // The route's chain (docs/design.md §5): route_->chain[chain_index_] takes the attempts.
   size_t chain_index_ = 0;
   // Endpoints of route_->chain[chain_index_] an attempt of this request failed on.
   std::vector<const EndpointRuntime*> failed_endpoints_;
@@ -387,7 +387,7 @@ class Exchange final : public DeferredDeletable,
   uint64_t response_bytes_ = 0;
   uint64_t undelivered_at_disconnect_ = 0;  // still buffered in sluice when the client left
 
-  // For the access log (DESIGN §7).
+  // For the access log (docs/design.md §7).
   std::optional<MonotonicTime> first_byte_at_;  // first response byte to the client
   std::vector<std::string> retry_causes_;
   uint64_t bytes_out_ = 0;     // response body bytes handed to the client

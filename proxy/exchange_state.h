@@ -1,6 +1,6 @@
 #pragma once
 
-// The Exchange lifecycle as an explicit transition table (DESIGN.md §1):
+// The Exchange lifecycle as an explicit transition table (docs/design.md §1):
 //
 //   queued → running ⇄ backing_off → completed | failed | cancelling → cancelled
 //

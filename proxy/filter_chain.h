@@ -2,7 +2,7 @@
 
 // Builds a route's filter chain from one explicit, ordered table
 // (filter_chain.cc). No self-registering factories: reading the table tells
-// you every filter sluice runs and in which order (DESIGN.md §1).
+// you every filter sluice runs and in which order (docs/design.md §1).
 
 #include <array>
 #include <cstddef>

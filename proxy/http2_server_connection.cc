@@ -379,7 +379,7 @@ void Http2ServerConnection::onRead() {
       evbuffer_drain(input, static_cast<size_t>(rv));
     }
     if (goaway_received_) {
-      // DESIGN §3: GOAWAY from the client is a disconnect of all its requests.
+      // docs/design.md §3: GOAWAY from the client is a disconnect of all its requests.
       disconnectAll();
       nghttp2_session_terminate_session(session_.get(), NGHTTP2_NO_ERROR);
       closeAfterFlush();

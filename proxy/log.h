@@ -1,6 +1,6 @@
 #pragma once
 
-// Operational logs (DESIGN.md §7): one JSON object per line on stderr, with
+// Operational logs (docs/design.md §7): one JSON object per line on stderr, with
 // `ts`, `level` and the human message in `msg`, then the event's own fields:
 //
 //   {"ts":"2026-01-01T00:00:00.000Z","level":"info","msg":"sluice: config reloaded from

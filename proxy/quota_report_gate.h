@@ -1,6 +1,6 @@
 #pragma once
 
-// Which of a replica's quota reports can change the fleet's state (DESIGN §6;
+// Which of a replica's quota reports can change the fleet's state (docs/design.md §6;
 // the per-request cost of shared state). Every admitted request already took
 // its slot from the fleet's count (the reserve script), and the observe
 // script keeps, within one window, the lowest count it was told. So a

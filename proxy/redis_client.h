@@ -1,6 +1,6 @@
 #pragma once
 
-// An asynchronous Redis connection on one worker's event loop (DESIGN §6).
+// An asynchronous Redis connection on one worker's event loop (docs/design.md §6).
 // Nothing here ever blocks the loop: the host name is resolved with the
 // dispatcher's evdns, and the connect, the handshake (AUTH, SELECT, SCRIPT
 // LOAD, PING) and every command are bounded by `shared_state.timeout`.

@@ -1,7 +1,7 @@
 #pragma once
 
 // Reply objects for hiredis's reader, built in memory that is reused from one
-// reply to the next (DESIGN §6, PROFILE.md "Sixth round").
+// reply to the next (docs/design.md §6, PROFILE.md "Sixth round").
 //
 // hiredis's default reader allocates a `redisReply` per value and another
 // block for each array's element vector, and freeReplyObject frees them all:

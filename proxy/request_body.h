@@ -60,7 +60,7 @@ void freeBodyBlock(void* p, size_t bytes);
 /**
  * The allocator of request body blocks: a block of kMappedBodyBlockBytes or more gets
  * its own anonymous mapping, unmapped the moment it is freed, so a burst of
- * big uploads leaves nothing resident once the bodies are gone (issue 13)
+ * big uploads leaves nothing resident once the bodies are gone
  * whatever the process's malloc keeps for reuse (mimalloc holds freed spans
  * until the thread allocates again; glibc needs its mmap threshold pinned,
  * Server does that). Smaller blocks come from malloc as before.

@@ -1,6 +1,6 @@
 #pragma once
 
-// Request identity (DESIGN.md §7): the `x-request-id` every request carries
+// Request identity (docs/design.md §7): the `x-request-id` every request carries
 // through sluice, and the W3C Trace Context `traceparent` it belongs to.
 //
 // - x-request-id: the client's value is kept when it is well-formed
@@ -105,7 +105,7 @@ struct RequestIdentity {
 };
 
 /**
- * Applies DESIGN §7 to a client request's headers in place: keeps or
+ * Applies docs/design.md §7 to a client request's headers in place: keeps or
  * replaces `x-request-id`, keeps or starts `traceparent` (a repeated header
  * counts as invalid). Returns the ids the request now carries.
  */

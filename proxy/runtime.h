@@ -49,7 +49,7 @@ class UpstreamCircuitState {
   std::vector<prometheus::Gauge*> endpoints_;
 };
 
-/** One endpoint of an upstream (DESIGN §5): its state, shared by all workers. */
+/** One endpoint of an upstream (docs/design.md §5): its state, shared by all workers. */
 struct EndpointRuntime {
   const config::EndpointConfig* config = nullptr;
   size_t pool_index = 0;  // this endpoint's pool in each worker (Runtime::poolCount())
@@ -60,7 +60,7 @@ struct EndpointRuntime {
   // forgets a spent quota.
   std::shared_ptr<CircuitBreaker> breaker;
   std::shared_ptr<QuotaTracker> quota;  // null when `rate_limit` is absent
-  // The fleet's side of `quota` (DESIGN §6); null without `shared_state`.
+  // The fleet's side of `quota` (docs/design.md §6); null without `shared_state`.
   std::shared_ptr<GlobalQuota> global_quota;
   // What the filters see of an attempt sent here (pointers into the above).
   AttemptDestination destination;
@@ -88,7 +88,7 @@ struct RouteRuntime {
   const Runtime* runtime = nullptr;             // the runtime this route belongs to
   const config::RouteConfig* config = nullptr;  // null for the "no route" pseudo-route
   const UpstreamRuntime* upstream = nullptr;    // null for the "no route" pseudo-route
-  // The upstream, then its `fallback` upstreams in order (DESIGN §5); empty
+  // The upstream, then its `fallback` upstreams in order (docs/design.md §5); empty
   // for the "no route" pseudo-route.
   std::vector<const UpstreamRuntime*> chain;
   std::unique_ptr<RouteMetrics> metrics;
@@ -113,7 +113,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
                                               SharedState* shared = nullptr);
 
   /**
-   * First route whose path prefix and method match (DESIGN §2) and, when it
+   * First route whose path prefix and method match (docs/design.md §2) and, when it
    * has a `match.model` glob, whose glob matches `model` (the body's
    * top-level "model"; "" when it has none), else null. With `model` null
    * (the body is not in yet) a route with a model glob matches on path and

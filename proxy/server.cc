@@ -24,7 +24,7 @@ namespace {
  * glibc raises its mmap threshold to the size of the largest block freed (up
  * to 32 MiB), so after one big request body the next ones come from the heap,
  * whose free space is seldom given back: four 60 MiB uploads left 137 MB
- * resident after they closed (issue 13). A fixed threshold keeps every block
+ * resident after they closed. A fixed threshold keeps every block
  * of 256 KiB or more — big request bodies — in its own mapping, returned to
  * the OS the moment it is freed. Small blocks (streamed body chunks, buffers)
  * stay on the heap as before.

@@ -50,7 +50,7 @@ class Server {
   void stop();
 
   /**
-   * Graceful drain (DESIGN §3): /ready turns 503, listeners close, in-flight
+   * Graceful drain (docs/design.md §3): /ready turns 503, listeners close, in-flight
    * exchanges get `drain_timeout` to finish, the rest are cancelled with
    * `draining`. Returns when no exchange is left, with the number of
    * exchanges that were still in flight at the deadline and got cancelled.

@@ -1,6 +1,6 @@
 #pragma once
 
-// Shared state across replicas (DESIGN §6): the Redis side of GlobalQuota and
+// Shared state across replicas (docs/design.md §6): the Redis side of GlobalQuota and
 // GlobalCircuit, for one sluice process.
 //
 // One RedisClient per worker, on that worker's own event loop: a request's

@@ -5,7 +5,7 @@
 // response, or reset() — cancel, error, timeout — which tears it down at once
 // so the upstream sees it and stops generating (and billing).
 //
-// The pool speaks the upstream's protocol (`http2`, DESIGN §2):
+// The pool speaks the upstream's protocol (`http2`, docs/design.md §2):
 //   off                  HTTP/1.1 keep-alive connections, one request each at a time.
 //   on                   HTTP/2: h2c with prior knowledge on http://, ALPN h2 on https://.
 //   auto, http://        HTTP/1.1 (there is no ALPN to ask).

@@ -45,7 +45,7 @@ std::optional<Duration> parseDuration(std::string_view text, std::string* error 
 std::optional<uint64_t> parseSize(std::string_view text, std::string* error = nullptr);
 
 /**
- * A duration in the loader's syntax, as DESIGN.md writes them: whole seconds
+ * A duration in the loader's syntax, as docs/design.md writes them: whole seconds
  * as "0s", "30s", "120s", "3600s"; anything finer in milliseconds ("250ms",
  * "1500ms"). One unit only, so values compare easily. Round-trips through
  * parseDuration().

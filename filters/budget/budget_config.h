@@ -1,6 +1,6 @@
 #pragma once
 
-// `routes[].budget` (DESIGN §2, §3 "Budget"): the route's time budget, and
+// `routes[].budget` (docs/design.md §2, §3 "Budget"): the route's time budget, and
 // its YAML decoder. config/config.h composes it into RouteConfig.
 
 #include <chrono>

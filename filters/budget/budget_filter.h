@@ -1,6 +1,6 @@
 #pragma once
 
-// The budget filter (DESIGN.md §3 "Budget"): one deadline per request, from
+// The budget filter (docs/design.md §3 "Budget"): one deadline per request, from
 // the moment its headers arrived, covering queueing, every attempt, every
 // backoff and the streaming of the response.
 //

@@ -1,6 +1,6 @@
 #pragma once
 
-// A per-upstream circuit breaker (DESIGN.md §3 "Circuit breakers"), shared by
+// A per-upstream circuit breaker (docs/design.md §3 "Circuit breakers"), shared by
 // every worker thread. It stops sending to an upstream that is failing, then
 // lets a few probe attempts find out whether it recovered:
 //
@@ -21,7 +21,7 @@
 // One mutex guards everything; each call does O(buckets) work at most, and
 // none happens per byte.
 //
-// With a GlobalCircuit (shared_state, DESIGN §6) the circuit is the fleet's:
+// With a GlobalCircuit (shared_state, docs/design.md §6) the circuit is the fleet's:
 // this breaker publishes its trips and recoveries, applies its peers' as the
 // PeerOpened / PeerClosed events, and in half_open probes only after it won
 // the fleet's one probe permit. The caller whose admit() asked for the permit

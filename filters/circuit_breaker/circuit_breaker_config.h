@@ -1,6 +1,6 @@
 #pragma once
 
-// `upstreams[].circuit_breaker` (DESIGN §2, §3 "Circuit breakers"): when an
+// `upstreams[].circuit_breaker` (docs/design.md §2, §3 "Circuit breakers"): when an
 // upstream's circuit opens, how long it stays open, and how many attempts
 // and waiting requests it holds; and its YAML decoder. config/config.h
 // composes it into UpstreamConfig.

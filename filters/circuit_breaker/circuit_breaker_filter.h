@@ -1,7 +1,7 @@
 #pragma once
 
-// The circuit breaker filter (DESIGN.md §3 "Circuit breakers"): asks the
-// shared CircuitBreaker of the attempt's endpoint (DESIGN §5: state is kept
+// The circuit breaker filter (docs/design.md §3 "Circuit breakers"): asks the
+// shared CircuitBreaker of the attempt's endpoint (docs/design.md §5: state is kept
 // per endpoint; FilterCallbacks::destination()) before every attempt and
 // reports how the attempt ended. An open circuit refuses the attempt
 // (`circuit_open`): the Exchange moves it to the route's next fallback

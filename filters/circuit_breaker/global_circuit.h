@@ -1,6 +1,6 @@
 #pragma once
 
-// The fleet-wide side of a circuit (DESIGN §6). A CircuitBreaker with one
+// The fleet-wide side of a circuit (docs/design.md §6). A CircuitBreaker with one
 // publishes its own trips and recoveries, applies its peers' (through
 // CircuitBreaker::applyPeer), and takes the fleet's single half-open probe
 // before it probes. Failure counting stays local: each replica trips on its

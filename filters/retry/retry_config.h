@@ -1,6 +1,6 @@
 #pragma once
 
-// `routes[].retry` (DESIGN §2, §3 "Retries"): when and how often the retry
+// `routes[].retry` (docs/design.md §2, §3 "Retries"): when and how often the retry
 // filter tries again, and its YAML decoder. config/config.h composes it into
 // RouteConfig.
 
@@ -22,7 +22,7 @@ enum class IdempotencyMode { Auto, Always, Never };
 /** `routes[].retry`. */
 struct RetryConfig {
   uint32_t attempts = 3;  // total, the first included; 1 = no retries
-  // 529 is Anthropic's "overloaded" (a contract addition: DESIGN §2's example omits it).
+  // 529 is Anthropic's "overloaded" (a contract addition: docs/design.md §2's example omits it).
   OutcomeSet on{{429, 500, 502, 503, 504, 529}, false, false, true, true, true};
   BackoffConfig backoff;
   bool respect_retry_after = true;

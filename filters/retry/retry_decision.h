@@ -1,6 +1,6 @@
 #pragma once
 
-// The retry decision (DESIGN.md §3 "Retries") as a pure function of what the
+// The retry decision (docs/design.md §3 "Retries") as a pure function of what the
 // Exchange knows when an attempt ends, plus RetryBudget, the one piece of
 // shared state: a cap on retries in flight relative to active requests, so a
 // failing upstream cannot be hit with a retry storm (Envoy's retry budget).
@@ -149,7 +149,7 @@ bool isRetrySafe(config::IdempotencyMode mode, std::string_view method, bool has
  */
 std::optional<bool> upstreamRetryVerdict(const HeaderMap* headers, std::string_view body);
 
-/** What sluice knows when it answers with an error of its own (DESIGN.md §3, §8). */
+/** What sluice knows when it answers with an error of its own (docs/design.md §3, §8). */
 struct ClientRetryInput {
   uint32_t attempts = 0;  // attempts this request made (a refused admission included)
   // The wait the answer asks for (its Retry-After), if any; none = no wait.

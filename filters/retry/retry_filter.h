@@ -1,6 +1,6 @@
 #pragma once
 
-// The retry filter (DESIGN.md §3 "Retries"): the policy side of the Exchange's
+// The retry filter (docs/design.md §3 "Retries"): the policy side of the Exchange's
 // attempt loop. It holds back answers it may retry (encodeHeaders returns
 // StopIteration for a retriable status, so nothing reaches the client yet),
 // decides when each attempt ends (decideAttempt → decideRetry: `on` causes,

@@ -1,6 +1,6 @@
 #pragma once
 
-// `pricing[]` (DESIGN §2, §4 "Leaked spend"): what a model's tokens cost, for the
+// `pricing[]` (docs/design.md §2, §4 "Leaked spend"): what a model's tokens cost, for the
 // spend filter's meter; and the YAML decoder of one entry. config/config.h
 // keeps the list in Config.
 

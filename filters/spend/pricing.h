@@ -1,6 +1,6 @@
 #pragma once
 
-// Model pricing for the spend meter (DESIGN.md §2 `pricing`, §4 metrics).
+// Model pricing for the spend meter (docs/design.md §2 `pricing`, §4 metrics).
 //
 // A PriceTable is built once from the config's `pricing` list and shared
 // read-only by every worker. `match()` maps the model a request named to the

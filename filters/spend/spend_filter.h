@@ -1,6 +1,6 @@
 #pragma once
 
-// The spend filter (DESIGN.md §4 "Leaked spend"): meters every attempt's
+// The spend filter (docs/design.md §4 "Leaked spend"): meters every attempt's
 // usage as the response streams past (UsageMeter: provider usage where
 // reported, estimates otherwise), and when the attempt ends splits its tokens
 // and USD into `delivered` (a listening client got them) and `leaked`

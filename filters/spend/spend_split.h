@@ -1,6 +1,6 @@
 #pragma once
 
-// DESIGN.md §4 leaked-spend accounting for one upstream attempt, as a pure
+// docs/design.md §4 leaked-spend accounting for one upstream attempt, as a pure
 // function: tokens and a disposition in, delivered/leaked tokens and USD out.
 //
 // "Leaked spend is what the provider bills for work that no listening client

@@ -1,7 +1,7 @@
 #pragma once
 
 // The spend meter's pure logic: how many tokens one upstream attempt consumed,
-// and how many of its output tokens reached the client (DESIGN.md §4).
+// and how many of its output tokens reached the client (docs/design.md §4).
 //
 // The proxy creates one UsageMeter per attempt and feeds it the response as it
 // streams — headers, then body slices, then the end — and, separately, how far

@@ -1,6 +1,6 @@
 #pragma once
 
-// The fleet-wide side of a quota (DESIGN §6): what every replica in front of
+// The fleet-wide side of a quota (docs/design.md §6): what every replica in front of
 // one provider quota shares. The ThrottleFilter asks it once per admitted
 // request, after the local QuotaTracker admitted it; the local tracker stays
 // the FIFO and the fallback. Implemented on Redis by proxy/shared_state.h;

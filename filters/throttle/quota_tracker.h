@@ -1,6 +1,6 @@
 #pragma once
 
-// Proactive rate-limit throttling for one upstream (DESIGN.md §3 "Rate-limit
+// Proactive rate-limit throttling for one upstream (docs/design.md §3 "Rate-limit
 // throttling"), shared by every worker thread.
 //
 // Per quota key (one per API key, or one per upstream) the tracker keeps what
@@ -184,7 +184,7 @@ class QuotaTracker {
   void observe(uint64_t ticket, const QuotaObservation& observation);
 
   /**
-   * The fleet (GlobalQuota, DESIGN §6) refused an Admitted ticket: it becomes
+   * The fleet (GlobalQuota, docs/design.md §6) refused an Admitted ticket: it becomes
    * Queued again at the head of its key's FIFO, its slot is returned, and the
    * key admits nothing before `until` (the global reset). Returns its
    * Queued answer (wake_at = `until`); unknown tickets get Rejected.
@@ -194,7 +194,7 @@ class QuotaTracker {
   /**
    * True when admit() would admit a request on `key` needing `token_need`
    * tokens at once (nobody queued, the quota fits or a probe may go). Changes
-   * nothing; the endpoint choice asks it (DESIGN §5).
+   * nothing; the endpoint choice asks it (docs/design.md §5).
    */
   bool admitsNow(const std::string& key, uint64_t token_need);
 

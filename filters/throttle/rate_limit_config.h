@@ -1,6 +1,6 @@
 #pragma once
 
-// `upstreams[].rate_limit` (DESIGN §2, §3 "Rate-limit throttling"): how the
+// `upstreams[].rate_limit` (docs/design.md §2, §3 "Rate-limit throttling"): how the
 // throttle filter keys and spends an upstream's quota, and its YAML decoder.
 // config/config.h composes it into UpstreamConfig.
 

@@ -73,7 +73,7 @@ FilterStatus ThrottleFilter::decodeComplete(std::string_view body) {
 }
 
 FilterStatus ThrottleFilter::beforeAttempt(RequestHead& upstream_request) {
-  // Each attempt's endpoint has its own quota (DESIGN §5); the previous
+  // Each attempt's endpoint has its own quota (docs/design.md §5); the previous
   // attempt's ticket ended in onAttemptDone.
   const AttemptDestination& to = callbacks_->destination();
   tracker_ = to.quota;

@@ -1,6 +1,6 @@
 #pragma once
 
-// The throttle filter (DESIGN.md §3 "Rate-limit throttling"): before each
+// The throttle filter (docs/design.md §3 "Rate-limit throttling"): before each
 // attempt it asks the shared QuotaTracker of the attempt's endpoint
 // (FilterCallbacks::destination(); none when its upstream has no
 // `rate_limit`) for admission, so
@@ -16,7 +16,7 @@
 // The quota key (`rate_limit.key`) is read from the request as sent upstream, after the upstream's
 // `headers:` were applied: agents with different dummy keys share the one real quota.
 //
-// With shared state (DESIGN §6) a request the local tracker admitted also
+// With shared state (docs/design.md §6) a request the local tracker admitted also
 // takes a slot of the fleet's quota (GlobalQuota: one Redis round trip,
 // bounded by shared_state.timeout; one request and its estimated token need)
 // before it goes; when the fleet's quota is spent it goes back to the head of

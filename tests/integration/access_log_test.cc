@@ -1,4 +1,4 @@
-// The access log and request identity (DESIGN §7, issue 14 item 4) on the
+// The access log and request identity (docs/design.md §7) on the
 // real binary against mock-llm: one JSON line per finished request with
 // every field right (tokens and spend from the spend meter, cancel_reason
 // matching sluice_cancellations_total), x-request-id kept / generated /

@@ -1,4 +1,4 @@
-// Request bodies against the real binary (issue 13, item 4): the
+// Request bodies against the real binary: the
 // process-wide cap `limits.max_buffered_body_bytes` answers 503 `overloaded`
 // when concurrent uploads would pass it; a body no retry can replay is
 // streamed to the upstream while the client is still sending it, through a

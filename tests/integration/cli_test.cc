@@ -97,7 +97,7 @@ TEST(CliTest, RunsAndExitsZeroOnSigterm) {
   std::filesystem::remove(path);
 }
 
-// Issue 13 item 7: --check-config shows values as written, never a
+// --check-config shows values as written, never a
 // ${VAR}-expanded secret.
 TEST(CliTest, CheckConfigNeverPrintsExpandedSecrets) {
   const std::string secret = "sk-cli-secret-4242xyz";
@@ -125,7 +125,7 @@ TEST(CliTest, CheckConfigNeverPrintsExpandedSecrets) {
   std::filesystem::remove(second);
 }
 
-// Issue 13 item 11: a directory, and a file far too big to be a config.
+// A directory, and a file far too big to be a config.
 TEST(CliTest, CheckConfigNamesADirectoryAndRefusesAHugeFile) {
   const std::string dir = std::filesystem::temp_directory_path().string();
   auto [code, out] = runCommand(sluicePath() + " --check-config " + dir);
@@ -146,7 +146,7 @@ TEST(CliTest, CheckConfigNamesADirectoryAndRefusesAHugeFile) {
   std::filesystem::remove(path);
 }
 
-// Issue 14 item 8: the upstream url's path is prepended to request paths;
+// The upstream url's path is prepended to request paths;
 // a route repeating it is valid but warned about.
 TEST(CliTest, CheckConfigWarnsWhenTheUrlPathIsRepeatedByTheRoute) {
   const std::string path = writeTemp(
@@ -184,7 +184,7 @@ TEST(CliTest, VersionAndHelpGoToStdoutAndExitZero) {
   EXPECT_EQ(bad, "") << "usage errors go to stderr";
 }
 
-// Issue 14 item 7: the container HEALTHCHECK, with no curl in the image.
+// The container HEALTHCHECK, with no curl in the image.
 TEST(CliTest, ProbeExitsZeroOnlyOnA2xxAnswer) {
   SluiceProcess sluice(
       "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nworkers: 1\nupstreams:\n"
@@ -206,7 +206,7 @@ TEST(CliTest, ProbeExitsZeroOnlyOnA2xxAnswer) {
   EXPECT_NE(gone_out.find("Connection refused"), std::string::npos) << gone_out;
 }
 
-// Issue 14 item 8: the admin bind error says why.
+// The admin bind error says why.
 TEST(CliTest, AdminAddressInUseSaysWhy) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};

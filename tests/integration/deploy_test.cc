@@ -1,4 +1,4 @@
-// The files that run sluice elsewhere (issue 14 item 7) stay valid: the
+// The files that run sluice elsewhere stay valid: the
 // systemd unit (`systemd-analyze verify` when systemd is installed, and its
 // structure always), the Kubernetes manifest (every document parsed, the
 // fields a Deployment needs, probes pointing at real ports and paths, the

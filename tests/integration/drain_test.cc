@@ -1,4 +1,4 @@
-// Drain (DESIGN §3): SIGTERM or POST /drain turns /ready 503 at once, stops
+// Drain (docs/design.md §3): SIGTERM or POST /drain turns /ready 503 at once, stops
 // accepting, closes idle keep-alive connections, marks responses under way
 // `Connection: close` (HTTP/2: one GOAWAY), lets in-flight exchanges finish
 // within drain_timeout, cancels the rest with `draining` and exits 0.

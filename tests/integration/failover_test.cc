@@ -1,4 +1,4 @@
-// Endpoints and fallback end to end (DESIGN §5): real sluice, real mock-llm
+// Endpoints and fallback end to end (docs/design.md §5): real sluice, real mock-llm
 // providers (one process per provider, each with its own ledger and
 // server-side fault schedule), real sockets. What each provider saw comes
 // from its ledger; what sluice decided from its metrics and headers.

@@ -504,7 +504,7 @@ INSTANTIATE_TEST_SUITE_P(
                          "b\r\ncontent-length: 5\r\n\r\nhello",
                      Expect::BadGateway},
         // A valid head and a broken chunk in one read: nothing reached the
-        // client yet, so it is a 502, not an empty reply (issue 13, item 6).
+        // client yet, so it is a 502, not an empty reply.
         ResponseCase{"BadChunkSizeInTheHeadsRead",
                      "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n",
                      Expect::BadGateway},

@@ -1,4 +1,4 @@
-// The spend ground truth (DESIGN.md §4; issue 4, item 3). A seeded, mixed
+// The spend ground truth (docs/design.md §4). A seeded, mixed
 // workload goes through a real sluice to a real mock-llm over loopback; then,
 // model by model, sluice's token and USD counters are held against what the
 // mock says it generated (its ledger) and what the clients actually parsed.
@@ -12,7 +12,7 @@
 //   finish route, client    the client read K deltas while the mock paused,
 //   left during a pause     then sluice drained the rest: output = emitted
 //                           (the provider's usage, or every delta seen), all
-//                           of it leaked, none delivered (DESIGN §3);
+//                           of it leaked, none delivered (docs/design.md §3);
 //   cut mid-stream          (the client left, or the budget expired) the one
 //                           place with slack, see "in flight" below;
 //   error / no answer       no output; the input of an attempt the mock
@@ -132,7 +132,7 @@ const Price& priceFor(const std::string& model) {
 // Three cancel-mode routes, one per API, and a `finish` route reached by the
 // same paths without "/v1" (its upstream URL adds it back). The breaker never
 // opens and the retry budget never refuses, so every planned retry happens.
-// With `redis_url`, the same config with shared state on (DESIGN §6) and a
+// With `redis_url`, the same config with shared state on (docs/design.md §6) and a
 // throttle in every chain (its quota key unthrottled: the mock sends no quota).
 std::string config(const std::string& mock_url, const std::string& redis_url = "") {
   std::string breaker =
@@ -852,7 +852,7 @@ void runMixedWorkload(bool shared_state);
 
 TEST(GroundTruthTest, MixedWorkloadSpendMatchesTheMockAndTheClients) { runMixedWorkload(false); }
 
-// The same with shared state on (issue 17): Redis on the request path changes no count.
+// The same with shared state on: Redis on the request path changes no count.
 TEST(GroundTruthTest, MixedWorkloadSpendMatchesWithSharedStateOn) { runMixedWorkload(true); }
 
 void runMixedWorkload(bool shared_state) {

@@ -1,4 +1,4 @@
-// HTTP/2 to the upstream (DESIGN.md §1, §3): sluice multiplexes attempts as
+// HTTP/2 to the upstream (docs/design.md §1, §3): sluice multiplexes attempts as
 // streams of one session per upstream per worker; cancelling one attempt
 // resets that stream only; REFUSED_STREAM and GOAWAY are retried whatever the
 // method. The client side is HTTP/1.1 here (mixed protocols on purpose); what
@@ -275,7 +275,7 @@ TEST(Http2UpstreamTest, OpensAnotherSessionWhenThePeersStreamLimitIsReached) {
   }
 }
 
-// Issue 13, item 6: the upstream resets its stream right after the HEADERS
+// The upstream resets its stream right after the HEADERS
 // (mock-llm writes them, waits until they left, then sends RST_STREAM: one
 // read in sluice or two, as it comes). No body byte reached the client, so it
 // gets a 502 problem, counted as 502, never an empty reply counted as 200.

@@ -1,4 +1,4 @@
-// Listening sockets belong to one process (issue 13 item 15): sluice's
+// Listening sockets belong to one process: sluice's
 // workers share a listener through SO_REUSEPORT, and that used to let a
 // second sluice bind the same port and silently take part of the traffic.
 // A second instance now fails to start (exit 1) with a clear error, and the

@@ -1,4 +1,4 @@
-// circuit_breaker.max_pending end to end (issue 13 item 10): requests that
+// circuit_breaker.max_pending end to end: requests that
 // wait — in the throttle queue, or for a connection to the upstream — hold
 // one of the upstream's max_pending slots; one more is answered 503
 // `overloaded` at once (cancel_reason overloaded, Retry-After) and never

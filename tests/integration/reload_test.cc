@@ -253,7 +253,7 @@ class ReloadPoolsTest : public ::testing::TestWithParam<const char*> {
   MockLlm mock_;
 };
 
-// Issue 13 item 1: every SIGHUP used to leak the replaced config's pools and
+// Every SIGHUP used to leak the replaced config's pools and
 // their keep-alive connections (10 reloads under 6 clients: 23 → 55 fds).
 TEST_P(ReloadPoolsTest, RepeatedReloadsUnderLoadLeaveNoFdAndNoUpstreamConnection) {
   constexpr int kClients = 6;

@@ -1,4 +1,4 @@
-// Retries and circuit breaking end to end (DESIGN.md §3): real sluice_core,
+// Retries and circuit breaking end to end (docs/design.md §3): real sluice_core,
 // real mock-llm scripting the failures, real sockets. What the upstream saw
 // (attempt count, timing, nothing sent while the circuit is open) comes from
 // the mock's ledger.

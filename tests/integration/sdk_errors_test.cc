@@ -1,4 +1,4 @@
-// Errors as the SDKs read them (DESIGN.md §3 "No retry storms", §8), end to
+// Errors as the SDKs read them (docs/design.md §3 "No retry storms", §8), end to
 // end on the real proxy against mock-llm:
 //   - every problem sluice makes carries the SDK-shaped `error` member;
 //   - `x-should-retry: false` (and is_retriable false) once sluice made more
@@ -113,7 +113,7 @@ TEST(SdkErrorsTest, BudgetExhaustedCarriesItsCancelReasonAsTheErrorCode) {
   EXPECT_EQ(r.headers.get("x-should-retry").value_or(""), "false");
 }
 
-// The retry storm of issue 14: three connect attempts answered 502 with
+// The retry storm: three connect attempts answered 502 with
 // is_retriable true, and an SDK retrying twice made nine.
 TEST(SdkErrorsTest, ConnectErrorAfterRetriesTellsTheClientNotToRetry) {
   SluiceUnderTest sluice(config(deadUpstreamUrl(),

@@ -1,4 +1,4 @@
-// Security defaults (issue 7 part 7), on the real binary so stderr is
+// Security defaults, on the real binary so stderr is
 // checked too: API keys — the client's Authorization and the configured
 // upstream headers — never appear in logs, metric labels, /exchanges or
 // /config; turning upstream TLS verification off is logged at start and on
@@ -267,7 +267,7 @@ std::string adminOnlyConfig(const std::string& admin) {
          "\nworkers: 1\nupstreams:\n  - {name: mock, url: \"http://127.0.0.1:1\"}\n";
 }
 
-// Issue 13 item 8: a web page must not be able to drive the admin port.
+// A web page must not be able to drive the admin port.
 // A "simple" cross-site POST (text/plain, foreign Origin) used to get 202 and
 // stop the process; a DNS-rebinding page (Host: its own name) could read /config.
 TEST(SecurityTest, AdminPortRefusesCrossSiteRequestsAndDnsRebinding) {
@@ -431,7 +431,7 @@ TEST(SecurityTest, AdminOnAllInterfacesAcceptsIpLiteralsAndAllowedHostsOnly) {
   EXPECT_EQ(sluice.stop(), 0);
 }
 
-// Issue 13 item 7: a rejected reload logs the file's error, never the
+// A rejected reload logs the file's error, never the
 // ${VAR}-expanded value (here a URL with an API key as its password).
 TEST(SecurityTest, RejectedReloadDoesNotLogExpandedSecrets) {
   constexpr char kSecret[] = "sk-reload-secret-789xyz";

@@ -1,4 +1,4 @@
-// Shared state across replicas (DESIGN §6, issue 17): several real sluice
+// Shared state across replicas (docs/design.md §6): several real sluice
 // processes in front of one mock-llm, sharing quota and circuit state through
 // a real redis-server started by the test. Every wait is for a fact (a metric,
 // a ledger entry); Redis's failures are real (SIGKILL, a listener that never
@@ -231,7 +231,7 @@ TEST(SharedStateTest, ATripOnOneReplicaOpensTheCircuitOnItsPeersAndTheFleetProbe
                 kChat);
   }
   ASSERT_EQ(fleet[0]->metric("sluice_circuit_state", {{"upstream", "mock"}}), 1);
-  // B and C never sent a request, yet their circuits open (DESIGN §6: within one second).
+  // B and C never sent a request, yet their circuits open (docs/design.md §6: within one second).
   EXPECT_TRUE(waitUntil(
       [&] {
         return fleet[1]->metric("sluice_circuit_state", {{"upstream", "mock"}}) == 1 &&

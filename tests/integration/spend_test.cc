@@ -1,4 +1,4 @@
-// Spend metering end to end (DESIGN.md §4): tokens and USD split into
+// Spend metering end to end (docs/design.md §4): tokens and USD split into
 // delivered and leaked, checked against what mock-llm says it generated.
 
 #include <gtest/gtest.h>

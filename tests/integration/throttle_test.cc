@@ -1,4 +1,4 @@
-// Quota throttling end to end (DESIGN.md §3): sluice reads the provider's
+// Quota throttling end to end (docs/design.md §3): sluice reads the provider's
 // rate-limit headers and holds requests before the provider would answer
 // 429. mock-llm enforces a real fixed-window quota; its ledger shows whether
 // any request was refused.

@@ -1,4 +1,4 @@
-// The fault soak (issue 7 part 5): SOAK_CLIENTS (default 500) concurrent
+// The fault soak: SOAK_CLIENTS (default 500) concurrent
 // clients — HTTP/1.1 and some HTTP/2 — against the real sluice binary (2
 // workers) in front of mock-llm, for SOAK_SECONDS (default 60), under every
 // fault the mock can script: upstream resets mid-stream, stalls cut by the

@@ -1,7 +1,7 @@
 #pragma once
 
 // Debian's redis-server as a child process for the shared-state tests
-// (DESIGN §6), and a listener that accepts connections but never answers.
+// (docs/design.md §6), and a listener that accepts connections but never answers.
 // redis-server cannot announce a port-0 bind, so the helper picks a free
 // port outside the kernel's ephemeral range (no other test's port 0 lands
 // there) and retries on a lost race. Ready = its "Ready to accept

@@ -1,5 +1,5 @@
 // End-to-end: what the official SDKs — `openai` and `@anthropic-ai/sdk` —
-// make of the errors sluice makes itself (DESIGN.md §3 "No retry storms
+// make of the errors sluice makes itself (docs/design.md §3 "No retry storms
 // across layers", §8 "Errors as the SDKs read them").
 //
 //   - the exception's message names sluice's reason (budget exhausted,

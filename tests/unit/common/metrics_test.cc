@@ -1,4 +1,4 @@
-// Tests for sluice's Prometheus metrics (proxy/metrics.h, DESIGN.md §4):
+// Tests for sluice's Prometheus metrics (proxy/metrics.h, docs/design.md §4):
 // every family exists with exactly the documented name, type and label
 // names; label values stay inside the documented closed sets; per-code and
 // per-cause handles are cached; attempt results classify statuses.
@@ -80,12 +80,12 @@ struct FamilySpec {
   std::set<std::string> labels;
 };
 
-// DESIGN.md §4, verbatim.
+// docs/design.md §4, verbatim.
 const std::vector<FamilySpec>& designFamilies() {
   static const std::vector<FamilySpec> kFamilies = {
       {"sluice_requests_total", "counter", {"route", "upstream", "code"}},
       {"sluice_request_duration_seconds", "histogram", {"route", "upstream"}},
-      // DESIGN §4's labels plus `endpoint` (§5: attempts per endpoint; README
+      // docs/design.md §4's labels plus `endpoint` (§5: attempts per endpoint; README
       // "Endpoints and fallback").
       {"sluice_upstream_attempts_total", "counter", {"upstream", "endpoint", "result"}},
       {"sluice_retries_total", "counter", {"route", "upstream", "cause"}},
@@ -101,17 +101,17 @@ const std::vector<FamilySpec>& designFamilies() {
       {"sluice_spend_usd_total", "counter", {"route", "upstream", "model", "disposition"}},
       {"sluice_leaked_spend_usd_total", "counter", {"route", "upstream", "model", "cancel_reason"}},
       {"sluice_active_requests", "gauge", {"route"}},
-      // Additions documented in README ("Admin port"), not in DESIGN §4.
+      // Additions documented in README ("Admin port"), not in docs/design.md §4.
       {"sluice_config_reloads_total", "counter", {"result"}},
       {"sluice_config_last_reload_success_timestamp_seconds", "gauge", {}},
-      // Not in DESIGN §4: a documented addition (README "Limits").
+      // Not in docs/design.md §4: a documented addition (README "Limits").
       {"sluice_downstream_rejections_total", "counter", {"reason"}},
-      // DESIGN §4, added with §5–§8.
+      // docs/design.md §4, added with §5–§8.
       {"sluice_time_to_first_byte_seconds", "histogram", {"route", "upstream"}},
       {"sluice_build_info", "gauge", {"version", "commit"}},
       {"sluice_fallbacks_total", "counter", {"route", "from", "to", "cause"}},
       {"sluice_endpoint_circuit_state", "gauge", {"upstream", "endpoint"}},
-      // Not in DESIGN §4: a documented addition (README "Access log").
+      // Not in docs/design.md §4: a documented addition (README "Access log").
       {"sluice_access_log_dropped_total", "counter", {}},
       // The standard process metrics of every Prometheus client (README "Metrics").
       {"process_cpu_seconds_total", "counter", {}},
@@ -121,7 +121,7 @@ const std::vector<FamilySpec>& designFamilies() {
       {"process_max_fds", "gauge", {}},
       {"process_start_time_seconds", "gauge", {}},
       {"sluice_request_body_buffered_bytes", "gauge", {}},
-      // DESIGN §4, §6: only a config with shared_state has these series.
+      // docs/design.md §4, §6: only a config with shared_state has these series.
       {"sluice_shared_state_up", "gauge", {}},
       {"sluice_shared_state_errors_total", "counter", {"op"}},
       // docs/design.md §9: runs.
@@ -131,7 +131,7 @@ const std::vector<FamilySpec>& designFamilies() {
   return kFamilies;
 }
 
-// DESIGN §4's set.
+// docs/design.md §4's set.
 const std::set<std::string> kCancelReasons = {
     "client_disconnect", "client_stalled", "budget_exhausted", "circuit_open",
     "rate_limited",      "overloaded",     "upstream_timeout", "draining",

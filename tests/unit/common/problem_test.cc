@@ -1,5 +1,5 @@
 // Tests for the problem+json replies sluice makes itself (proxy/problem.h,
-// DESIGN.md §3, §8): exactly the documented fields, the SDK-shaped `error`
+// docs/design.md §3, §8): exactly the documented fields, the SDK-shaped `error`
 // member, framing headers that match the body, Retry-After rounded up and
 // retry-after-ms exact, `x-should-retry: false` exactly when the problem is
 // not retriable; the catalogue of kinds; the final SSE error event per dialect.
@@ -149,7 +149,7 @@ TEST(ProblemCatalogueTest, MakeProblemTakesTheKindAndTheOccurrence) {
   EXPECT_FALSE(q.retry_after.has_value());
 }
 
-// --- the final SSE error event (DESIGN.md §8) -----------------------------------------
+// --- the final SSE error event (docs/design.md §8) -----------------------------------------
 
 constexpr std::string_view kSse = "text/event-stream; charset=utf-8";
 

@@ -180,7 +180,7 @@ routes:
   EXPECT_EQ(r.retry.on.statuses, (std::vector<int>{429, 500, 502, 503, 504, 529}));
 }
 
-// The full schema of DESIGN.md §2, every key set to a non-default value.
+// The full schema of docs/design.md §2, every key set to a non-default value.
 constexpr const char* kFull = R"(version: 1
 listen:
   - address: 0.0.0.0:8443
@@ -952,7 +952,7 @@ routes:
      "listen: 127.0.0.1:8080\npricing:\n  - {model: \"gpt-4o*\", input: cheap, output: 10}\n",
      R"(test.yaml:3:31: pricing[0].input: expected a number, got "cheap")"},
 
-    // --- access_log (DESIGN §7)
+    // --- access_log (docs/design.md §7)
     {"AccessLogNoPath", "listen: 127.0.0.1:8080\naccess_log: {format: json}\n",
      "test.yaml:2:13: access_log.path: required key is missing"},
     {"AccessLogEmptyPath", "listen: 127.0.0.1:8080\naccess_log: {path: \"\"}\n",
@@ -962,7 +962,7 @@ routes:
     {"AccessLogUnknownKey", "listen: 127.0.0.1:8080\naccess_log: {path: off, fields: [ts]}\n",
      "test.yaml:2:25: access_log.fields: unknown key (expected one of: path, format)"},
 
-    // --- shared_state (DESIGN §6)
+    // --- shared_state (docs/design.md §6)
     {"SharedStateNoRedis", "listen: 127.0.0.1:8080\nshared_state: {prefix: \"x:\"}\n",
      "test.yaml:2:15: shared_state.redis: required key is missing"},
     {"SharedStateScheme", "listen: 127.0.0.1:8080\nshared_state: {redis: \"http://h:6380\"}\n",
@@ -1004,7 +1004,7 @@ routes:
      "test.yaml:2:40: limits.http2_max_concurrent_streams: must be at most 100000"},
     {"LimitsTimeoutBareNumber", "listen: 127.0.0.1:8080\nlimits: {idle_timeout: 60}\n",
      R"(test.yaml:2:24: limits.idle_timeout: invalid duration "60": missing unit; a bare number is ambiguous (use ms, s, m or h, e.g. "30s" or "250ms"))"},
-    // --- names become metric label values (issue 13 item 11, issue 14 item 8)
+    // --- names become metric label values
     {"NulInUpstreamName",
      "listen: 127.0.0.1:8080\nupstreams:\n  - name: \"open\\0ai\"\n    url: http://x\n",
      "test.yaml:3:11: upstreams[0].name: must not contain control characters (NUL, tab, "
@@ -1497,7 +1497,7 @@ TEST(ConfigLoaderTest, LocalMockExampleFrontsTheMockOnTheDocumentedPorts) {
 }
 
 // ---------------------------------------------------------------------------
-// Secrets never reach an error message (issue 13 item 7)
+// Secrets never reach an error message
 
 TEST(ConfigLoaderTest, ErrorsShowValuesAsWrittenNeverExpanded) {
   const EnvLookup env = fakeEnv({{"UPSTREAM_URL", "http://user:sk-live-abcdef123456@api.example"},
@@ -1547,7 +1547,7 @@ TEST(ConfigLoaderTest, ErrorsAboutOtherFieldsDoNotEchoExpandedNames) {
 }
 
 // ---------------------------------------------------------------------------
-// Warnings, defaults added by issue 14
+// Warnings, and the defaults that came with them
 
 TEST(ConfigLoaderTest, ParsesRedisUrls) {
   auto url = parseRedisUrl("redis://127.0.0.1");
@@ -1662,7 +1662,7 @@ TEST(ConfigLoaderTest, AdminTakesAnAddressOrAMappingWithAllowedHosts) {
 }
 
 // ---------------------------------------------------------------------------
-// Files that are not config files (issue 13 item 11)
+// Files that are not config files
 
 TEST(ConfigLoaderTest, RejectsADirectoryAndAFileAboveTheSizeCap) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path();

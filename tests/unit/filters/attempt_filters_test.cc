@@ -475,7 +475,8 @@ TEST_F(ThrottleFilterTest, AnExhaustedQuotaWaitsForItsResetOnATimer) {
   waiter.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
 }
 
-// --- throttle with the fleet's quota (DESIGN §6) -------------------------------------------
+// --- throttle with the fleet's quota (docs/design.md §6)
+// -------------------------------------------
 
 // A GlobalQuota that answers what the test tells it, later (as Redis does:
 // on a later turn of the loop).

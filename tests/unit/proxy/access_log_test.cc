@@ -1,4 +1,4 @@
-// Tests for the access log (proxy/access_log.h, DESIGN §7): the JSON line of
+// Tests for the access log (proxy/access_log.h, docs/design.md §7): the JSON line of
 // one record (every field, in order, right types, nulls), and the writer —
 // lines reach the file, reopen() follows a renamed file, a full queue drops
 // and counts instead of blocking, and stop() writes what is pending.

@@ -1,4 +1,4 @@
-// The endpoint choice (DESIGN §5): priority levels, weights, the power of two
+// The endpoint choice (docs/design.md §5): priority levels, weights, the power of two
 // choices on outstanding requests, and a retry avoiding the endpoint that failed.
 
 #include "proxy/endpoint_picker.h"

@@ -1,4 +1,4 @@
-// Tests for the Exchange lifecycle table (proxy/exchange_state.h, DESIGN.md §1):
+// Tests for the Exchange lifecycle table (proxy/exchange_state.h, docs/design.md §1):
 //
 //   queued → running ⇄ backing_off → completed | failed | cancelling → cancelled
 //
@@ -21,7 +21,7 @@ using S = ExchangeState;
 constexpr S kAllStates[] = {S::Queued, S::Running,    S::BackingOff, S::Completed,
                             S::Failed, S::Cancelling, S::Cancelled};
 
-// The lifecycle of DESIGN §1, edge by edge. `queued` may end without an attempt
+// The lifecycle of docs/design.md §1, edge by edge. `queued` may end without an attempt
 // (local reply, unreadable request, cancel while queued); `running` and
 // `backing_off` alternate and either can end or be cancelled; `cancelling`
 // only ever becomes `cancelled`.

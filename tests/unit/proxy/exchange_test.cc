@@ -27,7 +27,7 @@
 // before its attempt is sent). No filter answers from beforeAttempt; a
 // refused retry attempt is a cancel (circuit_open, rate_limited,
 // overloaded), e.g. RetryRefusedByTheOpenCircuit. They stay legal for the
-// fallback work (DESIGN §5). The budget cannot run out *inside* a backoff
+// fallback work (docs/design.md §5). The budget cannot run out *inside* a backoff
 // sleep: a retry whose wait does not fit the budget is not made
 // (RetryWaitBeyondTheBudgetDeliversAtOnce); BudgetExpiresDuringTheRetry
 // covers the retry that does fit and then runs out.

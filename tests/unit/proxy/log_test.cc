@@ -1,4 +1,4 @@
-// Tests for operational log lines (proxy/log.h, DESIGN §7): one JSON object
+// Tests for operational log lines (proxy/log.h, docs/design.md §7): one JSON object
 // per line with ts, level and the human message first, then typed fields.
 
 #include "proxy/log.h"

@@ -165,7 +165,7 @@ TEST(RequestBodyTest, ReleasingAStreamedBodyGivesBackItsBlocks) {
   EXPECT_EQ(body.size(), RequestBody::kBlockBytes + 4);
 }
 
-// Issue 13's promise, whatever the malloc: a big block is a mapping of its
+// The promise, whatever the malloc: a big block is a mapping of its
 // own and is gone from the address space once freed. mincore() fails with
 // ENOMEM on an address range that is not mapped.
 TEST(BodyBlockAllocatorTest, BigBlocksAreUnmappedTheMomentTheyAreFreed) {

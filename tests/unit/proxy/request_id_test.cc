@@ -1,4 +1,4 @@
-// Tests for request identity (proxy/request_id.h, DESIGN §7): which client
+// Tests for request identity (proxy/request_id.h, docs/design.md §7): which client
 // x-request-id values are kept, which traceparent values are valid (W3C Trace
 // Context level 1), and what establishIdentity() does to the headers.
 

@@ -1,4 +1,4 @@
-// Tests for the budget filter (filters/budget/budget_filter.h, DESIGN.md §3
+// Tests for the budget filter (filters/budget/budget_filter.h, docs/design.md §3
 // "Budget"), Envoy filter-test style: inline YAML route config, the filter on
 // fake callbacks with a ManualClock, assertions on the returned status AND on
 // its effects (deadline set, local reply sent, upstream header rewritten).

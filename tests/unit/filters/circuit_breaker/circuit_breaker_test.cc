@@ -74,7 +74,7 @@ TEST(CircuitTransitionTableTest, EveryStateAndEvent) {
       {S::HalfOpen, E::CooldownElapsed, std::nullopt},
       {S::HalfOpen, E::ProbesSucceeded, S::Closed},
       {S::HalfOpen, E::ProbeFailed, S::Open},
-      // A peer replica's transitions (shared state, DESIGN §6).
+      // A peer replica's transitions (shared state, docs/design.md §6).
       {S::Closed, E::PeerOpened, S::Open},
       {S::Open, E::PeerOpened, std::nullopt},
       {S::HalfOpen, E::PeerOpened, S::Open},
@@ -377,7 +377,7 @@ TEST_F(CircuitBreakerTest, MaxPendingBoundsWaitingRequests) {
 
 // The throttle queue and the wait for an upstream connection hold their
 // max_pending slot through a PendingSlot: one slot per holder, freed on
-// release() or when the holder goes away (issue 13 item 10).
+// release() or when the holder goes away.
 TEST_F(CircuitBreakerTest, PendingSlotHoldsOneSlotUntilReleasedOrDestroyed) {
   auto c = baseConfig();
   c.max_pending = 2;
@@ -484,7 +484,7 @@ TEST_F(CircuitBreakerTest, ThreadSafetySmoke) {
   EXPECT_EQ(breaker.state(), seen.back().second);
 }
 
-// --- shared with the fleet (GlobalCircuit, DESIGN §6) ---------------------------
+// --- shared with the fleet (GlobalCircuit, docs/design.md §6) ---------------------------
 
 // Records what the breaker publishes; answers probe claims as the test says.
 class FakeGlobalCircuit final : public GlobalCircuit {

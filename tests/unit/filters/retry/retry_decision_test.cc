@@ -457,7 +457,7 @@ TEST(RetryDecisionTest, ReasonStrings) {
   EXPECT_EQ(toString(NoRetryReason::RetryBudgetExhausted), "retry_budget_exhausted");
 }
 
-// DESIGN.md §3 "No retry storms across layers", §8: when an agent SDK may
+// docs/design.md §3 "No retry storms across layers", §8: when an agent SDK may
 // retry an error sluice made. One row per rule, and its boundary.
 TEST(ClientRetryTest, Table) {
   struct Row {

@@ -406,7 +406,7 @@ TEST(QuotaTrackerTest, FifoReleaseAtResetUpToLimit) {
   EXPECT_EQ(tracker.queueDepth(), 0u);
 }
 
-// Shared state (DESIGN §6): the fleet refused a locally admitted ticket.
+// Shared state (docs/design.md §6): the fleet refused a locally admitted ticket.
 TEST(QuotaTrackerTest, DeferredTicketGoesBackToTheHeadUntilTheGlobalReset) {
   ManualClock clock;
   WakeLog log;
