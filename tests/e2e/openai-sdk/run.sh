@@ -28,4 +28,4 @@ if [[ ! node_modules/.package-lock.json -nt package-lock.json ||
   npm ci --no-audit --no-fund
 fi
 
-exec node --test --test-concurrency=1 "$@" sdk.test.mjs errors.test.mjs
+exec node --test --test-concurrency=1 "$@" sdk.test.mjs errors.test.mjs runs.test.mjs
