@@ -61,7 +61,6 @@ test('a run cancelled through the admin port stops its four streams in both SDKs
   for (const name of ['openai', 'anthropic']) {
     const runId = `${name}-run`;
     const client = clients(runId).find((c) => c.name === name);
-    const sdk = client;
     const ids = [0, 1, 2, 3].map((i) => `${runId}-${i}`);
     // Four streams of the run, each under way (its first chunk read).
     const streams = await Promise.all(ids.map((id) => client.stream({
@@ -84,8 +83,8 @@ test('a run cancelled through the admin port stops its four streams in both SDKs
       } catch (e) {
         err = e;
       }
-      assert.ok(err instanceof client.APIError, `${sdk.name}: expected APIError, got ${err}`);
-      assert.match(err.message, /sluice run-cancelled: /, `${sdk.name}: ${err.message}`);
+      assert.ok(err instanceof client.APIError, `${name}: expected APIError, got ${err}`);
+      assert.match(err.message, /sluice run-cancelled: /, `${name}: ${err.message}`);
     }
     cancelled += 4;
     assert.equal(await waitMetric(sluice.adminUrl, 'sluice_cancellations_total',
@@ -99,9 +98,9 @@ test('a run cancelled through the admin port stops its four streams in both SDKs
     } catch (e) {
       refused = e;
     }
-    assert.ok(refused instanceof client.APIError, `${sdk.name}: expected APIError, got ${refused}`);
-    assert.equal(refused.status, 409, `${sdk.name}: ${refused.message}`);
-    assert.match(refused.message, /sluice run-cancelled: /, `${sdk.name}: ${refused.message}`);
-    assert.equal(client.counter.calls, 1, `${sdk.name} retried a cancelled run's call`);
+    assert.ok(refused instanceof client.APIError, `${name}: expected APIError, got ${refused}`);
+    assert.equal(refused.status, 409, `${name}: ${refused.message}`);
+    assert.match(refused.message, /sluice run-cancelled: /, `${name}: ${refused.message}`);
+    assert.equal(client.counter.calls, 1, `${name} retried a cancelled run's call`);
   }
 });
