@@ -27,6 +27,7 @@
 // the fleet's one probe permit (until then it rejects as half_open does with
 // every probe slot taken). Failures are still counted here, locally.
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -94,14 +95,20 @@ struct CircuitAdmission {
 class CircuitBreaker : public std::enable_shared_from_this<CircuitBreaker> {
  public:
   /**
-   * Called on every state change, *under the breaker's lock*, so calls arrive
-   * in transition order (a gauge set from them is never stale). It must be
-   * cheap (a metric update) and must not call back into this breaker.
+   * `listener` is called on every state change, *under the breaker's lock*,
+   * so calls arrive in transition order (a gauge set from them is never
+   * stale). It must be cheap (a metric update), must not log or do I/O, and
+   * must not call back into this breaker.
+   *
+   * `reporter` hears the same changes *after the lock is released*, from the
+   * thread that caused them: the place for logging and anything slow. It may
+   * call back into the breaker; reports from different threads may arrive
+   * out of transition order.
    */
   using TransitionListener = std::function<void(CircuitState from, CircuitState to)>;
 
   CircuitBreaker(const config::CircuitBreakerConfig& config, const Clock& clock,
-                 TransitionListener listener = {});
+                 TransitionListener listener = {}, TransitionListener reporter = {});
 
   /**
    * Asks to start one attempt. When Admitted, the attempt holds one of
@@ -170,6 +177,28 @@ class CircuitBreaker : public std::enable_shared_from_this<CircuitBreaker> {
  private:
   enum class ProbePermit { None, Asking, Won, Lost };
 
+  /**
+   * Holds mutex_; on destruction releases it, then hands the transitions
+   * fired meanwhile to reporter_ (so no report runs under the lock).
+   */
+  class Lock {
+   public:
+    explicit Lock(CircuitBreaker& breaker) : breaker_(breaker), lock_(breaker.mutex_) {}
+    ~Lock();
+    Lock(const Lock&) = delete;
+    Lock& operator=(const Lock&) = delete;
+
+   private:
+    CircuitBreaker& breaker_;
+    std::unique_lock<std::mutex> lock_;
+  };
+  struct Transition {
+    CircuitState from = CircuitState::Closed;
+    CircuitState to = CircuitState::Closed;
+  };
+  // One call fires at most two transitions (a cooldown ends, then a peer's event).
+  static constexpr size_t kMaxUnreported = 4;
+
   /** Half-open with a GlobalCircuit: may this replica probe now? Asks the fleet when needed. */
   bool holdsProbePermitLocked(MonotonicTime now);
   void onProbeClaim(uint64_t generation, bool won);
@@ -190,7 +219,10 @@ class CircuitBreaker : public std::enable_shared_from_this<CircuitBreaker> {
 
   const Clock& clock_;
   const TransitionListener listener_;
+  const TransitionListener reporter_;
   mutable std::mutex mutex_;
+  std::array<Transition, kMaxUnreported> unreported_{};  // fired, not yet reported (under mutex_)
+  size_t unreported_count_ = 0;
 
   config::CircuitBreakerConfig config_;
   CircuitState state_ = CircuitState::Closed;
