@@ -97,13 +97,18 @@ bool ChildProcess::blockOutput() {
     const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return false;
     ::fcntl(fd, F_SETPIPE_SZ, 4096);  // one page: quick to fill (may fail if fuller: fine)
+    // Smaller and smaller writes: a partly used page still takes bytes that
+    // a page-sized write cannot (a pipe merges small writes into it).
     const std::string junk(4096, '#');
     bool full = false;
-    while (!full) {
-      const ssize_t n = ::write(fd, junk.data(), junk.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) full = errno == EAGAIN;
-      if (n < 0 && !full) break;
+    for (size_t size = junk.size(); size > 0 && (size == junk.size() || full); size /= 4) {
+      full = false;
+      while (!full) {
+        const ssize_t n = ::write(fd, junk.data(), size);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) full = errno == EAGAIN;
+        if (n < 0 && !full) break;
+      }
     }
     ::close(fd);
     if (!full) return false;
