@@ -193,7 +193,8 @@ def free_port():
 
 def metric_names():
     with open(METRICS_CC) as f:
-        return set(re.findall(r'\.Name\("(sluice_[a-z_]+)"\)', f.read()))
+        # Registered families (.Name("…")) and the ones Metrics::serialize builds (.name = "…").
+        return set(re.findall(r'(?:\.Name\(|\.name = )"(sluice_[a-z_]+)"', f.read()))
 
 
 def referenced_families(expr):
