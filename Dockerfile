@@ -1,7 +1,8 @@
 # sluice and mock-llm in one small image (used by docker-compose.yml).
 #   docker build -t sluice .
-#   docker run --rm -p 8080:8080 -p 127.0.0.1:9901:9901 sluice     # config/examples/container.yaml
+#   docker run --rm -p 8080:8080 sluice     # config/examples/container.yaml (admin inside only)
 #   docker run --rm -p 8080:8080 -p 127.0.0.1:9901:9901 -v $PWD/my.yaml:/etc/sluice/sluice.yaml:ro sluice
+#     (my.yaml with admin on 0.0.0.0:9901, published on the host's loopback only)
 # Build stage: the same Debian packages as scripts/setup (minus the test-only ones).
 FROM debian:bookworm AS build
 RUN apt-get update \

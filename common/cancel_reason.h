@@ -17,12 +17,13 @@ enum class CancelReason {
   Overloaded,
   UpstreamTimeout,
   Draining,
+  UpstreamReset,  // the upstream broke a response already under way to the client
 };
 
 inline constexpr CancelReason kAllCancelReasons[] = {
     CancelReason::ClientDisconnect, CancelReason::ClientStalled, CancelReason::BudgetExhausted,
     CancelReason::CircuitOpen,      CancelReason::RateLimited,   CancelReason::Overloaded,
-    CancelReason::UpstreamTimeout,  CancelReason::Draining,
+    CancelReason::UpstreamTimeout,  CancelReason::Draining,      CancelReason::UpstreamReset,
 };
 
 /** The label value, e.g. "client_disconnect". */
@@ -44,6 +45,8 @@ constexpr std::string_view toString(CancelReason r) {
       return "upstream_timeout";
     case CancelReason::Draining:
       return "draining";
+    case CancelReason::UpstreamReset:
+      return "upstream_reset";
   }
   return "unknown";
 }

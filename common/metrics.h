@@ -157,7 +157,8 @@ class RouteMetrics {
     std::string label;                                          // set before the slot is published
     std::array<std::atomic<prometheus::Counter*>, 4> tokens{};  // [output * 2 + leaked]
     std::array<std::atomic<prometheus::Counter*>, 2> spend{};   // [leaked]
-    std::array<std::atomic<prometheus::Counter*>, 8> leaked_spend{};  // [CancelReason]
+    std::array<std::atomic<prometheus::Counter*>, std::size(kAllCancelReasons)>
+        leaked_spend{};  // [CancelReason]
   };
   /** Labels are the config's pricing globs + "other": a handful per config. */
   static constexpr size_t kMaxCachedModels = 32;

@@ -48,11 +48,14 @@ inline constexpr ProblemKind kInvalidBudget{400, "invalid-budget", "Invalid budg
 inline constexpr ProblemKind kNoRoute{404, "no-route", "No route", false};
 inline constexpr ProblemKind kRequestTimeout{408, "request-timeout", "Request timeout", false};
 inline constexpr ProblemKind kBodyTooLarge{413, "body-too-large", "Request body too large", false};
+inline constexpr ProblemKind kUriTooLong{414, "uri-too-long", "Request target too long", false};
 inline constexpr ProblemKind kHeaderTooLarge{431, "header-too-large",
                                              "Request header fields too large", false};
 inline constexpr ProblemKind kClientDisconnect{499, "client-disconnect", "Client disconnected",
                                                false};
 inline constexpr ProblemKind kClientStalled{499, "client-stalled", "Client stopped reading", false};
+// A request Transfer-Encoding other than chunked alone (gzip, chunked): HTTP/1.x only.
+inline constexpr ProblemKind kNotImplemented{501, "not-implemented", "Not implemented", false};
 // Only the HTTP/1.x codec answers it: a request line naming a version it does not serve.
 inline constexpr ProblemKind kHttpVersionNotSupported{505, "http-version-not-supported",
                                                       "HTTP version not supported", false};

@@ -39,10 +39,32 @@ struct SocketAddress {
   std::string toString() const;
 };
 
+/** `tls.min_version`: the oldest protocol version a handshake may use. */
+enum class TlsVersion { V1_2, V1_3 };
+
+/**
+ * The default TLS 1.2 cipher list (`tls.ciphers`, an OpenSSL cipher string):
+ * ECDHE key exchange (forward secrecy) with AEAD ciphers only, so neither
+ * static-RSA key exchange nor CBC suites are offered, whatever the
+ * certificate's key type. TLS 1.3 suites are OpenSSL's defaults (all AEAD).
+ */
+inline constexpr char kDefaultTlsCiphers[] =
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+    "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
+    "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
+
+/**
+ * True when `ciphers` is an OpenSSL TLS 1.2 cipher list that selects at least
+ * one cipher and every name in it is one OpenSSL knows; else false + `why`.
+ */
+bool checkTlsCipherList(const std::string& ciphers, std::string* why);
+
 /** Downstream TLS termination for one listener. */
 struct ListenerTlsConfig {
   std::string cert_file;
   std::string key_file;
+  TlsVersion min_version = TlsVersion::V1_2;
+  std::string ciphers = kDefaultTlsCiphers;
 };
 
 /** One entry of `listen`: an address, optionally with TLS. */
@@ -58,6 +80,8 @@ struct UpstreamTlsConfig {
   bool verify = true;
   std::string ca_file;  // empty = the system CA store
   std::string sni;      // empty = the URL's host
+  TlsVersion min_version = TlsVersion::V1_2;
+  std::string ciphers = kDefaultTlsCiphers;
 };
 
 /** A parsed upstream `url`. */
@@ -213,7 +237,8 @@ struct SharedStateConfig {
 
   bool operator==(const SharedStateConfig& o) const {
     return raw_redis == o.raw_redis && prefix == o.prefix && timeout == o.timeout &&
-           tls.verify == o.tls.verify && tls.ca_file == o.tls.ca_file && tls.sni == o.tls.sni;
+           tls.verify == o.tls.verify && tls.ca_file == o.tls.ca_file && tls.sni == o.tls.sni &&
+           tls.min_version == o.tls.min_version && tls.ciphers == o.tls.ciphers;
   }
 };
 

@@ -77,6 +77,8 @@ UpstreamTlsConfig Decoder::clientTls(const Field& f) {
                    // "" = the default (system CA store / the URL's host), as rendered.
                    {"ca_file", [&](const Field& x) { tls.ca_file = scalar(x, "a path"); }},
                    {"sni", [&](const Field& x) { tls.sni = scalar(x, "a host name"); }},
+                   {"min_version", [&](const Field& x) { tls.min_version = tlsMinVersion(x); }},
+                   {"ciphers", [&](const Field& x) { tls.ciphers = tlsCiphers(x); }},
                });
   return tls;
 }

@@ -34,9 +34,24 @@ const char* toString(ClientDisconnectMode m) {
   return m == ClientDisconnectMode::Finish ? "finish" : "cancel";
 }
 
+const char* toString(TlsVersion v) { return v == TlsVersion::V1_3 ? "1.3" : "1.2"; }
+
+json clientTlsToJson(const UpstreamTlsConfig& tls) {
+  return {{"verify", tls.verify},
+          {"ca_file", tls.ca_file},
+          {"sni", tls.sni},
+          {"min_version", toString(tls.min_version)},
+          {"ciphers", tls.ciphers}};
+}
+
 json listenerToJson(const ListenerConfig& l) {
   json tls = nullptr;
-  if (l.tls) tls = {{"cert", l.tls->cert_file}, {"key", l.tls->key_file}};
+  if (l.tls) {
+    tls = {{"cert", l.tls->cert_file},
+           {"key", l.tls->key_file},
+           {"min_version", toString(l.tls->min_version)},
+           {"ciphers", l.tls->ciphers}};
+  }
   return {{"address", l.address.toString()}, {"tls", tls}};
 }
 
@@ -77,7 +92,7 @@ json upstreamToJson(const UpstreamConfig& u) {
       {"endpoints", endpointsToJson(u.endpoints)},
       {"connect_timeout", formatDuration(u.connect_timeout)},
       {"http2", toString(u.http2)},
-      {"tls", {{"verify", u.tls.verify}, {"ca_file", u.tls.ca_file}, {"sni", u.tls.sni}}},
+      {"tls", clientTlsToJson(u.tls)},
       {"headers", headers},
       {"rate_limit", rate_limit},
       {"circuit_breaker",
@@ -188,7 +203,7 @@ nlohmann::json sharedStateToJson(const std::optional<SharedStateConfig>& shared)
   return {{"redis", redis},
           {"prefix", shared->prefix},
           {"timeout", formatDuration(shared->timeout)},
-          {"tls", {{"verify", tls.verify}, {"ca_file", tls.ca_file}, {"sni", tls.sni}}}};
+          {"tls", clientTlsToJson(tls)}};
 }
 
 nlohmann::json toRedactedJson(const Config& config) {

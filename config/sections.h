@@ -45,6 +45,8 @@ class Decoder : private FieldReader {
   UpstreamConfig upstream(const Field& f);
   void headers(const Field& f, UpstreamConfig& u);
   UpstreamTlsConfig clientTls(const Field& f);  // also shared_state.tls
+  TlsVersion tlsMinVersion(const Field& f);     // `tls.min_version` ("1.2" | "1.3")
+  std::string tlsCiphers(const Field& f);       // `tls.ciphers`, checked by OpenSSL
   std::vector<EndpointConfig> endpoints(const Field& f);
   void endpointUrl(const Field& f, EndpointConfig& e);
 

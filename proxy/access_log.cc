@@ -1,10 +1,12 @@
 #include "proxy/access_log.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "proxy/json_line.h"
 #include "proxy/log.h"
@@ -121,6 +123,32 @@ bool AccessLog::configure(const config::AccessLogConfig& config, std::string* er
   }
   enabled_.store(fd >= 0);
   return true;
+}
+
+bool AccessLog::check(const config::AccessLogConfig& config, std::string* error) {
+  if (config.target != config::AccessLogConfig::Target::File) return true;
+  int fd = ::open(config.path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd >= 0) {
+    ::close(fd);
+    return true;
+  }
+  int err = errno;
+  if (err == ENOENT) {
+    // configure() would create it: the directory must exist and be writable.
+    const std::string dir = std::filesystem::path(config.path).parent_path().string();
+    struct stat st {};
+    if (::stat(dir.empty() ? "." : dir.c_str(), &st) != 0) {
+      err = errno;
+    } else if (!S_ISDIR(st.st_mode)) {
+      err = ENOTDIR;
+    } else if (::access(dir.empty() ? "." : dir.c_str(), W_OK | X_OK) != 0) {
+      err = errno;
+    } else {
+      return true;
+    }
+  }
+  *error = "access_log.path: cannot open " + config.path + ": " + std::strerror(err);
+  return false;
 }
 
 bool AccessLog::reopen(std::string* error) {

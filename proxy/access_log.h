@@ -96,6 +96,11 @@ class AccessLog {
    */
   bool configure(const config::AccessLogConfig& config, std::string* error);
   /**
+   * `--check-config`: whether configure() could open `config`'s file, with
+   * the message it would give, without creating the file.
+   */
+  static bool check(const config::AccessLogConfig& config, std::string* error);
+  /**
    * SIGHUP: reopens the file by its path, so lines after this call go to a
    * new file when logrotate moved the old one (the writer switches before
    * its next write; it never waits for a write in progress). A no-op for

@@ -11,19 +11,43 @@
 // Every request passes proxy/admin_access.h first (Host, Origin, and for POST
 // the `x-sluice-admin` header): 403 otherwise. A known path asked with the
 // wrong method gets 405 with `Allow`.
-// libevent's evhttp serves it: the admin port is low-volume and local.
+//
+// A small HTTP/1.x server of its own (one request per connection, answered
+// with `Connection: close`), so every limit applies before sluice reads what
+// it would refuse (README "Security"):
+//   - the request head is at most kAdminMaxHeadBytes: 431 and closed;
+//   - Host and Origin are checked as soon as the head is complete, before any
+//     body byte is read;
+//   - a body is at most kAdminMaxBodyBytes, refused from Content-Length (413)
+//     without reading it; Transfer-Encoding is refused (411);
+//   - the head must complete within `limits.header_read_timeout` and the body
+//     within `limits.body_read_timeout` of the head (408 and closed), however
+//     slowly bytes keep arriving;
+//   - at most kAdminMaxConnections at once; more are closed on accept.
 
-#include <event2/http.h>
+#include <event2/listener.h>
 
+#include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
+#include <unordered_map>
 
 #include "proxy/dispatcher.h"
 
 namespace sluice {
 
 class Server;
+class AdminConnection;
+struct AdminResponse;
+
+/** Request line + headers, CRLF CRLF included. */
+inline constexpr size_t kAdminMaxHeadBytes = 8 * 1024;
+/** Request body (no admin call needs one; a few bytes of JSON at most). */
+inline constexpr size_t kAdminMaxBodyBytes = 4 * 1024;
+/** Admin connections open at once. */
+inline constexpr size_t kAdminMaxConnections = 64;
 
 class AdminServer {
  public:
@@ -39,12 +63,19 @@ class AdminServer {
   uint16_t port() const { return port_; }
 
  private:
-  static void onRequest(evhttp_request* req, void* arg);
-  void handle(evhttp_request* req);
+  friend class AdminConnection;
+  static void onAccept(evconnlistener*, evutil_socket_t fd, sockaddr*, int, void* arg);
+  /** The answer to a complete, admitted request (path and method already known good). */
+  AdminResponse answer(const std::string& path);
+  /** Access, path and method: a refusal, or nullptr when the request may go on. */
+  std::unique_ptr<AdminResponse> admit(const AdminConnection& conn, const std::string& path);
+  void close(AdminConnection* conn);
 
   Server& server_;
+  bool stopped_ = false;  // stop() ran: connections closing now start no drain
   Dispatcher dispatcher_;
-  evhttp* http_ = nullptr;
+  ListenerPtr listener_;
+  std::unordered_map<AdminConnection*, std::unique_ptr<AdminConnection>> connections_;
   std::thread thread_;
   std::string host_;  // as configured; a Host naming it is accepted
   uint16_t port_ = 0;

@@ -13,10 +13,9 @@
 #include "common/metrics.h"
 #include "proxy/dispatcher.h"
 #include "proxy/downstream_stream.h"
+#include "proxy/request_decoder.h"
 
 namespace sluice {
-
-class Exchange;
 
 /** One accepted client connection, owned by its worker. */
 class DownstreamConnection : public DeferredDeletable {
@@ -39,12 +38,12 @@ class DownstreamConnectionHost {
   virtual ~DownstreamConnectionHost() = default;
   virtual Dispatcher& dispatcher() = 0;
   /**
-   * Creates the Exchange for a request whose headers just arrived (never
-   * null). `downstream` is the stream the Exchange answers on: the HTTP/1.1
-   * connection itself, or one HTTP/2 stream.
+   * Creates the decoder (the Exchange) for a request whose headers just
+   * arrived (never null). `downstream` is the stream it answers on: the
+   * HTTP/1.1 connection itself, or one HTTP/2 stream.
    */
-  virtual Exchange& newExchange(RequestHead& head, DownstreamStream& downstream,
-                                MonotonicTime start) = 0;
+  virtual RequestDecoder& newStream(RequestHead& head, DownstreamStream& downstream,
+                                    MonotonicTime start) = 0;
   /** Counts a request sluice refused before any Exchange existed (400, 431). */
   virtual void countUnparsedRequest(int status) = 0;
   /** Counts a connection closed or a request refused by a `limits` key. */

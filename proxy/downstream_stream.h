@@ -27,6 +27,20 @@ class DownstreamStream {
   /** Sends a slice of the body; `end_stream` ends the response. */
   virtual void encodeData(const char* data, size_t len, bool end_stream) = 0;
   /**
+   * True when this stream can carry a trailer section to the client
+   * (HTTP/2). HTTP/1.1 does not: sluice drops upstream trailers for it.
+   */
+  virtual bool carriesTrailers() const { return false; }
+  /**
+   * Ends the response (after its body) with `trailers` (RFC 9110 §6.5):
+   * never merged into a head. A codec that does not carry trailers
+   * (carriesTrailers() false) ends the response without them.
+   */
+  virtual void encodeTrailers(HeaderMap&& trailers) {
+    (void)trailers;
+    encodeData(nullptr, 0, true);
+  }
+  /**
    * Aborts a response already under way (HTTP/1.1: close; HTTP/2: RST_STREAM).
    * What is still buffered for the client is dropped.
    */

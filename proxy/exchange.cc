@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <charconv>
 #include <nlohmann/json.hpp>
 
 #include "common/release_storage.h"
@@ -12,8 +11,10 @@
 #include "filters/throttle/throttle_filter.h"
 #include "proxy/access_log.h"
 #include "proxy/endpoint_picker.h"
+#include "proxy/exchange_problem.h"
 #include "proxy/filter_chain.h"
 #include "proxy/header_rewrite.h"
+#include "proxy/request_intake.h"
 
 namespace sluice {
 
@@ -24,16 +25,6 @@ double seconds(std::chrono::steady_clock::duration d) {
 }
 
 constexpr int kClientClosedRequest = 499;  // nginx's code for "the client went away"
-
-/** The request's Content-Length (the codecs validated it), if it has one. */
-std::optional<uint64_t> declaredContentLength(const RequestHead& request) {
-  const auto value = request.headers.get("content-length");
-  if (!value) return std::nullopt;
-  uint64_t n = 0;
-  const auto [end, ec] = std::from_chars(value->data(), value->data() + value->size(), n);
-  if (ec != std::errc() || end != value->data() + value->size()) return std::nullopt;
-  return n;
-}
 
 // Whether a client that sees its response cut for `reason` is still there to
 // read a final error event. client_disconnect: it left; client_stalled: it
@@ -49,6 +40,7 @@ bool clientStillListening(CancelReason reason) {
     case CancelReason::Overloaded:
     case CancelReason::UpstreamTimeout:
     case CancelReason::Draining:
+    case CancelReason::UpstreamReset:
       return true;
   }
   return false;
@@ -71,8 +63,8 @@ Exchange::Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const Ro
       route_(route != nullptr ? route : &runtime_->noRoute()),
       downstream_(downstream),
       start_(start),
-      body_(&runtime_->bodyMemory(), runtime_->config().limits.max_buffered_body_bytes),
-      wake_(host.dispatcher().createTimer([this] { onWake(); })) {
+      intake_(&runtime_->bodyMemory(), runtime_->config().limits.max_buffered_body_bytes),
+      timers_(host.dispatcher(), *this) {
   route_->metrics->active().Increment();
   if (route_->config != nullptr) {
     filters_ = buildFilterChain(*route_);
@@ -103,6 +95,9 @@ bool Exchange::transition(ExchangeState to) {
 
 void Exchange::decodeHeaders(RequestHead&& head) {
   request_ = std::move(head);
+  // Looked up only where trailers can be carried (HTTP/2): HTTP/1.1 pays nothing.
+  client_takes_trailers_ =
+      downstream_ != nullptr && downstream_->carriesTrailers() && acceptsTrailers(request_.headers);
   identity_ = establishIdentity(request_.headers, host_.ids());
   if (route_->config == nullptr) {
     answer(makeProblem(problems::kNoRoute, "no route matches " + request_.method + " " +
@@ -110,11 +105,17 @@ void Exchange::decodeHeaders(RequestHead&& head) {
            ExchangeState::Completed);
     return;
   }
-  if (declaredBodyTooLarge()) {
-    rejectBodyTooLarge();
-    return;
+  switch (intake_.plan(request_, runtime_->config().limits.max_body,
+                       RequestIntake::streamAbove(route_->config->retry, request_))) {
+    case RequestIntake::Plan::Ok:
+      break;
+    case RequestIntake::Plan::TooLarge:
+      rejectBodyTooLarge();
+      return;
+    case RequestIntake::Plan::Refused:
+      refuseBody();
+      return;
   }
-  if (!planBody()) return;
   phase_ = Phase::DecodeHeaders;
   if (!route_->config->match.model.empty()) {
     // The route depends on the body's model: decided once the body is in.
@@ -128,7 +129,7 @@ void Exchange::decodeHeaders(RequestHead&& head) {
 void Exchange::routeOnModel() {
   awaiting_model_ = false;
   std::string model;
-  scanTopLevelMembers(body_.prefix(), [&](std::string_view key, std::string_view value) {
+  scanTopLevelMembers(intake_.body().prefix(), [&](std::string_view key, std::string_view value) {
     if (key != "model") return true;
     if (const auto plain = plainString(value)) {
       model = std::string(*plain);
@@ -158,64 +159,30 @@ void Exchange::routeOnModel() {
   runChain(0);
 }
 
-bool Exchange::planBody() {
-  stream_above_ = streamAbove();
-  const auto declared = declaredContentLength(request_);
-  if (!declared) return true;  // chunked: decided as the bytes come
-  body_.declareLength(*declared);
-  if (*declared > stream_above_) {
-    body_.startStreaming();  // the attempt starts with the head (runChain)
-    return true;
-  }
-  // Buffered whole: its room is taken now, so a body the process cannot
-  // hold is refused before any of it is read.
-  if (*declared > 0 && !body_.reserveWhole(*declared)) {
-    refuseBody();
-    return false;
-  }
-  return true;
-}
-
-uint64_t Exchange::streamAbove() const {
-  const config::RetryConfig& retry = route_->config->retry;
-  if (isRetrySafe(retry.idempotent, request_.method, request_.headers.has("idempotency-key"))) {
-    return retry.max_body;
-  }
-  return std::min(retry.max_body, kAlwaysBufferedBytes);
-}
-
 void Exchange::decodeData(const char* data, size_t len) {
   if (finished_) return;
-  if (body_.size() + len > runtime_->config().limits.max_body) {
-    rejectBodyTooLarge();
-    return;
-  }
-  if (!body_.append(data, len)) {
-    refuseBody();
-    return;
-  }
-  bytes_in_ += len;
-  if (!body_.streaming()) {
-    if (body_.size() <= stream_above_) return;
-    // Too big to replay: stop buffering and start the attempt now.
-    body_.startStreaming();
-    if (awaitsModel()) {
-      routeOnModel();  // with the model in the body's first block, if it is there
-    } else if (phase_ == Phase::DecodeComplete && !held_) {
-      runChain(0);
-    }
-    if (finished_) return;
+  switch (intake_.append(data, len, runtime_->config().limits.max_body)) {
+    case RequestIntake::Intake::TooLarge:
+      rejectBodyTooLarge();
+      return;
+    case RequestIntake::Intake::Refused:
+      refuseBody();
+      return;
+    case RequestIntake::Intake::Held:
+      return;
+    case RequestIntake::Intake::StartStreaming:
+      if (awaitsModel()) {
+        routeOnModel();  // with the model in the body's first block, if it is there
+      } else if (phase_ == Phase::DecodeComplete && !held_) {
+        runChain(0);
+      }
+      if (finished_) return;
+      break;
+    case RequestIntake::Intake::Streamed:
+      break;
   }
   if (attempt_.stream != nullptr) attempt_.stream->onRequestBodyData();
   applyBodyBackpressure();
-}
-
-bool Exchange::declaredBodyTooLarge() const {
-  // The codecs validated the value (digits only, one value); a body that says
-  // up front it will not fit is refused before a byte of it is read (and
-  // before an HTTP/1.1 client is told `100 Continue`).
-  const auto declared = declaredContentLength(request_);
-  return declared && *declared > runtime_->config().limits.max_body;
 }
 
 void Exchange::rejectBodyTooLarge() {
@@ -228,13 +195,10 @@ void Exchange::rejectBodyTooLarge() {
 }
 
 void Exchange::decodeComplete() {
-  request_complete_ = true;
-  body_.markComplete();
-  if (client_paused_) {
+  if (intake_.complete() && downstream_ != nullptr) {
     // The codec read the end with the bytes that paused it: let it read
     // again, so a client that leaves is seen at once.
-    client_paused_ = false;
-    if (downstream_ != nullptr) downstream_->resumeRequestBody();
+    downstream_->resumeRequestBody();
   }
   if (finished_) return;
   if (attempt_.stream != nullptr) {
@@ -244,7 +208,8 @@ void Exchange::decodeComplete() {
     attempt_.last_upstream_byte = clock().now();
     armFirstByteTimer();
     // Connected (its connect timer is gone) and no first-byte timer: idle time counts.
-    if (!slotArmed(Slot::FirstByte) && !slotArmed(Slot::Connect)) armIdleTimer();
+    if (!timers_.armed(ExchangeSlot::FirstByte) && !timers_.armed(ExchangeSlot::Connect))
+      armIdleTimer();
     return;
   }
   if (held_) return;
@@ -256,13 +221,16 @@ void Exchange::decodeComplete() {
 }
 
 void Exchange::applyBodyBackpressure() {
-  if (!body_.streaming() || request_complete_ || downstream_ == nullptr || finished_) return;
-  if (!client_paused_ && body_.held() > kBodyHighWatermark) {
-    client_paused_ = true;
-    downstream_->pauseRequestBody();
-  } else if (client_paused_ && body_.held() < kBodyLowWatermark) {
-    client_paused_ = false;
-    downstream_->resumeRequestBody();
+  if (downstream_ == nullptr || finished_) return;
+  switch (intake_.flow()) {
+    case RequestIntake::Flow::Keep:
+      break;
+    case RequestIntake::Flow::Pause:
+      downstream_->pauseRequestBody();
+      break;
+    case RequestIntake::Flow::Resume:
+      downstream_->resumeRequestBody();
+      break;
   }
 }
 
@@ -284,7 +252,7 @@ void Exchange::runChain(size_t from) {
         status = filter.decodeHeaders(request_);
         break;
       case Phase::DecodeComplete:
-        status = filter.decodeComplete(body_.prefix());
+        status = filter.decodeComplete(intake_.body().prefix());
         break;
       case Phase::BeforeAttempt:
         ++chain_depth_;
@@ -312,7 +280,7 @@ void Exchange::runChain(size_t from) {
     case Phase::DecodeHeaders:
       phase_ = Phase::DecodeComplete;
       // A streamed body does not wait for its end: the attempt carries it.
-      if (request_complete_ || body_.streaming()) runChain(0);
+      if (intake_.requestComplete() || intake_.body().streaming()) runChain(0);
       return;
     case Phase::DecodeComplete:
       startAttempt(AttemptTarget::sameUpstream());
@@ -359,7 +327,7 @@ void Exchange::continueDecoding() {
 
 void Exchange::startAttempt(const AttemptTarget& target) {
   assert(attempt_.stream == nullptr && "one attempt at a time");
-  assert(body_.replayable() && "a retry needs the whole body");
+  assert(intake_.body().replayable() && "a retry needs the whole body");
   ++attempts_;
   held_ = false;
   // A retry prefers another endpoint than the one the last attempt failed on.
@@ -392,7 +360,7 @@ void Exchange::startAttempt(const AttemptTarget& target) {
   if (chain_index_ > 0) {
     const std::string& model = route_->config->fallback[chain_index_ - 1].model;
     std::optional<std::string> body;
-    if (!model.empty()) body = withTopLevelString(body_.prefix(), "model", model);
+    if (!model.empty()) body = withTopLevelString(intake_.body().prefix(), "model", model);
     if (body) {
       // The same bytes with another model: counted against the process-wide cap as well.
       auto rewritten = std::make_unique<RequestBody>(
@@ -434,7 +402,7 @@ Exchange::EndpointChoice Exchange::chooseEndpoint(const UpstreamRuntime& upstrea
       }
     }
     key = quotaKeyFor(rate_limit, *headers);
-    need = estimateTokenNeed(body_.prefix());
+    need = estimateTokenNeed(intake_.body().prefix());
   }
   std::vector<EndpointView> views(endpoints.size());
   std::vector<bool> circuit_ok(endpoints.size());
@@ -479,7 +447,7 @@ bool Exchange::fallbackAllowed() const {
   // The rules of a retry (DESIGN §5): nothing reached the client yet, the
   // body can be sent again, and the request is safe to repeat.
   return !finished_ && !response_started_ && !discarding_ && state_ != ExchangeState::Cancelling &&
-         request_complete_ && !body_.streaming() && body_.replayable() &&
+         intake_.requestComplete() && !intake_.body().streaming() && intake_.body().replayable() &&
          clock().now() < deadline_ &&
          isRetrySafe(route_->config->retry.idempotent, request_.method,
                      request_.headers.has("idempotency-key"));
@@ -528,7 +496,7 @@ void Exchange::sendAttempt() {
   const MonotonicTime now = clock().now();
 
   attempt_.last_upstream_byte = now;
-  armSlot(Slot::Connect, now + uc.connect_timeout);
+  timers_.arm(ExchangeSlot::Connect, now + uc.connect_timeout);
   armFirstByteTimer();
 
   UpstreamStreamSource& pool = host_.pool(*runtime_, attempt_.endpoint->pool_index);
@@ -539,17 +507,19 @@ void Exchange::sendAttempt() {
     return;
   }
   attempt_.stream = pool.acquire();
+  ++attempts_sent_;
   // May report back synchronously.
   attempt_.stream->sendRequest(*attempt_.request, attemptBody(), this);
 }
 
 AttemptVerdict Exchange::endAttempt(AttemptOutcome outcome, bool reuse, AttemptVerdict proposed) {
   connect_wait_.release();
-  disarmSlot(Slot::Connect);
-  disarmSlot(Slot::FirstByte);
-  disarmSlot(Slot::Idle);
+  timers_.disarm(ExchangeSlot::Connect);
+  timers_.disarm(ExchangeSlot::FirstByte);
+  timers_.disarm(ExchangeSlot::Idle);
   attempt_.endpoint->metrics->attempts(attemptResultFor(outcome)).Increment();
   attempt_.cut = !outcome.isStatus();
+  attempt_.outcome = outcome;
   const AttemptEnd end = describeAttempt(outcome);
   AttemptVerdict verdict = proposed;
   for (auto& filter : filters_) verdict = filter->decideAttempt(end, std::move(verdict));
@@ -578,7 +548,9 @@ AttemptEnd Exchange::describeAttempt(const AttemptOutcome& outcome) const {
   end.held_response = attempt_.held ? &attempt_.held->head : nullptr;
   if (attempt_.held) end.held_body = attempt_.held->body;
   end.response_started = response_started_;
-  end.unprocessed = attempt_.unprocessed || outcome.kind == OutcomeKind::ConnectError;
+  // Never connected: not a byte of the request reached the upstream.
+  end.unprocessed =
+      attempt_.unprocessed || outcome.kind == OutcomeKind::ConnectError || !attempt_.connected;
   end.delivered_body_bytes = deliveredBodyBytes();
   end.cancel_reason = cancel_reason_;
   end.finish_draining = discarding_;
@@ -599,12 +571,13 @@ void Exchange::scheduleRetry(const AttemptVerdict::Retry& retry) {
   } else {
     route_->metrics->retries(retry.cause).Increment();
   }
-  retry_causes_.push_back(retry.cause);
+  // The access log speaks sluice_retries_total's vocabulary for a spill-over too.
+  retry_causes_.push_back(causeLabel(attempt_.outcome));
   transition(ExchangeState::BackingOff);
   // The sleep is a timer of this Exchange: a cancel (client gone, budget)
   // clears it and no further attempt is made.
   retry_target_ = retry.target;
-  armSlot(Slot::RetryDelay, clock().now() + retry.delay);
+  timers_.arm(ExchangeSlot::RetryDelay, clock().now() + retry.delay);
 }
 
 void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
@@ -612,6 +585,12 @@ void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
   // A response under way is never retried: it will be cut, after one final
   // error event if the client can take it (decided before the spend meter reads).
   const std::string final_event = response_started_ ? finalEventFor(problem) : std::string();
+  // The upstream broke the response the client is reading: the request ends
+  // cut (its status stays the one the client saw), with a reason the spend
+  // meter, the access log and sluice_cancellations_total all see.
+  if (response_started_ && outcome.kind == OutcomeKind::Reset && !cancel_reason_) {
+    cancel_reason_ = CancelReason::UpstreamReset;
+  }
   const AttemptVerdict verdict = endAttempt(outcome, false, AttemptVerdict::fail(problem));
   if (finished_) return;
   if (const auto* retry = verdict.asRetry()) {
@@ -619,6 +598,10 @@ void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
     return;
   }
   if (response_started_) {
+    if (cancel_reason_ == CancelReason::UpstreamReset && !cancel_counted_) {
+      route_->metrics->cancellations(*cancel_reason_).Increment();
+      cancel_counted_ = true;
+    }
     cutResponse(final_event);
     transition(ExchangeState::Failed);
     finish(attempt_.status);
@@ -660,32 +643,34 @@ void Exchange::armFirstByteTimer() {
   // A streamed upload is not the upstream's time to answer: it runs once
   // the upstream has the whole request.
   const auto timeout = route_->config->first_byte_timeout;
-  if (timeout.count() <= 0 || !request_complete_ || attempt_.status != 0) return;
-  armSlot(Slot::FirstByte, clock().now() + timeout);
+  if (timeout.count() <= 0 || !intake_.requestComplete() || attempt_.status != 0) return;
+  timers_.arm(ExchangeSlot::FirstByte, clock().now() + timeout);
 }
 
 void Exchange::armIdleTimer() {
   // Nor is a stalled upload a stalled upstream (body_read_timeout is the client's).
   if (route_->config == nullptr || attempt_.upstream_paused || attempt_.stream == nullptr ||
-      !request_complete_) {
+      !intake_.requestComplete()) {
     return;
   }
   const auto idle = route_->config->idle_timeout;
   if (idle.count() <= 0) return;
-  armSlot(Slot::Idle, attempt_.last_upstream_byte + idle);
+  timers_.arm(ExchangeSlot::Idle, attempt_.last_upstream_byte + idle);
 }
 
 // --- UpstreamCallbacks --------------------------------------------------------------
 
 void Exchange::onUpstreamConnected() {
+  attempt_.connected = true;
   connect_wait_.release();
-  disarmSlot(Slot::Connect);
-  if (!slotArmed(Slot::FirstByte)) armIdleTimer();  // waiting for the first byte counts as idle
+  timers_.disarm(ExchangeSlot::Connect);
+  if (!timers_.armed(ExchangeSlot::FirstByte))
+    armIdleTimer();  // waiting for the first byte counts as idle
 }
 
 void Exchange::onUpstreamBodySent(uint64_t offset) {
   attempt_.body_sent = offset;
-  body_.discardBefore(offset);  // a streamed body frees what the upstream took
+  intake_.body().discardBefore(offset);  // a streamed body frees what the upstream took
   applyBodyBackpressure();
   // The upstream answered before it took the whole body: the rest goes once it has.
   if (response_started_ && attempt_.body_sent == attemptBody().size()) releaseReplayState();
@@ -693,7 +678,7 @@ void Exchange::onUpstreamBodySent(uint64_t offset) {
 
 void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
   if (finished_) return;
-  disarmSlot(Slot::FirstByte);
+  timers_.disarm(ExchangeSlot::FirstByte);
   attempt_.status = head.status;
   attempt_.last_upstream_byte = clock().now();
   rewriteResponseForDownstream(head);
@@ -718,7 +703,7 @@ void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
 }
 
 void Exchange::sendResponseHead(ResponseHead& head) {
-  head.headers.set("x-sluice-attempts", std::to_string(attempts_));
+  head.headers.set("x-sluice-attempts", std::to_string(attempts_sent_));
   head.headers.set("x-sluice-upstream", attempt_.upstream->name());
   if (!discarding_ && downstream_ != nullptr) {
     response_started_ = true;
@@ -740,7 +725,7 @@ void Exchange::releaseReplayState() {
   RequestBody& sent = attemptBody();
   if (!sent.complete() || attempt_.body_sent < sent.size()) return;  // the transport reads it still
   sent.releaseAll();
-  if (&sent != &body_ && body_.complete()) body_.releaseAll();
+  if (&sent != &intake_.body() && intake_.body().complete()) intake_.body().releaseAll();
 }
 
 void Exchange::beginResponse(ResponseHead& head, bool from_upstream) {
@@ -754,6 +739,9 @@ void Exchange::beginResponse(ResponseHead& head, bool from_upstream) {
     }
   }
   head.headers.set("x-request-id", identity_.request_id);
+  // The Anthropic SDKs read `request-id` (err.requestID): sluice's own
+  // answers carry it too, so that id finds the access log line.
+  if (!from_upstream) head.headers.set("request-id", identity_.request_id);
   if (first_byte_at_) return;
   first_byte_at_ = clock().now();
   if (from_upstream) route_->metrics->timeToFirstByte().Observe(seconds(*first_byte_at_ - start_));
@@ -766,8 +754,28 @@ void Exchange::releaseHeldResponse(bool end_stream) {
   sendResponseHead(head);
   if (!discarding_ && downstream_ != nullptr) {
     noteForwarded(body.data(), body.size());
-    downstream_->encodeData(body.data(), body.size(), end_stream);
+    const bool trailers = end_stream && attempt_.trailers != nullptr;
+    downstream_->encodeData(body.data(), body.size(), end_stream && !trailers);
+    if (trailers) endResponse();
   }
+}
+
+void Exchange::endResponse() {
+  if (attempt_.trailers == nullptr) {
+    downstream_->encodeData(nullptr, 0, true);
+    return;
+  }
+  const std::unique_ptr<HeaderMap> trailers = std::move(attempt_.trailers);
+  downstream_->encodeTrailers(std::move(*trailers));
+}
+
+void Exchange::onUpstreamTrailers(HeaderMap&& trailers) {
+  // Never merged into a head (RFC 9110 §6.5.1): the client gets them as
+  // trailers, at the response's end, or not at all.
+  if (finished_ || !client_takes_trailers_) return;
+  rewriteTrailersForDownstream(trailers);
+  if (trailers.empty()) return;
+  attempt_.trailers = std::make_unique<HeaderMap>(std::move(trailers));
 }
 
 void Exchange::onUpstreamData(const char* data, size_t len) {
@@ -796,7 +804,7 @@ void Exchange::pauseUpstreamIfClientSlow() {
     // the client drains (onDownstreamWritable). Memory per stream stays bounded.
     attempt_.upstream_paused = true;
     attempt_.stream->pauseReading();
-    disarmSlot(Slot::Idle);
+    timers_.disarm(ExchangeSlot::Idle);
   }
 }
 
@@ -830,7 +838,7 @@ void Exchange::onUpstreamComplete() {
     finish(kClientClosedRequest);
     return;
   }
-  downstream_->encodeData(nullptr, 0, true);
+  endResponse();
   transition(ExchangeState::Completed);
   finish(attempt_.status);
 }
@@ -868,7 +876,7 @@ void Exchange::onDownstreamDisconnect(CancelReason reason) {
                                                             config::ClientDisconnectMode::Finish;
   // A streamed request cut short cannot complete upstream: cancel it instead.
   if (finish_mode && attempt_.stream != nullptr && state_ == ExchangeState::Running &&
-      request_complete_) {
+      intake_.requestComplete()) {
     // Let the side-effecting call complete, within finish_grace; its output is leaked.
     discarding_ = true;
     if (!cancel_reason_) cancel_reason_ = reason;
@@ -881,8 +889,8 @@ void Exchange::onDownstreamDisconnect(CancelReason reason) {
       armIdleTimer();
     }
     // The first grace holds (its cancel's reason is cancel_reason_, set above).
-    if (!slotArmed(Slot::FinishGrace)) {
-      armSlot(Slot::FinishGrace, clock().now() + route_->config->finish_grace);
+    if (!timers_.armed(ExchangeSlot::FinishGrace)) {
+      timers_.arm(ExchangeSlot::FinishGrace, clock().now() + route_->config->finish_grace);
     }
     return;
   }
@@ -910,7 +918,7 @@ void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_wit
   const MonotonicTime decided = clock().preciseNow();
   const bool had_attempt = attempt_.stream != nullptr;
   transition(ExchangeState::Cancelling);
-  clearTimers();  // wakes nothing: every sleep of this request ends here
+  timers_.clear();  // wakes nothing: every sleep of this request ends here
   Problem problem =
       answer_with ? std::move(*answer_with) : problemFor(*cancel_reason_, retry_after);
   std::string final_event;
@@ -968,7 +976,9 @@ void Exchange::sendProblem(Problem& problem) {
   for (auto& filter : filters_) filter->encodeLocalReply(problem);
   if (downstream_ == nullptr || response_started_) return;
   LocalReply reply = makeProblemReply(problem);
-  if (attempts_ > 0) reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_));
+  if (attempts_sent_ > 0) {
+    reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_sent_));
+  }
   response_started_ = true;
   beginResponse(reply.head, /*from_upstream=*/false);
   bytes_out_ += reply.body.size();
@@ -1009,55 +1019,20 @@ Problem Exchange::problemFor(CancelReason reason,
                              std::optional<std::chrono::milliseconds> retry_after) const {
   const UpstreamRuntime* current =
       attempt_.upstream != nullptr ? attempt_.upstream : route_->upstream;
-  const std::string upstream = current != nullptr ? current->name() : "none";
-  switch (reason) {
-    case CancelReason::BudgetExhausted: {
-      std::string budget;
-      if (deadline_ != MonotonicTime::max()) {
-        budget =
-            " of " +
-            std::to_string(
-                std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - start_).count()) +
-            " ms";
-      }
-      return makeProblem(problems::kBudgetExhausted,
-                         "the request's time budget" + budget + " ran out after " +
-                             std::to_string(attempts_) + " attempt(s)",
-                         reason);
-    }
-    case CancelReason::UpstreamTimeout:
-      return makeProblem(
-          problems::kUpstreamTimeout,
-          "upstream " + upstream + " stopped sending (first_byte_timeout/idle_timeout)", reason);
-    case CancelReason::CircuitOpen:
-      return makeProblem(problems::kCircuitOpen,
-                         "upstream " + upstream + " is failing; sluice is not calling it for now",
-                         reason, retry_after);
-    case CancelReason::RateLimited:
-      return makeProblem(problems::kRateLimited,
-                         "upstream " + upstream + " quota would be exceeded; wait for its reset",
-                         reason, retry_after);
-    case CancelReason::Overloaded:
-      return makeProblem(problems::kOverloaded,
-                         "too many requests in flight or waiting for upstream " + upstream, reason,
-                         retry_after);
-    case CancelReason::Draining:
-      return makeProblem(problems::kDraining, "this sluice instance is draining; retry on another",
-                         reason, retry_after);
-    case CancelReason::ClientDisconnect:
-      return makeProblem(problems::kClientDisconnect, "the client went away", reason);
-    case CancelReason::ClientStalled:
-      return makeProblem(problems::kClientStalled,
-                         "the client accepted no byte for limits.send_timeout", reason);
+  CancelContext context;
+  context.upstream = current != nullptr ? std::string_view(current->name()) : "none";
+  if (deadline_ != MonotonicTime::max()) {
+    context.budget = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - start_);
   }
-  return makeProblem(problems::kClientDisconnect, "the client went away", reason);
+  context.attempts = attempts_sent_;
+  return problemForCancel(reason, context, retry_after);
 }
 
 void Exchange::finish(int status_code) {
   if (finished_) return;
   finished_ = true;
   phase_ = Phase::Done;
-  clearTimers();
+  timers_.clear();
   connect_wait_.release();
   if (attempt_.stream != nullptr) {  // a safety net: every ending above ended its attempt
     endAttempt(AttemptOutcome::cancelled(), false,
@@ -1074,8 +1049,7 @@ void Exchange::finish(int status_code) {
   if (DownstreamStream* d = downstream_) {
     downstream_ = nullptr;
     // Answered before the upload ended: the codec reads (and drops) the rest.
-    if (client_paused_) d->resumeRequestBody();
-    client_paused_ = false;
+    if (intake_.takeClientPaused()) d->resumeRequestBody();
     d->onExchangeDone();
   }
   host_.retire(*this);
@@ -1134,7 +1108,7 @@ void Exchange::logAccess(int status_code, MonotonicTime now) const {
                : request_.version_minor == 0 ? "HTTP/1.0"
                                              : "HTTP/1.1";
   r.status = status_code;
-  r.attempts = attempts_;
+  r.attempts = attempts_sent_;
   r.retry_causes = retry_causes_;
   r.duration_ms = std::chrono::duration<double, std::milli>(age).count();
   if (first_byte_at_) {
@@ -1146,53 +1120,39 @@ void Exchange::logAccess(int status_code, MonotonicTime now) const {
   r.output_tokens = usage_.output_tokens;
   r.spend_usd = usage_.spend_usd;
   r.leaked_usd = usage_.leaked_usd;
-  r.bytes_in = bytes_in_;
+  r.bytes_in = intake_.bytesIn();
   r.bytes_out = bytes_out_;
   log->append(r);
 }
 
-// --- timers -----------------------------------------------------------------------------
+// --- timers (ExchangeTimers: one wake at the earliest) ----------------------------------
 
 TimerId Exchange::armTimer(MonotonicTime at, std::function<void()> cb) {
-  const TimerId id = next_timer_id_++;
-  filter_timers_.push_back(FilterTimer{id, at, std::move(cb)});
-  wakeBy(at);
-  return id;
+  return timers_.armCallback(at, std::move(cb));
 }
 
-void Exchange::disarmTimer(TimerId id) {
-  if (id == 0) return;
-  filter_timers_.erase(std::remove_if(filter_timers_.begin(), filter_timers_.end(),
-                                      [id](const FilterTimer& t) { return t.id == id; }),
-                       filter_timers_.end());
-  // The wake event may now fire early; onWake() finds nothing due and re-arms.
-}
-
-void Exchange::armSlot(Slot slot, MonotonicTime at) {
-  slots_[static_cast<size_t>(slot)] = SlotTimer{next_timer_id_++, at};
-  wakeBy(at);
-}
+void Exchange::disarmTimer(TimerId id) { timers_.disarmCallback(id); }
 
 void Exchange::setDeadline(MonotonicTime deadline) {
   deadline_ = deadline;
-  armSlot(Slot::Deadline, deadline);
+  timers_.arm(ExchangeSlot::Deadline, deadline);
 }
 
-void Exchange::onSlot(Slot slot) {
+void Exchange::onSlot(ExchangeSlot slot) {
   switch (slot) {
-    case Slot::Deadline:
+    case ExchangeSlot::Deadline:
       cancel(CancelReason::BudgetExhausted);
       return;
-    case Slot::Connect:
+    case ExchangeSlot::Connect:
       failAttempt(AttemptOutcome::connectError(),
                   makeProblem(problems::kUpstreamConnectTimeout,
                               "no connection to upstream " + attempt_.upstream->name() + " (" +
                                   attempt_.endpoint->name() + ") within connect_timeout"));
       return;
-    case Slot::FirstByte:
+    case ExchangeSlot::FirstByte:
       onAttemptTimeout();
       return;
-    case Slot::Idle: {
+    case ExchangeSlot::Idle: {
       if (attempt_.upstream_paused || attempt_.stream == nullptr) return;
       const MonotonicTime due = attempt_.last_upstream_byte + route_->config->idle_timeout;
       if (clock().now() >= due) {
@@ -1202,79 +1162,13 @@ void Exchange::onSlot(Slot slot) {
       }
       return;
     }
-    case Slot::RetryDelay:
+    case ExchangeSlot::RetryDelay:
       startAttempt(retry_target_);
       return;
-    case Slot::FinishGrace:
+    case ExchangeSlot::FinishGrace:
       cancel(cancel_reason_.value_or(CancelReason::ClientDisconnect));
       return;
   }
-}
-
-void Exchange::clearTimers() {
-  slots_.fill(SlotTimer{});
-  filter_timers_.clear();
-  wake_->disarm();
-  wake_at_ = MonotonicTime::max();
-}
-
-void Exchange::wakeBy(MonotonicTime at) {
-  if (at >= wake_at_) return;  // armed for earlier (or as early) already
-  wake_at_ = at;
-  wake_->arm(at - clock().now());
-}
-
-MonotonicTime Exchange::earliestTimer() const {
-  MonotonicTime earliest = MonotonicTime::max();
-  for (const SlotTimer& t : slots_) {
-    if (t.id != 0) earliest = std::min(earliest, t.at);
-  }
-  for (const FilterTimer& t : filter_timers_) earliest = std::min(earliest, t.at);
-  return earliest;
-}
-
-void Exchange::onWake() {
-  wake_at_ = MonotonicTime::max();  // fired: nothing armed now
-  // Run every due timer, the first armed first; each may arm, disarm or end the exchange.
-  while (!finished_) {
-    const MonotonicTime now = clock().now();
-    TimerId first = 0;
-    size_t slot = kSlots;
-    for (size_t i = 0; i < kSlots; ++i) {
-      const SlotTimer& t = slots_[i];
-      if (t.id != 0 && t.at <= now && (first == 0 || t.id < first)) {
-        first = t.id;
-        slot = i;
-      }
-    }
-    auto filter_timer = filter_timers_.end();
-    for (auto it = filter_timers_.begin(); it != filter_timers_.end(); ++it) {
-      if (it->at <= now && (first == 0 || it->id < first)) {
-        first = it->id;
-        filter_timer = it;
-      }
-    }
-    if (first == 0) break;
-    if (filter_timer != filter_timers_.end()) {
-      std::function<void()> cb = std::move(filter_timer->cb);
-      filter_timers_.erase(filter_timer);
-      cb();
-    } else {
-      slots_[slot].id = 0;
-      onSlot(static_cast<Slot>(slot));
-    }
-  }
-  if (finished_) return;
-  // Sleep until the earliest pending timer (a callback may have armed wake_ for a due one).
-  const MonotonicTime earliest = earliestTimer();
-  if (earliest == wake_at_) return;
-  if (earliest == MonotonicTime::max()) {
-    wake_->disarm();
-    wake_at_ = earliest;
-    return;
-  }
-  wake_at_ = MonotonicTime::max();
-  wakeBy(earliest);
 }
 
 // --- introspection -----------------------------------------------------------------------

@@ -37,9 +37,12 @@
 #include "proxy/downstream_stream.h"
 #include "proxy/event_util.h"
 #include "proxy/exchange_state.h"
+#include "proxy/exchange_timers.h"
 #include "proxy/filter_chain.h"
 #include "proxy/request_body.h"
+#include "proxy/request_decoder.h"
 #include "proxy/request_id.h"
+#include "proxy/request_intake.h"
 #include "proxy/runtime.h"
 #include "proxy/upstream_stream.h"
 
@@ -88,7 +91,11 @@ struct ExchangeSnapshot {
   uint64_t response_bytes = 0;
 };
 
-class Exchange final : public DeferredDeletable, public FilterCallbacks, private UpstreamCallbacks {
+class Exchange final : public DeferredDeletable,
+                       public RequestDecoder,
+                       public FilterCallbacks,
+                       private UpstreamCallbacks,
+                       private ExchangeTimers::Owner {
  public:
   /**
    * `route` is null when no route matched (the Exchange answers 404).
@@ -103,36 +110,25 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
    * The request head. Runs decodeHeaders; may answer at once (404, 400, 503
    * when its declared body would pass `limits.max_buffered_body_bytes`).
    */
-  void decodeHeaders(RequestHead&& head);
+  void decodeHeaders(RequestHead&& head) override;
   /**
    * A slice of the request body; 413 above `limits.max_body`, 503
    * `overloaded` when the process holds too much body already. A body a
    * retry may replay is buffered whole before the first attempt; one that
-   * cannot be replayed (above streamAbove()) is streamed: the attempt starts
+   * cannot be replayed (above RequestIntake::streamAbove()) is streamed: the attempt starts
    * once that is known and each byte is freed when the upstream took it,
    * the client paused while more than kBodyHighWatermark waits.
    */
-  void decodeData(const char* data, size_t len);
+  void decodeData(const char* data, size_t len) override;
   /** The request is complete: the first attempt may start (a streamed one is under way). */
-  void decodeComplete();
+  void decodeComplete() override;
   /**
    * The client went away (EOF, reset, RST_STREAM: `client_disconnect`), or
    * sluice dropped it for not reading (send_timeout: `client_stalled`).
    */
-  void onDownstreamDisconnect(CancelReason reason = CancelReason::ClientDisconnect);
+  void onDownstreamDisconnect(CancelReason reason = CancelReason::ClientDisconnect) override;
   /** The client drained its buffer below the low watermark: resume the upstream. */
-  void onDownstreamWritable();
-
-  /** A streamed body held above this pauses the client's upload... */
-  static constexpr uint64_t kBodyHighWatermark = 256 * 1024;
-  /** ... until the upstream took it down to this. */
-  static constexpr uint64_t kBodyLowWatermark = 64 * 1024;
-  /**
-   * Bodies up to this size are buffered whole even when no retry could
-   * replay them: the filters read them (spend meter, throttle estimate) and
-   * an attempt the upstream never processed can still be replayed.
-   */
-  static constexpr uint64_t kAlwaysBufferedBytes = 1024 * 1024;
+  void onDownstreamWritable() override;
 
   // --- FilterCallbacks ------------------------------------------------------------
   void continueDecoding() override;
@@ -151,7 +147,7 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   const AttemptDestination& destination() const override { return attempt_.destination; }
   void refuseAttempt(CancelReason reason,
                      std::optional<std::chrono::milliseconds> retry_after) override;
-  bool requestBodyReplayable() const override { return body_.replayable(); }
+  bool requestBodyReplayable() const override { return intake_.body().replayable(); }
   std::function<void()> crossThreadWaker(std::function<void()> fn) override;
 
   // --- introspection ----------------------------------------------------------
@@ -171,12 +167,15 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   void onUpstreamBodySent(uint64_t offset) override;
   void onUpstreamHeaders(ResponseHead&& head, bool end_stream) override;
   void onUpstreamData(const char* data, size_t len) override;
+  void onUpstreamTrailers(HeaderMap&& trailers) override;
   void onUpstreamComplete() override;
   void onUpstreamError(UpstreamError error, const std::string& detail) override;
 
   bool transition(ExchangeState to);
   /** The route was matched without the body and has a `match.model` glob. */
-  bool awaitsModel() const { return awaiting_model_ && (request_complete_ || body_.streaming()); }
+  bool awaitsModel() const {
+    return awaiting_model_ && (intake_.requestComplete() || intake_.body().streaming());
+  }
   /**
    * Matches the route again with the body's top-level "model" (DESIGN §5,
    * `match.model`), switches to the route that matches (or answers 404),
@@ -184,14 +183,6 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
    */
   void routeOnModel();
   void runChain(size_t from);
-  /**
-   * Reads the request's declared length: a body that will be streamed is
-   * marked so, one that will be buffered whole reserves its room now. False
-   * (answered 503) when the cap refuses it.
-   */
-  bool planBody();
-  /** A body above this many bytes cannot be replayed by a retry: it is streamed. */
-  uint64_t streamAbove() const;
   /** Pauses or resumes the client's upload around the body watermarks. */
   void applyBodyBackpressure();
   /** 503 `overloaded`: the body does not fit under `limits.max_buffered_body_bytes`. */
@@ -235,7 +226,7 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   /** Counts one spill-over from the current upstream to the next, for `cause`. */
   void countFallback(const std::string& cause);
   /** The body the attempt sends: the client's, or a copy naming the fallback's `model`. */
-  RequestBody& attemptBody() { return rewritten_body_ ? *rewritten_body_ : body_; }
+  RequestBody& attemptBody() { return rewritten_body_ ? *rewritten_body_ : intake_.body(); }
   void sendAttempt();
   /**
    * Ends the attempt in flight: its timers, its max_pending slot and its
@@ -258,8 +249,6 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   void answer(Problem problem, ExchangeState terminal);
   /** Passes `problem` through the filters (encodeLocalReply) and sends it if nothing was sent. */
   void sendProblem(Problem& problem);
-  /** Content-Length says the body is above limits.max_body. */
-  bool declaredBodyTooLarge() const;
   /** 413 body-too-large, counted in the downstream rejections. */
   void rejectBodyTooLarge();
   void finish(int status_code);
@@ -289,6 +278,8 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   /** One access log line for the finished request, when the log is on. */
   void logAccess(int status_code, MonotonicTime now) const;
   void releaseHeldResponse(bool end_stream);
+  /** Ends the response to the client: with the upstream's trailers when it takes them. */
+  void endResponse();
   /**
    * Response body bytes of the attempt that reached the client: what was
    * handed to the client connection, minus what was still buffered in sluice
@@ -305,39 +296,9 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
    */
   void releaseReplayState();
 
-  // Every timer of this request, served by one libevent timer (wake_) at the
-  // earliest. The Exchange's own timers are named slots that allocate
-  // nothing; a filter's (armTimer) carries its callback. Due timers run in
-  // the order they were armed (their ids).
-  enum class Slot : uint8_t {
-    Deadline,     // the budget (setDeadline): budget_exhausted
-    Connect,      // the attempt's connect_timeout
-    FirstByte,    // the attempt's first_byte_timeout
-    Idle,         // the attempt's idle_timeout (re-checked against last_upstream_byte)
-    RetryDelay,   // the backoff before the next attempt (retry_target_)
-    FinishGrace,  // finish mode: the client left, the upstream may complete until then
-  };
-  static constexpr size_t kSlots = static_cast<size_t>(Slot::FinishGrace) + 1;
-  struct SlotTimer {
-    TimerId id = 0;  // 0: not armed
-    MonotonicTime at{};
-  };
-  struct FilterTimer {
-    TimerId id;
-    MonotonicTime at;
-    std::function<void()> cb;
-  };
-  void armSlot(Slot slot, MonotonicTime at);
-  void disarmSlot(Slot slot) { slots_[static_cast<size_t>(slot)].id = 0; }
-  bool slotArmed(Slot slot) const { return slots_[static_cast<size_t>(slot)].id != 0; }
-  /** What a slot does when it comes due. */
-  void onSlot(Slot slot);
-  /** Lazy: arms wake_ for `at` only when that is earlier than it is armed for. */
-  void wakeBy(MonotonicTime at);
-  /** The earliest pending timer's time; max when none. */
-  MonotonicTime earliestTimer() const;
-  void onWake();
-  void clearTimers();
+  // ExchangeTimers::Owner
+  void onSlot(ExchangeSlot slot) override;
+  bool timersLive() const override { return !finished_; }
 
   ExchangeHost& host_;
   const uint64_t id_;
@@ -356,10 +317,10 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
 
   RequestHead request_;
   RequestIdentity identity_;
-  RequestBody body_;            // counted against the process-wide cap (runtime_->bodyMemory())
-  uint64_t stream_above_ = 0;   // planBody(): streamAbove()
-  bool client_paused_ = false;  // the client's upload is paused (streamed body backpressure)
-  bool request_complete_ = false;
+  RequestIntake intake_;  // the body: its plan, the bytes, the client's upload paused or not
+  // The client can be sent a trailer section (HTTP/2) and asked for one
+  // (`te: trailers`): the upstream's trailers go to it; otherwise dropped.
+  bool client_takes_trailers_ = false;
   bool awaiting_model_ = false;  // routeOnModel() runs once the body (or its start) is in
   FilterChain filters_;
 
@@ -387,19 +348,26 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
     // keeps its Exchange, not this (~130 bytes inline).
     std::unique_ptr<RequestHead> request;
     bool unprocessed = false;            // the upstream said it did not process the attempt
+    bool connected = false;              // onUpstreamConnected: the request went on the wire
     bool upstream_paused = false;        // a slow client holds the upstream (backpressure)
     int status = 0;                      // the response head's status; 0 until it arrived
     std::unique_ptr<HeldResponse> held;  // a response a filter is holding back
-    uint64_t forwarded_bytes = 0;        // body bytes handed to the client
-    bool cut = false;                    // ended without its response's end (cancel, reset, stall)
-    bool cut_flushes = false;            // the cut delivers what is buffered, then a final event
+    // The response's trailers, for a client that takes them (client_takes_trailers_).
+    std::unique_ptr<HeaderMap> trailers;
+    uint64_t forwarded_bytes = 0;  // body bytes handed to the client
+    bool cut = false;              // ended without its response's end (cancel, reset, stall)
+    bool cut_flushes = false;      // the cut delivers what is buffered, then a final event
     SseDialect sse_dialect = SseDialect::None;  // of the response under way (text/event-stream)
     uint32_t forwarded_tail = 0;  // its last four body bytes: is it at an SSE event boundary?
     uint64_t body_sent = 0;       // attemptBody() bytes the transport took (onUpstreamBodySent)
+    AttemptOutcome outcome;       // how it ended (endAttempt)
     MonotonicTime last_upstream_byte{};
     // Its timers are the slots Connect, FirstByte and Idle (below).
   };
   uint32_t attempts_ = 0;  // attempts started; the current one's number
+  // Attempts handed to an upstream connection (x-sluice-attempts, the access
+  // log): not one refused or dropped before it was sent (circuit, throttle).
+  uint32_t attempts_sent_ = 0;
   Attempt attempt_;
   // The route's chain (DESIGN §5): route_->chain[chain_index_] takes the attempts.
   size_t chain_index_ = 0;
@@ -418,21 +386,14 @@ class Exchange final : public DeferredDeletable, public FilterCallbacks, private
   // For the access log (DESIGN §7).
   std::optional<MonotonicTime> first_byte_at_;  // first response byte to the client
   std::vector<std::string> retry_causes_;
-  uint64_t bytes_in_ = 0;   // request body bytes received
   uint64_t bytes_out_ = 0;  // response body bytes handed to the client
   std::string model_;       // the last attempt's model, as the spend filter read it
   AttemptUsage usage_;      // summed over attempts (its `model` unused: see model_)
 
-  // Every timer of this request (Slot, above), served by wake_ at the earliest.
-  std::array<SlotTimer, kSlots> slots_{};
-  std::vector<FilterTimer> filter_timers_;
-  TimerId next_timer_id_ = 1;
   AttemptTarget retry_target_;  // of the RetryDelay slot
-  ScheduledTimerPtr wake_;      // from the Dispatcher's scheduler: simulated time in tests
-  // When wake_ fires; max = not armed. It is moved only earlier while armed
-  // (a disarmed or later timer leaves it): firing early finds nothing due
-  // and sleeps again until the earliest pending timer.
-  MonotonicTime wake_at_ = MonotonicTime::max();
+  // Every timer of this request: the named slots and the filters' timers,
+  // served by one scheduler timer at the earliest.
+  ExchangeTimers timers_;
   MonotonicTime deadline_ = MonotonicTime::max();
 };
 

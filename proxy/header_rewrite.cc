@@ -107,7 +107,6 @@ RequestHead requestForUpstream(const RequestHead& client, const config::Upstream
   const bool own_xff = !info.address.empty() && !configured("x-forwarded-for", upstream);
   const bool may_xfp = !configured("x-forwarded-proto", upstream);
   std::string xff;
-  bool has_xfp = false;
   HeaderMap& headers = out.headers;
   headers.reserve(client.headers.size() + 3 + upstream.headers.size(), 512);
   for (const auto field : client.headers) {
@@ -123,7 +122,9 @@ RequestHead requestForUpstream(const RequestHead& client, const config::Upstream
       }
       continue;  // appended below, with the client's address
     }
-    if (name == "x-forwarded-proto") has_xfp = true;
+    // The listener's scheme, never the client's say (a client could claim
+    // https on a plain listener and an upstream would trust it).
+    if (name == "x-forwarded-proto" && may_xfp) continue;
     headers.add(name, field.value);
   }
   if (own_host) headers.add("host", url.authority());
@@ -132,7 +133,7 @@ RequestHead requestForUpstream(const RequestHead& client, const config::Upstream
     xff += info.address;
     headers.add("x-forwarded-for", xff);
   }
-  if (!has_xfp && may_xfp) headers.add("x-forwarded-proto", info.tls ? "https" : "http");
+  if (may_xfp) headers.add("x-forwarded-proto", info.tls ? "https" : "http");
   for (const auto& [name, value] : upstream.headers) headers.add(name, value);
   return out;
 }
@@ -154,6 +155,28 @@ void rewriteResponseForDownstream(ResponseHead& head) {
     return hopByHop(name, named) || (no_body && name == kContentLength) ||
            name == "x-sluice-attempts" || name == "x-sluice-upstream" ||
            name == "x-sluice-upstream-request-id";
+  });
+}
+
+bool acceptsTrailers(const HeaderMap& request_headers) {
+  for (const auto field : request_headers) {
+    if (field.name != "te") continue;
+    std::string_view value = field.value;
+    while (!value.empty()) {
+      const auto comma = value.find(',');
+      const std::string_view member = value.substr(0, comma);
+      if (equalsIgnoreCase(trimOws(member.substr(0, member.find(';'))), "trailers")) return true;
+      if (comma == std::string_view::npos) break;
+      value.remove_prefix(comma + 1);
+    }
+  }
+  return false;
+}
+
+void rewriteTrailersForDownstream(HeaderMap& trailers) {
+  trailers.removeIf([](std::string_view name, std::string_view) {
+    return inHopByHopList(name) || name == kContentLength || name == "host" ||
+           isSluiceHeader(name) || name.empty() || name.front() == ':';
   });
 }
 

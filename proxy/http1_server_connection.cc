@@ -9,9 +9,9 @@
 #include <cstring>
 
 #include "common/clock.h"
+#include "common/http_date.h"
 #include "common/http_message.h"
 #include "common/problem.h"
-#include "proxy/exchange.h"
 #include "proxy/http1_head_writer.h"
 #include "proxy/request_target.h"
 
@@ -103,9 +103,9 @@ const llhttp_settings_t& Http1ServerConnection::parserSettings() {
 
 Http1ServerConnection::~Http1ServerConnection() {
   if (exchange_ != nullptr) {
-    Exchange* ex = exchange_;
+    RequestDecoder* ex = exchange_;
     exchange_ = nullptr;
-    ex->onDownstreamDisconnect();
+    ex->onDownstreamDisconnect(CancelReason::ClientDisconnect);
   }
 }
 
@@ -132,7 +132,11 @@ void Http1ServerConnection::parseInput() {
       const std::optional<size_t> head_bytes = head_scanner_.scan(data, len);
       if (!head_bytes && head_scanner_.tooLarge()) {
         host_.countRejection(Rejection::HeaderTooLarge);
-        rejectRequest(problems::kHeaderTooLarge, "request headers exceed sluice's limits");
+        if (head_scanner_.inRequestLine()) {
+          rejectRequest(problems::kUriTooLong, uriTooLongDetail());
+        } else {
+          rejectRequest(problems::kHeaderTooLarge, "request headers exceed sluice's limits");
+        }
         return;
       }
       if (!head_bytes) {
@@ -185,7 +189,9 @@ void Http1ServerConnection::rejectParseError(int err) {
     // A callback refused the request and already chose the answer.
     const Problem refusal = std::move(*refusal_);
     refusal_.reset();
-    if (refusal.status == 431) host_.countRejection(Rejection::HeaderTooLarge);
+    if (refusal.status == 431 || refusal.status == 414) {
+      host_.countRejection(Rejection::HeaderTooLarge);
+    }
     rejectRequest(refusal);
   } else if (err == HPE_INVALID_METHOD || parser_->method == HTTP_PRI) {
     // The method rule HTTP/2 applies too (methodRefusal). llhttp knows PRI
@@ -223,6 +229,11 @@ bool Http1ServerConnection::countHeaderBytes(size_t len) {
 int Http1ServerConnection::refuse(const ProblemKind& kind, std::string detail) {
   refusal_ = std::make_unique<Problem>(makeProblem(kind, std::move(detail)));
   return -1;
+}
+
+std::string Http1ServerConnection::uriTooLongDetail() const {
+  return "the request target exceeds sluice's limit on a request head (limits.max_header_bytes, " +
+         std::to_string(std::min(limits_.max_header_bytes, HeadScanner::kMaxHeadBytes)) + " bytes)";
 }
 
 int Http1ServerConnection::refuseHeaderTooLarge() {
@@ -396,7 +407,12 @@ int Http1ServerConnection::onMessageBegin(llhttp_t* p) {
 
 int Http1ServerConnection::onUrl(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
-  if (!self->countHeaderBytes(len)) return -1;
+  // The target is the head's first counted bytes: past the limit here, it
+  // is the target that is too long (RFC 9112 §3: 414, not 431).
+  self->header_bytes_ += len;
+  if (self->header_bytes_ > self->limits_.max_header_bytes) {
+    return self->refuse(problems::kUriTooLong, self->uriTooLongDetail());
+  }
   self->head_.path.append(at, len);
   return 0;
 }
@@ -404,6 +420,12 @@ int Http1ServerConnection::onUrl(llhttp_t* p, const char* at, size_t len) {
 int Http1ServerConnection::onHeaderField(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
   if (!self->countHeaderBytes(len)) return -1;
+  // A chunked body's trailer section: counted, never forwarded, never part
+  // of a head (this request's went to its Exchange already).
+  if (p->flags & F_TRAILING) {
+    self->field_name_bytes_ += len;  // an empty name is still refused (onHeaderFieldComplete)
+    return 0;
+  }
   if (self->header_fields_.flush(self->head_.headers) &&
       self->head_.headers.size() >= self->limits_.max_headers) {
     return self->refuseHeaderTooLarge();
@@ -427,6 +449,7 @@ int Http1ServerConnection::onHeaderFieldComplete(llhttp_t* p) {
 int Http1ServerConnection::onHeaderValue(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<Http1ServerConnection*>(p->data);
   if (!self->countHeaderBytes(len)) return -1;
+  if (p->flags & F_TRAILING) return 0;  // a trailer's value: dropped (onHeaderField)
   self->header_fields_.borrowValue({at, len});
   return 0;
 }
@@ -454,7 +477,7 @@ int Http1ServerConnection::onHeadersComplete(llhttp_t* p) {
   self->client_minor_ = p->http_minor;
   // From here the body (if any) is read under body_read_timeout; onMessageComplete ends it.
   self->enterReadPhase(ReadPhase::Body);
-  Exchange& ex = self->host_.newExchange(self->head_, *self, start);
+  RequestDecoder& ex = self->host_.newStream(self->head_, *self, start);
   if (self->closed_) return -1;
   self->exchange_ = &ex;  // decodeHeaders may answer at once (404, 400, 413) and let go of us
   ex.decodeHeaders(std::move(self->head_));
@@ -491,6 +514,9 @@ int Http1ServerConnection::checkHead(const llhttp_t& p) {
     return refuse(problems::kBadRequest,
                   "Content-Length and Transfer-Encoding together (RFC 9112 §6.3)");
   }
+  if (head_.headers.has("transfer-encoding")) {
+    if (const int refused = checkTransferEncoding(p); refused != 0) return refused;
+  }
   // RFC 9112 §3.2: exactly one Host on HTTP/1.1, at most one on HTTP/1.0.
   const size_t hosts = head_.headers.count("host");
   if (hosts > 1 || (hosts == 0 && p.http_minor >= 1)) {
@@ -502,6 +528,49 @@ int Http1ServerConnection::checkHead(const llhttp_t& p) {
     return refuse(problems::kBadRequest,
                   "the request target is neither origin-form (/path) nor an http(s) "
                   "absolute-form URI (RFC 9112 §3.2)");
+  }
+  if (normalizePath(head_.path) == PathNormalization::AboveRoot) {
+    return refuse(problems::kBadRequest, std::string(kPathAboveRoot));
+  }
+  return 0;
+}
+
+int Http1ServerConnection::checkTransferEncoding(const llhttp_t& p) {
+  // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding may be treated
+  // as faulty (1.0 has no chunked coding; an intermediary may frame it by
+  // Content-Length or close), and the connection closed after the answer.
+  if (p.http_minor == 0) {
+    return refuse(problems::kBadRequest,
+                  "Transfer-Encoding on an HTTP/1.0 request (RFC 9112 §6.1)");
+  }
+  // The codings, in order, over every Transfer-Encoding field.
+  size_t codings = 0;
+  bool chunked_last = false, chunked_before = false;
+  for (auto value : head_.headers.getAll("transfer-encoding")) {
+    while (!value.empty()) {
+      const auto comma = value.find(',');
+      const auto token = trimOws(value.substr(0, comma));
+      if (!token.empty()) {
+        chunked_before = chunked_before || chunked_last;
+        chunked_last = equalsIgnoreCase(token, "chunked");
+        ++codings;
+      }
+      if (comma == std::string_view::npos) break;
+      value.remove_prefix(comma + 1);
+    }
+  }
+  // §6.3: chunked must be the last coding (once), else the length is unknowable.
+  if (!chunked_last || chunked_before) {
+    return refuse(problems::kBadRequest,
+                  "a request Transfer-Encoding whose last coding is not chunked, or chunked "
+                  "twice (RFC 9112 §6.3)");
+  }
+  // §6.1: sluice would have to decode gzip (or anything but chunked) to
+  // forward the body honestly; it re-frames chunked only.
+  if (codings > 1) {
+    return refuse(problems::kNotImplemented,
+                  "a request Transfer-Encoding other than chunked alone; sluice decodes no "
+                  "transfer coding but chunked (RFC 9112 §6.1)");
   }
   return 0;
 }
@@ -562,9 +631,9 @@ void Http1ServerConnection::rejectRequest(const Problem& problem) {
     io_->disableRead();
     exchange_->sendLocalReply(problem);
     if (exchange_ != nullptr) {  // it could not answer: drop the client
-      Exchange* ex = exchange_;
+      RequestDecoder* ex = exchange_;
       exchange_ = nullptr;
-      ex->onDownstreamDisconnect();
+      ex->onDownstreamDisconnect(CancelReason::ClientDisconnect);
       close();
     }
     return;
@@ -609,10 +678,14 @@ void Http1ServerConnection::encodeHeaders(ResponseHead&& head, bool end_stream) 
       keep_alive_ = false;
     }
   }
+  bool dated = false;
   for (const auto& [name, value] : head.headers) {
     if (name == "connection" || name == "transfer-encoding" || name == "keep-alive") continue;
+    dated = dated || name == "date";
     out.addField(name, value);
   }
+  // RFC 9110 §6.6.1: sluice's own answers and forwarded ones without a Date.
+  if (!dated) out.addField("date", httpDate(host_.dispatcher().clock()));
   if (!keep_alive_ || close_after_response_) {
     out.add("connection: close\r\n");
   } else if (client_minor_ == 0) {
@@ -944,7 +1017,7 @@ void Http1ServerConnection::closeWith(CancelReason reason) {
   if (closed_) return;
   closed_ = true;
   if (exchange_ != nullptr) {
-    Exchange* ex = exchange_;
+    RequestDecoder* ex = exchange_;
     exchange_ = nullptr;
     ex->onDownstreamDisconnect(reason);
   }

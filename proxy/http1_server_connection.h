@@ -57,8 +57,6 @@
 
 namespace sluice {
 
-class Exchange;
-
 /** Limits that protect sluice from a hostile or broken client. */
 struct Http1Limits {
   size_t max_header_bytes = 64 * 1024;       // request line + headers → 431 beyond
@@ -142,6 +140,8 @@ class Http1ServerConnection final : public DownstreamConnection,
     std::optional<size_t> scan(const char* data, size_t len);
     /** The head so far is longer than kMaxHeadBytes (scan returned nullopt for that). */
     bool tooLarge() const { return head_bytes_ > kMaxHeadBytes; }
+    /** Still in the request line (or the empty lines before it). */
+    bool inRequestLine() const { return state_ == State::RequestLine; }
 
     static constexpr size_t kMaxHeadBytes = kHttp1MaxHeadBytes;
 
@@ -212,6 +212,13 @@ class Http1ServerConnection final : public DownstreamConnection,
   int checkHead(const llhttp__internal_s& p);
   /** An `Upgrade: h2c` offer is dropped (answered in HTTP/1.1); false for any other protocol. */
   bool ignoreUpgradeOffer();
+  /**
+   * A request with Transfer-Encoding: 400 on HTTP/1.0 or unless chunked is
+   * its last coding (once), 501 for any coding but chunked; 0 if fine.
+   */
+  int checkTransferEncoding(const llhttp__internal_s& p);
+  /** The 414's detail. */
+  std::string uriTooLongDetail() const;
 
   /** Records why a parser callback refuses the request; -1 for the callback to return. */
   int refuse(const ProblemKind& kind, std::string detail);
@@ -301,7 +308,7 @@ class Http1ServerConnection final : public DownstreamConnection,
   MonotonicTime last_body_byte_{};
   SendStallWatch send_watch_;
 
-  Exchange* exchange_ = nullptr;
+  RequestDecoder* exchange_ = nullptr;  // the request in flight (its Exchange)
   bool body_paused_ = false;        // the Exchange paused the body (streamed upload backpressure)
   bool request_complete_ = false;   // the current request's last byte was parsed
   bool response_complete_ = false;  // the current response's last byte was written

@@ -234,6 +234,7 @@ void Http2ClientSession::letGo(Http2ClientStream& stream, bool reset) {
   const bool request_sent = stream.body_ == nullptr ||
                             (stream.body_->complete() && stream.body_sent_ == stream.body_->size());
   stream.body_ = nullptr;
+  stream.head_pending_ = false;
   if (!stream.held_.empty()) {
     // Never handed over: give the connection window back.
     if (session_) nghttp2_session_consume_connection(session_.get(), stream.held_.size());
@@ -265,6 +266,7 @@ void Http2ClientSession::forget(Http2ClientStream& stream) {
 }
 
 void Http2ClientSession::deliverHeld(Http2ClientStream& stream) {
+  if (stream.head_pending_) return;  // reportPendingHeads delivers it, after the read
   while (!stream.paused_ && !stream.let_go_ && !stream.held_.empty()) {
     std::string chunk;
     chunk.swap(stream.held_);
@@ -292,7 +294,34 @@ void Http2ClientSession::reportHead(Http2ClientStream& stream, bool end_stream) 
 void Http2ClientSession::endStream(Http2ClientStream& stream) {
   if (stream.ended_) return;
   stream.ended_ = true;
+  if (stream.trailers_ != nullptr && stream.callbacks_ != nullptr) {
+    const std::unique_ptr<HeaderMap> trailers = std::move(stream.trailers_);
+    stream.callbacks_->onUpstreamTrailers(std::move(*trailers));
+  }
   if (stream.callbacks_ != nullptr) stream.callbacks_->onUpstreamComplete();
+}
+
+void Http2ClientSession::reportPendingHeads() {
+  std::vector<Http2ClientStream*> pending;
+  pending.swap(pending_heads_);
+  for (Http2ClientStream* s : pending) {
+    // A stream let go meanwhile is still allocated (deferred delete) but no longer ours.
+    if (streams_.count(s) == 0 || !s->head_pending_) continue;
+    s->head_pending_ = false;
+    if (s->let_go_ || s->ended_) continue;
+    reportHead(*s, /*end_stream=*/false);  // its DATA waits in held_
+    if (streams_.count(s) != 0) deliverHeld(*s);
+  }
+}
+
+void Http2ClientSession::dropPendingHead(Http2ClientStream& stream) {
+  if (!stream.head_pending_) return;
+  stream.head_pending_ = false;
+  if (session_ && !closed_ && !stream.held_.empty()) {
+    nghttp2_session_consume_connection(session_.get(), stream.held_.size());
+  }
+  stream.held_.clear();
+  stream.end_held_ = false;
 }
 
 Http2ClientStream* Http2ClientSession::streamFor(int32_t stream_id) const {
@@ -359,6 +388,8 @@ void Http2ClientSession::onRead() {
   }
   in_io_ = false;
   if (closed_) return;
+  if (!pending_heads_.empty()) reportPendingHeads();  // the whole read parsed cleanly
+  if (closed_) return;
   flush();
 }
 
@@ -413,6 +444,7 @@ void Http2ClientSession::failAll(UpstreamError error, const std::string& detail)
     bufferevent_setcb(bev_.get(), nullptr, nullptr, nullptr, nullptr);
     bev_.reset();
   }
+  pending_heads_.clear();  // their streams fail below, before anything was reported
   // A stream the peer never saw (GOAWAY'd, or not yet written) was not processed.
   std::vector<Http2ClientStream*> open;
   for (auto& [raw, stream] : streams_) open.push_back(raw);
@@ -420,6 +452,8 @@ void Http2ClientSession::failAll(UpstreamError error, const std::string& detail)
     if (streams_.count(s) == 0 || s->ended_ || s->let_go_) continue;
     s->ended_ = true;
     s->h2_closed_ = true;
+    s->head_pending_ = false;
+    s->held_.clear();
     if (UpstreamCallbacks* cb = s->callbacks_) {
       const bool refused = error == UpstreamError::Reset && goaway_ && s->id_ > goaway_last_stream_;
       cb->onUpstreamError(refused ? UpstreamError::Refused : error, detail);
@@ -479,9 +513,16 @@ int Http2ClientSession::onHeader(nghttp2_session*, const nghttp2_frame* frame, c
                                  void* user) {
   auto* self = static_cast<Http2ClientSession*>(user);
   Http2ClientStream* s = self->streamFor(frame->hd.stream_id);
-  if (s == nullptr || s->head_received_) return 0;  // trailers are dropped
+  if (s == nullptr) return 0;
   const std::string_view n(reinterpret_cast<const char*>(name), namelen);
   const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
+  if (s->head_received_) {
+    // The trailer section (nghttp2 refused pseudo-headers in it): kept apart
+    // from the head, reported as trailers when the stream ends.
+    if (s->trailers_ == nullptr) s->trailers_ = std::make_unique<HeaderMap>();
+    s->trailers_->addLowerCase(n, v);
+    return 0;
+  }
   if (n == ":status") {
     int status = 0;
     for (char c : v) status = status * 10 + (c - '0');  // nghttp2 validated 3 digits
@@ -504,6 +545,10 @@ int Http2ClientSession::onFrameRecv(nghttp2_session*, const nghttp2_frame* frame
         if (s->head_.status >= 100 && s->head_.status < 200) return 0;  // interim
         s->head_received_ = true;
       }
+      if (end && s->head_pending_) {
+        s->end_held_ = true;  // ends once its head and DATA are reported (reportPendingHeads)
+        return 0;
+      }
       if (end) {
         self->reportHead(*s, /*end_stream=*/true);  // no body byte came: it ends here
         if (s->let_go_) return 0;
@@ -518,6 +563,10 @@ int Http2ClientSession::onFrameRecv(nghttp2_session*, const nghttp2_frame* frame
     case NGHTTP2_DATA: {
       Http2ClientStream* s = self->streamFor(frame->hd.stream_id);
       if (s == nullptr || s->ended_ || !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) return 0;
+      if (s->head_pending_) {
+        s->end_held_ = true;  // ends once its head and DATA are reported (reportPendingHeads)
+        return 0;
+      }
       self->reportHead(*s, /*end_stream=*/true);  // every DATA frame was empty
       if (s->let_go_) return 0;
       if (s->paused_ && !s->held_.empty()) {
@@ -546,14 +595,18 @@ int Http2ClientSession::onDataChunk(nghttp2_session* session, uint8_t, int32_t s
                                     const uint8_t* data, size_t len, void* user) {
   auto* self = static_cast<Http2ClientSession*>(user);
   Http2ClientStream* s = self->streamFor(stream_id);
-  if (s != nullptr && !s->let_go_ && !s->ended_ && len > 0) {
-    self->reportHead(*s, /*end_stream=*/false);  // the first body byte commits the head
+  if (s != nullptr && !s->let_go_ && !s->ended_ && len > 0 && !s->head_reported_ &&
+      !s->head_pending_ && s->head_received_) {
+    // The first body byte commits the head, once the rest of this read
+    // parsed: a RST_STREAM or GOAWAY behind it still fails the attempt.
+    s->head_pending_ = true;
+    self->pending_heads_.push_back(s);
   }
   if (s == nullptr || s->let_go_ || s->ended_) {
     nghttp2_session_consume(session, stream_id, len);  // nobody wants it: keep the window open
     return 0;
   }
-  if (s->paused_) {
+  if (s->paused_ || s->head_pending_) {
     s->held_.append(reinterpret_cast<const char*>(data), len);  // bounded by kStreamWindow
     return 0;
   }
@@ -572,6 +625,7 @@ int Http2ClientSession::onStreamClose(nghttp2_session*, int32_t stream_id, uint3
   s->h2_closed_ = true;
   if (s->ended_ || s->end_held_) return 0;
   s->ended_ = true;
+  self->dropPendingHead(*s);  // broke in the read that carried its head: nothing was reported
   if (s->callbacks_ == nullptr) return 0;
   const bool refused = error_code == NGHTTP2_REFUSED_STREAM ||
                        (self->goaway_ && stream_id > self->goaway_last_stream_);

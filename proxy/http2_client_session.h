@@ -30,6 +30,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "config/config.h"
 #include "proxy/dispatcher.h"
@@ -70,6 +71,11 @@ class Http2ClientStream final : public DeferredDeletable, public UpstreamStream 
   ResponseHead head_;
   bool head_received_ = false;  // the final head is in head_ (held until reportHead)
   bool head_reported_ = false;
+  // The head and its first DATA came in the read being processed: both wait
+  // (DATA in held_) until that read parsed, so a RST_STREAM or GOAWAY in the
+  // same read fails the attempt before anything reached the client.
+  bool head_pending_ = false;
+  std::unique_ptr<HeaderMap> trailers_;  // the response's trailer section, if any
   bool paused_ = false;
   std::string held_;        // DATA that arrived while paused (within the stream window)
   bool end_held_ = false;   // END_STREAM arrived while paused
@@ -127,6 +133,10 @@ class Http2ClientSession final : public DeferredDeletable {
    * attempt failure (502 or a retry), never a committed response.
    */
   void reportHead(Http2ClientStream& stream, bool end_stream);
+  /** Reports the heads held while the read that carried them was parsed (head_pending_). */
+  void reportPendingHeads();
+  /** Forgets a pending head and its DATA unreported (the stream failed in that read). */
+  void dropPendingHead(Http2ClientStream& stream);
   void forget(Http2ClientStream& stream);
   void flush();
   void failAll(UpstreamError error, const std::string& detail);
@@ -169,7 +179,8 @@ class Http2ClientSession final : public DeferredDeletable {
   bool goaway_ = false;
   bool draining_ = false;  // drain(): close when the last stream ends
   int32_t goaway_last_stream_ = 0;
-  bool in_io_ = false;  // inside nghttp2 recv/send: flush later
+  bool in_io_ = false;                             // inside nghttp2 recv/send: flush later
+  std::vector<Http2ClientStream*> pending_heads_;  // head_pending_ streams of this read
   bool closed_ = false;
 };
 

@@ -5,11 +5,12 @@
 #include <optional>
 
 #include "common/clock.h"
+#include "common/http_date.h"
 #include "common/http_message.h"
 #include "common/problem.h"
 #include "common/release_storage.h"
-#include "proxy/exchange.h"
 #include "proxy/http2_headers.h"
+#include "proxy/request_target.h"
 
 namespace sluice {
 
@@ -45,6 +46,8 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   // DownstreamStream
   void encodeHeaders(ResponseHead&& head, bool end_stream) override;
   void encodeData(const char* data, size_t len, bool end_stream) override;
+  bool carriesTrailers() const override { return true; }
+  void encodeTrailers(HeaderMap&& trailers) override;
   void resetStream() override;
   void resetStreamAfter(std::string_view final_bytes) override;
   bool canWriteWithoutWaiting(size_t len) const override;
@@ -85,10 +88,10 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   bool header_overflow_ = false;  // above the limit: 431 once the head is in
   bool header_cut_ = false;       // far above it: no longer decoded, reset
   bool head_request_ = false;
-  bool request_complete_ = false;  // END_STREAM received
-  Exchange* exchange_ = nullptr;
-  bool body_paused_ = false;  // the Exchange paused the upload: the stream window is held
-  size_t unconsumed_ = 0;     // body bytes taken while paused, not yet acknowledged
+  bool request_complete_ = false;       // END_STREAM received
+  RequestDecoder* exchange_ = nullptr;  // this stream's request (its Exchange)
+  bool body_paused_ = false;            // the Exchange paused the upload: the stream window is held
+  size_t unconsumed_ = 0;               // body bytes taken while paused, not yet acknowledged
 
   // response
   // The response's fields (handed over by the Exchange, not copied) and
@@ -102,8 +105,11 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   bool body_allowed_ = true;    // false for HEAD, 204, 304
   bool end_pending_ = false;    // the response's last byte is in pending_
   bool end_submitted_ = false;  // END_STREAM handed to nghttp2
-  bool deferred_ = false;       // the data provider is waiting for bytes
-  bool above_high_ = false;     // the Exchange may have paused: tell it when we drain
+  // Sent in a HEADERS frame after the last DATA (onDataSourceRead). Out of
+  // line: rare, and a HeaderMap inline in every held stream.
+  std::unique_ptr<HeaderMap> trailers_;
+  bool deferred_ = false;    // the data provider is waiting for bytes
+  bool above_high_ = false;  // the Exchange may have paused: tell it when we drain
   bool reset_ = false;
   bool closed_ = false;  // nghttp2 closed the stream
   // resetStreamAfter: RST_STREAM with this code once pending_ has been sent.
@@ -119,6 +125,10 @@ void Http2ServerConnection::Stream::encodeHeaders(ResponseHead&& head, bool end_
   response_started_ = true;
   body_allowed_ = mayHaveBody(head_request_, head.status);
   response_fields_ = std::move(head.headers);
+  // RFC 9110 §6.6.1: sluice's own answers and forwarded ones without a Date.
+  if (!response_fields_.has("date")) {
+    response_fields_.add("date", httpDate(conn_.host_.dispatcher().clock()));
+  }
   const bool reindex = conn_.responses_started_++ % kPerResponseReindex == 0;
   const Http2ResponseNv nv(response_fields_, head.status, status_text_, reindex);
   int rv;
@@ -154,11 +164,21 @@ void Http2ServerConnection::Stream::encodeData(const char* data, size_t len, boo
   conn_.scheduleSend();
 }
 
+void Http2ServerConnection::Stream::encodeTrailers(HeaderMap&& trailers) {
+  if (closed_ || reset_ || !response_started_ || end_pending_ || end_submitted_ || conn_.closed_) {
+    return;
+  }
+  if (!trailers.empty()) trailers_ = std::make_unique<HeaderMap>(std::move(trailers));
+  encodeData(nullptr, 0, true);
+}
+
 uint32_t Http2ServerConnection::Stream::cutCode() const {
   // A deliberate cancel (budget, drain) is CANCEL; an upstream that broke
-  // mid-response is INTERNAL_ERROR. Either way the client knows the response
-  // is incomplete, and the connection's other streams are untouched.
-  const bool cancelled = exchange_ != nullptr && exchange_->cancelReason().has_value();
+  // mid-response (cancel_reason upstream_reset) is INTERNAL_ERROR. Either way
+  // the client knows the response is incomplete, and the connection's other
+  // streams are untouched.
+  const auto reason = exchange_ != nullptr ? exchange_->cancelReason() : std::nullopt;
+  const bool cancelled = reason && *reason != CancelReason::UpstreamReset;
   return cancelled ? NGHTTP2_CANCEL : NGHTTP2_INTERNAL_ERROR;
 }
 
@@ -255,7 +275,7 @@ void Http2ServerConnection::Stream::onBodyTimeout() {
 
 void Http2ServerConnection::Stream::disconnect(CancelReason reason) {
   if (exchange_ == nullptr) return;
-  Exchange* ex = exchange_;
+  RequestDecoder* ex = exchange_;
   exchange_ = nullptr;
   ex->onDownstreamDisconnect(reason);
 }
@@ -543,8 +563,13 @@ void Http2ServerConnection::onRequestHeaders(Stream& stream) {
   }
   RequestHead head = stream.builder_.finish();
   stream.head_request_ = head.method == "HEAD";
+  // The same path rule as HTTP/1.1's: dot segments resolved before routing.
+  if (normalizePath(head.path) == PathNormalization::AboveRoot) {
+    stream.respondLocally(makeProblem(problems::kBadRequest, std::string(kPathAboveRoot)));
+    return;
+  }
   const MonotonicTime start = host_.dispatcher().clock().now();
-  Exchange& ex = host_.newExchange(head, stream, start);
+  RequestDecoder& ex = host_.newStream(head, stream, start);
   stream.exchange_ = &ex;  // decodeHeaders may answer at once (404, 400) and let go of us
   // A body follows unless END_STREAM came with the headers (onRequestComplete stops it).
   stream.startBodyTimer();
@@ -587,6 +612,19 @@ void Http2ServerConnection::sendPending() {
   notifyWritable();
 }
 
+bool Http2ServerConnection::submitTrailers(Stream& stream) {
+  const std::unique_ptr<HeaderMap> trailers = std::move(stream.trailers_);
+  std::vector<nghttp2_nv> nv;
+  nv.reserve(trailers->size());
+  for (const auto field : *trailers) {
+    // Copied by nghttp2 (no NO_COPY flag): the map goes when this returns.
+    nv.push_back(nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(field.name.data())),
+                            reinterpret_cast<uint8_t*>(const_cast<char*>(field.value.data())),
+                            field.name.size(), field.value.size(), NGHTTP2_NV_FLAG_NONE});
+  }
+  return nghttp2_submit_trailer(session_.get(), stream.id_, nv.data(), nv.size()) == 0;
+}
+
 ssize_t Http2ServerConnection::onDataSourceRead(nghttp2_session*, int32_t, uint8_t*, size_t length,
                                                 uint32_t* data_flags, nghttp2_data_source* source,
                                                 void* user_data) {
@@ -604,6 +642,10 @@ ssize_t Http2ServerConnection::onDataSourceRead(nghttp2_session*, int32_t, uint8
       *data_flags |= NGHTTP2_DATA_FLAG_EOF;
       stream->end_pending_ = false;
       stream->end_submitted_ = true;
+      // The trailer section ends the stream instead of this DATA frame.
+      if (stream->trailers_ && self->submitTrailers(*stream)) {
+        *data_flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      }
     } else if (taken == 0) {
       stream->deferred_ = true;  // encodeData resumes it
       return NGHTTP2_ERR_DEFERRED;

@@ -6,7 +6,7 @@
 // Each stream is one Exchange: the stream object implements
 // DownstreamStream exactly as Http1ServerConnection does for its one request.
 //
-//   HEADERS (request complete)  → host.newExchange() + decodeHeaders
+//   HEADERS (request complete)  → host.newStream() + decodeHeaders
 //   DATA                        → decodeData;  END_STREAM → decodeComplete
 //   RST_STREAM from the client  → that stream's Exchange only: client disconnect
 //   GOAWAY / EOF / reset        → every Exchange of the connection: client disconnect
@@ -137,6 +137,8 @@ class Http2ServerConnection final : public DownstreamConnection, private SocketI
   static int onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code, void*);
   static ssize_t onDataSourceRead(nghttp2_session*, int32_t stream_id, uint8_t* buf, size_t length,
                                   uint32_t* data_flags, nghttp2_data_source*, void*);
+  /** Queues `stream`'s trailers (a HEADERS frame with END_STREAM); false if nghttp2 refused. */
+  bool submitTrailers(Stream& stream);
   /**
    * Writes a DATA frame onDataSourceRead sized without copying
    * (NGHTTP2_DATA_FLAG_NO_COPY): its 9-byte header, then the payload moved

@@ -100,6 +100,13 @@ int main(int argc, char** argv) {
     for (const auto& warning : loaded.config->warnings) {
       std::cerr << "sluice: warning: " << warning << "\n";
     }
+    // What start would load from files (certificates, keys, CA files, the
+    // access log), loaded the same way: a config that passes here starts.
+    std::string error;
+    if (!sluice::Server::check(loaded.config, &error)) {
+      std::cerr << "sluice: " << error << "\n";
+      return 2;
+    }
     std::cout << config_path << ": ok\n";
     return 0;
   }

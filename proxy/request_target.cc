@@ -1,5 +1,7 @@
 #include "proxy/request_target.h"
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -68,7 +70,71 @@ bool validAuthority(std::string_view authority) {
   return value <= 0xffff;
 }
 
+// A path segment's dot count when it is a dot segment ("." or "..", each
+// dot written as '.', "%2e" or "%2E"); 0 otherwise.
+int dotSegment(std::string_view segment) {
+  int dots = 0;
+  size_t i = 0;
+  while (i < segment.size()) {
+    if (segment[i] == '.') {
+      ++i;
+    } else if (segment[i] == '%' && i + 2 < segment.size() && segment[i + 1] == '2' &&
+               (segment[i + 2] == 'e' || segment[i + 2] == 'E')) {
+      i += 3;
+    } else {
+      return 0;
+    }
+    if (++dots > 2) return 0;
+  }
+  return dots;
+}
+
 }  // namespace
+
+PathNormalization normalizePath(std::string& target) {
+  if (target.empty() || target.front() != '/') return PathNormalization::Unchanged;  // "*"
+  const size_t path_end = std::min(target.find('?'), target.size());
+  const std::string_view path(target.data(), path_end);
+  // The hot path: most paths have neither byte, and then no dot segment.
+  if (std::memchr(path.data(), '.', path.size()) == nullptr &&
+      std::memchr(path.data(), '%', path.size()) == nullptr) {
+    return PathNormalization::Unchanged;
+  }
+  // Segment by segment: the output keeps "/seg" per kept segment; "." drops
+  // itself, ".." drops itself and the segment before it. A dot segment last
+  // leaves the path ending in '/' (RFC 3986 §5.2.4: "/a/b/.." is "/a/").
+  std::string out;
+  bool changed = false;
+  size_t at = 0;  // at a '/'
+  while (at < path.size()) {
+    size_t next = path.find('/', at + 1);
+    if (next == std::string_view::npos) next = path.size();
+    const std::string_view segment = path.substr(at + 1, next - at - 1);
+    const int dots = dotSegment(segment);
+    const bool last = next == path.size();
+    if (dots == 0) {
+      if (changed) {
+        out += '/';
+        out.append(segment);
+      }
+    } else {
+      if (!changed) {
+        out.assign(path.substr(0, at));
+        changed = true;
+      }
+      if (dots == 2) {
+        if (out.empty()) return PathNormalization::AboveRoot;
+        out.erase(out.rfind('/'));
+      }
+      if (last) out += '/';
+    }
+    at = next;
+  }
+  if (!changed) return PathNormalization::Unchanged;
+  if (out.empty()) out = "/";
+  target.replace(0, path_end, out);
+  return PathNormalization::Normalized;
+}
 
 bool toOriginForm(RequestHead& head) {
   const std::string& target = head.path;

@@ -88,6 +88,21 @@ void logWarnings(const Runtime& runtime) {
 
 }  // namespace
 
+bool Server::check(const config::ConfigPtr& config, std::string* error) {
+  if (config->shared_state && config->shared_state->redis.tls) {
+    TlsError tls_error;
+    if (!makeClientSslCtx(config->shared_state->tls, &tls_error)) {
+      *error = "shared_state: " + tls_error.message;
+      return false;
+    }
+  }
+  Metrics metrics;
+  if (!Runtime::build(config, metrics, RealClock::instance(), error, nullptr, nullptr)) {
+    return false;
+  }
+  return AccessLog::check(config->access_log, error);
+}
+
 Server::Server(config::ConfigPtr config, const Clock& clock)
     : clock_(clock), access_log_(metrics_.accessLogDropped()), admin_(*this) {
   std::string error;

@@ -40,6 +40,13 @@ class Server {
    */
   bool start(std::string* error);
   /**
+   * `--check-config`: everything start() would load from files, loaded the
+   * same way (TLS certificates, keys and CA files of listeners, upstreams and
+   * shared_state, the access log's file), binding nothing. False + the
+   * message start() would give.
+   */
+  static bool check(const config::ConfigPtr& config, std::string* error);
+  /**
    * Stops everything at once (in-flight exchanges are cancelled with
    * `draining`). The access log's last lines get until the drain deadline
    * (drain()'s start + drain_timeout; without a drain, now + drain_timeout)

@@ -29,6 +29,20 @@ bool isIpLiteral(const std::string& host) {
 
 }  // namespace
 
+bool applyTlsPolicy(SSL_CTX* ctx, config::TlsVersion min_version, const std::string& ciphers,
+                    TlsError* error) {
+  const int version = min_version == config::TlsVersion::V1_3 ? TLS1_3_VERSION : TLS1_2_VERSION;
+  if (SSL_CTX_set_min_proto_version(ctx, version) != 1) {
+    if (error) error->message = "tls.min_version: " + lastSslError();
+    return false;
+  }
+  if (SSL_CTX_set_cipher_list(ctx, ciphers.c_str()) != 1) {
+    if (error) error->message = "tls.ciphers \"" + ciphers + "\": " + lastSslError();
+    return false;
+  }
+  return true;
+}
+
 SslCtxPtr makeClientSslCtx(const config::UpstreamTlsConfig& tls, TlsError* error) {
   SSL_CTX* raw = SSL_CTX_new(TLS_client_method());
   if (raw == nullptr) {
@@ -36,7 +50,7 @@ SslCtxPtr makeClientSslCtx(const config::UpstreamTlsConfig& tls, TlsError* error
     return nullptr;
   }
   SslCtxPtr ctx(raw, SslCtxDeleter{});
-  SSL_CTX_set_min_proto_version(raw, TLS1_2_VERSION);
+  if (!applyTlsPolicy(raw, tls.min_version, tls.ciphers, error)) return nullptr;
   SSL_CTX_set_mode(raw, SSL_MODE_RELEASE_BUFFERS);
   if (!tls.verify) {
     SSL_CTX_set_verify(raw, SSL_VERIFY_NONE, nullptr);

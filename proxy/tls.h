@@ -26,10 +26,10 @@ struct TlsError {
 };
 
 /**
- * A client context for one upstream: TLS 1.2+, OpenSSL's default cipher
- * policy, ALPN by `http2` (off: http/1.1; on: h2; auto: h2 then http/1.1),
- * peer verification unless `tls.verify` is false. Returns nullptr and fills
- * `error` on failure (unreadable ca_file, ...).
+ * A client context for one upstream: `tls.min_version` (1.2 by default),
+ * `tls.ciphers` (ECDHE with AEAD only by default: config::kDefaultTlsCiphers), ALPN by `http2`
+ * (off: http/1.1; on: h2; auto: h2 then http/1.1), peer verification unless `tls.verify` is false.
+ * Returns nullptr and fills `error` on failure (unreadable ca_file, ...).
  */
 SslCtxPtr makeUpstreamSslCtx(const config::UpstreamTlsConfig& tls, config::Http2Mode http2,
                              TlsError* error);
@@ -51,6 +51,13 @@ SSL* newClientSsl(SSL_CTX* ctx, const std::string& host, const config::UpstreamT
  */
 BufferEventPtr connectClient(Dispatcher& dispatcher, const std::string& host, uint16_t port,
                              SSL_CTX* ssl_ctx, const config::UpstreamTlsConfig& tls);
+
+/**
+ * Applies `tls.min_version` and `tls.ciphers` (TLS 1.2 list; TLS 1.3 suites
+ * stay OpenSSL's defaults) to `ctx`. False + `error` when OpenSSL refuses them.
+ */
+bool applyTlsPolicy(SSL_CTX* ctx, config::TlsVersion min_version, const std::string& ciphers,
+                    TlsError* error);
 
 /** The last OpenSSL error as text ("" if none), clearing the error queue. */
 std::string lastSslError();

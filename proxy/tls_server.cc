@@ -50,7 +50,7 @@ SslCtxPtr makeServerSslCtx(const config::ListenerTlsConfig& tls, TlsError* error
     return nullptr;
   }
   SslCtxPtr ctx(raw, SslCtxDeleter{});
-  SSL_CTX_set_min_proto_version(raw, TLS1_2_VERSION);
+  if (!applyTlsPolicy(raw, tls.min_version, tls.ciphers, error)) return nullptr;
   // HTTP/2 forbids renegotiation (RFC 9113 §9.2.1); compression is off by default.
   SSL_CTX_set_options(
       raw, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE);

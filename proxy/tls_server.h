@@ -4,7 +4,9 @@
 // `tls: {cert, key}`. Built once per Runtime (so a SIGHUP reload loads the
 // certificate files again and new connections get the new certificate, while
 // live connections keep the SSL objects — and the context — they started
-// with). Modern defaults: TLS 1.2+, OpenSSL's default cipher policy, no
+// with). Modern defaults: TLS 1.2+ (`tls.min_version`), on TLS 1.2 only
+// ECDHE key exchange with AEAD ciphers (`tls.ciphers`, config::kDefaultTlsCiphers:
+// no static-RSA key exchange, no CBC), TLS 1.3 suites as OpenSSL's, no
 // renegotiation, ALPN choosing h2, then http/1.1.
 
 #include <string_view>

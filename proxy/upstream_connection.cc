@@ -133,6 +133,12 @@ void UpstreamConnection::sendRequest(const RequestHead& head, RequestBody& body,
   reusable_ = false;
   message_done_ = false;
   dropHeldHead();
+  // Every per-message parser state starts anew: nothing of the last response
+  // (a trailer field still pending, say) may reach this one's head.
+  head_ = ResponseHead{};
+  header_fields_.reset();
+  trailers_.clear();
+  interim_ = false;
   awaiting_response_ = true;
   head_request_ = head.method == "HEAD";
   body_ = &body;
@@ -307,6 +313,12 @@ void UpstreamConnection::onIoRead() {
   if (closed_) return;
   if (message_done_) {
     message_done_ = false;
+    if (!trailers_.empty() && callbacks_ != nullptr) {
+      HeaderMap trailers = std::move(trailers_);
+      trailers_.clear();
+      callbacks_->onUpstreamTrailers(std::move(trailers));
+      if (closed_) return;
+    }
     UpstreamCallbacks* cb = callbacks_;
     callbacks_ = nullptr;
     if (cb != nullptr) cb->onUpstreamComplete();  // the holder releases or destroys us
@@ -379,7 +391,8 @@ int UpstreamConnection::onStatus(llhttp_t* p, const char*, size_t len) {
 int UpstreamConnection::onHeaderField(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<UpstreamConnection*>(p->data);
   if (!self->countHeadBytes(len)) return -1;
-  self->header_fields_.flush(self->head_.headers);
+  // After the last chunk the fields are trailers (RFC 9110 §6.5): never the head's.
+  self->header_fields_.flush((p->flags & F_TRAILING) ? self->trailers_ : self->head_.headers);
   self->header_fields_.borrowField({at, len});
   self->field_name_bytes_ += len;
   return 0;
@@ -406,7 +419,7 @@ int UpstreamConnection::onHeaderValue(llhttp_t* p, const char* at, size_t len) {
 
 int UpstreamConnection::onHeadersComplete(llhttp_t* p) {
   auto* self = static_cast<UpstreamConnection*>(p->data);
-  self->head_bytes_ = 0;  // the next head (after a 1xx, or trailers) counts anew
+  self->head_bytes_ = 0;  // the next head (after a 1xx) or the trailer section counts anew
   self->header_fields_.flush(self->head_.headers);
   self->head_.status = static_cast<int>(p->status_code);
   if (p->status_code == 101) {
@@ -469,6 +482,7 @@ int UpstreamConnection::onMessageComplete(llhttp_t* p) {
     self->interim_ = false;
     return 0;
   }
+  if (p->flags & F_TRAILING) self->header_fields_.flush(self->trailers_);  // the last trailer
   // An upstream that answered before it had the whole request (it did not
   // read a big body, say) must not get the next request behind the rest.
   self->reusable_ = llhttp_should_keep_alive(p) != 0 && self->requestFlushed();

@@ -157,6 +157,9 @@ class UpstreamConnection : public DeferredDeletable,
   size_t field_name_bytes_ = 0;  // of the header name being read (llhttp allows an empty one)
   ResponseHead head_;
   Http1HeaderAccumulator header_fields_;
+  // The chunked response's trailer section (RFC 9110 §6.5), kept apart from
+  // head_ and reported just before the response completes.
+  HeaderMap trailers_;
   bool head_request_ = false;  // the response to HEAD has no body
   bool interim_ = false;       // parsing a 1xx response
   bool awaiting_response_ = false;

@@ -50,6 +50,11 @@ class UpstreamCallbacks {
   virtual void onUpstreamHeaders(ResponseHead&& head, bool end_stream) = 0;
   /** A slice of the response body (de-chunked, de-framed). */
   virtual void onUpstreamData(const char* data, size_t len) = 0;
+  /**
+   * The response's trailer section (RFC 9110 §6.5), when it has a non-empty
+   * one: right before onUpstreamComplete(), never merged into a head.
+   */
+  virtual void onUpstreamTrailers(HeaderMap&& trailers) { (void)trailers; }
   /** The response ended cleanly. */
   virtual void onUpstreamComplete() = 0;
   /** The attempt failed; the holder must destroy() the stream. */

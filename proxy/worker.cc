@@ -166,8 +166,8 @@ UpstreamPool& Worker::pool(const Runtime& runtime, size_t index) {
   return *it->second.pools.at(index);
 }
 
-Exchange& Worker::newExchange(RequestHead& head, DownstreamStream& downstream,
-                              MonotonicTime start) {
+RequestDecoder& Worker::newStream(RequestHead& head, DownstreamStream& downstream,
+                                  MonotonicTime start) {
   Exchange& ex = registry_.newExchange(*this, runtime_, head, downstream, start);
   in_flight_.add();
   return ex;

@@ -69,8 +69,8 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   AccessLogBuffer* accessLog() override { return access_log_.enabled() ? &access_log_ : nullptr; }
 
   // DownstreamConnectionHost
-  Exchange& newExchange(RequestHead& head, DownstreamStream& downstream,
-                        MonotonicTime start) override;
+  RequestDecoder& newStream(RequestHead& head, DownstreamStream& downstream,
+                            MonotonicTime start) override;
   void countUnparsedRequest(int status) override;
   void countRejection(Rejection reason) override;
   void connectionClosed(DownstreamConnection& conn) override;

@@ -47,22 +47,34 @@ void SpendFilter::encodeData(const char* data, size_t len, bool end_stream) {
 }
 
 void SpendFilter::onAttemptDone(const AttemptEnd& end, const AttemptVerdict& verdict) {
-  if (!end.sent) {
-    meter_.reset();  // refused before it went: nothing was billed
+  if (!end.sent || end.unprocessed) {
+    // Refused before it went, never connected, or refused by the upstream
+    // unprocessed (REFUSED_STREAM, GOAWAY): no provider billed it.
+    forgetAttempt();
     return;
   }
   account(end, spendDisposition(end, verdict));
 }
 
 void SpendFilter::onDestroy() {
-  // An attempt begun (beforeAttempt) but never sent — refused on the way
-  // (overloaded, a cancel) — delivered nothing; whatever the disposition,
-  // its input is leaked to the Exchange's cancel_reason.
+  // An attempt begun (beforeAttempt) but never handed to a connection —
+  // refused on the way (overloaded, a cancel) — never reached the upstream:
+  // nothing was billed.
+  forgetAttempt();
+  // A request sluice refused before any attempt was billed still names its
+  // model in the access log.
+  if (!named_model_ && request_ && !request_->model.empty()) {
+    callbacks_->recordUsage(AttemptUsage{request_->model});
+  }
+}
+
+void SpendFilter::forgetAttempt() {
   if (!meter_) return;
-  AttemptEnd end;
-  end.outcome = AttemptOutcome::cancelled();
-  end.cancel_reason = callbacks_->cancelReason();
-  account(end, AttemptDisposition::Cancelled);
+  const std::unique_ptr<UsageMeter> meter = std::move(meter_);
+  if (!meter->model().empty()) {
+    callbacks_->recordUsage(AttemptUsage{meter->model()});  // the model, at no cost
+    named_model_ = true;
+  }
 }
 
 void SpendFilter::account(const AttemptEnd& end, AttemptDisposition disposition) {
@@ -74,6 +86,7 @@ void SpendFilter::account(const AttemptEnd& end, AttemptDisposition disposition)
   const ModelPrice& price = prices_.match(meter->model());
   const SpendSplit split = splitSpend(meter->tokenCounts(), disposition, price);
   const std::string& model = price.label;
+  named_model_ = named_model_ || !meter->model().empty();
   callbacks_->recordUsage(AttemptUsage{meter->model(),
                                        split.delivered_input_tokens + split.leaked_input_tokens,
                                        split.delivered_output_tokens + split.leaked_output_tokens,
@@ -95,9 +108,11 @@ void SpendFilter::account(const AttemptEnd& end, AttemptDisposition disposition)
   if (split.leaked_usd > 0) {
     metrics_.spend(model, Disposition::Leaked).Increment(split.leaked_usd);
     // The reason the work went unused: the Exchange's cancel_reason, or for an
-    // attempt abandoned by a stall, upstream_timeout.
+    // attempt abandoned by a stall, upstream_timeout; by a broken connection
+    // (then retried), upstream_reset.
     std::optional<CancelReason> why = reason;
     if (!why && end.outcome.kind == OutcomeKind::Timeout) why = CancelReason::UpstreamTimeout;
+    if (!why && end.outcome.kind == OutcomeKind::Reset) why = CancelReason::UpstreamReset;
     if (why) metrics_.leakedSpend(model, toString(*why)).Increment(split.leaked_usd);
   }
 }

@@ -42,11 +42,14 @@ class SpendFilter final : public StreamFilter {
  private:
   /** Books the current attempt's tokens and USD once, then forgets it. */
   void account(const AttemptEnd& end, AttemptDisposition disposition);
+  /** Drops the current attempt's meter unbilled, telling the Exchange its model. */
+  void forgetAttempt();
 
   const PriceTable& prices_;
   RouteMetrics& metrics_;
   std::optional<MeteredRequest> request_;  // (inline: no allocation per request)
   std::unique_ptr<UsageMeter> meter_;      // the attempt in flight
+  bool named_model_ = false;               // the Exchange was told a model (recordUsage)
 };
 
 }  // namespace sluice

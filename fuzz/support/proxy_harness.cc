@@ -190,8 +190,8 @@ void ProxyHarness::onClientRead(bufferevent* bev, void* arg) {
 
 // --- the hosts ----------------------------------------------------------------------
 
-Exchange& ProxyHarness::newExchange(RequestHead& head, DownstreamStream& downstream,
-                                    MonotonicTime start) {
+RequestDecoder& ProxyHarness::newStream(RequestHead& head, DownstreamStream& downstream,
+                                        MonotonicTime start) {
   return registry_.newExchange(*this, runtime_, head, downstream, start);
 }
 

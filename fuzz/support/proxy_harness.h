@@ -70,8 +70,8 @@ class ProxyHarness final : public DownstreamConnectionHost, public ExchangeHost 
 
   // DownstreamConnectionHost / ExchangeHost
   Dispatcher& dispatcher() override { return dispatcher_; }
-  Exchange& newExchange(RequestHead& head, DownstreamStream& downstream,
-                        MonotonicTime start) override;
+  RequestDecoder& newStream(RequestHead& head, DownstreamStream& downstream,
+                            MonotonicTime start) override;
   void countUnparsedRequest(int status) override;
   void countRejection(Rejection reason) override;
   void connectionClosed(DownstreamConnection& conn) override;

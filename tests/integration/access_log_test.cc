@@ -330,6 +330,162 @@ routes:
   EXPECT_EQ(line["model"], "gpt-4o-backup") << "priced as the model actually used";
 }
 
+// x-sluice-attempts and `attempts` count attempts handed to an upstream
+// connection, nothing else: a retry the open circuit refused is not one, and
+// a request refused before any attempt says 0 (and sends no header). The
+// refused request's model is still known from its body, and sluice's own
+// error carries the id the Anthropic SDK reads (`request-id`).
+TEST_F(AccessLogTest, AttemptsCountOnlyWhatWasSentAndARefusalNamesItsModel) {
+  SluiceProcess sluice(substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+access_log: {path: ${LOG}, format: json}
+upstreams:
+  - name: flaky
+    url: ${MOCK_URL}
+    circuit_breaker: {consecutive_failures: 1, cooldown: 60s, max_cooldown: 60s}
+routes:
+  - name: chat
+    match: {path_prefix: /v1/chat/completions}
+    upstream: flaky
+    retry: {attempts: 2, backoff: {base: 0s, max: 0s}}
+)",
+                                  {{"LOG", log_path_}, {"MOCK_URL", mock_.url()}}));
+  ASSERT_TRUE(sluice.running());
+  // The 503 trips the circuit; the retry is refused by it before it is sent.
+  const TestResponse tripped = httpRequest(
+      sluice.port(), "POST", "/v1/chat/completions",
+      {{"x-request-id", "tripped"}, {"x-mock-status", "503"}, {"x-mock-request-id", "t1"}},
+      kChatBody);
+  EXPECT_EQ(tripped.status, 503) << tripped.body;
+  EXPECT_EQ(tripped.headers.get("x-sluice-attempts").value_or(""), "1") << "one attempt was sent";
+  EXPECT_EQ(mock_.ledger("t1").size(), 1u);
+  // The circuit is open: nothing is sent at all.
+  const TestResponse refused = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                                           {{"x-request-id", "refused"}}, kChatBody);
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_NE(refused.body.find("circuit-open"), std::string::npos) << refused.body;
+  EXPECT_FALSE(refused.headers.get("x-sluice-attempts").has_value())
+      << "no attempt, no x-sluice-attempts";
+  EXPECT_EQ(refused.headers.get("request-id"), "refused") << "the Anthropic SDK's err.requestID";
+  EXPECT_EQ(refused.headers.get("x-request-id"), "refused");
+
+  auto lines = linesById(2);
+  const nlohmann::json& t = lines["tripped"];
+  EXPECT_EQ(t["attempts"], 1) << t.dump();
+  EXPECT_EQ(t["retry_causes"], nlohmann::json::parse(R"(["503"])")) << t.dump();
+  EXPECT_EQ(t["cancel_reason"], "circuit_open");
+  EXPECT_EQ(t["model"], "gpt-4o-mini");
+  const nlohmann::json& r = lines["refused"];
+  EXPECT_EQ(r["attempts"], 0) << r.dump();
+  EXPECT_EQ(r["retry_causes"], nlohmann::json::array());
+  EXPECT_EQ(r["cancel_reason"], "circuit_open");
+  EXPECT_EQ(r["model"], "gpt-4o-mini") << "the body's model, though nothing was sent";
+  EXPECT_EQ(r["input_tokens"], 0);
+  EXPECT_EQ(r["spend_usd"], 0);
+  EXPECT_EQ(sluice.metric("sluice_upstream_attempts_total"), 1);
+}
+
+// A spill-over after an attempt is logged by sluice_retries_total's cause
+// ("503"), not by the attempt-result label sluice_fallbacks_total uses.
+TEST_F(AccessLogTest, RetryCausesOfAFallbackUseTheRetriesVocabulary) {
+  // Both upstreams are the one mock: its fail-times counter is shared.
+  SluiceProcess sluice(substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+access_log: {path: ${LOG}, format: json}
+upstreams:
+  - name: primary
+    url: ${MOCK_URL}
+  - name: backup
+    url: ${MOCK_URL}
+routes:
+  - name: chat
+    match: {path_prefix: /v1/chat/completions}
+    upstream: primary
+    fallback: [{upstream: backup}]
+    retry: {attempts: 3, backoff: {base: 0s, max: 0s}}
+)",
+                                  {{"LOG", log_path_}, {"MOCK_URL", mock_.url()}}));
+  ASSERT_TRUE(sluice.running());
+  const TestResponse r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                                     {{"x-request-id", "fell-back"},
+                                      {"x-mock-status", "503"},
+                                      {"x-mock-fail-times", "1"},
+                                      {"x-mock-fail-key", "access-log-fallback"}},
+                                     kChatBody);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers.get("x-sluice-upstream"), "backup");
+  auto lines = linesById(1);
+  const nlohmann::json& line = lines["fell-back"];
+  EXPECT_EQ(line["fallbacks"], 1);
+  EXPECT_EQ(line["attempts"], 2);
+  EXPECT_EQ(line["retry_causes"], nlohmann::json::parse(R"(["503"])")) << line.dump();
+  EXPECT_EQ(sluice.metric("sluice_fallbacks_total", {{"cause", "http_5xx"}}), 1);
+}
+
+// A stream the upstream breaks mid-body (HTTP/1.1: the connection closes
+// inside the chunked body; HTTP/2: RST_STREAM) reached the client as a 200
+// and is counted so, but it is no clean success: cancel_reason
+// `upstream_reset` in the log and sluice_cancellations_total, and any spend
+// it leaked attributed to it.
+TEST_F(AccessLogTest, AStreamTheUpstreamBrokeIsLoggedAsCut) {
+  for (const char* http2 : {"off", "on"}) {
+    SCOPED_TRACE(std::string("upstream http2: ") + http2);
+    std::filesystem::remove(log_path_);
+    SluiceProcess sluice(
+        substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+access_log: {path: ${LOG}, format: json}
+upstreams:
+  - name: mock
+    url: ${MOCK_URL}
+    http2: ${HTTP2}
+routes:
+  - name: chat
+    match: {path_prefix: /v1/chat/completions}
+    upstream: mock
+    retry: {attempts: 1}
+pricing:
+  - {model: "gpt-4o*", input: 2.50, output: 10.00}
+)",
+                   {{"LOG", log_path_}, {"MOCK_URL", mock_.url()}, {"HTTP2", http2}}));
+    ASSERT_TRUE(sluice.running());
+    TestConnection conn(sluice.port());
+    conn.sendRequest("POST", "/v1/chat/completions",
+                     // Tokens 30 ms apart: the reset never shares a read with the first
+                     // tokens (that case is a 502 before anything was sent, tested in
+                     // http2_upstream_test).
+                     {{"x-request-id", "cut"},
+                      {"x-mock-tokens", "50"},
+                      {"x-mock-token-interval-ms", "30"},
+                      {"x-mock-reset-after-tokens", "3"}},
+                     R"({"model":"gpt-4o-mini","stream":true,"messages":[]})");
+    const TestResponse r = conn.readResponse();
+    EXPECT_EQ(r.status, 200);
+    EXPECT_FALSE(r.complete);
+    auto lines = linesById(1);
+    const nlohmann::json& line = lines["cut"];
+    EXPECT_EQ(line["status"], 200) << line.dump();
+    EXPECT_EQ(line["cancel_reason"], "upstream_reset") << line.dump();
+    EXPECT_GE(line["output_tokens"].get<int>(), 3);
+    EXPECT_EQ(sluice.metric("sluice_requests_total", {{"code", "200"}}), 1)
+        << "the client saw a 200";
+    EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "upstream_reset"}}),
+              1);
+    EXPECT_EQ(sluice.metric("sluice_cancellations_total"), 1);
+    const double leaked = sluice.metric("sluice_spend_usd_total", {{"disposition", "leaked"}});
+    EXPECT_NEAR(line["leaked_usd"].get<double>(), leaked, 1e-12);
+    EXPECT_NEAR(
+        sluice.metric("sluice_leaked_spend_usd_total", {{"cancel_reason", "upstream_reset"}}),
+        leaked, 1e-12);
+  }
+}
+
 TEST_F(AccessLogTest, TimeToFirstByteIsMeasuredFromTheRequestHead) {
   SluiceProcess sluice(fileConfig());
   ASSERT_TRUE(sluice.running());

@@ -16,6 +16,7 @@
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
 #include "tests/support/sluice_process.h"
+#include "tests/support/test_pki.h"
 
 namespace sluice::test {
 namespace {
@@ -227,6 +228,68 @@ TEST(CliTest, AdminAddressInUseSaysWhy) {
       std::string::npos)
       << out;
   ::close(fd);
+  std::filesystem::remove(path);
+}
+
+// --check-config loads what start loads from files (certificates, keys, CA
+// files, the access log's directory), with the message start gives: a config
+// that passes it starts. (The TLS example used to pass and then fail to start
+// on its missing certificate files.)
+TEST(CliTest, CheckConfigLoadsTheFilesStartLoads) {
+  const std::string missing =
+      std::filesystem::temp_directory_path() / ("sluice-cli-missing-" + std::to_string(::getpid()));
+  auto expectBoth = [&](const std::string& name, const std::string& yaml,
+                        const std::string& expected) {
+    const std::string path = writeTemp(name, yaml);
+    auto [code, out] = runCommand(sluicePath() + " --check-config " + path);
+    EXPECT_EQ(code, 2) << name << ": " << out;
+    EXPECT_NE(out.find("sluice: " + expected), std::string::npos) << name << ": " << out;
+    auto [run_code, run_out] = runCommand(sluicePath() + " --config " + path);
+    EXPECT_EQ(run_code, 1) << name << ": " << run_out;
+    EXPECT_NE(run_out.find("sluice: " + expected), std::string::npos) << name << ": " << run_out;
+    std::filesystem::remove(path);
+  };
+  const std::string base = "admin: 127.0.0.1:0\nworkers: 1\n";
+  expectBoth("missing-cert.yaml",
+             base + "listen:\n  - address: 127.0.0.1:0\n    tls: {cert: " + missing +
+                 "/cert.pem, key: " + missing +
+                 "/key.pem}\nupstreams:\n  - {name: a, url: "
+                 "\"http://127.0.0.1:1\"}\n",
+             "listener 127.0.0.1:0: tls.cert " + missing + "/cert.pem: No such file or directory");
+  expectBoth("missing-ca.yaml",
+             base +
+                 "listen: 127.0.0.1:0\nupstreams:\n  - name: a\n    url: "
+                 "\"https://127.0.0.1:1\"\n    tls: {ca_file: " +
+                 missing + "/ca.pem}\n",
+             "upstream a: loading ca_file " + missing + "/ca.pem");
+  expectBoth("missing-log-dir.yaml",
+             base + "listen: 127.0.0.1:0\naccess_log: {path: " + missing +
+                 "/access.log}\nupstreams:\n  - {name: a, url: \"http://127.0.0.1:1\"}\n",
+             "access_log.path: cannot open " + missing + "/access.log: No such file or directory");
+  EXPECT_FALSE(std::filesystem::exists(missing));
+
+  // The TLS example with its certificate files made: passes, and starts.
+  TestPki pki;
+  std::ifstream in(sourceDir() + "/config/examples/tls.yaml");
+  std::string example((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"/tmp/sluice-tls/cert.pem", pki.path("server.pem")},
+           {"/tmp/sluice-tls/key.pem", pki.path("server.key")},
+           {"127.0.0.1:8080", "127.0.0.1:0"},
+           {"127.0.0.1:8443", "127.0.0.1:0"},
+           {"127.0.0.1:9901", "127.0.0.1:0"}}) {
+    size_t at = example.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    for (; at != std::string::npos; at = example.find(from, at + to.size())) {
+      example.replace(at, from.size(), to);
+    }
+  }
+  const std::string path = writeTemp("tls-example.yaml", example);
+  auto [code, out] = runCommand(sluicePath() + " --check-config " + path);
+  EXPECT_EQ(code, 0) << out;
+  ChildProcess sluice({sluicePath(), "--config", path}, "sluice admin on");
+  EXPECT_TRUE(sluice.running());
+  EXPECT_EQ(sluice.stop(), 0);
   std::filesystem::remove(path);
 }
 

@@ -122,20 +122,22 @@ YAML::Node need(const YAML::Node& node, const std::string& key, YAML::NodeType::
 
 TEST(DeployTest, KubernetesManifestIsAValidDeploymentWithItsConfigMap) {
   const std::vector<YAML::Node> docs = YAML::LoadAll(readSource("deploy/kubernetes/sluice.yaml"));
-  std::map<std::string, YAML::Node> by_kind;
+  std::map<std::string, YAML::Node> by_name;  // "Kind/name"
   for (const YAML::Node& doc : docs) {
     ASSERT_TRUE(doc.IsMap());
     const std::string kind = doc["kind"].as<std::string>("");
     ASSERT_FALSE(kind.empty());
     need(doc, "apiVersion", YAML::NodeType::Scalar, kind);
-    need(need(doc, "metadata", YAML::NodeType::Map, kind), "name", YAML::NodeType::Scalar, kind);
-    EXPECT_EQ(by_kind.count(kind), 0u) << "one " << kind;
-    by_kind[kind] = doc;
+    const std::string name =
+        need(need(doc, "metadata", YAML::NodeType::Map, kind), "name", YAML::NodeType::Scalar, kind)
+            .as<std::string>();
+    EXPECT_EQ(by_name.count(kind + "/" + name), 0u) << "one " << kind << "/" << name;
+    by_name[kind + "/" + name] = doc;
   }
-  ASSERT_EQ(by_kind.size(), 3u);
-  const YAML::Node config_map = by_kind["ConfigMap"];
-  const YAML::Node deployment = by_kind["Deployment"];
-  const YAML::Node service = by_kind["Service"];
+  ASSERT_EQ(by_name.size(), 7u);
+  const YAML::Node config_map = by_name["ConfigMap/sluice"];
+  const YAML::Node deployment = by_name["Deployment/sluice"];
+  const YAML::Node service = by_name["Service/sluice"];
   ASSERT_TRUE(config_map && deployment && service);
   EXPECT_EQ(config_map["apiVersion"].as<std::string>(), "v1");
   EXPECT_EQ(deployment["apiVersion"].as<std::string>(), "apps/v1");
@@ -174,16 +176,17 @@ TEST(DeployTest, KubernetesManifestIsAValidDeploymentWithItsConfigMap) {
   }
   EXPECT_EQ(ports["http"], cfg.listeners.at(0).address.port);
   EXPECT_EQ(ports["admin"], cfg.admin.port);
-  EXPECT_EQ(cfg.admin.host, "0.0.0.0") << "the kubelet probes the pod IP";
+  // The admin port (metrics, config, exchanges, POST /drain) stays inside the
+  // pod: the probes exec `sluice --probe` there (README "Security").
+  EXPECT_EQ(cfg.admin.host, "127.0.0.1") << "admin is not exposed by default";
   EXPECT_EQ(cfg.listeners.at(0).address.host, "0.0.0.0");
   const auto probe = [&](const std::string& name, const std::string& path) {
-    const YAML::Node get =
-        need(need(c, name, YAML::NodeType::Map, "container"), "httpGet", YAML::NodeType::Map, name);
-    EXPECT_EQ(get["path"].as<std::string>(""), path) << name;
-    const std::string port = get["port"].as<std::string>("");
-    EXPECT_TRUE(ports.count(port) ? ports[port] == cfg.admin.port
-                                  : port == std::to_string(cfg.admin.port))
-        << name << " must probe the admin port, not " << port;
+    const YAML::Node exec =
+        need(need(c, name, YAML::NodeType::Map, "container"), "exec", YAML::NodeType::Map, name);
+    EXPECT_EQ(
+        exec["command"].as<std::vector<std::string>>(std::vector<std::string>{}),
+        (std::vector<std::string>{"sluice", "--probe", "http://" + cfg.admin.toString() + path}))
+        << name << " must probe the admin port";
   };
   probe("readinessProbe", "/ready");
   probe("livenessProbe", "/healthz");
@@ -221,6 +224,36 @@ TEST(DeployTest, KubernetesManifestIsAValidDeploymentWithItsConfigMap) {
   const YAML::Node service_ports = need(service_spec, "ports", YAML::NodeType::Sequence, "spec");
   ASSERT_EQ(service_ports.size(), 1u);
   EXPECT_EQ(service_ports[0]["targetPort"].as<std::string>(), "http");
+
+  // Several replicas share state through the manifest's own Redis (each pod
+  // spending the whole quota alone gets the provider's 429s at N times the rate).
+  const int replicas = spec["replicas"].as<int>(1);
+  if (replicas > 1) {
+    ASSERT_TRUE(cfg.shared_state.has_value()) << replicas << " replicas need shared_state";
+    const YAML::Node redis_service = by_name["Service/" + cfg.shared_state->redis.host];
+    ASSERT_TRUE(redis_service) << "no Service named " << cfg.shared_state->redis.host;
+    const YAML::Node redis = by_name["Deployment/sluice-redis"];
+    ASSERT_TRUE(redis);
+    const YAML::Node redis_labels = redis["spec"]["template"]["metadata"]["labels"];
+    for (const auto& kv : redis_service["spec"]["selector"]) {
+      EXPECT_EQ(redis_labels[kv.first.as<std::string>()].as<std::string>(""),
+                kv.second.as<std::string>());
+    }
+    EXPECT_EQ(redis_service["spec"]["ports"][0]["port"].as<int>(), cfg.shared_state->redis.port);
+    EXPECT_EQ(
+        redis["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"].as<int>(),
+        cfg.shared_state->redis.port);
+  }
+  // The NetworkPolicy admits the proxy port, and the admin port only from monitoring.
+  const YAML::Node policy = by_name["NetworkPolicy/sluice"];
+  ASSERT_TRUE(policy);
+  std::set<int> open_to_all;
+  for (const YAML::Node& rule : policy["spec"]["ingress"]) {
+    for (const YAML::Node& p : rule["ports"]) {
+      if (!rule["from"]) open_to_all.insert(p["port"].as<int>());
+    }
+  }
+  EXPECT_EQ(open_to_all, (std::set<int>{ports["http"]}));
 }
 
 // --- the image and docker-compose --------------------------------------------
@@ -237,7 +270,8 @@ TEST(DeployTest, ImageDefaultConfigStartsWithoutMockAndTheHealthcheckProbesIt) {
       });
   ASSERT_TRUE(loaded.ok()) << loaded.error->toString();
   EXPECT_EQ(loaded.config->listeners.at(0).address.host, "0.0.0.0");
-  EXPECT_EQ(loaded.config->admin.toString(), "0.0.0.0:9901") << "where the HEALTHCHECK probes";
+  EXPECT_EQ(loaded.config->admin.toString(), "127.0.0.1:9901")
+      << "where the HEALTHCHECK probes, and not exposed by default";
 }
 
 TEST(DeployTest, ComposeStartsServicesOnlyOnceTheirDependenciesAreHealthy) {

@@ -13,17 +13,21 @@
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tests/support/h2_client.h"
 #include "tests/support/http_client.h"
 #include "tests/support/loopback.h"
 #include "tests/support/processes.h"
@@ -131,7 +135,13 @@ INSTANTIATE_TEST_SUITE_P(
         RequestCase{"UnknownMethod", "FROB /echo/x HTTP/1.1\r\nhost: t\r\n\r\n"},
         RequestCase{"AbsoluteFormWithUserinfo",
                     "GET http://user@t/echo/x HTTP/1.1\r\nhost: t\r\n\r\n"},
-        RequestCase{"AbsoluteFormNotHttp", "GET ftp://t/echo/x HTTP/1.1\r\nhost: t\r\n\r\n"}),
+        RequestCase{"AbsoluteFormNotHttp", "GET ftp://t/echo/x HTTP/1.1\r\nhost: t\r\n\r\n"},
+        // RFC 9112 §6.1: HTTP/1.0 has no Transfer-Encoding; treated as faulty.
+        RequestCase{"Http10WithTransferEncoding",
+                    "POST /echo/x HTTP/1.0\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n"
+                    "5\r\nhello\r\n0\r\n\r\n"},
+        RequestCase{"ChunkedTwice", kHead + "transfer-encoding: chunked, chunked\r\n\r\n"
+                                            "5\r\nhello\r\n0\r\n\r\n"}),
     [](const ::testing::TestParamInfo<RequestCase>& info) { return std::string(info.param.name); });
 
 class UnsupportedVersionTest : public ::testing::TestWithParam<RequestCase> {};
@@ -202,6 +212,32 @@ TEST_F(DownstreamRequestTest, ChunkExtensionsAreIgnored) {
   EXPECT_FALSE(conn.peerClosed());
 }
 
+// A chunked request's trailer section is dropped: it reaches neither its own
+// request's head upstream nor the next pipelined request's, whether it comes
+// in the same read as the rest or a byte at a time.
+TEST_F(DownstreamRequestTest, RequestTrailersReachNoHead) {
+  start();
+  const std::string pipelined =
+      "POST /echo/a HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n"
+      "5\r\nhello\r\n0\r\nx-leak: a\r\ncontent-length: 999\r\n\r\n"
+      "GET /echo/b HTTP/1.1\r\nhost: t\r\n\r\n";
+  for (const bool per_byte : {false, true}) {
+    TestConnection conn(sluice_->port());
+    if (per_byte) {
+      for (const char c : pipelined) conn.send(std::string(1, c));
+    } else {
+      conn.send(pipelined);
+    }
+    for (const char* path : {"/echo/a", "/echo/b"}) {
+      const TestResponse r = conn.readResponse();
+      ASSERT_EQ(r.status, 200) << path << ": " << conn.raw();
+      const auto echo = nlohmann::json::parse(r.body);
+      EXPECT_FALSE(echo["headers"].contains("x-leak")) << path << ": " << r.body;
+      EXPECT_NE(echo["headers"].value("content-length", ""), "999") << path << ": " << r.body;
+    }
+  }
+}
+
 TEST_F(DownstreamRequestTest, AHeadAbove80KiBOfWhitespaceIs431) {
   // Leading whitespace of a value is not part of it (max_header_bytes does
   // not count it), but the raw head stays bounded as it was with http-parser.
@@ -267,6 +303,98 @@ TEST_F(DownstreamRequestTest, ExpectContinueAboveMaxBodyIs413WithoutContinue) {
   EXPECT_EQ(sluice_->metric("sluice_downstream_rejections_total", {{"reason", "body_too_large"}}),
             1);
   EXPECT_EQ(mock_->ledger().size(), 0u);
+}
+
+// RFC 9110 §6.6.1: every response carries a Date, the upstream's when it sent one.
+bool isImfFixdate(std::string_view v) {
+  // "Sun, 06 Nov 1994 08:49:37 GMT"
+  return v.size() == 29 && v[3] == ',' && v[4] == ' ' && v[7] == ' ' && v[11] == ' ' &&
+         v[16] == ' ' && v[19] == ':' && v[22] == ':' && v.substr(25) == " GMT";
+}
+
+TEST_F(DownstreamRequestTest, EveryResponseHasOneDate) {
+  start();
+  TestConnection conn(sluice_->port());
+  conn.sendRequest("GET", "/echo/date");  // forwarded: mock-llm sends no Date
+  const TestResponse forwarded = conn.readResponse();
+  ASSERT_EQ(forwarded.status, 200) << forwarded.body;
+  EXPECT_EQ(forwarded.headers.getAll("date").size(), 1u) << conn.raw();
+  EXPECT_TRUE(isImfFixdate(forwarded.headers.get("date").value_or(""))) << conn.raw();
+  // sluice's own answer.
+  TestConnection refused(sluice_->port());
+  refused.send("GET /.. HTTP/1.1\r\nhost: t\r\n\r\n");
+  const TestResponse own = refused.readResponse();
+  ASSERT_EQ(own.status, 400) << own.body;
+  EXPECT_TRUE(isImfFixdate(own.headers.get("date").value_or(""))) << refused.raw();
+
+  H2Connection h2(sluice_->port());
+  const int32_t ok = h2.submit("GET", "/echo/date");
+  const int32_t bad = h2.submit("FROB", "/echo/date");
+  ASSERT_TRUE(h2.waitForStream(ok));
+  ASSERT_TRUE(h2.waitForStream(bad));
+  EXPECT_EQ(h2.response(ok).status, 200);
+  EXPECT_TRUE(isImfFixdate(h2.response(ok).headers.get("date").value_or("")));
+  EXPECT_EQ(h2.response(bad).status, 400);
+  EXPECT_TRUE(isImfFixdate(h2.response(bad).headers.get("date").value_or("")));
+}
+
+// RFC 9112 §6.1: sluice decodes no transfer coding but chunked, so it cannot
+// forward a gzip-coded body honestly (it used to drop the coding and send
+// the still-compressed bytes as if plain).
+TEST_F(DownstreamRequestTest, ATransferCodingOtherThanChunkedIs501) {
+  start();
+  TestConnection conn(sluice_->port());
+  conn.send(
+      "POST /echo/te HTTP/1.1\r\nhost: t\r\ntransfer-encoding: gzip, chunked\r\n\r\n"
+      "5\r\nhello\r\n0\r\n\r\n");
+  const TestResponse r = conn.readResponse();
+  EXPECT_EQ(r.status, 501) << r.body;
+  EXPECT_EQ(r.headers.get("content-type").value_or(""), "application/problem+json");
+  EXPECT_EQ(nlohmann::json::parse(r.body)["type"], "urn:sluice:problem:not-implemented");
+  EXPECT_TRUE(conn.waitForClose(milliseconds(5000)));
+  EXPECT_EQ(mock_->ledger().size(), 0u);
+  // Two fields make one list (RFC 9110 §5.3): the same.
+  TestConnection split(sluice_->port());
+  split.send(
+      "POST /echo/te HTTP/1.1\r\nhost: t\r\ntransfer-encoding: gzip\r\n"
+      "transfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+  EXPECT_EQ(split.readResponse().status, 501);
+  // chunked alone, any case, still goes through.
+  TestConnection plain(sluice_->port());
+  plain.send(
+      "POST /echo/te HTTP/1.1\r\nhost: t\r\ntransfer-encoding: Chunked\r\n\r\n"
+      "5\r\nhello\r\n0\r\n\r\n");
+  const TestResponse ok = plain.readResponse();
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(nlohmann::json::parse(ok.body)["body"], "hello");
+}
+
+// RFC 9112 §3: a request-target longer than sluice takes is 414, not 431.
+TEST_F(DownstreamRequestTest, AnOverlongRequestTargetIs414) {
+  start("limits: {max_header_bytes: 4KiB}\n");
+  for (const size_t length : {size_t{5 * 1024}, size_t{90 * 1024}}) {
+    TestConnection conn(sluice_->port());
+    conn.send("GET /echo/" + std::string(length, 'a') + " HTTP/1.1\r\nhost: t\r\n\r\n");
+    const TestResponse r = conn.readResponse();
+    EXPECT_EQ(r.status, 414) << length << ": " << r.body;
+    EXPECT_EQ(nlohmann::json::parse(r.body)["type"], "urn:sluice:problem:uri-too-long");
+    EXPECT_TRUE(conn.waitForClose(milliseconds(5000)));
+  }
+  // A short target with large headers is still 431.
+  TestConnection conn(sluice_->port());
+  conn.send("GET /echo/x HTTP/1.1\r\nhost: t\r\nx-big: " + std::string(5 * 1024, 'b') + "\r\n\r\n");
+  EXPECT_EQ(conn.readResponse().status, 431);
+  EXPECT_EQ(mock_->ledger().size(), 0u);
+}
+
+// The listener says whether the client used TLS; a client's own
+// X-Forwarded-Proto is not passed on (it could claim https on plain HTTP).
+TEST_F(DownstreamRequestTest, XForwardedProtoIsTheListenersScheme) {
+  start();
+  const TestResponse r =
+      httpRequest(sluice_->port(), "GET", "/echo/xfp", {{"x-forwarded-proto", "https"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(nlohmann::json::parse(r.body)["headers"]["x-forwarded-proto"], "http");
 }
 
 /**
@@ -455,20 +583,35 @@ TEST_P(NoContentTest, LosesItsContentLengthAndNeverHasABody) {
 
 INSTANTIATE_TEST_SUITE_P(NoContent, NoContentTest, ::testing::Values(204, 304));
 
+TEST(UpstreamDateTest, AnUpstreamsDateIsKeptNotDoubled) {
+  RawUpstream upstream(
+      "HTTP/1.1 200 OK\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\ncontent-length: 2\r\n\r\nok");
+  SluiceUnderTest sluice(config(upstream.url()));
+  TestConnection conn(sluice.port());
+  conn.sendRequest("GET", "/x");
+  const TestResponse r = conn.readResponse();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers.getAll("date").size(), 1u) << conn.raw();
+  EXPECT_EQ(r.headers.get("date").value_or(""), "Sun, 06 Nov 1994 08:49:37 GMT");
+}
+
 /**
  * A keep-alive scripted upstream: one connection, whose requests are answered
- * in order with `responses` (one per request head).
+ * in order with `responses` (one per request head). With `slice` > 0 each
+ * response goes out in sends of that many bytes (TCP_NODELAY: as many
+ * segments), so sluice reads it in as many pieces as the timing gives.
  */
 class KeepAliveUpstream {
  public:
-  explicit KeepAliveUpstream(std::vector<std::string> responses)
-      : responses_(std::move(responses)) {
+  explicit KeepAliveUpstream(std::vector<std::string> responses, size_t slice = 0)
+      : responses_(std::move(responses)), slice_(slice) {
     const LoopbackListener listener = listenOnLoopback(4);
     fd_ = listener.fd;
     port_ = listener.port;
     thread_ = std::thread([this] { serve(); });
   }
   ~KeepAliveUpstream() {
+    proceed();
     ::shutdown(fd_, SHUT_RDWR);
     ::close(fd_);
     if (client_ >= 0) ::shutdown(client_, SHUT_RDWR);
@@ -477,16 +620,53 @@ class KeepAliveUpstream {
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   int accepted() const { return accepted_.load(); }
+  /**
+   * Response `response` stops after its first `bytes` bytes until proceed():
+   * its rest then reaches sluice in a later read, for sure. Call before the
+   * request is sent.
+   */
+  void pauseAt(size_t response, size_t bytes) {
+    pause_response_ = response;
+    pause_bytes_ = bytes;
+  }
+  void proceed() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    proceeded_ = true;
+    proceed_cv_.notify_all();
+  }
 
  private:
+  void sendAll(int c, std::string_view bytes) {
+    const size_t step = slice_ > 0 ? slice_ : bytes.size();
+    for (size_t at = 0; at < bytes.size(); at += step) {
+      const std::string_view piece = bytes.substr(at, step);
+      (void)!::send(c, piece.data(), piece.size(), MSG_NOSIGNAL);
+    }
+  }
+
+  void respond(int c, size_t index, const std::string& response) {
+    if (index != pause_response_) {
+      sendAll(c, response);
+      return;
+    }
+    sendAll(c, std::string_view(response).substr(0, pause_bytes_));
+    std::unique_lock<std::mutex> lock(mutex_);
+    proceed_cv_.wait(lock, [this] { return proceeded_; });
+    lock.unlock();
+    sendAll(c, std::string_view(response).substr(pause_bytes_));
+  }
+
   void serve() {
     const int c = ::accept(fd_, nullptr, nullptr);
     if (c < 0) return;
     ++accepted_;
     client_ = c;
+    const int one = 1;
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     std::string in;
     char buf[4096];
-    for (const std::string& response : responses_) {
+    for (size_t i = 0; i < responses_.size(); ++i) {
+      const std::string& response = responses_[i];
       size_t end;
       while ((end = in.find("\r\n\r\n")) == std::string::npos) {
         const ssize_t n = ::recv(c, buf, sizeof(buf), 0);
@@ -494,11 +674,17 @@ class KeepAliveUpstream {
         in.append(buf, static_cast<size_t>(n));
       }
       in.erase(0, end + 4);  // GET requests: no body
-      (void)!::send(c, response.data(), response.size(), MSG_NOSIGNAL);
+      respond(c, i, response);
     }
   }
 
   std::vector<std::string> responses_;
+  size_t slice_ = 0;
+  size_t pause_response_ = SIZE_MAX;
+  size_t pause_bytes_ = 0;
+  std::mutex mutex_;
+  std::condition_variable proceed_cv_;
+  bool proceeded_ = false;
   int fd_ = -1;
   int client_ = -1;
   uint16_t port_ = 0;
@@ -528,6 +714,121 @@ TEST(UpstreamReuseTest, AReusedConnectionsNextHeadCarriesOnlyItsOwnFields) {
   EXPECT_FALSE(second.headers.has("x-first"));
   EXPECT_FALSE(second.headers.has("x-interim"));
   EXPECT_EQ(upstream.accepted(), 1);  // the same upstream connection carried both
+}
+
+// An upstream's chunked trailer section (RFC 9110 §6.5) never reaches a
+// head: not its own response's (where a `content-length` trailer would
+// re-frame the body), not the next response's on the pooled connection,
+// which is another client's. HTTP/1.1 clients get no trailers at all.
+const std::string kWithTrailers =
+    "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nx-first: 1\r\n\r\n"
+    "5\r\nhello\r\n0\r\nSet-Cookie: session=userA\r\nX-Leak: a\r\n"
+    "Content-Length: 999\r\n\r\n";
+const std::string kNext = "HTTP/1.1 200 OK\r\nx-second: 2\r\ncontent-length: 3\r\n\r\nbye";
+
+void expectNoTrailerIn(const TestResponse& r, const std::string& raw = "") {
+  EXPECT_FALSE(r.headers.has("set-cookie")) << raw;
+  EXPECT_FALSE(r.headers.has("x-leak")) << raw;
+  EXPECT_NE(r.headers.get("content-length").value_or(""), "999") << raw;
+}
+
+class UpstreamTrailersTest : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(UpstreamTrailersTest, NeverReachTheHeadOfThisOrTheNextClientsResponse) {
+  KeepAliveUpstream upstream({kWithTrailers, kNext}, GetParam());
+  SluiceUnderTest sluice(config(upstream.url()));
+  const TestResponse a = httpRequest(sluice.port(), "GET", "/a");
+  EXPECT_EQ(a.status, 200) << a.body;
+  EXPECT_TRUE(a.complete);
+  EXPECT_EQ(a.body, "hello");
+  EXPECT_EQ(a.headers.get("x-first").value_or(""), "1");
+  expectNoTrailerIn(a);
+  // Another client, on its own connection: the pooled upstream connection.
+  const TestResponse b = httpRequest(sluice.port(), "GET", "/b");
+  EXPECT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(b.body, "bye");
+  EXPECT_EQ(b.headers.get("x-second").value_or(""), "2");
+  EXPECT_FALSE(b.headers.has("x-first"));
+  expectNoTrailerIn(b);
+  EXPECT_EQ(upstream.accepted(), 1);  // the same upstream connection carried both
+}
+
+// One client pipelining both requests: a trailer's Content-Length in a head
+// would frame the first response wrong and desynchronise the second.
+TEST_P(UpstreamTrailersTest, NeverDesyncAPipeliningClient) {
+  KeepAliveUpstream upstream({kWithTrailers, kNext}, GetParam());
+  SluiceUnderTest sluice(config(upstream.url()));
+  TestConnection conn(sluice.port());
+  conn.send("GET /a HTTP/1.1\r\nhost: t\r\n\r\nGET /b HTTP/1.1\r\nhost: t\r\n\r\n");
+  const TestResponse first = conn.readResponse();
+  const TestResponse second = conn.readResponse();
+  EXPECT_EQ(first.status, 200) << conn.raw();
+  EXPECT_EQ(first.body, "hello") << conn.raw();
+  expectNoTrailerIn(first, conn.raw());
+  EXPECT_EQ(second.status, 200) << conn.raw();
+  EXPECT_TRUE(second.complete) << conn.raw();
+  EXPECT_EQ(second.body, "bye") << conn.raw();
+  expectNoTrailerIn(second, conn.raw());
+  EXPECT_EQ(conn.raw().find("userA"), std::string::npos) << conn.raw();
+}
+
+// 0: each response in one send; 1: a send per byte (reads of any size).
+INSTANTIATE_TEST_SUITE_P(ReadSplits, UpstreamTrailersTest, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           return info.param == 0 ? std::string("OneSend")
+                                                  : std::string("SendPerByte");
+                         });
+
+// The trailers come in a later read than the head and body (which the client
+// already has): they must not wait in the parser for the next response's head.
+TEST(UpstreamTrailersTest, InALaterReadNeverReachTheNextClientsHead) {
+  KeepAliveUpstream upstream({kWithTrailers, kNext});
+  upstream.pauseAt(0, kWithTrailers.find("Set-Cookie"));
+  SluiceUnderTest sluice(config(upstream.url()));
+  TestConnection a(sluice.port());
+  a.sendRequest("GET", "/a");
+  a.readUntil([](const TestResponse& r) { return r.body == "hello"; });
+  upstream.proceed();
+  const TestResponse first = a.readResponse();
+  EXPECT_TRUE(first.complete) << a.raw();
+  EXPECT_EQ(first.body, "hello");
+  expectNoTrailerIn(first, a.raw());
+  const TestResponse b = httpRequest(sluice.port(), "GET", "/b");
+  EXPECT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(b.body, "bye");
+  expectNoTrailerIn(b);
+  EXPECT_EQ(upstream.accepted(), 1);
+}
+
+// An HTTP/2 client that sent `te: trailers` gets them as a trailer section
+// (HEADERS after the DATA), without what must not be a trailer
+// (Content-Length); one that did not gets none. Neither sees them in a head.
+TEST(UpstreamTrailersTest, GoAsTrailersToAnHttp2ClientThatAskedForThem) {
+  KeepAliveUpstream upstream({kWithTrailers, kWithTrailers});
+  SluiceUnderTest sluice(config(upstream.url()));
+  H2Connection h2(sluice.port());
+  const int32_t asked = h2.submit("GET", "/a", {{"te", "trailers"}});
+  ASSERT_TRUE(h2.waitForStream(asked));
+  const H2Response& a = h2.response(asked);
+  EXPECT_EQ(a.status, 200);
+  EXPECT_TRUE(a.complete);
+  EXPECT_EQ(a.body, "hello");
+  EXPECT_FALSE(a.headers.has("set-cookie"));
+  EXPECT_FALSE(a.headers.has("x-leak"));
+  EXPECT_EQ(a.trailers.get("set-cookie").value_or(""), "session=userA");
+  EXPECT_EQ(a.trailers.get("x-leak").value_or(""), "a");
+  EXPECT_FALSE(a.trailers.has("content-length"));
+
+  const int32_t silent = h2.submit("GET", "/b");
+  ASSERT_TRUE(h2.waitForStream(silent));
+  const H2Response& b = h2.response(silent);
+  EXPECT_EQ(b.status, 200);
+  EXPECT_TRUE(b.complete);
+  EXPECT_EQ(b.body, "hello");
+  EXPECT_TRUE(b.trailers.empty());
+  EXPECT_FALSE(b.headers.has("set-cookie"));
+  EXPECT_FALSE(b.headers.has("x-leak"));
+  EXPECT_EQ(upstream.accepted(), 1);
 }
 
 /**

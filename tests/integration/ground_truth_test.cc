@@ -951,8 +951,9 @@ void runMixedWorkload(bool shared_state) {
     // USD: sluice's own tokens at the configured price, and the leak by reason.
     expectPricedConsistently(scrape, price);
     double by_reason = 0;
-    for (const char* reason : {"client_disconnect", "budget_exhausted", "circuit_open",
-                               "rate_limited", "overloaded", "upstream_timeout", "draining"}) {
+    for (const char* reason :
+         {"client_disconnect", "budget_exhausted", "circuit_open", "rate_limited", "overloaded",
+          "upstream_timeout", "draining", "upstream_reset"}) {
       const double usd = scrape.sum("sluice_leaked_spend_usd_total",
                                     {{"model", label}, {"cancel_reason", reason}});
       by_reason += usd;

@@ -6,17 +6,23 @@
 // which code — comes from mock-llm's ledger.
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/http_client.h"
+#include "tests/support/loopback.h"
 #include "tests/support/processes.h"
 
 namespace sluice::test {
@@ -301,6 +307,193 @@ TEST(Http2UpstreamTest, AResetRightAfterTheHeadIsRetriedWhenTheRouteAllows) {
   EXPECT_EQ(sluice.metric("sluice_retries_total", {{"cause", "reset"}}), 1);
   EXPECT_EQ(sluice.metric("sluice_upstream_attempts_total", {{"result", "reset"}}), 2);
   EXPECT_EQ(sluice.metric("sluice_requests_total", {{"code", "502"}}), 1);
+}
+
+std::string h2Frame(uint8_t type, uint8_t flags, uint32_t stream, const std::string& payload) {
+  std::string f;
+  f += static_cast<char>((payload.size() >> 16) & 0xff);
+  f += static_cast<char>((payload.size() >> 8) & 0xff);
+  f += static_cast<char>(payload.size() & 0xff);
+  f += static_cast<char>(type);
+  f += static_cast<char>(flags);
+  for (int shift = 24; shift >= 0; shift -= 8) f += static_cast<char>((stream >> shift) & 0xff);
+  return f + payload;
+}
+
+std::string be32(uint32_t v) {
+  std::string out;
+  for (int shift = 24; shift >= 0; shift -= 8) out += static_cast<char>((v >> shift) & 0xff);
+  return out;
+}
+
+constexpr uint8_t kData = 0x0, kHeaders = 0x1, kRstStream = 0x3, kSettings = 0x4, kGoaway = 0x7;
+constexpr uint8_t kEndStream = 0x1, kEndHeaders = 0x4, kAck = 0x1;
+const std::string kStatus200(1, static_cast<char>(0x88));  // HPACK static index 8: :status 200
+
+/**
+ * A scripted h2c upstream (prior knowledge). The first request stream it
+ * ever sees is answered by `first(stream)`, written with the connection's
+ * SETTINGS and SETTINGS ACK in ONE send, so sluice parses it all in one
+ * read; every later stream, on any connection, gets a clean 200 "ok".
+ */
+class RawH2Upstream {
+ public:
+  explicit RawH2Upstream(std::function<std::string(uint32_t)> first) : first_(std::move(first)) {
+    const LoopbackListener listener = listenOnLoopback(8);
+    fd_ = listener.fd;
+    port_ = listener.port;
+    thread_ = std::thread([this] { acceptLoop(); });
+  }
+  ~RawH2Upstream() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();  // no connection is added after this
+    for (int c : clients_) ::shutdown(c, SHUT_RDWR);
+    for (auto& t : connections_) t.join();
+    for (int c : clients_) ::close(c);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int accepted() const { return accepted_.load(); }
+
+ private:
+  void acceptLoop() {
+    while (!stop_) {
+      const int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      ++accepted_;
+      clients_.push_back(c);
+      connections_.emplace_back([this, c] { serve(c); });
+    }
+  }
+
+  void serve(int c) {
+    std::string in;
+    char buf[16384];
+    bool preface = false;
+    bool greeted = false;
+    for (;;) {
+      const ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+      if (n <= 0) return;
+      in.append(buf, static_cast<size_t>(n));
+      if (!preface) {
+        if (in.size() < 24) continue;
+        in.erase(0, 24);  // "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+        preface = true;
+      }
+      while (in.size() >= 9) {
+        const size_t len = (static_cast<uint8_t>(in[0]) << 16) |
+                           (static_cast<uint8_t>(in[1]) << 8) | static_cast<uint8_t>(in[2]);
+        if (in.size() < 9 + len) break;
+        const uint8_t type = static_cast<uint8_t>(in[3]);
+        const uint32_t stream = ((static_cast<uint8_t>(in[5]) & 0x7f) << 24) |
+                                (static_cast<uint8_t>(in[6]) << 16) |
+                                (static_cast<uint8_t>(in[7]) << 8) | static_cast<uint8_t>(in[8]);
+        in.erase(0, 9 + len);
+        if (type != kHeaders) continue;
+        std::string out;
+        if (!greeted) {
+          out = h2Frame(kSettings, 0, 0, "") + h2Frame(kSettings, kAck, 0, "");
+          greeted = true;
+        }
+        if (!first_done_.exchange(true)) {
+          out += first_(stream);
+        } else {
+          out += h2Frame(kHeaders, kEndHeaders, stream, kStatus200) +
+                 h2Frame(kData, kEndStream, stream, "ok");
+        }
+        (void)!::send(c, out.data(), out.size(), MSG_NOSIGNAL);
+      }
+    }
+  }
+
+  std::function<std::string(uint32_t)> first_;
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::thread thread_;
+  std::vector<std::thread> connections_;  // joined once the sockets are shut (destructor)
+  std::vector<int> clients_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> first_done_{false};
+  std::atomic<int> accepted_{0};
+};
+
+// HEADERS(200) + DATA + RST_STREAM in the read that carries the first DATA:
+// the head and the bytes wait until that read parsed, so the reset fails the
+// attempt before anything reached the client (as an HTTP/1.1 head and a
+// broken chunk in one read do): a 502, never an empty reply counted as 200.
+std::string headDataThenReset(uint32_t stream) {
+  return h2Frame(kHeaders, kEndHeaders, stream, kStatus200) + h2Frame(kData, 0, stream, "hello") +
+         h2Frame(kRstStream, 0, stream, be32(2));  // INTERNAL_ERROR
+}
+
+// ... and the same with a GOAWAY whose last-stream-id is below the stream:
+// the upstream says it never processed it (refused: retried whatever the method).
+std::string headDataThenGoawayBelow(uint32_t stream) {
+  return h2Frame(kHeaders, kEndHeaders, stream, kStatus200) + h2Frame(kData, 0, stream, "hello") +
+         h2Frame(kGoaway, 0, 0, be32(0) + be32(0));  // last-stream-id 0, NO_ERROR
+}
+
+TEST(Http2UpstreamOneReadTest, AResetInTheReadOfTheFirstDataIsA502) {
+  RawH2Upstream upstream(headDataThenReset);
+  SluiceUnderTest sluice(config(upstream.url(), "on", "", "    retry: {attempts: 1}"));
+  const TestResponse r = chat(sluice.port(), {});
+  EXPECT_EQ(r.status, 502) << r.body;
+  EXPECT_TRUE(r.complete);
+  EXPECT_NE(r.body.find("upstream-reset"), std::string::npos) << r.body;
+  EXPECT_EQ(r.body.find("hello"), std::string::npos) << r.body;
+  EXPECT_EQ(sluice.metric("sluice_requests_total", {{"code", "502"}}), 1);
+  EXPECT_EQ(sluice.metric("sluice_requests_total", {{"code", "200"}}), 0);
+  EXPECT_EQ(sluice.metric("sluice_upstream_attempts_total", {{"result", "reset"}}), 1);
+}
+
+TEST(Http2UpstreamOneReadTest, AResetInTheReadOfTheFirstDataIsRetried) {
+  RawH2Upstream upstream(headDataThenReset);
+  SluiceUnderTest sluice(
+      config(upstream.url(), "on", "",
+             "    retry: {attempts: 2, on: [reset], backoff: {base: 1ms, max: 2ms}}"));
+  const TestResponse r = chat(sluice.port(), {});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, "ok");
+  EXPECT_EQ(r.headers.get("x-sluice-attempts").value_or(""), "2");
+  EXPECT_EQ(sluice.metric("sluice_retries_total", {{"cause", "reset"}}), 1);
+}
+
+TEST(Http2UpstreamOneReadTest, AGoawayBelowTheStreamInTheReadOfTheFirstDataIsRetried) {
+  RawH2Upstream upstream(headDataThenGoawayBelow);
+  // Refused is retried even where the route retries nothing else.
+  SluiceUnderTest sluice(config(upstream.url(), "on", "",
+                                "    retry: {attempts: 2, idempotent: never, on: [reset],"
+                                " backoff: {base: 1ms, max: 2ms}}"));
+  const TestResponse r = chat(sluice.port(), {});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, "ok");
+  EXPECT_EQ(r.headers.get("x-sluice-attempts").value_or(""), "2");
+  EXPECT_EQ(upstream.accepted(), 2) << "the retry goes to a new session";
+}
+
+TEST(Http2UpstreamOneReadTest, AGoawayBelowTheStreamInTheReadOfTheFirstDataIsA502) {
+  RawH2Upstream upstream(headDataThenGoawayBelow);
+  SluiceUnderTest sluice(config(upstream.url(), "on", "", "    retry: {attempts: 1}"));
+  const TestResponse r = chat(sluice.port(), {});
+  EXPECT_EQ(r.status, 502) << r.body;
+  EXPECT_TRUE(r.complete);
+  EXPECT_NE(r.body.find("upstream-refused"), std::string::npos) << r.body;
+  EXPECT_EQ(sluice.metric("sluice_requests_total", {{"code", "200"}}), 0);
+}
+
+// A clean answer whose head, DATA and END_STREAM share one read still
+// streams whole (the held head and bytes are reported after the read).
+TEST(Http2UpstreamOneReadTest, HeadDataAndEndInOneReadArriveWhole) {
+  RawH2Upstream upstream([](uint32_t stream) {
+    return h2Frame(kHeaders, kEndHeaders, stream, kStatus200) + h2Frame(kData, 0, stream, "hel") +
+           h2Frame(kData, kEndStream, stream, "lo");
+  });
+  SluiceUnderTest sluice(config(upstream.url(), "on"));
+  const TestResponse r = chat(sluice.port(), {});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(r.complete);
+  EXPECT_EQ(r.body, "hello");
 }
 
 }  // namespace

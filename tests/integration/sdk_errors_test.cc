@@ -61,6 +61,9 @@ std::string deadUpstreamUrl() {
 
 json problemOf(const TestResponse& r) {
   EXPECT_EQ(r.headers.get("content-type").value_or(""), "application/problem+json");
+  // The Anthropic SDKs' err.requestID reads `request-id`: it is the access log's id.
+  EXPECT_TRUE(r.headers.get("request-id").has_value()) << "sluice's own answer lacks request-id";
+  EXPECT_EQ(r.headers.get("request-id"), r.headers.get("x-request-id"));
   json j = json::parse(r.body, nullptr, false);
   EXPECT_FALSE(j.is_discarded()) << r.body;
   return j;

@@ -9,6 +9,10 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/h2_client.h"
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
 #include "tests/support/sluice_process.h"
@@ -106,6 +110,94 @@ routes:
   EXPECT_EQ(err.find(kConfigKey), std::string::npos) << err;
 }
 
+// A route by path prefix must not be a door to the rest of the upstream's
+// API with the operator's key: dot segments (also written %2e) are resolved
+// before routes match, and the resolved path is what goes upstream.
+std::string dotSegmentConfig(const std::string& mock_url) {
+  return substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - name: mock
+    url: ${MOCK_URL}
+    headers: {authorization: "Bearer ${KEY}"}
+routes:
+  - name: chat
+    match: {path_prefix: /v1/chat/completions}
+    upstream: mock
+  - name: echo
+    match: {path_prefix: /echo/}
+    upstream: mock
+)",
+                    {{"MOCK_URL", mock_url}, {"KEY", kConfigKey}});
+}
+
+TEST(SecurityTest, DotSegmentsCannotLeaveARouteWithTheOperatorsKey) {
+  MockLlm mock;
+  SluiceUnderTest sluice(dotSegmentConfig(mock.url()));
+  for (const std::string path : {
+           "/v1/chat/completions/../../files",
+           "/v1/chat/completions/%2e%2e/%2e%2e/files",
+           "/v1/chat/completions/%2E%2e/%2e%2E/files",
+           "/v1/chat/completions/.%2e/%2E./files",
+           "/v1/chat/completions/./../.././files",
+           "/echo/../v1/files",
+       }) {
+    TestConnection conn(sluice.port());
+    conn.send("GET " + path + " HTTP/1.1\r\nhost: t\r\n\r\n");
+    const TestResponse r = conn.readResponse();
+    EXPECT_EQ(r.status, 404) << path << ": " << r.body;
+    EXPECT_EQ(r.headers.get("content-type").value_or(""), "application/problem+json") << path;
+    EXPECT_NE(r.body.find("/v1/files"), std::string::npos) << "routed on the resolved path";
+
+    H2Connection h2(sluice.port());
+    const int32_t id = h2.submit("GET", path);
+    ASSERT_TRUE(h2.waitForStream(id)) << path;
+    EXPECT_EQ(h2.response(id).status, 404) << path << ": " << h2.response(id).body;
+  }
+  EXPECT_EQ(mock.ledger().size(), 0u) << mock.ledger().dump();
+}
+
+TEST(SecurityTest, TheResolvedPathGoesUpstreamWithItsQueryUntouched) {
+  MockLlm mock;
+  SluiceUnderTest sluice(dotSegmentConfig(mock.url()));
+  TestConnection conn(sluice.port());
+  conn.send("GET /echo/a/./b/%2e%2E/c/.?q=/../x%2e%2e HTTP/1.1\r\nhost: t\r\n\r\n");
+  const TestResponse r = conn.readResponse();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(nlohmann::json::parse(r.body)["path"], "/echo/a/c/?q=/../x%2e%2e");
+  // Escapes that are not dots are the upstream's to decode: left as they came.
+  conn.send("GET /echo/a%2fb/%2e%2e%2f/c HTTP/1.1\r\nhost: t\r\n\r\n");
+  const TestResponse kept = conn.readResponse();
+  ASSERT_EQ(kept.status, 200) << kept.body;
+  EXPECT_EQ(nlohmann::json::parse(kept.body)["path"], "/echo/a%2fb/%2e%2e%2f/c");
+
+  H2Connection h2(sluice.port());
+  const int32_t id = h2.submit("GET", "/echo/x/../y?z=..");
+  ASSERT_TRUE(h2.waitForStream(id));
+  ASSERT_EQ(h2.response(id).status, 200) << h2.response(id).body;
+  EXPECT_EQ(nlohmann::json::parse(h2.response(id).body)["path"], "/echo/y?z=..");
+}
+
+TEST(SecurityTest, APathClimbingAboveTheRootIs400) {
+  MockLlm mock;
+  SluiceUnderTest sluice(dotSegmentConfig(mock.url()));
+  for (const std::string path : {"/..", "/echo/../../v1/files", "/%2e%2e/echo/x"}) {
+    TestConnection conn(sluice.port());
+    conn.send("GET " + path + " HTTP/1.1\r\nhost: t\r\n\r\n");
+    const TestResponse r = conn.readResponse();
+    EXPECT_EQ(r.status, 400) << path << ": " << r.body;
+    EXPECT_TRUE(conn.waitForClose(std::chrono::milliseconds(5000))) << path;
+
+    H2Connection h2(sluice.port());
+    const int32_t id = h2.submit("GET", path);
+    ASSERT_TRUE(h2.waitForStream(id)) << path;
+    EXPECT_EQ(h2.response(id).status, 400) << path;
+  }
+  EXPECT_EQ(mock.ledger().size(), 0u) << mock.ledger().dump();
+}
+
 TEST(SecurityTest, TlsVerifyOffIsLoggedAtStartAndOnReload) {
   SluiceProcess sluice(R"(
 listen: 127.0.0.1:0
@@ -194,6 +286,96 @@ TEST(SecurityTest, AdminPortRefusesCrossSiteRequestsAndDnsRebinding) {
   // A tool's POST: the marker header (or a JSON body) drains.
   EXPECT_EQ(httpRequest(admin, "POST", "/drain", {{"x-sluice-admin", "1"}}).status, 202);
   EXPECT_EQ(sluice.waitForExit(), 0);
+}
+
+// The admin port reads no more than an admin call needs: the request head is
+// bounded (431), a body is refused from its Content-Length before a byte of
+// it is read (413), Host and Origin are decided as soon as the head is
+// complete, and a head or body that never completes ends in 408. Each
+// refusal closes the connection. (These used to be read without bound: a
+// 600 MB POST /drain body was buffered whole, an endless header line grew
+// the process, and a foreign Origin was only refused after the body.)
+std::string adminLimitsConfig() {
+  return adminOnlyConfig("127.0.0.1:0") +
+         "limits: {header_read_timeout: 300ms, body_read_timeout: 300ms}\n";
+}
+
+TEST(SecurityTest, AdminPortBoundsTheRequestHead) {
+  SluiceProcess sluice(adminLimitsConfig());
+  ASSERT_TRUE(sluice.running());
+  TestConnection endless(sluice.adminPort());
+  endless.send("GET /metrics HTTP/1.1\r\nhost: 127.0.0.1\r\nx-endless: ");
+  endless.send(std::string(16 * 1024, 'a'));  // no end of line, ever
+  const TestResponse r = endless.readResponse(std::chrono::seconds(5));
+  EXPECT_EQ(r.status, 431) << endless.raw().substr(0, 200);
+  EXPECT_EQ(r.headers.get("connection").value_or(""), "close");
+  EXPECT_TRUE(endless.waitForClose(std::chrono::seconds(10)));
+  // A head within the bound is served.
+  EXPECT_EQ(httpRequest(sluice.adminPort(), "GET", "/healthz", {{"x-pad", std::string(6000, 'b')}})
+                .status,
+            200);
+  EXPECT_EQ(sluice.stop(), 0);
+}
+
+TEST(SecurityTest, AdminPortRefusesALargeBodyFromContentLengthAlone) {
+  SluiceProcess sluice(adminLimitsConfig());
+  ASSERT_TRUE(sluice.running());
+  // Only the head is sent: the answer must come without the 600 MB.
+  TestConnection big(sluice.adminPort());
+  big.send(
+      "POST /drain HTTP/1.1\r\nhost: 127.0.0.1\r\nx-sluice-admin: 1\r\n"
+      "content-length: 600000000\r\n\r\n");
+  const TestResponse r = big.readResponse(std::chrono::seconds(5));
+  EXPECT_EQ(r.status, 413) << big.raw();
+  EXPECT_TRUE(big.waitForClose(std::chrono::seconds(10)));
+  // Chunked bodies have no length to check first: refused too.
+  TestConnection chunked(sluice.adminPort());
+  chunked.send(
+      "POST /drain HTTP/1.1\r\nhost: 127.0.0.1\r\nx-sluice-admin: 1\r\n"
+      "transfer-encoding: chunked\r\n\r\n");
+  EXPECT_EQ(chunked.readResponse(std::chrono::seconds(5)).status, 411) << chunked.raw();
+  // A foreign Origin is refused on the head: the announced body is never awaited.
+  TestConnection cross(sluice.adminPort());
+  cross.send(
+      "POST /drain HTTP/1.1\r\nhost: 127.0.0.1\r\norigin: http://attacker.example\r\n"
+      "content-type: text/plain\r\ncontent-length: 100\r\n\r\n");
+  EXPECT_EQ(cross.readResponse(std::chrono::seconds(5)).status, 403) << cross.raw();
+  EXPECT_TRUE(cross.waitForClose(std::chrono::seconds(10)));
+  ASSERT_EQ(sluice.adminStatus("/ready"), 200) << "nothing above may start a drain";
+  // A small JSON body is read and the call served.
+  EXPECT_EQ(httpRequest(sluice.adminPort(), "POST", "/drain",
+                        {{"content-type", "application/json"}}, "{}")
+                .status,
+            202);
+  EXPECT_EQ(sluice.waitForExit(), 0);
+}
+
+TEST(SecurityTest, AdminPortSlowHeadOrBodyGets408) {
+  SluiceProcess sluice(adminLimitsConfig());
+  ASSERT_TRUE(sluice.running());
+  TestConnection loris(sluice.adminPort());
+  loris.send("GET /metrics HTTP/1.1\r\nhost: 127.0.0.1\r\nx-slow: ");
+  // One byte per 50 ms: bytes keep arriving, the head never completes.
+  size_t sent = 0;
+  while (sent < 400 && !loris.peerClosed() && loris.current().status == 0 &&
+         loris.completed().empty()) {
+    loris.send("a");
+    ++sent;
+    loris.readUntil([](const TestResponse& r) { return r.status != 0; },
+                    std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(loris.readResponse(std::chrono::seconds(5)).status, 408) << loris.raw();
+  EXPECT_GT(sent, 1u);
+  EXPECT_TRUE(loris.waitForClose(std::chrono::seconds(10)));
+
+  TestConnection stalled(sluice.adminPort());
+  stalled.send(
+      "POST /drain HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+      "content-length: 10\r\n\r\n{}");
+  EXPECT_EQ(stalled.readResponse(std::chrono::seconds(5)).status, 408) << stalled.raw();
+  EXPECT_TRUE(stalled.waitForClose(std::chrono::seconds(10)));
+  ASSERT_EQ(sluice.adminStatus("/ready"), 200) << "an unfinished POST /drain must not drain";
+  EXPECT_EQ(sluice.stop(), 0);
 }
 
 // On 0.0.0.0 (a container) the same rules hold: IP literals (a pod IP, a

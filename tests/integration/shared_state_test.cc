@@ -121,7 +121,7 @@ AgentsResult runAgents(const Replicas& replicas, const std::string& quota_key,
  * itself refused no agent (every agent succeeded within its budget, but for
  * the provider's one 429, which `retry: {attempts: 1}` hands to its client),
  * and nothing fell back to local state on the way. Returns the provider's
- * 429s. (Until session 7 this asked for 12 successes *and* allowed one
+ * 429s. (An earlier version asked for 12 successes *and* allowed one
  * provider 429: contradictory with one attempt, and seen failing in CI.)
  */
 int expectTheFleetKeptTheQuota(MockLlm& mock, const Replicas& fleet, const AgentsResult& result) {

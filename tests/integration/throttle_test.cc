@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -48,11 +49,17 @@ struct AgentsResult {
   int ok = 0;
   int rate_limited = 0;
   int other = 0;
+  std::string refusals;  // status and body of every answer but a 200, for the failure message
 };
 
-/** 12 concurrent agents, one request each, against a 3-requests-per-2-s quota. */
+/**
+ * 12 concurrent agents, one request each, against a 3-requests-per-2-s quota.
+ * The clients wait longer than the route's 15 s budget: sluice always answers.
+ */
 AgentsResult runAgents(uint16_t port, const std::string& quota_key) {
   std::atomic<int> ok{0}, limited{0}, other{0};
+  std::mutex mu;
+  std::string refusals;
   std::vector<std::thread> agents;
   for (int i = 0; i < 12; ++i) {
     agents.emplace_back([&, i] {
@@ -61,25 +68,26 @@ AgentsResult runAgents(uint16_t port, const std::string& quota_key) {
                             {"x-mock-quota-key", quota_key},
                             {"x-mock-quota-style", "openai"},
                             {"x-mock-request-id", quota_key + "-" + std::to_string(i)}},
-                           kChat);
+                           kChat, std::chrono::seconds(30));
       if (r.status == 200) {
         ++ok;
-      } else if (r.status == 429) {
-        ++limited;
-      } else {
-        ++other;
+        return;
       }
+      ++(r.status == 429 ? limited : other);
+      std::lock_guard<std::mutex> lock(mu);
+      refusals += std::to_string(r.status) + " " + r.body + "\n";
     });
   }
   for (auto& t : agents) t.join();
-  return {ok.load(), limited.load(), other.load()};
+  return {ok.load(), limited.load(), other.load(), refusals};
 }
 
 TEST(ThrottleTest, HoldsRequestsSoTheProviderNeverSays429) {
   MockLlm mock;
   SluiceUnderTest sluice(config(mock.url(), true));
   const auto result = runAgents(sluice.port(), "on");
-  EXPECT_EQ(result.ok, 12) << "429s: " << result.rate_limited << " other: " << result.other;
+  EXPECT_EQ(result.ok, 12) << "429s: " << result.rate_limited << " other: " << result.other << "\n"
+                           << result.refusals;
   EXPECT_EQ(mock.answeredWith(429), 0) << mock.ledger().dump();
   EXPECT_EQ(mock.ledger().size(), 12u);
   // Some had to wait for a quota reset.

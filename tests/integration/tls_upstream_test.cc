@@ -14,6 +14,7 @@
 
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
+#include "tests/support/sluice_process.h"
 #include "tests/support/test_pki.h"
 
 namespace sluice::test {
@@ -133,6 +134,65 @@ TEST(TlsUpstreamTest, Http2OffOffersOnlyHttp11) {
   EXPECT_EQ(httpRequest(sluice.port(), "GET", "/echo/x", {{"x-mock-request-id", "h1"}}).status,
             200);
   EXPECT_EQ(mock.entry("h1")["protocol"], "http/1.1");
+}
+
+// --- TLS policy (tls.min_version, tls.ciphers) --------------------------------------------
+
+// A TLS listener with an RSA certificate: with OpenSSL's own defaults it
+// offered static-RSA key exchange (no forward secrecy) and CBC suites on TLS
+// 1.2. sluice's default is ECDHE with AEAD only.
+std::string rsaListenerConfig(const TestPki& pki, const std::string& extra_tls = "") {
+  return "listen:\n  - address: 127.0.0.1:0\n    tls: {cert: " + pki.path("server.pem") +
+         ", key: " + pki.path("server.key") + extra_tls +
+         "}\nadmin: 127.0.0.1:0\nworkers: 1\nupstreams:\n"
+         "  - {name: a, url: \"http://127.0.0.1:1\"}\n";
+}
+
+/** `openssl s_client` against 127.0.0.1:port with `options`: the cipher agreed, or "". */
+std::string handshake(uint16_t port, const std::string& options) {
+  auto [code, out] =
+      runCommand("echo | timeout 10 openssl s_client -connect 127.0.0.1:" + std::to_string(port) +
+                 " " + options + " 2>&1");
+  const std::string marker = ", Cipher is ";
+  const size_t at = out.find(marker);
+  if (code != 0 || at == std::string::npos) return "";
+  const std::string cipher =
+      out.substr(at + marker.size(), out.find('\n', at) - at - marker.size());
+  return cipher == "(NONE)" ? "" : cipher;
+}
+
+TEST(TlsPolicyTest, ListenerRefusesStaticRsaCbcAndTls11ByDefault) {
+  TestPki pki(TestPki::Key::Rsa);
+  SluiceProcess sluice(rsaListenerConfig(pki));
+  ASSERT_TRUE(sluice.running());
+  const uint16_t port = sluice.port();
+  // ECDHE with AEAD: the defaults' own suites.
+  EXPECT_EQ(handshake(port, "-tls1_2 -cipher ECDHE-RSA-AES128-GCM-SHA256"),
+            "ECDHE-RSA-AES128-GCM-SHA256");
+  EXPECT_EQ(handshake(port, "-tls1_2 -cipher ECDHE-RSA-CHACHA20-POLY1305"),
+            "ECDHE-RSA-CHACHA20-POLY1305");
+  EXPECT_NE(handshake(port, "-tls1_3"), "");
+  // Static RSA key exchange (no forward secrecy), CBC, TLS 1.1: refused.
+  EXPECT_EQ(handshake(port, "-tls1_2 -cipher AES128-GCM-SHA256"), "");
+  EXPECT_EQ(handshake(port, "-tls1_2 -cipher AES256-SHA256"), "");
+  EXPECT_EQ(handshake(port, "-tls1_2 -cipher ECDHE-RSA-AES128-SHA"), "");
+  EXPECT_EQ(handshake(port, "-tls1_1 -cipher DEFAULT@SECLEVEL=0"), "");
+  EXPECT_EQ(sluice.stop(), 0);
+}
+
+TEST(TlsPolicyTest, ListenerMinVersionAndCiphersAreConfigurable) {
+  TestPki pki(TestPki::Key::Rsa);
+  SluiceProcess tls13(rsaListenerConfig(pki, ", min_version: \"1.3\""));
+  ASSERT_TRUE(tls13.running());
+  EXPECT_EQ(handshake(tls13.port(), "-tls1_2 -cipher ECDHE-RSA-AES128-GCM-SHA256"), "");
+  EXPECT_NE(handshake(tls13.port(), "-tls1_3"), "");
+  EXPECT_EQ(tls13.stop(), 0);
+
+  SluiceProcess narrow(rsaListenerConfig(pki, ", ciphers: ECDHE-RSA-AES256-GCM-SHA384"));
+  ASSERT_TRUE(narrow.running());
+  EXPECT_EQ(handshake(narrow.port(), "-tls1_2 -cipher ECDHE-RSA-AES128-GCM-SHA256"), "");
+  EXPECT_EQ(handshake(narrow.port(), "-tls1_2"), "ECDHE-RSA-AES256-GCM-SHA384");
+  EXPECT_EQ(narrow.stop(), 0);
 }
 
 }  // namespace

@@ -133,6 +133,7 @@ struct Tally {
   std::atomic<uint64_t> unrouted{0};           // 404 no-route (route none)
   std::atomic<uint64_t> client_disconnect{0};  // exchanges the clients abandoned
   std::atomic<uint64_t> budget_exhausted{0};   // exchanges that stalled past their budget
+  std::atomic<uint64_t> upstream_reset{0};     // 200s the upstream broke mid-body
   std::atomic<uint64_t> by_scenario[16]{};
   std::mutex mu;
   std::vector<std::string> unexpected;  // the first few surprises, for the failure message
@@ -217,15 +218,23 @@ void http1Client(int index, uint16_t port, uint32_t seed, Clock::time_point unti
         break;
       }
       case kUpstreamReset: {
-        // The upstream resets after 3 tokens: the response is under way, so
-        // sluice cuts the client's connection (not a cancellation).
+        // The upstream resets after 3 tokens. When the response was under
+        // way, sluice cuts the client's connection and counts the exchange as
+        // cancelled by `upstream_reset`; when the reset came in the same read
+        // as the first tokens, nothing was sent yet and the client gets a 502.
         TestConnection* c = fresh();
         c->sendRequest(
             "POST", "/v1/chat/completions",
             chatHeaders(id, {{"x-mock-tokens", "10"}, {"x-mock-reset-after-tokens", "3"}}),
             kStreamBody);
         tally.sent++;
-        c->readResponse(std::chrono::seconds(60));
+        const TestResponse r = c->readResponse(std::chrono::seconds(60));
+        if (r.status == 200 && !r.complete) {
+          tally.upstream_reset++;
+        } else if (r.status != 502) {
+          tally.surprise(id + " upstream reset: status " + std::to_string(r.status) +
+                         (r.complete ? " complete" : " cut"));
+        }
         conn.reset();
         break;
       }
@@ -526,8 +535,9 @@ TEST(SoakTest, FaultSoakLeavesNoLeakAndAccountsForEveryRequest) {
   RecordProperty("requests_sent", static_cast<int>(tally.sent.load()));
   std::cout << "soak: " << clients << " clients, " << seconds << " s, seed " << seed << ": "
             << tally.sent << " requests (HTTP/1.1 scenarios: " << mix.str() << "), "
-            << tally.client_disconnect << " client aborts, " << tally.budget_exhausted
-            << " budget cuts, " << reloads << " reloads\n";
+            << tally.client_disconnect << " client aborts, " << tally.upstream_reset
+            << " upstream resets, " << tally.budget_exhausted << " budget cuts, " << reloads
+            << " reloads\n";
 
   EXPECT_TRUE(tally.unexpected.empty()) << [&] {
     std::string all;
@@ -547,15 +557,18 @@ TEST(SoakTest, FaultSoakLeavesNoLeakAndAccountsForEveryRequest) {
   EXPECT_EQ(metricSum(metrics, "sluice_config_reloads_total", {{"result", "ok"}}), reloads);
   EXPECT_EQ(metricSum(metrics, "sluice_config_reloads_total", {{"result", "rejected"}}), 0);
 
-  // Cancellations: what the clients caused, nothing else.
+  // Cancellations: what the clients and the upstream's resets caused, nothing else.
   EXPECT_EQ(
       metricSum(metrics, "sluice_cancellations_total", {{"cancel_reason", "client_disconnect"}}),
       static_cast<double>(tally.client_disconnect));
   EXPECT_EQ(
       metricSum(metrics, "sluice_cancellations_total", {{"cancel_reason", "budget_exhausted"}}),
       static_cast<double>(tally.budget_exhausted));
-  EXPECT_EQ(metricSum(metrics, "sluice_cancellations_total"),
-            static_cast<double>(tally.client_disconnect + tally.budget_exhausted));
+  EXPECT_EQ(metricSum(metrics, "sluice_cancellations_total", {{"cancel_reason", "upstream_reset"}}),
+            static_cast<double>(tally.upstream_reset));
+  EXPECT_EQ(
+      metricSum(metrics, "sluice_cancellations_total"),
+      static_cast<double>(tally.client_disconnect + tally.budget_exhausted + tally.upstream_reset));
   // The blocked logs cost lines, never requests: the budget cuts above are
   // exactly the scripted ones; what could not be written is counted.
   EXPECT_NE(metrics.find("sluice_log_dropped_total{log=\"operational\"}"), std::string::npos);

@@ -314,6 +314,8 @@ int H2Connection::onHeader(nghttp2_session*, const nghttp2_frame* frame, const u
   const std::string v(reinterpret_cast<const char*>(value), valuelen);
   if (n == ":status") {
     r.status = std::stoi(v);
+  } else if (r.final_head_received) {
+    r.trailers.add(n, v);  // after the final head: the trailer section
   } else {
     r.headers.add(n, v);
   }
@@ -325,6 +327,9 @@ int H2Connection::onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void
   switch (frame->hd.type) {
     case NGHTTP2_HEADERS:
       self->responses_[frame->hd.stream_id].headers_received = true;
+      if (self->responses_[frame->hd.stream_id].status >= 200) {
+        self->responses_[frame->hd.stream_id].final_head_received = true;
+      }
       [[fallthrough]];
     case NGHTTP2_DATA:
       if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {

@@ -51,11 +51,13 @@ struct H2ClientOptions {
 struct H2Response {
   int status = 0;
   HeaderMap headers;
+  HeaderMap trailers;  // a HEADERS frame after the response head (RFC 9113 §8.1)
   std::string body;
   bool headers_received = false;
-  bool complete = false;       // END_STREAM received
-  bool closed = false;         // the stream is closed, whichever way
-  bool reset_by_peer = false;  // RST_STREAM received
+  bool final_head_received = false;  // a HEADERS frame with a status >= 200 ended
+  bool complete = false;             // END_STREAM received
+  bool closed = false;               // the stream is closed, whichever way
+  bool reset_by_peer = false;        // RST_STREAM received
   bool reset_by_us = false;
   uint32_t error_code = 0;  // RST_STREAM's code (or the close code)
 };

@@ -14,13 +14,15 @@ namespace {
 std::atomic<int> g_counter{0};
 }  // namespace
 
-TestPki::TestPki() {
+TestPki::TestPki(Key key) {
   dir_ = std::filesystem::temp_directory_path() /
          ("sluice-pki-" + std::to_string(::getpid()) + "-" + std::to_string(g_counter++));
   std::filesystem::create_directories(dir_);
   const std::string d = dir_.string();
   std::ofstream(d + "/san.ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
-  const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  const std::string ec = key == Key::Rsa
+                             ? "-newkey rsa:2048 -nodes"
+                             : "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
   const std::string script =
       "cd " + d + " && openssl req -x509 " + ec +
       " -keyout ca.key -out ca.pem -days 2 -subj /CN=sluice-test-ca && openssl req " + ec +

@@ -11,7 +11,9 @@ namespace sluice::test {
 
 class TestPki {
  public:
-  TestPki();
+  /** The key type of the CA and server certificate. */
+  enum class Key { Ec, Rsa };
+  explicit TestPki(Key key = Key::Ec);
   ~TestPki();
   TestPki(const TestPki&) = delete;
   TestPki& operator=(const TestPki&) = delete;

@@ -115,7 +115,7 @@ TEST(Http1HeaderAccumulatorTest, ResetForgetsAHalfReceivedPair) {
   EXPECT_EQ(headers.entries(), (Entries{{"fresh", "new"}}));
 }
 
-// Borrowed fragments (sluice's codecs since session 8): random pairs cut into
+// Borrowed fragments (sluice's codecs): random pairs cut into
 // random fragments, each from a buffer that is scribbled over once
 // keepBorrowed() has been called (as the codecs drain after llhttp_execute),
 // with keepBorrowed() at random points, must commit exactly the pairs that

@@ -234,7 +234,7 @@ TEST(HeaderMapStorageTest, ManyFieldsAndLargeValuesKeepOrder) {
   EXPECT_EQ(h.entries(), (Entries{{"after-clear", "1"}}));
 }
 
-// Session 8 keeps a map's slots and bytes in one block and lower-cases names
+// A map keeps its slots and bytes in one block and lower-cases names
 // eight bytes at a time. A plain model (pairs, names folded a byte at a time)
 // must agree with it after every step of random edits: adds of names in any
 // case with non-ASCII and punctuation bytes around the letters' edges

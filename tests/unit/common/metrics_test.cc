@@ -132,8 +132,8 @@ const std::vector<FamilySpec>& designFamilies() {
 
 // DESIGN §4's set.
 const std::set<std::string> kCancelReasons = {
-    "client_disconnect", "client_stalled", "budget_exhausted", "circuit_open",
-    "rate_limited",      "overloaded",     "upstream_timeout", "draining"};
+    "client_disconnect", "client_stalled",   "budget_exhausted", "circuit_open",  "rate_limited",
+    "overloaded",        "upstream_timeout", "draining",         "upstream_reset"};
 const std::set<std::string> kResults = {
     "ok", "http_429", "http_5xx", "http_4xx", "connect_error", "reset", "timeout", "cancelled"};
 

@@ -635,6 +635,18 @@ upstreams:
     tls: {cert: /etc/sluice/cert.pem}
 )",
      "test.yaml:3:10: listen[0].tls.key: required key is missing"},
+    {"ListenerTlsMinVersionTooOld", R"(listen:
+  - address: 0.0.0.0:8443
+    tls: {cert: c.pem, key: k.pem, min_version: "1.1"}
+)",
+     R"(test.yaml:3:49: listen[0].tls.min_version: must be "1.2" or "1.3" (got "1.1"))"},
+    {"UpstreamTlsUnknownCipher", R"(listen: 127.0.0.1:8080
+upstreams:
+  - name: a
+    url: https://api.example.com
+    tls: {ciphers: "ECDHE-RSA-AES128-GCM-SHA256:AES128-GCM-SHA257"}
+)",
+     R"(test.yaml:5:20: upstreams[0].tls.ciphers: unknown cipher "AES128-GCM-SHA257" in the OpenSSL cipher list (e.g. ECDHE-RSA-AES128-GCM-SHA256))"},
     {"DuplicateListener", "listen: [127.0.0.1:8080, 127.0.0.1:8080]\n",
      "test.yaml:1:26: listen[1]: duplicate listener address 127.0.0.1:8080"},
     {"ListenerOnTheDefaultAdminAddress", "listen: 127.0.0.1:9901\n",
@@ -1289,6 +1301,9 @@ TEST(ConfigRenderTest, RendersEveryKeyWithDurationsAsStrings) {
   EXPECT_EQ(j["version"], 1);
   EXPECT_EQ(j["listen"][0]["address"], "0.0.0.0:8443");
   EXPECT_EQ(j["listen"][0]["tls"]["cert"], "/etc/sluice/cert.pem");
+  // The effective TLS policy, defaults included.
+  EXPECT_EQ(j["listen"][0]["tls"]["min_version"], "1.2");
+  EXPECT_EQ(j["listen"][0]["tls"]["ciphers"], kDefaultTlsCiphers);
   EXPECT_TRUE(j["listen"][1]["tls"].is_null());
   EXPECT_EQ(j["admin"], (nlohmann::json{{"address", "[::1]:9902"},
                                         {"allowed_hosts", nlohmann::json::array()}}));
@@ -1313,9 +1328,11 @@ TEST(ConfigRenderTest, RendersEveryKeyWithDurationsAsStrings) {
                                                      {"priority", 0}}})));
   EXPECT_EQ(u["connect_timeout"], "1500ms");
   EXPECT_EQ(u["http2"], "on");
-  EXPECT_EQ(u["tls"],
-            (nlohmann::json{
-                {"verify", false}, {"ca_file", "/etc/ssl/ca.pem"}, {"sni", "api.openai.com"}}));
+  EXPECT_EQ(u["tls"], (nlohmann::json{{"verify", false},
+                                      {"ca_file", "/etc/ssl/ca.pem"},
+                                      {"sni", "api.openai.com"},
+                                      {"min_version", "1.2"},
+                                      {"ciphers", kDefaultTlsCiphers}}));
   EXPECT_EQ(u["rate_limit"],
             (nlohmann::json{{"key", "header:x-api-key"}, {"reserve", 3}, {"max_queue", 50}}));
   const nlohmann::json& cb = u["circuit_breaker"];

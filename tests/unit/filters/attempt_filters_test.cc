@@ -280,17 +280,56 @@ TEST_F(SpendFilterTest, AFinishDrainedAttemptLeaksEvenWhatWasDelivered) {
   EXPECT_GT(route().metrics->leakedSpend("gpt-4o*", "client_disconnect").Value(), 0);
 }
 
-TEST_F(SpendFilterTest, AnAttemptNeverSentLeaksItsInputToTheCancelReason) {
+TEST_F(SpendFilterTest, AnAttemptNeverSentBillsNothing) {
+  // Begun (beforeAttempt) but never handed to a connection (max_pending, a
+  // cancel): the upstream never saw it.
   auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
   f.decodeComplete(R"({"model":"gpt-4o","messages":[{"role":"user","content":"hello there"}]})");
   RequestHead upstream_request = callbacks_.request_head;
   f.beforeAttempt(upstream_request);
   callbacks_.cancel_reason = CancelReason::Overloaded;
   f.onDestroy();
+  ASSERT_EQ(callbacks_.usages.size(), 1u) << "the model is still told";
+  EXPECT_EQ(callbacks_.usages[0].input_tokens, 0u);
+  EXPECT_EQ(callbacks_.usages[0].spend_usd, 0);
+  EXPECT_EQ(tokens(false, Disposition::Leaked), 0);
+  EXPECT_EQ(route().metrics->spend("gpt-4o*", Disposition::Leaked).Value(), 0);
+  EXPECT_EQ(route().metrics->leakedSpend("gpt-4o*", "overloaded").Value(), 0);
+}
+
+TEST_F(SpendFilterTest, AnAttemptTheUpstreamNeverProcessedBillsNothing) {
+  // Connect refused (or never connected, REFUSED_STREAM): retried, not billed.
+  auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
+  f.decodeComplete(R"({"model":"gpt-4o","messages":[{"role":"user","content":"hello there"}]})");
+  RequestHead upstream_request = callbacks_.request_head;
+  f.beforeAttempt(upstream_request);
+  AttemptEnd end = ended(AttemptOutcome::connectError());
+  end.unprocessed = true;
+  f.onAttemptDone(end, AttemptVerdict::retry(0ms, "connect_error"));
+  f.onDestroy();
   ASSERT_EQ(callbacks_.usages.size(), 1u);
-  EXPECT_EQ(callbacks_.usages[0].output_tokens, 0u);
-  EXPECT_GT(callbacks_.usages[0].input_tokens, 0u);
-  EXPECT_GT(route().metrics->leakedSpend("gpt-4o*", "overloaded").Value(), 0);
+  EXPECT_EQ(callbacks_.usages[0].input_tokens, 0u);
+  EXPECT_EQ(tokens(false, Disposition::Leaked), 0);
+  EXPECT_EQ(route().metrics->spend("gpt-4o*", Disposition::Leaked).Value(), 0);
+}
+
+TEST_F(SpendFilterTest, ARequestRefusedBeforeAnyAttemptNamesTheBodysModel) {
+  auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
+  f.decodeComplete(R"({"model":"gpt-4o","messages":[]})");
+  callbacks_.cancel_reason = CancelReason::CircuitOpen;
+  f.onDestroy();
+  ASSERT_EQ(callbacks_.usages.size(), 1u);
+  EXPECT_EQ(callbacks_.usages[0].model, "gpt-4o");
+  EXPECT_EQ(callbacks_.usages[0].spend_usd, 0);
+}
+
+TEST_F(SpendFilterTest, ARetriedResetLeaksToUpstreamReset) {
+  // Every leaked dollar has a cancel_reason: the two leak metrics agree.
+  SpendFilter& f = attempt();
+  f.onAttemptDone(ended(AttemptOutcome::reset()), AttemptVerdict::retry(0ms, "reset"));
+  const double leaked = route().metrics->spend("gpt-4o*", Disposition::Leaked).Value();
+  EXPECT_GT(leaked, 0);
+  EXPECT_EQ(route().metrics->leakedSpend("gpt-4o*", "upstream_reset").Value(), leaked);
 }
 
 // --- circuit breaker ---------------------------------------------------------------------

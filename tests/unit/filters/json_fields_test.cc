@@ -136,7 +136,7 @@ TEST(JsonFieldsTest, PlainStringsNeedNoDecoding) {
     EXPECT_FALSE(plainString(not_plain)) << not_plain;
   }
   // Every byte, alone and between others: plain exactly when printable ASCII
-  // other than '"' and '\\' (a table look-up since session 9).
+  // other than '"' and '\\' (a table look-up).
   for (int c = 0; c < 256; ++c) {
     const bool plain = c >= 0x20 && c <= 0x7e && c != '"' && c != '\\';
     const std::string text = "\"ab" + std::string(1, static_cast<char>(c)) + "cd\"";
@@ -168,9 +168,9 @@ TEST(JsonFieldsTest, PlainObjectsAreValidJsonOfPlainLeaves) {
   }
 }
 
-// ---- the member scan against session 8's ------------------------------------
+// ---- the member scan against the earlier one ------------------------------------
 
-// scanTopLevelMembers() as it was before session 9 (a memchr per string, a
+// scanTopLevelMembers() as it was before the table-driven scan (a memchr per string, a
 // byte-by-byte container walk): the reference for the faster walk.
 namespace reference {
 

@@ -1,5 +1,5 @@
 // Http1ServerConnection::HeadScanner, the pre-scan of a request head for
-// obsolete line folding and whitespace before a colon. Session 8 made it
+// obsolete line folding and whitespace before a colon. It is
 // line-driven (memchr for the request line and values, a table loop for
 // names); the byte-per-step state machine it replaced is kept here as the
 // reference, and both must agree on every slicing of random heads.
@@ -19,7 +19,7 @@ namespace {
 
 using HeadScanner = Http1ServerConnection::HeadScanner;
 
-// The scanner as it was before session 8: one state step per byte.
+// The scanner it replaced: one state step per byte.
 class ReferenceScanner {
  public:
   std::optional<size_t> scan(const char* data, size_t len) {

@@ -311,7 +311,7 @@ TEST_F(RewriteRequestTest, XForwardedForAppendsTheClient) {
   }
 }
 
-TEST_F(RewriteRequestTest, XForwardedProtoSetOnlyIfAbsent) {
+TEST_F(RewriteRequestTest, XForwardedProtoIsTheListenersSchemeWhateverTheClientSaid) {
   struct Row {
     std::string label;
     std::optional<std::string> prior;
@@ -321,12 +321,14 @@ TEST_F(RewriteRequestTest, XForwardedProtoSetOnlyIfAbsent) {
   const Row kRows[] = {
       {"plain, absent", std::nullopt, false, "http"},
       {"tls, absent", std::nullopt, true, "https"},
-      {"plain, client said https", "https", false, "https"},
-      {"tls, client said http", "http", true, "http"},
+      {"plain, client said https", "https", false, "http"},
+      {"tls, client said http", "http", true, "https"},
+      {"plain, client said https twice", "https", false, "http"},
   };
   for (const auto& row : kRows) {
     Entries in;
     if (row.prior) in.emplace_back("X-Forwarded-Proto", *row.prior);
+    if (row.label.find("twice") != std::string::npos) in.emplace_back("x-forwarded-proto", "https");
     auto head = request("POST", "/v1/chat/completions", in);
     rewriteRequestForUpstream(head, up(), up().endpoints.at(0).url,
                               ClientInfo{"10.0.0.1", row.tls});
@@ -475,7 +477,8 @@ void referenceRewrite(RequestHead& head, const config::UpstreamConfig& upstream,
     xff += client.address;
     h.set("x-forwarded-for", xff);
   }
-  if (!h.has("x-forwarded-proto")) h.add("x-forwarded-proto", client.tls ? "https" : "http");
+  h.remove("x-forwarded-proto");
+  h.add("x-forwarded-proto", client.tls ? "https" : "http");
   if (!url.path_prefix.empty()) head.path = url.path_prefix + head.path;
   for (const auto& [name, value] : upstream.headers) h.set(name, value);
 }
@@ -568,6 +571,34 @@ TEST(RewriteResponseTest, RemovesAnUpstreamsAttemptsHeader) {
   EXPECT_FALSE(head.headers.has("x-sluice-attempts"));
   EXPECT_EQ(head.headers.entries(),
             (Entries{{"retry-after", "2"}, {"x-ratelimit-remaining-requests", "0"}}));
+}
+
+TEST(RewriteTrailersTest, KeepsOnlyWhatMayTravelAsATrailer) {
+  HeaderMap trailers;
+  trailers.add("Content-Length", "999");
+  trailers.add("Transfer-Encoding", "chunked");
+  trailers.add("connection", "close");
+  trailers.add("te", "trailers");
+  trailers.add("host", "elsewhere");
+  trailers.add("x-sluice-attempts", "9");
+  trailers.add("grpc-status", "0");
+  trailers.add("set-cookie", "session=userA");
+  rewriteTrailersForDownstream(trailers);
+  EXPECT_EQ(trailers.entries(), (Entries{{"grpc-status", "0"}, {"set-cookie", "session=userA"}}));
+}
+
+TEST(AcceptsTrailersTest, ReadsTheTeListCaseInsensitively) {
+  const auto with = [](std::vector<std::pair<std::string, std::string>> fields) {
+    HeaderMap headers;
+    for (const auto& [name, value] : fields) headers.add(name, value);
+    return acceptsTrailers(headers);
+  };
+  EXPECT_TRUE(with({{"te", "trailers"}}));
+  EXPECT_TRUE(with({{"TE", "gzip;q=0.5, Trailers"}}));
+  EXPECT_TRUE(with({{"te", "gzip"}, {"te", " trailers "}}));
+  EXPECT_FALSE(with({}));
+  EXPECT_FALSE(with({{"te", "gzip, deflate"}}));
+  EXPECT_FALSE(with({{"trailer", "trailers"}}));
 }
 
 }  // namespace

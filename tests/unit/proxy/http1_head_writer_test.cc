@@ -1,6 +1,6 @@
 // Http1HeadWriter: heads are written on the stack up to kStackBytes and on
 // the heap past it; either way the bytes must be what appending to a
-// std::string gives (the codecs' way before session 8).
+// std::string gives (the codecs' earlier way).
 
 #include "proxy/http1_head_writer.h"
 

@@ -83,7 +83,7 @@ TEST(IdGeneratorTest, UuidsAreVersion4AndDistinct) {
   EXPECT_EQ(IdGenerator(7).uuid(), IdGenerator(7).uuid());  // seeded: reproducible
 }
 
-// Since session 9 the hex digits are written eight at a time: the same text
+// The hex digits are written eight at a time: the same text
 // as formatting the generator's stream (splitmix64) with printf's %016llx,
 // for uuid(), hex() of every length and a field order of headers unchanged.
 TEST(IdGeneratorTest, DigitsAreTheStreamFormattedMostSignificantFirst) {

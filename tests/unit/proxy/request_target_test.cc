@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace sluice {
 namespace {
@@ -84,6 +86,65 @@ TEST(RequestTargetTest, WhatSluiceCannotUseIsRefusedUnchanged) {
     EXPECT_FALSE(c.ok) << target;
     EXPECT_EQ(c.path, target);
     EXPECT_EQ(c.host, "received");
+  }
+}
+
+std::pair<PathNormalization, std::string> normalized(std::string target) {
+  const PathNormalization what = normalizePath(target);
+  return {what, target};
+}
+
+TEST(NormalizePathTest, DotSegmentsAreResolvedAndTheQueryIsLeftAlone) {
+  using N = PathNormalization;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"/v1/chat/completions/../../files", "/v1/files"},
+      {"/v1/chat/completions/%2e%2e/%2E%2e/files", "/v1/files"},
+      {"/v1/chat/completions/.%2e/%2E./files", "/v1/files"},
+      {"/v1/./chat/./completions", "/v1/chat/completions"},
+      {"/v1/%2e/chat", "/v1/chat"},
+      {"/a/b/..", "/a/"},
+      {"/a/b/.", "/a/b/"},
+      {"/a/..", "/"},
+      {"/a/../", "/"},
+      {"/.", "/"},
+      {"/./", "/"},
+      {"/a/../b/../c?x=/../../y&z=%2e%2e", "/c?x=/../../y&z=%2e%2e"},
+      {"/a//../b", "/a/b"},  // ".." drops the empty segment before it
+  };
+  for (const auto& [in, out] : cases) {
+    EXPECT_EQ(normalized(in), std::make_pair(N::Normalized, out)) << in;
+  }
+}
+
+TEST(NormalizePathTest, PathsWithoutDotSegmentsAreUnchanged) {
+  for (const std::string target : {
+           "/v1/chat/completions",
+           "/",
+           "*",
+           "/v1/models/gpt-4.1",
+           "/a/.../b",
+           "/a/..b/c",
+           "/a/b..",
+           "/a/.hidden",
+           "/a%2eb/c",
+           "/a/%2e%2e%2e/b",
+           "/a/%2f../b",
+           "/a/%252e%252e/b",
+           "/a/%2/b",
+           "/a/.%2",
+           "/a?q=/../..",
+           "/a/b/?/../..",
+           "",
+       }) {
+    EXPECT_EQ(normalized(target), std::make_pair(PathNormalization::Unchanged, target)) << target;
+  }
+}
+
+TEST(NormalizePathTest, ClimbingAboveTheRootIsRefused) {
+  for (const std::string target : {"/..", "/../", "/../v1/files", "/%2e%2e/x", "/%2E%2E",
+                                   "/a/../..", "/a/b/../../../c", "/./../x?q=1"}) {
+    std::string copy = target;
+    EXPECT_EQ(normalizePath(copy), PathNormalization::AboveRoot) << target;
   }
 }
 

@@ -53,7 +53,7 @@ INSTANTIATE_TEST_SUITE_P(
                       MatchCase{"GPT-4o", "other", 0, 0},  // case-sensitive, like the provider ids
                       MatchCase{"llama-3.1-70b", "other", 0, 0}, MatchCase{"", "other", 0, 0}));
 
-// Since session 9 a glob that is a name, or a name and one trailing '*', is
+// A glob that is a name, or a name and one trailing '*', is
 // compared instead of fnmatch()ed: on random globs and models (meta
 // characters, '/', '.', NUL, non-ASCII bytes) the table picks what the first
 // fnmatch() match picks.

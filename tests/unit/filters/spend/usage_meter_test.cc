@@ -79,7 +79,7 @@ INSTANTIATE_TEST_SUITE_P(
                       PathCase{"?/v1/messages", ApiKind::Generic}));
 
 // The Content-Type is compared without case and without copying it lower-cased
-// (since session 9): what is read as JSON, as SSE, and as neither.
+//: what is read as JSON, as SSE, and as neither.
 TEST(UsageMeterTest, ContentTypesAreReadWithoutCase) {
   const std::string body = R"({"usage":{"prompt_tokens":3,"completion_tokens":4}})";
   for (const auto& [type, json] :
@@ -812,10 +812,10 @@ TEST(UsageMeterTest, IgnoresDataAfterEndAndRepeatedHeaders) {
   EXPECT_TRUE(m.responseComplete());
 }
 
-// ---- session 8: the plain fast paths agree with the DOM ---------------------------
+// ---- the plain fast paths agree with the DOM ---------------------------
 
-// A request's `model` that is a plain string is taken as it is (no DOM since
-// session 8); anything else is decoded by the library. Random models of every
+// A request's `model` that is a plain string is taken as it is (no
+// DOM); anything else is decoded by the library. Random models of every
 // kind must come out as nlohmann reads them (one `model` member: the scan
 // takes the first, a DOM the last).
 TEST(UsageMeterTest, PlainModelStringsMatchTheLibraryOnRandomModels) {
@@ -840,7 +840,7 @@ TEST(UsageMeterTest, PlainModelStringsMatchTheLibraryOnRandomModels) {
   }
 }
 
-// `usage` read in one pass (vouched for and counted together since session 8)
+// `usage` read in one pass (vouched for and counted together)
 // must give what the library gives. The same body with a member whose key is
 // escaped put first in `usage` ("\u0078": never counted) forces the DOM path:
 // both meters must agree on every random usage object, plain or not.

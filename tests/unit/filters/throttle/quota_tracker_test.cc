@@ -95,7 +95,7 @@ TEST(QuotaKeyTest, HeaderIsHashedNeverRaw) {
   EXPECT_EQ(quotaKeyFor(config, abc), "ba7816bf8f01cfea");
 }
 
-// Since session 8 each thread reuses one digest context; every key must be
+// Each thread reuses one digest context; every key must be
 // the one-shot EVP_Digest's, for values of every length, on two threads at once.
 TEST(QuotaKeyTest, AReusedDigestContextGivesTheOneShotDigest) {
   const auto oneShot = [](const std::string& value) {
@@ -175,7 +175,7 @@ TEST(QuotaKeyTest, SipHash128MatchesTheReferenceAndOpenSsl) {
   EVP_MAC_free(mac);
 }
 
-// Since session 9 each thread keeps its recent keys by a MAC of the value:
+// Each thread keeps its recent keys by a MAC of the value:
 // values that repeat (hits), that clash in a slot and that are new must all
 // get the SHA-256 key made afresh, on two threads at once.
 TEST(QuotaKeyTest, CachedKeysAreTheDigestsKeys) {

@@ -43,7 +43,7 @@ TEST(TokenNeedTest, NestedOrNonNumericCapIsIgnored) {
   EXPECT_EQ(estimateTokenNeed(text), inputOnly(text));
 }
 
-// Since session 9 the fast path looks for "max_" (every cap's prefix): a body
+// The fast path looks for "max_" (every cap's prefix): a body
 // with that prefix but no cap is scanned, and gives the input estimate; caps
 // after such a prefix are still read.
 TEST(TokenNeedTest, ACapPrefixWithoutACapIsTheInputEstimate) {
