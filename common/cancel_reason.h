@@ -18,12 +18,15 @@ enum class CancelReason {
   UpstreamTimeout,
   Draining,
   UpstreamReset,  // the upstream broke a response already under way to the client
+  RunCancelled,   // the request's run (or an ancestor run) was cancelled
+  RunDeadline,    // the request's run reached its deadline
 };
 
 inline constexpr CancelReason kAllCancelReasons[] = {
     CancelReason::ClientDisconnect, CancelReason::ClientStalled, CancelReason::BudgetExhausted,
     CancelReason::CircuitOpen,      CancelReason::RateLimited,   CancelReason::Overloaded,
     CancelReason::UpstreamTimeout,  CancelReason::Draining,      CancelReason::UpstreamReset,
+    CancelReason::RunCancelled,     CancelReason::RunDeadline,
 };
 
 /** The label value, e.g. "client_disconnect". */
@@ -47,6 +50,10 @@ constexpr std::string_view toString(CancelReason r) {
       return "draining";
     case CancelReason::UpstreamReset:
       return "upstream_reset";
+    case CancelReason::RunCancelled:
+      return "run_cancelled";
+    case CancelReason::RunDeadline:
+      return "run_deadline";
   }
   return "unknown";
 }

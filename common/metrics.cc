@@ -188,8 +188,19 @@ Metrics::Metrics()
       shared_state_errors(BuildCounter()
                               .Name("sluice_shared_state_errors_total")
                               .Help("Shared-state (Redis) calls that failed or timed out, by op.")
-                              .Register(*registry_)) {
+                              .Register(*registry_)),
+      runs_active(BuildGauge()
+                      .Name("sluice_runs_active")
+                      .Help("Runs with at least one request in flight.")
+                      .Register(*registry_)),
+      run_endings(BuildCounter()
+                      .Name("sluice_run_endings_total")
+                      .Help("Runs that ended by a cancel or at their deadline, by reason.")
+                      .Register(*registry_)) {
   access_log_dropped_ = &access_log_dropped.Add({});
+  runs_active_ = &runs_active.Add({});
+  run_endings_[0] = &run_endings.Add({{"reason", "cancelled"}});
+  run_endings_[1] = &run_endings.Add({{"reason", "deadline"}});
   build_info.Add({{"version", std::string(buildVersion())}, {"commit", std::string(buildCommit())}})
       .Set(1);
   request_body_buffered_bytes_ = &request_body_buffered.Add({});
@@ -418,6 +429,7 @@ prometheus::Counter& RouteMetrics::leakedSpend(const std::string& model,
 prometheus::Counter& Metrics::SharedStateSeries::errors(std::string_view op) const {
   if (op == "quota") return *quota_errors;
   if (op == "circuit") return *circuit_errors;
+  if (op == "protocol") return *protocol_errors;
   return *connect_errors;
 }
 
@@ -427,6 +439,7 @@ const Metrics::SharedStateSeries& Metrics::sharedState() {
     shared_state_.quota_errors = &shared_state_errors.Add({{"op", "quota"}});
     shared_state_.circuit_errors = &shared_state_errors.Add({{"op", "circuit"}});
     shared_state_.connect_errors = &shared_state_errors.Add({{"op", "connect"}});
+    shared_state_.protocol_errors = &shared_state_errors.Add({{"op", "protocol"}});
   });
   return shared_state_;
 }

@@ -257,13 +257,25 @@ class Metrics {
   /** sluice_shared_state_up and sluice_shared_state_errors_total{op} (DESIGN §4, §6). */
   prometheus::Family<prometheus::Gauge>& shared_state_up;
   prometheus::Family<prometheus::Counter>& shared_state_errors;
+  /** sluice_runs_active and sluice_run_endings_total{reason} (docs/design.md §9). */
+  prometheus::Family<prometheus::Gauge>& runs_active;
+  prometheus::Family<prometheus::Counter>& run_endings;
+  prometheus::Gauge& runsActive() { return *runs_active_; }
+  /** `reason`: "cancelled" or "deadline". */
+  prometheus::Counter& runEndings(std::string_view reason) {
+    return *run_endings_[reason == "cancelled" ? 0 : 1];
+  }
   /** The shared-state series, one per op (quota, circuit, connect). */
   struct SharedStateSeries {
     prometheus::Gauge* up = nullptr;
     prometheus::Counter* quota_errors = nullptr;
     prometheus::Counter* circuit_errors = nullptr;
     prometheus::Counter* connect_errors = nullptr;
-    /** The counter of `op` ("quota", "circuit", anything else counts as "connect"). */
+    prometheus::Counter* protocol_errors = nullptr;  // a reply past the limits, or not RESP
+    /**
+     * The counter of `op` ("quota", "circuit", "protocol", anything else
+     * counts as "connect").
+     */
     prometheus::Counter& errors(std::string_view op) const;
   };
   /**
@@ -279,6 +291,8 @@ class Metrics {
  private:
   std::array<prometheus::Counter*, kRejectionCount> rejections_{};
   prometheus::Counter* access_log_dropped_ = nullptr;
+  prometheus::Gauge* runs_active_ = nullptr;
+  std::array<prometheus::Counter*, 2> run_endings_{};
   ProcessCollector process_;
   prometheus::Gauge* request_body_buffered_bytes_ = nullptr;
   std::once_flag shared_state_once_;

@@ -77,6 +77,12 @@ inline constexpr ProblemKind kCircuitOpen{503, "circuit-open", "Upstream circuit
 inline constexpr ProblemKind kRateLimited{429, "rate-limited", "Upstream quota exhausted", true};
 inline constexpr ProblemKind kOverloaded{503, "overloaded", "Upstream overloaded", true};
 inline constexpr ProblemKind kDraining{503, "draining", "sluice is shutting down", true};
+// The request's run (docs/design.md §9): never worth retrying as it is.
+inline constexpr ProblemKind kRunCancelled{409, "run-cancelled", "Run cancelled", false};
+inline constexpr ProblemKind kRunDeadlineExceeded{504, "run-deadline-exceeded",
+                                                  "Run deadline exceeded", false};
+inline constexpr ProblemKind kInvalidRunBudget{400, "invalid-run-budget",
+                                               "Invalid run budget header", false};
 }  // namespace problems
 
 /** One problem sluice reports to a client. */

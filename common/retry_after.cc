@@ -10,21 +10,24 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// More integer digits than this is not a wait, it is garbage (and could
-// overflow the arithmetic below). Anything shorter is clamped to 24 h.
-constexpr size_t kMaxIntegerDigits = 15;
-
 bool isDigit(char c) { return c >= '0' && c <= '9'; }
 
 // A non-negative decimal `1*DIGIT [ "." 1*DIGIT ]` in units of `unit_ms`
-// milliseconds, rounded up to a whole millisecond and clamped to 24 h.
+// milliseconds, rounded up to a whole millisecond and clamped to 24 h: any
+// number of digits saturates at the cap (a long value is a long wait, as
+// RFC 9110's delay-seconds overflow rule says), never wraps.
 std::optional<milliseconds> parseDecimalWait(std::string_view value, int64_t unit_ms) {
   std::string_view s = trimOws(value);
+  const auto max_ms = static_cast<uint64_t>(kMaxRetryAfter.count());
+  const auto unit = static_cast<uint64_t>(unit_ms);
   size_t i = 0;
   uint64_t whole = 0;
+  bool saturated = false;  // above the cap: no more arithmetic (it could overflow)
   while (i < s.size() && isDigit(s[i])) {
-    if (i >= kMaxIntegerDigits) return std::nullopt;
-    whole = whole * 10 + static_cast<uint64_t>(s[i] - '0');
+    if (!saturated) {
+      whole = whole * 10 + static_cast<uint64_t>(s[i] - '0');
+      saturated = whole > max_ms / unit;
+    }
     ++i;
   }
   if (i == 0) return std::nullopt;  // no leading digit: "", "-1", ".5", "abc", "NaN"
@@ -50,9 +53,7 @@ std::optional<milliseconds> parseDecimalWait(std::string_view value, int64_t uni
   }
   if (i != s.size()) return std::nullopt;  // "1e9", "3 s", "1.5.2"
 
-  const auto max_ms = static_cast<uint64_t>(kMaxRetryAfter.count());
-  const auto unit = static_cast<uint64_t>(unit_ms);
-  if (whole >= max_ms / unit + 1) return kMaxRetryAfter;  // avoids overflow; clamps
+  if (saturated) return kMaxRetryAfter;
   // thousandths of the unit, in ms: thousandths * unit / 1000, rounded up.
   uint64_t frac_ms = (thousandths * unit + 999) / 1000;
   if (remainder && (thousandths * unit) % 1000 == 0) frac_ms += 1;

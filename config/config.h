@@ -26,6 +26,7 @@
 #include "filters/circuit_breaker/circuit_breaker_config.h"
 #include "filters/outcome_set.h"
 #include "filters/retry/retry_config.h"
+#include "filters/runs/runs_config.h"
 #include "filters/spend/price_config.h"
 #include "filters/throttle/rate_limit_config.h"
 
@@ -234,11 +235,15 @@ struct SharedStateConfig {
   std::string prefix = "sluice:";
   Duration timeout = std::chrono::milliseconds(50);  // per Redis call
   UpstreamTlsConfig tls;                             // for rediss://, as upstreams[].tls
+  // `required`: true = /ready answers 503 while the store is down (the
+  // replica leaves its balancer's rotation); false = it keeps serving on local state.
+  bool required = false;
 
   bool operator==(const SharedStateConfig& o) const {
     return raw_redis == o.raw_redis && prefix == o.prefix && timeout == o.timeout &&
-           tls.verify == o.tls.verify && tls.ca_file == o.tls.ca_file && tls.sni == o.tls.sni &&
-           tls.min_version == o.tls.min_version && tls.ciphers == o.tls.ciphers;
+           required == o.required && tls.verify == o.tls.verify && tls.ca_file == o.tls.ca_file &&
+           tls.sni == o.tls.sni && tls.min_version == o.tls.min_version &&
+           tls.ciphers == o.tls.ciphers;
   }
 };
 
@@ -259,6 +264,7 @@ struct Config {
   LimitsConfig limits;
   AccessLogConfig access_log;
   std::optional<SharedStateConfig> shared_state;
+  std::optional<RunsConfig> runs;  // absent = requests are not grouped into runs
 
   std::string source_path;  // the file it came from, for messages and reloads
   // Advice found while loading ("FILE:LINE:COL: key.path: message"): valid,

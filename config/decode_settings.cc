@@ -85,6 +85,7 @@ SharedStateConfig Decoder::sharedState(const Field& f) {
                  }},
                 {"timeout", [&](const Field& v) { shared.timeout = duration(v, false); }},
                 {"tls", [&](const Field& v) { shared.tls = clientTls(v); }},
+                {"required", [&](const Field& v) { shared.required = boolean(v); }},
             },
             {"redis"});
   return shared;

@@ -68,6 +68,7 @@ Config Decoder::decode(const YAML::Node& root) {
                 {"limits", [&](const Field& f) { c.limits = limits(f); }},
                 {"access_log", [&](const Field& f) { c.access_log = accessLog(f); }},
                 {"shared_state", [&](const Field& f) { c.shared_state = sharedState(f); }},
+                {"runs", [&](const Field& f) { c.runs = decodeRuns(*this, f); }},
             },
             {"listen"});
 

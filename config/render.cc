@@ -203,6 +203,7 @@ nlohmann::json sharedStateToJson(const std::optional<SharedStateConfig>& shared)
   return {{"redis", redis},
           {"prefix", shared->prefix},
           {"timeout", formatDuration(shared->timeout)},
+          {"required", shared->required},
           {"tls", clientTlsToJson(tls)}};
 }
 
@@ -232,6 +233,13 @@ nlohmann::json toRedactedJson(const Config& config) {
       {"limits", limitsToJson(config.limits)},
       {"access_log", accessLogToJson(config.access_log)},
       {"shared_state", sharedStateToJson(config.shared_state)},
+      {"runs", config.runs ? json{{"header", config.runs->header},
+                                  {"parent_header", config.runs->parent_header},
+                                  {"budget", formatDuration(config.runs->budget)},
+                                  {"idle_expiry", formatDuration(config.runs->idle_expiry)},
+                                  {"tombstone", formatDuration(config.runs->tombstone)},
+                                  {"max_runs", config.runs->max_runs}}
+                           : json(nullptr)},
       {"source_path", config.source_path},
   };
 }

@@ -105,6 +105,15 @@ class FilterCallbacks {
   virtual MonotonicTime deadline() const = 0;
   /** Sets the deadline; the Exchange cancels with budget_exhausted when it passes. */
   virtual void setDeadline(MonotonicTime deadline) = 0;
+  /**
+   * Lowers the deadline to one that is not the request's own budget (its
+   * run's, docs/design.md §9): reaching it cancels with `reason` instead of
+   * budget_exhausted. A later deadline than the current one changes nothing.
+   */
+  virtual void lowerDeadline(MonotonicTime deadline, CancelReason reason) {
+    (void)reason;
+    if (deadline < this->deadline()) setDeadline(deadline);
+  }
   /** When the request headers arrived: the budget's origin. */
   virtual MonotonicTime startTime() const = 0;
 
@@ -155,6 +164,8 @@ class FilterCallbacks {
    * Exchange sums the attempts into its access log record.
    */
   virtual void recordUsage(const AttemptUsage& /*usage*/) {}
+  /** The run filter names the request's run (and its parent run) for the access log. */
+  virtual void recordRun(std::string_view /*run_id*/, std::string_view /*parent_run_id*/) {}
 };
 
 /** The most body sluice buffers for a held (maybe-retried) response. */

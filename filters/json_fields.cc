@@ -457,10 +457,114 @@ std::optional<uint64_t> chatChoicesWithOutput(std::string_view choices_text) {
 
 namespace {
 
+int hexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// The four hex digits at s[at]; -1 when they are not.
+int32_t hex4(std::string_view s, size_t at) {
+  if (at + 4 > s.size()) return -1;
+  int32_t v = 0;
+  for (size_t k = at; k < at + 4; ++k) {
+    const int d = hexValue(s[k]);
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+void appendUtf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xc0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xe0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else {
+    out += static_cast<char>(0xf0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  }
+}
+
+// A key written with escapes, from its opening quote at s[begin]: decodes it
+// into `out` as a JSON parser does (`{"mod\u0065l": ...}` is `model` to the
+// upstream, so it is `model` here too) and sets `end` to its closing quote.
+// False for what a parser refuses: an unknown escape, a bad or lone
+// surrogate, a control character, no closing quote.
+bool decodeKey(std::string_view s, size_t begin, size_t& end, std::string& out) {
+  out.clear();
+  size_t i = begin + 1;
+  while (i < s.size()) {
+    const char c = s[i];
+    if (c == '"') {
+      end = i;
+      return true;
+    }
+    if (static_cast<unsigned char>(c) < 0x20) return false;
+    if (c != '\\') {
+      out += c;
+      ++i;
+      continue;
+    }
+    if (i + 1 >= s.size()) return false;
+    const char e = s[i + 1];
+    i += 2;
+    switch (e) {
+      case '"':
+      case '\\':
+      case '/':
+        out += e;
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'u': {
+        const int32_t high = hex4(s, i);
+        if (high < 0) return false;
+        i += 4;
+        uint32_t cp = static_cast<uint32_t>(high);
+        if (cp >= 0xdc00 && cp <= 0xdfff) return false;  // a low surrogate first
+        if (cp >= 0xd800 && cp <= 0xdbff) {
+          if (i + 1 >= s.size() || s[i] != '\\' || s[i + 1] != 'u') return false;
+          const int32_t low = hex4(s, i + 2);
+          if (low < 0xdc00 || low > 0xdfff) return false;
+          i += 6;
+          cp = 0x10000 + ((cp - 0xd800) << 10) + (static_cast<uint32_t>(low) - 0xdc00);
+        }
+        appendUtf8(out, cp);
+        break;
+      }
+      default:
+        return false;
+    }
+  }
+  return false;
+}
+
 // The key at s[i] and the colon after it: sets `key` and moves `i` to the
-// first byte of the value. False when the framing is broken or the key is
-// written with an escape (only a full parse decodes it).
-bool memberKey(std::string_view s, size_t& i, std::string_view& key) {
+// first byte of the value. False when the framing is broken. A key written
+// with an escape is decoded into `scratch` (and `key` views it).
+bool memberKey(std::string_view s, size_t& i, std::string_view& key, std::string& scratch) {
   if (i >= s.size() || s[i] != '"') return false;
   // Keys are short: a byte loop finds the closing quote, and a backslash on
   // the way, cheaper than two memchr calls.
@@ -468,8 +572,13 @@ bool memberKey(std::string_view s, size_t& i, std::string_view& key) {
   const size_t size = s.size();
   size_t key_end = i + 1;
   while (key_end < size && !isByteClass(text[key_end], kEndsKey)) ++key_end;
-  if (key_end >= size || text[key_end] == '\\') return false;
-  key = s.substr(i + 1, key_end - i - 1);
+  if (key_end >= size) return false;
+  if (text[key_end] == '\\') {
+    if (!decodeKey(s, i, key_end, scratch)) return false;
+    key = scratch;
+  } else {
+    key = s.substr(i + 1, key_end - i - 1);
+  }
   i = skipWhitespace(s, key_end + 1);
   if (i >= size || s[i] != ':') return false;
   i = skipWhitespace(s, i + 1);
@@ -482,6 +591,7 @@ bool memberKey(std::string_view s, size_t& i, std::string_view& key) {
 // broken framing) and returns false to stop the scan there.
 template <typename OnMember>
 bool scanMembersFrom(std::string_view s, std::string_view key, size_t i, OnMember&& on_member) {
+  std::string scratch;  // an escaped key, decoded
   for (;;) {
     size_t value_end = npos;
     const bool go_on = on_member(key, i, value_end);
@@ -492,7 +602,7 @@ bool scanMembersFrom(std::string_view s, std::string_view key, size_t i, OnMembe
     if (s[i] == '}') return skipWhitespace(s, i + 1) == s.size();
     if (s[i] != ',') return false;
     i = skipWhitespace(s, i + 1);
-    if (!memberKey(s, i, key)) return false;
+    if (!memberKey(s, i, key, scratch)) return false;
   }
 }
 
@@ -504,7 +614,8 @@ bool scanMembers(std::string_view s, OnMember&& on_member) {
   i = skipWhitespace(s, i + 1);
   if (i < s.size() && s[i] == '}') return skipWhitespace(s, i + 1) == s.size();
   std::string_view key;
-  if (!memberKey(s, i, key)) return false;
+  std::string first_key;  // the first key, when escaped: it lives through the first member
+  if (!memberKey(s, i, key, first_key)) return false;
   return scanMembersFrom(s, key, i, on_member);
 }
 
@@ -728,9 +839,15 @@ std::optional<uint64_t> plainUnsigned(std::string_view v) {
 bool isPlainObject(std::string_view v, int depth) {
   if (depth <= 0 || v.empty() || v.front() != '{') return false;
   bool plain = true;
+  const auto begin = reinterpret_cast<uintptr_t>(v.data());
+  const auto end = begin + v.size();
   const bool scanned = scanTopLevelMembers(v, [&](std::string_view key, std::string_view value) {
-    // The scan hands the key without its quotes; it is plain when the quoted form is.
-    plain = plainString(std::string_view(key.data() - 1, key.size() + 2)).has_value() &&
+    // The scan hands a key without its quotes, a view of `v` between them,
+    // unless the key was written with escapes (then it is decoded elsewhere,
+    // and not plain). A plain key is one whose quoted form is a plain string.
+    const auto at = reinterpret_cast<uintptr_t>(key.data());
+    plain = at > begin && at + key.size() < end &&
+            plainString(std::string_view(key.data() - 1, key.size() + 2)).has_value() &&
             (plainString(value) || plainUnsigned(value) || value == "true" || value == "false" ||
              value == "null" || isPlainObject(value, depth - 1));
     return plain;

@@ -8,11 +8,13 @@
 // nlohmann parse costs ~90-100 instructions per byte, which made JSON the
 // largest per-request cost of the proxy (bench/results/PROFILE.md). This
 // scan only locates members: strings are skipped with memchr (honouring
-// backslash escapes) and nesting is counted. It decodes nothing — callers
+// backslash escapes) and nesting is counted. It decodes no value — callers
 // hand the value's bytes to nlohmann::json, so values are still decoded by
-// the library. It validates only the top-level shape; anything it cannot
-// vouch for (not an object, a key written with an escape, broken framing)
-// makes it return false, and callers fall back to a full parse.
+// the library — but it decodes a key written with escapes, as the upstream's
+// parser will (`{"mod\u0065l": ...}` is `model`). It validates only the
+// top-level shape; anything it cannot vouch for (not an object, an invalid
+// escape in a key, broken framing) makes it return false, and callers fall
+// back to a full parse.
 
 #include <cstdint>
 #include <optional>
@@ -53,16 +55,18 @@ class MemberVisitor {
 /**
  * Calls `on_member(key, value_text)` for each top-level member of the JSON
  * object `text`, in document order; `value_text` is the raw JSON of the value
- * (a string value includes its quotes). `on_member` returns false to stop
+ * (a string value includes its quotes), `key` the key decoded (escapes
+ * resolved; the view lasts for the call). `on_member` returns false to stop
  * early. Returns false — and the caller should parse `text` fully — when
- * `text` is not an object, a top-level key contains a backslash escape, or
- * the framing is broken before the scan stopped.
+ * `text` is not an object, a top-level key has an escape a JSON parser
+ * refuses, or the framing is broken before the scan stopped.
  */
 bool scanTopLevelMembers(std::string_view text, MemberVisitor on_member);
 
 /**
  * `text` with the value of its top-level member `key` replaced by the JSON
- * string `value` (every occurrence, should the key repeat), everything else
+ * string `value` (every occurrence, should the key repeat, however the key
+ * is spelled: `"mod\u0065l"` is `model`), everything else
  * byte for byte as it was: a fallback's `model` rewrite (DESIGN §5), which
  * keeps `stream` and every other member as the client sent them. `value`
  * must need no escaping (the config refuses quotes, backslashes and control

@@ -32,7 +32,8 @@ void renderAccessRecord(const AccessRecord& r, std::string& out) {
   // strings by their escaping bound), literal keys, one trim at the end.
   size_t bound = 640 + stringBound(r.request_id) + stringBound(r.trace_id) + stringBound(r.route) +
                  stringBound(r.upstream) + stringBound(r.endpoint) + stringBound(r.method) +
-                 stringBound(r.path) + stringBound(r.protocol) + stringBound(r.model);
+                 stringBound(r.path) + stringBound(r.protocol) + stringBound(r.model) +
+                 stringBound(r.run_id) + stringBound(r.parent_run_id);
   for (const std::string& cause : r.retry_causes) bound += 1 + stringBound(cause);
   const size_t used = out.size();
   out.resize(used + bound);
@@ -87,6 +88,10 @@ void renderAccessRecord(const AccessRecord& r, std::string& out) {
   p = writeInteger(p, r.bytes_in);
   p = writeLiteral(p, ",\"bytes_out\":");
   p = writeInteger(p, r.bytes_out);
+  p = writeLiteral(p, ",\"run_id\":");
+  p = writeStringOrNull(p, r.run_id);
+  p = writeLiteral(p, ",\"parent_run_id\":");
+  p = writeStringOrNull(p, r.parent_run_id);
   p = writeLiteral(p, "}\n");
   out.resize(static_cast<size_t>(p - out.data()));
 }

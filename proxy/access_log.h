@@ -64,8 +64,10 @@ struct AccessRecord {
   uint64_t output_tokens = 0;
   double spend_usd = 0;  // delivered + leaked
   double leaked_usd = 0;
-  uint64_t bytes_in = 0;   // request body bytes received
-  uint64_t bytes_out = 0;  // response body bytes handed to the client
+  uint64_t bytes_in = 0;           // request body bytes received
+  uint64_t bytes_out = 0;          // response body bytes handed to the client
+  std::string_view run_id;         // the request's run (docs/design.md §9); "" = null
+  std::string_view parent_run_id;  // that run's parent run; "" = null
 };
 
 /** Appends `r` as one JSON line (fields in DESIGN §7 order, '\n' included) to `out`. */

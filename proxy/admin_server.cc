@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 
 #include "common/http_headers.h"
 #include "config/render.h"
+#include "filters/runs/run_filter.h"
 #include "proxy/admin_access.h"
 #include "proxy/filter_chain.h"
 #include "proxy/server.h"
@@ -409,9 +411,11 @@ std::unique_ptr<AdminResponse> AdminServer::admit(const AdminConnection& conn,
   }
   static constexpr std::string_view kGetPaths[] = {"/metrics", "/healthz", "/ready", "/config",
                                                    "/exchanges"};
+  const RunPath run = parseRunPath(path);
   const bool get_path =
-      std::find(std::begin(kGetPaths), std::end(kGetPaths), path) != std::end(kGetPaths);
-  if (!get_path && path != "/drain") {
+      std::find(std::begin(kGetPaths), std::end(kGetPaths), path) != std::end(kGetPaths) ||
+      run.kind == RunPath::Kind::List || run.kind == RunPath::Kind::One;
+  if (!get_path && path != "/drain" && run.kind != RunPath::Kind::Cancel) {
     return std::make_unique<AdminResponse>(plain(404, "Not Found", "not found\n"));
   }
   const bool allowed = get_path ? (conn.method == "GET" || conn.method == "HEAD") : post;
@@ -429,6 +433,90 @@ std::unique_ptr<AdminResponse> AdminServer::admit(const AdminConnection& conn,
     }
   }
   return nullptr;
+}
+
+AdminServer::RunPath AdminServer::parseRunPath(std::string_view path) {
+  RunPath out;
+  constexpr std::string_view kPrefix = "/runs";
+  if (path.substr(0, kPrefix.size()) != kPrefix) return out;
+  std::string_view rest = path.substr(kPrefix.size());
+  if (rest.empty()) {
+    out.kind = RunPath::Kind::List;
+    return out;
+  }
+  if (rest.front() != '/') return out;
+  rest.remove_prefix(1);
+  constexpr std::string_view kCancel = "/cancel";
+  RunPath::Kind kind = RunPath::Kind::One;
+  if (rest.size() > kCancel.size() && rest.substr(rest.size() - kCancel.size()) == kCancel) {
+    rest.remove_suffix(kCancel.size());
+    kind = RunPath::Kind::Cancel;
+  }
+  // The id, percent-decoded (an id may hold any visible character but `/`).
+  std::string id;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const char c = rest[i];
+    if (c == '/') return out;
+    if (c == '%' && i + 2 < rest.size() && std::isxdigit(static_cast<unsigned char>(rest[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(rest[i + 2]))) {
+      id += static_cast<char>(std::stoi(std::string(rest.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      id += c;
+    }
+  }
+  if (!validRunId(id)) return out;
+  out.kind = kind;
+  out.id = std::move(id);
+  return out;
+}
+
+AdminResponse AdminServer::answerRuns(const RunPath& run) {
+  RunTable* runs = server_.runtime()->runs();
+  if (runs == nullptr) return plain(404, "Not Found", "runs are not configured (runs:)\n");
+  const auto toJson = [](const RunTable::Snapshot& s) {
+    return nlohmann::json{
+        {"id", s.id},
+        {"parent", s.parent.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.parent)},
+        {"state", s.state},
+        {"tasks_in_flight", s.tasks_in_flight},
+        {"tasks_total", s.tasks_total},
+        {"age_seconds", s.age_seconds},
+        {"time_left_seconds", s.time_left_seconds},
+        {"children", s.children}};
+  };
+  AdminResponse r;
+  r.content_type = "application/json";
+  switch (run.kind) {
+    case RunPath::Kind::List: {
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& s : runs->snapshot()) list.push_back(toJson(s));
+      r.body =
+          nlohmann::json{{"runs", list}, {"active", runs->active()}, {"held", runs->size()}}.dump(
+              2, ' ', false, nlohmann::json::error_handler_t::replace) +
+          "\n";
+      return r;
+    }
+    case RunPath::Kind::One: {
+      const auto s = runs->snapshot(run.id);
+      if (!s) return plain(404, "Not Found", "no run " + run.id + "\n");
+      r.body = toJson(*s).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+      return r;
+    }
+    case RunPath::Kind::Cancel: {
+      const size_t tasks = runs->cancel(run.id);
+      r.code = 202;
+      r.reason = "Accepted";
+      r.body =
+          nlohmann::json{{"id", run.id}, {"state", "cancelled"}, {"tasks_cancelled", tasks}}.dump(
+              2, ' ', false, nlohmann::json::error_handler_t::replace) +
+          "\n";
+      return r;
+    }
+    case RunPath::Kind::None:
+      break;
+  }
+  return plain(404, "Not Found", "not found\n");
 }
 
 AdminResponse AdminServer::answer(const std::string& path) {
@@ -480,6 +568,8 @@ AdminResponse AdminServer::answer(const std::string& path) {
     r.body = nlohmann::json{{"exchanges", list}}.dump(2, ' ', false,
                                                       nlohmann::json::error_handler_t::replace) +
              "\n";
+  } else if (const RunPath run = parseRunPath(path); run.kind != RunPath::Kind::None) {
+    r = answerRuns(run);
   } else {  // POST /drain
     // The drain starts once the 202 is written or the client is gone (the
     // connection's end): with nothing in flight the process exits at once,

@@ -67,6 +67,14 @@ class AdminServer {
   static void onAccept(evconnlistener*, evutil_socket_t fd, sockaddr*, int, void* arg);
   /** The answer to a complete, admitted request (path and method already known good). */
   AdminResponse answer(const std::string& path);
+  /** `/runs`, `/runs/{id}` (GET) and `/runs/{id}/cancel` (POST): docs/design.md §9. */
+  struct RunPath {
+    enum class Kind { None, List, One, Cancel };
+    Kind kind = Kind::None;
+    std::string id;  // percent-decoded
+  };
+  static RunPath parseRunPath(std::string_view path);
+  AdminResponse answerRuns(const RunPath& run);
   /** Access, path and method: a refusal, or nullptr when the request may go on. */
   std::unique_ptr<AdminResponse> admit(const AdminConnection& conn, const std::string& path);
   void close(AdminConnection* conn);

@@ -30,21 +30,24 @@ size_t weightedDraw(const std::vector<size_t>& candidates, std::span<const Endpo
 
 std::optional<size_t> pickEndpoint(std::span<const EndpointView> endpoints,
                                    std::optional<size_t> avoid, const UniformRandom& random) {
-  const auto lowestLevel = [&](bool allow_avoided) -> std::vector<size_t> {
+  const auto lowestLevel = [&](bool allow_failed, bool allow_avoided) -> std::vector<size_t> {
+    const auto eligible = [&](size_t i) {
+      return endpoints[i].available && (allow_failed || !endpoints[i].failed) &&
+             (allow_avoided || avoid != i);
+    };
     uint32_t level = std::numeric_limits<uint32_t>::max();
     for (size_t i = 0; i < endpoints.size(); ++i) {
-      if (!endpoints[i].available || (!allow_avoided && avoid == i)) continue;
-      level = std::min(level, endpoints[i].priority);
+      if (eligible(i)) level = std::min(level, endpoints[i].priority);
     }
     std::vector<size_t> out;
     for (size_t i = 0; i < endpoints.size(); ++i) {
-      if (!endpoints[i].available || (!allow_avoided && avoid == i)) continue;
-      if (endpoints[i].priority == level) out.push_back(i);
+      if (eligible(i) && endpoints[i].priority == level) out.push_back(i);
     }
     return out;
   };
-  std::vector<size_t> candidates = lowestLevel(/*allow_avoided=*/false);
-  if (candidates.empty()) candidates = lowestLevel(/*allow_avoided=*/true);
+  std::vector<size_t> candidates = lowestLevel(/*allow_failed=*/false, /*allow_avoided=*/false);
+  if (candidates.empty()) candidates = lowestLevel(/*allow_failed=*/true, /*allow_avoided=*/false);
+  if (candidates.empty()) candidates = lowestLevel(/*allow_failed=*/true, /*allow_avoided=*/true);
   if (candidates.empty()) return std::nullopt;
   if (candidates.size() == 1) return candidates[0];
 
@@ -60,6 +63,15 @@ std::optional<size_t> pickEndpoint(std::span<const EndpointView> endpoints,
            static_cast<uint64_t>(endpoints[i == first ? second : first].weight);
   };
   return load(second) < load(first) ? second : first;
+}
+
+AttemptRoute routeAfterFailure(std::span<const EndpointView> endpoints, bool filters_retry,
+                               bool may_fall_back) {
+  if (!may_fall_back) return filters_retry ? AttemptRoute::SameUpstream : AttemptRoute::Stop;
+  if (!filters_retry) return AttemptRoute::NextFallback;
+  const bool untried_left = std::any_of(endpoints.begin(), endpoints.end(),
+                                        [](const auto& e) { return e.available && !e.failed; });
+  return untried_left ? AttemptRoute::SameUpstream : AttemptRoute::NextFallback;
 }
 
 }  // namespace sluice

@@ -41,6 +41,8 @@ bool clientStillListening(CancelReason reason) {
     case CancelReason::UpstreamTimeout:
     case CancelReason::Draining:
     case CancelReason::UpstreamReset:
+    case CancelReason::RunCancelled:
+    case CancelReason::RunDeadline:
       return true;
   }
   return false;
@@ -337,6 +339,7 @@ void Exchange::startAttempt(const AttemptTarget& target) {
   if (target.kind == AttemptTarget::Kind::NextFallback) {
     ++chain_index_;
     failed = nullptr;
+    failed_endpoints_.clear();
   }
   for (;;) {
     const UpstreamRuntime& upstream = *route_->chain[chain_index_];
@@ -350,6 +353,7 @@ void Exchange::startAttempt(const AttemptTarget& target) {
     countFallback(std::string(toString(choice.refusal)));
     ++chain_index_;
     failed = nullptr;
+    failed_endpoints_.clear();
   }
   attempt_.request = std::make_unique<RequestHead>(
       requestForUpstream(request_, *attempt_.upstream->config, attempt_.endpoint->config->url,
@@ -414,6 +418,8 @@ Exchange::EndpointChoice Exchange::chooseEndpoint(const UpstreamRuntime& upstrea
     views[i].weight = e.config->weight;
     views[i].priority = e.config->priority;
     views[i].outstanding = e.breaker->activeRequests();
+    views[i].failed = std::find(failed_endpoints_.begin(), failed_endpoints_.end(), &e) !=
+                      failed_endpoints_.end();
     views[i].available =
         circuit_ok[i] && (!check_quota || e.quota == nullptr || e.quota->admitsNow(key, need));
   }
@@ -469,12 +475,25 @@ bool Exchange::mayFallBackOn(const AttemptOutcome& outcome) const {
 }
 
 AttemptVerdict Exchange::fallBackIfHelpful(const AttemptEnd& end, AttemptVerdict verdict) {
-  if (!mayRetry(end.outcome) || !mayFallBackOn(end.outcome)) return verdict;
-  if (verdict.isRetry()) {
-    // The filters retry: fine while another endpoint of this upstream can take it.
-    for (const EndpointRuntime& e : attempt_.upstream->endpoints) {
-      if (&e != attempt_.endpoint && e.breaker->state() != CircuitState::Open) return verdict;
-    }
+  if (!mayRetry(end.outcome)) return verdict;
+  const bool may_fall_back = mayFallBackOn(end.outcome);
+  if (!verdict.isRetry() && !may_fall_back) return verdict;  // delivered, or no attempt follows
+  // Another attempt may follow: this endpoint failed for this request.
+  if (std::find(failed_endpoints_.begin(), failed_endpoints_.end(), attempt_.endpoint) ==
+      failed_endpoints_.end()) {
+    failed_endpoints_.push_back(attempt_.endpoint);
+  }
+  if (!may_fall_back) return verdict;
+  const auto& endpoints = attempt_.upstream->endpoints;
+  std::vector<EndpointView> views(endpoints.size());  // (only after a failed attempt)
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    const EndpointRuntime& e = endpoints[i];
+    views[i].available = e.breaker->state() != CircuitState::Open;
+    views[i].failed = std::find(failed_endpoints_.begin(), failed_endpoints_.end(), &e) !=
+                      failed_endpoints_.end();
+  }
+  if (routeAfterFailure(views, verdict.isRetry(), may_fall_back) != AttemptRoute::NextFallback) {
+    return verdict;
   }
   return AttemptVerdict::retry(std::chrono::milliseconds(0),
                                std::string(toString(attemptResultFor(end.outcome))),
@@ -1079,6 +1098,11 @@ std::function<void()> Exchange::crossThreadWaker(std::function<void()> fn) {
   };
 }
 
+void Exchange::recordRun(std::string_view run_id, std::string_view parent_run_id) {
+  run_id_ = std::string(run_id);
+  parent_run_id_ = std::string(parent_run_id);
+}
+
 void Exchange::recordUsage(const AttemptUsage& usage) {
   if (!usage.model.empty()) model_ = std::string(usage.model);
   usage_.input_tokens += usage.input_tokens;
@@ -1122,6 +1146,8 @@ void Exchange::logAccess(int status_code, MonotonicTime now) const {
   r.leaked_usd = usage_.leaked_usd;
   r.bytes_in = intake_.bytesIn();
   r.bytes_out = bytes_out_;
+  r.run_id = run_id_;
+  r.parent_run_id = parent_run_id_;
   log->append(r);
 }
 
@@ -1135,13 +1161,21 @@ void Exchange::disarmTimer(TimerId id) { timers_.disarmCallback(id); }
 
 void Exchange::setDeadline(MonotonicTime deadline) {
   deadline_ = deadline;
+  deadline_reason_ = CancelReason::BudgetExhausted;
+  timers_.arm(ExchangeSlot::Deadline, deadline);
+}
+
+void Exchange::lowerDeadline(MonotonicTime deadline, CancelReason reason) {
+  if (deadline >= deadline_) return;
+  deadline_ = deadline;
+  deadline_reason_ = reason;
   timers_.arm(ExchangeSlot::Deadline, deadline);
 }
 
 void Exchange::onSlot(ExchangeSlot slot) {
   switch (slot) {
     case ExchangeSlot::Deadline:
-      cancel(CancelReason::BudgetExhausted);
+      cancel(deadline_reason_);
       return;
     case ExchangeSlot::Connect:
       failAttempt(AttemptOutcome::connectError(),

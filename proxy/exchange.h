@@ -140,6 +140,7 @@ class Exchange final : public DeferredDeletable,
   const Clock& clock() const override { return host_.dispatcher().clock(); }
   MonotonicTime deadline() const override { return deadline_; }
   void setDeadline(MonotonicTime deadline) override;
+  void lowerDeadline(MonotonicTime deadline, CancelReason reason) override;
   MonotonicTime startTime() const override { return start_; }
   const RequestHead& request() const override { return request_; }
   const RouteRuntime& route() const override { return *route_; }
@@ -155,6 +156,7 @@ class Exchange final : public DeferredDeletable,
   ExchangeState state() const { return state_; }
   std::optional<CancelReason> cancelReason() const override { return cancel_reason_; }
   void recordUsage(const AttemptUsage& usage) override;
+  void recordRun(std::string_view run_id, std::string_view parent_run_id) override;
   ExchangeSnapshot snapshot() const;
   /** The request's x-request-id (kept from the client or generated). */
   const std::string& requestId() const { return identity_.request_id; }
@@ -219,8 +221,8 @@ class Exchange final : public DeferredDeletable,
   /**
    * After the filters' verdict: move to the next fallback upstream when the
    * attempt ended with a `fallback_on` outcome and retrying the current
-   * upstream cannot help (the filters did not retry, or no other endpoint of
-   * it is available).
+   * upstream cannot help (the filters did not retry, or every endpoint of it
+   * has failed for this request or has an open circuit): routeAfterFailure().
    */
   AttemptVerdict fallBackIfHelpful(const AttemptEnd& end, AttemptVerdict verdict);
   /** Counts one spill-over from the current upstream to the next, for `cause`. */
@@ -371,6 +373,8 @@ class Exchange final : public DeferredDeletable,
   Attempt attempt_;
   // The route's chain (DESIGN §5): route_->chain[chain_index_] takes the attempts.
   size_t chain_index_ = 0;
+  // Endpoints of route_->chain[chain_index_] an attempt of this request failed on.
+  std::vector<const EndpointRuntime*> failed_endpoints_;
   uint32_t fallbacks_ = 0;  // spill-overs so far
   // The body naming the current fallback's `model`, when it has one.
   std::unique_ptr<RequestBody> rewritten_body_;
@@ -386,15 +390,19 @@ class Exchange final : public DeferredDeletable,
   // For the access log (DESIGN §7).
   std::optional<MonotonicTime> first_byte_at_;  // first response byte to the client
   std::vector<std::string> retry_causes_;
-  uint64_t bytes_out_ = 0;  // response body bytes handed to the client
-  std::string model_;       // the last attempt's model, as the spend filter read it
-  AttemptUsage usage_;      // summed over attempts (its `model` unused: see model_)
+  uint64_t bytes_out_ = 0;     // response body bytes handed to the client
+  std::string model_;          // the last attempt's model, as the spend filter read it
+  AttemptUsage usage_;         // summed over attempts (its `model` unused: see model_)
+  std::string run_id_;         // the request's run, if a task of one (docs/design.md §9)
+  std::string parent_run_id_;  // and that run's parent
 
   AttemptTarget retry_target_;  // of the RetryDelay slot
   // Every timer of this request: the named slots and the filters' timers,
   // served by one scheduler timer at the earliest.
   ExchangeTimers timers_;
   MonotonicTime deadline_ = MonotonicTime::max();
+  // What reaching deadline_ means: the request's own budget, or its run's deadline.
+  CancelReason deadline_reason_ = CancelReason::BudgetExhausted;
 };
 
 using ExchangePtr = std::unique_ptr<Exchange>;

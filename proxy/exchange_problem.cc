@@ -43,6 +43,12 @@ Problem problemForCancel(CancelReason reason, const CancelContext& context,
     case CancelReason::UpstreamReset:
       return makeProblem(problems::kUpstreamReset,
                          "upstream " + upstream + " broke the response under way", reason);
+    case CancelReason::RunCancelled:
+      return makeProblem(problems::kRunCancelled,
+                         "the request's run was cancelled; its tasks are stopped", reason);
+    case CancelReason::RunDeadline:
+      return makeProblem(problems::kRunDeadlineExceeded,
+                         "the request's run reached its deadline (runs.budget)", reason);
   }
   return makeProblem(problems::kClientDisconnect, "the client went away", reason);
 }

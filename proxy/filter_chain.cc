@@ -6,6 +6,7 @@
 #include "filters/budget/budget_filter.h"
 #include "filters/circuit_breaker/circuit_breaker_filter.h"
 #include "filters/retry/retry_filter.h"
+#include "filters/runs/run_filter.h"
 #include "filters/spend/spend_filter.h"
 #include "filters/throttle/throttle_filter.h"
 
@@ -41,6 +42,12 @@ constexpr FilterEntry kFilterTable[] = {
     {"budget", slotOf<BudgetFilter>(), always,
      [](void* at, const RouteRuntime& r) -> StreamFilter* {
        return new (at) BudgetFilter(r.config->budget);
+     }},
+    // After the budget: a run's deadline lowers the request's own.
+    {"runs", slotOf<RunFilter>(),
+     [](const RouteRuntime& r) { return r.runtime->runs() != nullptr; },
+     [](void* at, const RouteRuntime& r) -> StreamFilter* {
+       return new (at) RunFilter(*r.runtime->config().runs, *r.runtime->runs());
      }},
     // Circuit and quota are per endpoint: each attempt's come from its
     // destination (FilterCallbacks::destination()).

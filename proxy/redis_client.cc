@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 
@@ -24,6 +25,14 @@ constexpr milliseconds kMinConnectTimeout{200};
 
 bool isError(const redisReply* reply) {
   return reply == nullptr || reply->type == REDIS_REPLY_ERROR;
+}
+
+// Why a connection failed, for the operational log: a socket error by name.
+std::string socketErrorReason(int err) {
+  if (err == ECONNREFUSED) return "refused";
+  if (err == ETIMEDOUT) return "timeout";
+  if (err == 0) return "connection error";
+  return std::string("connection error: ") + std::strerror(err);
 }
 
 void appendLengthLine(std::string& out, char type, size_t n) {
@@ -86,7 +95,7 @@ void appendRespBulk(std::string& out, std::string_view first, std::string_view s
 RedisClient::RedisClient(Dispatcher& dispatcher, const config::RedisUrl& url, SSL_CTX* ssl_ctx,
                          const config::UpstreamTlsConfig& tls, milliseconds timeout, Hooks hooks,
                          std::vector<std::vector<std::string>> init, std::string subscribe_to,
-                         Message on_message)
+                         Message on_message, milliseconds ping_interval)
     : dispatcher_(dispatcher),
       url_(url),
       ssl_ctx_(ssl_ctx),
@@ -96,6 +105,7 @@ RedisClient::RedisClient(Dispatcher& dispatcher, const config::RedisUrl& url, SS
       init_(std::move(init)),
       channel_(std::move(subscribe_to)),
       on_message_(std::move(on_message)),
+      ping_interval_(ping_interval),
       timer_(dispatcher.base(), [this] { expire(); }) {}
 
 RedisClient::~RedisClient() {
@@ -112,7 +122,7 @@ void RedisClient::start() {
   // The host name is resolved by the loop's evdns: getaddrinfo() would block the worker.
   BufferEventPtr bev = connectClient(dispatcher_, url_.host, url_.port, ssl_ctx_, tls_);
   if (!bev) {
-    fail("connect");
+    fail("connect", "cannot start a connection");
     return;
   }
   io_ = std::make_unique<SocketIo>(dispatcher_.base(), std::move(bev),
@@ -134,42 +144,75 @@ void RedisClient::onIoEvent(short events) {
     if (state_ == State::Connecting) handshake();
     return;
   }
-  if ((events & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) != 0) fail("connect");
+  if ((events & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) != 0) {
+    const int err = EVUTIL_SOCKET_ERROR();
+    std::string reason;
+    if ((events & BEV_EVENT_EOF) != 0) {
+      reason = "closed by the server";
+    } else if ((events & BEV_EVENT_TIMEOUT) != 0) {
+      reason = "timeout";
+    } else if (ssl_ctx_ != nullptr && err == 0) {
+      reason = "tls error";
+    } else {
+      reason = socketErrorReason(err);
+    }
+    fail("connect", reason);
+  }
 }
 
 void RedisClient::handshake() {
   setState(State::Handshake);
-  const auto step = [this](const redisReply* reply) {
-    // fail() fails the calls after this one too: only the first failure counts.
-    if (isError(reply) && state_ == State::Handshake) fail("connect");
+  // `what` names the step in the reason (never its arguments: AUTH's are secret).
+  const auto step = [this](std::string_view what) {
+    return [this, what](const redisReply* reply) {
+      // fail() fails the calls after this one too: only the first failure counts.
+      if (!isError(reply) || state_ != State::Handshake) return;
+      std::string reason(what);
+      if (reply != nullptr) {
+        // Redis's own words ("WRONGPASS invalid username-password pair"), bounded.
+        reason += ": " + std::string(reply->str, std::min<size_t>(reply->len, 120));
+      }
+      fail("connect", reason);
+    };
   };
   std::string resp;
-  const auto sendOwned = [&](const std::vector<std::string>& argv) {
+  const auto sendOwned = [&](const std::vector<std::string>& argv, std::string_view what) {
     resp.clear();
     appendRespArray(resp, argv);
-    send(resp, step, "");
+    send(resp, step(what), "");
   };
   if (!url_.password.empty()) {
     std::vector<std::string> auth{"AUTH"};
     if (!url_.username.empty()) auth.push_back(url_.username);
     auth.push_back(url_.password);
-    sendOwned(auth);
+    sendOwned(auth, "auth");
   }
-  if (url_.db != 0) sendOwned({"SELECT", std::to_string(url_.db)});
-  for (const auto& argv : init_) sendOwned(argv);
+  if (url_.db != 0) sendOwned({"SELECT", std::to_string(url_.db)}, "select");
+  for (const auto& argv : init_) sendOwned(argv, "setup");
   // Up once everything before it was answered (replies come in order).
   sendArgv(
       {"PING"},
       [this](const redisReply* reply) {
-        if (isError(reply) || state_ != State::Handshake) return;
+        if (state_ != State::Handshake) return;
+        if (isError(reply)) {
+          if (reply != nullptr) {
+            fail("connect", "ping: " + std::string(reply->str, std::min<size_t>(reply->len, 120)));
+          }
+          return;
+        }
         backoff_ = milliseconds(0);
         if (!channel_.empty()) {
           // Its confirmation and the messages after it arrive as pushes (onPushed).
           std::string subscribe;
           appendRespArray(subscribe, {"SUBSCRIBE", channel_});
           evbuffer_add(io_->output(), subscribe.data(), subscribe.size());
+          if (ping_interval_.count() > 0) {
+            next_ping_at_ = dispatcher_.clock().now() + ping_interval_;
+            pong_deadline_ = MonotonicTime::max();
+          }
         }
         setState(State::Up);
+        armTimer();
       },
       "");
 }
@@ -202,31 +245,43 @@ bool RedisClient::send(std::string_view resp, Reply done, std::string_view op) {
 }
 
 void RedisClient::onIoRead() {
-  evbuffer* in = io_->input();
-  while (evbuffer_get_length(in) > 0) {
-    evbuffer_iovec chunks[8];
-    const int n = std::min(evbuffer_peek(in, -1, nullptr, chunks, 8), 8);
-    size_t fed = 0;
-    for (int i = 0; i < n; ++i) {
-      redisReaderFeed(reader_.get(), static_cast<const char*>(chunks[i].iov_base),
-                      chunks[i].iov_len);
-      fed += chunks[i].iov_len;
-    }
-    evbuffer_drain(in, fed);
+  // A slice at a time, each parsed before the next is fed: what the reader
+  // holds is at most one reply in part (bounded), however much arrived.
+  constexpr size_t kSlice = 16 * 1024;
+  while (io_ != nullptr) {
+    evbuffer* in = io_->input();
+    if (evbuffer_get_length(in) == 0) return;
+    evbuffer_iovec chunk;
+    if (evbuffer_peek(in, -1, nullptr, &chunk, 1) < 1) return;
+    const size_t n = std::min(chunk.iov_len, kSlice);
+    redisReaderFeed(reader_.get(), static_cast<const char*>(chunk.iov_base), n);
+    evbuffer_drain(in, n);
+    if (!feedAndDispatch()) return;
   }
+}
+
+bool RedisClient::feedAndDispatch() {
   const std::weak_ptr<bool> alive = alive_;
   while (io_ != nullptr) {
     void* raw = nullptr;
     if (redisReaderGetReply(reader_.get(), &raw) != REDIS_OK) {
-      fail("connect");  // not RESP: whatever answers there is not Redis
-      return;
+      // Not RESP, or past a limit (RedisReplyArena refuses the value):
+      // whatever answers there is not a Redis to trust.
+      fail("protocol", "protocol error or a reply past the limits");
+      return false;
     }
     if (raw == nullptr) break;
     dispatch(RedisReplyArena::reply(raw));
-    if (alive.expired()) return;
+    if (alive.expired()) return false;
     // The reply is done with; its values serve the next one.
     replies_.reset();
   }
+  if (io_ == nullptr) return false;
+  if (reader_->len - reader_->pos > kMaxBufferedBytes) {
+    fail("protocol", "a reply past the limits");
+    return false;
+  }
+  return true;
 }
 
 void RedisClient::dispatch(const redisReply* reply) {
@@ -234,7 +289,7 @@ void RedisClient::dispatch(const redisReply* reply) {
     if (!channel_.empty()) {
       onPushed(reply);
     } else {
-      fail("connect");  // a reply nobody asked for: the stream is out of step
+      fail("protocol", "a reply nobody asked for");  // the stream is out of step
     }
     return;
   }
@@ -245,11 +300,17 @@ void RedisClient::dispatch(const redisReply* reply) {
 }
 
 void RedisClient::onPushed(const redisReply* reply) {
-  // ["message", channel, payload]; the subscribe confirmation is ["subscribe", channel, n].
-  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3) return;
+  // ["message", channel, payload]; the subscribe confirmation is ["subscribe", channel, n];
+  // a PING's answer is ["pong", ""].
+  if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2) return;
   const redisReply* kind = reply->element[0];
   if (kind->type != REDIS_REPLY_STRING) return;
   const std::string_view what(kind->str, kind->len);
+  if (what == "pong") {
+    pong_deadline_ = MonotonicTime::max();  // alive: the next PING is already scheduled
+    return;
+  }
+  if (reply->elements != 3) return;
   if (what == "subscribe") {
     if (hooks_.on_subscribed) hooks_.on_subscribed();
     return;
@@ -269,6 +330,7 @@ void RedisClient::armTimer() {
   if (state_ == State::Backoff) at = reconnect_at_;
   if (state_ == State::Connecting) at = connect_deadline_;
   if (!pending_.empty()) at = std::min(at, pending_.front().deadline);
+  if (state_ == State::Up) at = std::min({at, next_ping_at_, pong_deadline_});
   if (at == MonotonicTime::max() || at >= timer_at_) return;  // it fires by then and looks again
   timer_at_ = at;
   timer_.arm(at - dispatcher_.clock().now());
@@ -283,25 +345,50 @@ void RedisClient::expire() {
       return;
     }
   } else if (state_ == State::Connecting && now >= connect_deadline_) {
-    fail("connect");
+    fail("connect", "timeout");
     return;
   } else if (!pending_.empty() && now >= pending_.front().deadline) {
     // The oldest call is overdue: Redis is slow or gone. Fail it and drop the
     // connection (later replies would queue behind it).
     // Every pending call is counted as its own op; a handshake as one connect.
-    fail(state_ == State::Handshake ? "connect" : "");
+    fail(state_ == State::Handshake ? "connect" : "", "timeout");
     return;
+  } else if (state_ == State::Up) {
+    onPingTimer(now);
+    if (state_ != State::Up) return;
   }
   armTimer();
 }
 
-void RedisClient::fail(std::string_view cause) {
+void RedisClient::onPingTimer(MonotonicTime now) {
+  if (now >= pong_deadline_) {
+    // No pong: the flow is dead (or Redis is). Replaced like any lost connection.
+    fail("connect", "timeout: no answer to a keepalive PING");
+    return;
+  }
+  if (now < next_ping_at_ || io_ == nullptr) return;
+  std::string ping;
+  appendRespArray(ping, {"PING"});
+  evbuffer_add(io_->output(), ping.data(), ping.size());
+  next_ping_at_ = now + ping_interval_;
+  if (pong_deadline_ == MonotonicTime::max()) {
+    pong_deadline_ = now + std::max(timeout_, ping_interval_);
+  }
+}
+
+void RedisClient::fail(std::string_view cause, std::string_view reason) {
   const std::weak_ptr<bool> alive = alive_;
+  const bool connecting = state_ != State::Up;
   if (hooks_.on_error && !cause.empty()) hooks_.on_error(cause);
+  if (alive.expired()) return;
+  if (connecting && hooks_.on_connect_failed) hooks_.on_connect_failed(reason);
+  if (alive.expired()) return;
   dropConnection();
+  next_ping_at_ = MonotonicTime::max();
+  pong_deadline_ = MonotonicTime::max();
   backoff_ = backoff_.count() == 0 ? kBackoffFirst : std::min(backoff_ * 2, kBackoffMax);
   reconnect_at_ = dispatcher_.clock().now() + backoff_;
-  setState(State::Backoff);
+  setState(State::Backoff, reason);
   if (alive.expired()) return;
   // Everything still waiting fails now (each counted once, as its op).
   std::deque<Pending> failed;
@@ -319,12 +406,12 @@ void RedisClient::dropConnection() {
   io_.reset();
 }
 
-void RedisClient::setState(State state) {
+void RedisClient::setState(State state, std::string_view reason) {
   state_ = state;
   const bool up = state == State::Up;
   if (up == reported_up_) return;
   reported_up_ = up;
-  if (hooks_.on_state) hooks_.on_state(up);
+  if (hooks_.on_state) hooks_.on_state(up, reason);
 }
 
 }  // namespace sluice

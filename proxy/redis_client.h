@@ -22,6 +22,20 @@
 // answering would otherwise make every later call wait too. While down,
 // command() refuses at once and the caller decides on local state.
 //
+// A subscriber sends no calls of its own, so a silently dead flow (a NAT or
+// firewall that dropped it) would never be noticed: with `ping_interval` set
+// it PINGs while up (subscribed, Redis answers a ["pong", ""] push) and drops
+// the connection when no pong came within `timeout` (at least the interval).
+//
+// What Redis sends is bounded (a hostile or broken server must not grow
+// memory without bound): a bulk string of at most 64 KiB, an array of at
+// most 4096 elements, arrays nested at most 4 deep, at most 16384 values in
+// one reply holding at most 256 KiB of strings in all (RedisReplyArena
+// refuses more), and at most kMaxBufferedBytes
+// (256 KiB) read but not yet parsed into whole replies. Past any of them the connection is
+// dropped and counted as op "protocol". Each is far above what sluice's own
+// scripts return (at most six values, one level of nesting).
+//
 // Not thread-safe: construct, use and destroy it on its dispatcher's thread
 // (or after that thread stopped).
 
@@ -70,8 +84,20 @@ class RedisClient final : private SocketIoCallbacks {
   /** A pub/sub message on a subscribed channel. */
   using Message = std::function<void(std::string_view channel, std::string_view message)>;
 
+  /**
+   * Read but not yet whole replies, at most (the per-value limits are
+   * RedisReplyArena's: kMaxBulkBytes, kMaxArrayElements, kMaxNesting,
+   * kMaxReplyValues, kMaxReplyBytes).
+   */
+  static constexpr size_t kMaxBufferedBytes = 256 * 1024;
+
   struct Hooks {
-    std::function<void(bool up)> on_state;              // every up/down change
+    // Every up/down change. Down: why ("refused", "timeout", "auth: <Redis's
+    // error>", "closed", "protocol", "tls or network error", ...).
+    std::function<void(bool up, std::string_view reason)> on_state;
+    // A connect that failed, with why, whether or not the state changed
+    // (still down: the next backoff's attempt failed too).
+    std::function<void(std::string_view reason)> on_connect_failed;
     std::function<void(std::string_view op)> on_error;  // one failed call or connect ("connect")
     std::function<void()> on_subscribed;  // a subscriber's SUBSCRIBE took effect (each connect)
   };
@@ -81,12 +107,14 @@ class RedisClient final : private SocketIoCallbacks {
    * are commands sent after AUTH/SELECT on every (re)connect, before the
    * client counts as up (e.g. SCRIPT LOAD); a failing one fails the
    * handshake. With `subscribe_to` set the connection is a subscriber: after
-   * the handshake it SUBSCRIBEs and hands every message to `on_message`.
+   * the handshake it SUBSCRIBEs and hands every message to `on_message`,
+   * and with `ping_interval` > 0 checks that the connection is alive.
    */
   RedisClient(Dispatcher& dispatcher, const config::RedisUrl& url, SSL_CTX* ssl_ctx,
               const config::UpstreamTlsConfig& tls, std::chrono::milliseconds timeout, Hooks hooks,
               std::vector<std::vector<std::string>> init = {}, std::string subscribe_to = {},
-              Message on_message = {});
+              Message on_message = {},
+              std::chrono::milliseconds ping_interval = std::chrono::milliseconds(0));
   ~RedisClient() override;
   RedisClient(const RedisClient&) = delete;
   RedisClient& operator=(const RedisClient&) = delete;
@@ -139,9 +167,13 @@ class RedisClient final : private SocketIoCallbacks {
    * op), and schedules a reconnect. `cause` ("connect", or "" when the
    * pending calls are the cause) is counted once.
    */
-  void fail(std::string_view cause);
+  void fail(std::string_view cause, std::string_view reason);
   void dropConnection();
-  void setState(State state);
+  void setState(State state, std::string_view reason = {});
+  /** Reads `in` into the reader and dispatches every whole reply; false = the client failed. */
+  bool feedAndDispatch();
+  /** Subscribed and up: when the next PING is due, or its pong overdue. */
+  void onPingTimer(MonotonicTime now);
 
   Dispatcher& dispatcher_;
   const config::RedisUrl url_;
@@ -152,6 +184,7 @@ class RedisClient final : private SocketIoCallbacks {
   const std::vector<std::vector<std::string>> init_;
   const std::string channel_;
   const Message on_message_;
+  const std::chrono::milliseconds ping_interval_;
 
   State state_ = State::Idle;
   bool reported_up_ = false;
@@ -165,6 +198,8 @@ class RedisClient final : private SocketIoCallbacks {
   MonotonicTime reconnect_at_{};
   std::chrono::milliseconds backoff_{0};
   std::deque<Pending> pending_;
+  MonotonicTime next_ping_at_ = MonotonicTime::max();   // subscribed: the next PING
+  MonotonicTime pong_deadline_ = MonotonicTime::max();  // a PING is unanswered until then
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -6,11 +6,12 @@ namespace sluice {
 
 namespace {
 
-// An array longer than this is refused as hiredis refuses one it cannot
-// allocate (the reader fails, and RedisClient drops the connection): no reply
-// of sluice's scripts has more than six elements, and a hostile count would
-// otherwise reserve its pointers up front.
-constexpr int kMaxElements = 1 << 20;
+// How deep `task` sits: 0 for a reply's root value, 1 for an element of it.
+int depthOf(const redisReadTask* task) {
+  int depth = 0;
+  for (; task->parent != nullptr; task = task->parent) ++depth;
+  return depth;
+}
 
 }  // namespace
 
@@ -29,6 +30,7 @@ const redisReply* RedisReplyArena::reply(void* obj) { return &static_cast<Node*>
 
 void RedisReplyArena::reset() {
   used_ = 0;
+  bytes_ = 0;
   if (!oversized_) return;
   oversized_ = false;
   for (size_t i = 0; i < nodes_.size() && i < kKeepNodes; ++i) {
@@ -48,6 +50,7 @@ RedisReplyArena& RedisReplyArena::rootArena(const redisReadTask* task) {
 
 RedisReplyArena::Node* RedisReplyArena::take(const redisReadTask* task, int type) {
   RedisReplyArena& arena = rootArena(task);
+  if (arena.used_ >= kMaxReplyValues) return nullptr;
   if (arena.used_ == arena.nodes_.size()) {
     arena.nodes_.push_back(std::make_unique<Node>());
     if (arena.nodes_.size() > kKeepNodes) arena.oversized_ = true;
@@ -67,9 +70,13 @@ RedisReplyArena::Node* RedisReplyArena::take(const redisReadTask* task, int type
 // return is hiredis's "out of memory": the reader fails.
 
 void* RedisReplyArena::createString(const redisReadTask* task, char* str, size_t len) {
+  if (len > kMaxBulkBytes) return nullptr;
+  if (rootArena(task).bytes_ + len > kMaxReplyBytes) return nullptr;
   try {
     // The task's type: a string, a status or an error.
     Node* node = take(task, task->type);
+    if (node == nullptr) return nullptr;
+    rootArena(task).bytes_ += len;
     node->text.assign(str, len);
     if (len > kKeepBytes) rootArena(task).oversized_ = true;
     node->reply.str = node->text.data();
@@ -81,9 +88,11 @@ void* RedisReplyArena::createString(const redisReadTask* task, char* str, size_t
 }
 
 void* RedisReplyArena::createArray(const redisReadTask* task, int elements) {
-  if (elements > kMaxElements) return nullptr;
+  // An array's own depth counts: a root array is 1.
+  if (elements > kMaxArrayElements || depthOf(task) + 1 > kMaxNesting) return nullptr;
   try {
     Node* node = take(task, REDIS_REPLY_ARRAY);
+    if (node == nullptr) return nullptr;
     if (elements > 0) {
       if (static_cast<size_t>(elements) > kKeepElements) rootArena(task).oversized_ = true;
       node->elements.assign(static_cast<size_t>(elements), nullptr);
@@ -99,6 +108,7 @@ void* RedisReplyArena::createArray(const redisReadTask* task, int elements) {
 void* RedisReplyArena::createInteger(const redisReadTask* task, long long value) {
   try {
     Node* node = take(task, REDIS_REPLY_INTEGER);
+    if (node == nullptr) return nullptr;
     node->reply.integer = value;
     return node;
   } catch (const std::bad_alloc&) {

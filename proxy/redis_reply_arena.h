@@ -30,6 +30,19 @@ class RedisReplyArena {
   };
   using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
 
+  /**
+   * What one reply may hold; past any of these the reader fails (as on a
+   * failed allocation) and RedisClient drops the connection. No reply of
+   * sluice's scripts has more than six values or one level of arrays.
+   */
+  static constexpr size_t kMaxBulkBytes = 64 * 1024;  // one string, status or error
+  static constexpr int kMaxArrayElements = 4096;
+  static constexpr int kMaxNesting = 4;  // arrays within arrays (the outermost is 1)
+  static constexpr size_t kMaxReplyValues = 16384;
+  // Every string, status and error of one reply together: without it the
+  // limits above would let one reply hold 16384 x 64 KiB.
+  static constexpr size_t kMaxReplyBytes = 256 * 1024;
+
   RedisReplyArena() = default;
   RedisReplyArena(const RedisReplyArena&) = delete;
   RedisReplyArena& operator=(const RedisReplyArena&) = delete;
@@ -82,6 +95,7 @@ class RedisReplyArena {
 
   std::vector<std::unique_ptr<Node>> nodes_;  // [0, used_) in use
   size_t used_ = 0;
+  size_t bytes_ = 0;        // string bytes built since the last reset
   bool oversized_ = false;  // something to give back on reset()
 };
 

@@ -93,6 +93,24 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
                          : std::make_shared<BodyMemory>(&metrics.requestBodyBuffered());
   const config::Config& cfg = *rt->config_;
   rt->warnings_ = cfg.warnings;  // the loader's advice, logged with the runtime's own
+  if (cfg.runs) {
+    RunTable::Limits limits;
+    limits.budget = cfg.runs->budget;
+    limits.idle_expiry = cfg.runs->idle_expiry;
+    limits.tombstone = cfg.runs->tombstone;
+    limits.max_runs = cfg.runs->max_runs;
+    if (previous != nullptr && previous->runs_) {
+      rt->runs_ = previous->runs_;
+      rt->runs_->setLimits(limits);
+    } else {
+      rt->runs_ = std::make_shared<RunTable>(clock, limits);
+      Metrics* m = &metrics;
+      rt->runs_->setEndingListener(
+          [m](RunTable::Ending e) { m->runEndings(RunTable::toString(e)).Increment(); });
+      rt->runs_->setActiveListener(
+          [m](size_t active) { m->runsActive().Set(static_cast<double>(active)); });
+    }
+  }
 
   rt->listener_tls_.reserve(cfg.listeners.size());
   for (const auto& listener : cfg.listeners) {

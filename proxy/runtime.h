@@ -19,6 +19,7 @@
 #include "filters/circuit_breaker/circuit_breaker.h"
 #include "filters/filter.h"
 #include "filters/retry/retry_decision.h"
+#include "filters/runs/run_table.h"
 #include "filters/spend/pricing.h"
 #include "filters/throttle/global_quota.h"
 #include "filters/throttle/quota_tracker.h"
@@ -154,6 +155,12 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
    * warnings (config::Config::warnings), then `tls.verify: false`.
    */
   const std::vector<std::string>& warnings() const { return warnings_; }
+  /**
+   * The process's runs (docs/design.md §9), null without `runs`: one table
+   * for every worker, handed on from Runtime to Runtime by reloads (a run
+   * and its cancel outlive a SIGHUP).
+   */
+  RunTable* runs() const { return runs_.get(); }
 
  private:
   config::ConfigPtr config_;
@@ -165,6 +172,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   RouteRuntime no_route_;
   PriceTable prices_;
   std::shared_ptr<BodyMemory> body_memory_;
+  std::shared_ptr<RunTable> runs_;
   std::vector<std::string> warnings_;
 };
 

@@ -125,6 +125,12 @@ Server::Server(config::ConfigPtr config, const Clock& clock)
 
 Server::~Server() { stop(); }
 
+bool Server::ready() const {
+  if (draining_.load()) return false;
+  // shared_state.required: the store being down takes the replica out of rotation.
+  return shared_ == nullptr || !shared_->config().required || shared_->up();
+}
+
 bool Server::start(std::string* error) {
   if (!runtime_) {
     *error = init_error_;

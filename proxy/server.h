@@ -89,7 +89,11 @@ class Server {
   /** The port listener `i` actually bound (port 0 in config = any free port). */
   uint16_t listenerPort(size_t i = 0) const { return listener_ports_.at(i); }
   uint16_t adminPort() const { return admin_.port(); }
-  bool ready() const { return !draining_.load(); }
+  /**
+   * /ready: not draining, and with `shared_state.required` the shared store
+   * is up (sluice_shared_state_up).
+   */
+  bool ready() const;
 
   Metrics& metrics() { return metrics_; }
   RuntimePtr runtime() const;

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <random>
 
+#include "filters/throttle/quota_headers.h"
 #include "proxy/log.h"
 #include "proxy/quota_report_gate.h"
 
@@ -377,7 +378,9 @@ class RedisQuota final : public GlobalQuota {
       learn(*call->gate, *call->clock, call->key, reply);
     } else if (kind == 2) {
       answer.kind = Answer::Kind::Wait;
-      if (wait >= 0) answer.wait = milliseconds(wait);
+      // A reset in Redis is a peer's report (or anyone's write): never trusted
+      // beyond the longest reset a provider's header may set.
+      if (wait >= 0) answer.wait = milliseconds(std::min<int64_t>(wait, kMaxQuotaReset.count()));
     } else if (kind == 3) {
       answer.kind = Answer::Kind::Probe;
     }
@@ -397,7 +400,9 @@ class RedisQuota final : public GlobalQuota {
       const int64_t reset_in = integerAt(reply, at + 1);
       if (avail < 0) continue;
       std::optional<MonotonicTime> reset_at;
-      if (reset_in >= 0) reset_at = now + milliseconds(reset_in);
+      if (reset_in >= 0) {
+        reset_at = now + milliseconds(std::min<int64_t>(reset_in, kMaxQuotaReset.count()));
+      }
       gate.learned(key, avail, reset_at, now, counter);
     }
   }
@@ -416,6 +421,11 @@ class RedisQuota final : public GlobalQuota {
 std::string openKey(const std::string& prefix, const std::string& scope) {
   return prefix + "c:" + scope + ":open";
 }
+
+// Deletes a probe permit (KEYS[1]) if this instance (ARGV[1]) holds it.
+constexpr std::string_view kReleaseProbeScript =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+    "return 0";
 
 // Reads an open key: {value or "", PTTL}.
 constexpr std::string_view kOpenStateScript =
@@ -477,6 +487,14 @@ class RedisCircuit final : public GlobalCircuit {
     return std::nullopt;
   }
 
+  void releaseProbe() override {
+    RedisClient* client = shared_.client();
+    if (client == nullptr) return;  // it expires (10 s)
+    // Only this replica's own permit: a peer may have won it since.
+    client->command({"EVAL", kReleaseProbeScript, "1", probe_key_, shared_.instance()}, nullptr,
+                    "circuit");
+  }
+
  private:
   SharedState& shared_;
   const std::string scope_;
@@ -522,7 +540,10 @@ void SharedState::attach(const std::vector<Dispatcher*>& loops) {
           {"SCRIPT", "LOAD", std::string(kObserveScript)}};
       RedisClient::Hooks hooks;
       hooks.on_error = [this](std::string_view op) { countError(op); };
-      hooks.on_state = [this, loop](bool up) { onClientState(loop->client.get(), up); };
+      hooks.on_state = [this, loop](bool up, std::string_view reason) {
+        onClientState(loop->client.get(), up, reason);
+      };
+      hooks.on_connect_failed = [this](std::string_view reason) { onConnectFailed(reason); };
       loop->client = std::make_unique<RedisClient>(*loop->dispatcher, config_.redis, ssl_ctx_.get(),
                                                    config_.tls, config_.timeout, hooks, scripts);
       t_current = CurrentClient{this, loop->client.get()};
@@ -530,7 +551,10 @@ void SharedState::attach(const std::vector<Dispatcher*>& loops) {
       if (with_subscriber) {
         RedisClient::Hooks sub_hooks;
         sub_hooks.on_error = [this](std::string_view op) { countError(op); };
-        sub_hooks.on_state = [this](bool up) { onClientState(nullptr, up); };
+        sub_hooks.on_state = [this](bool up, std::string_view reason) {
+          onClientState(nullptr, up, reason);
+        };
+        sub_hooks.on_connect_failed = [this](std::string_view reason) { onConnectFailed(reason); };
         // What was published before the subscription took effect is in the
         // open keys: read them now (and again whenever worker 0's client
         // comes up), so no trip falls between the two.
@@ -540,7 +564,8 @@ void SharedState::attach(const std::vector<Dispatcher*>& loops) {
         loop->subscriber = std::make_unique<RedisClient>(
             *loop->dispatcher, config_.redis, ssl_ctx_.get(), config_.tls, config_.timeout,
             sub_hooks, std::vector<std::vector<std::string>>{}, channel_,
-            [this](std::string_view, std::string_view message) { onMessage(message); });
+            [this](std::string_view, std::string_view message) { onMessage(message); },
+            subscriber_ping_);
         loop->subscriber->start();
       }
     });
@@ -564,28 +589,49 @@ RedisClient* SharedState::client() const {
 
 void SharedState::countError(std::string_view op) const { series_.errors(op).Increment(); }
 
-void SharedState::onClientState(RedisClient* client, bool up) {
+void SharedState::onClientState(RedisClient* client, bool up, std::string_view reason) {
   int down = 0;
   {
-    // Count and gauge together: two workers coming up at once must not leave
-    // the gauge at 0 (one counted down to 1, the other to 0, and the first
-    // wrote its stale "not all up" last — seen as a test that waited 10 s
-    // for sluice_shared_state_up after "shared state is up" was logged).
+    // Count, gauge and log together: two workers coming up at once must not
+    // leave the gauge at 0 (one counted down to 1, the other to 0, and the
+    // first wrote its stale "not all up" last — seen as a test that waited
+    // 10 s for sluice_shared_state_up after "shared state is up" was logged).
     std::lock_guard lock(up_mu_);
     down = up ? --down_count_ : ++down_count_;
     series_.up->Set(down == 0 ? 1 : 0);
-  }
-  if (up && down == 0) {
-    logInfo("sluice: shared state is up: " + config_.redis.address(),
-            {{"event", "shared_state_up"}, {"redis", config_.redis.address()}});
-  } else if (!up && down == 1) {
-    logWarn("sluice: shared state is down, deciding on local state: " + config_.redis.address(),
-            {{"event", "shared_state_down"}, {"redis", config_.redis.address()}});
+    if (up && down == 0) {
+      logged_reason_.clear();
+      logInfo("sluice: shared state is up: " + config_.redis.address(),
+              {{"event", "shared_state_up"}, {"redis", config_.redis.address()}});
+    } else if (!up && down == 1) {
+      logged_reason_ = std::string(reason);
+      logWarn("sluice: shared state is down (" + logged_reason_ +
+                  "), deciding on local state: " + config_.redis.address(),
+              {{"event", "shared_state_down"},
+               {"redis", config_.redis.address()},
+               {"reason", logged_reason_},
+               {"required", config_.required}});
+    }
   }
   if (up && client != nullptr) flushKept(*client);
   if (up && client != nullptr && !loops_.empty() && client == loops_[0].client.get()) {
     replayCircuits(*client);
   }
+}
+
+void SharedState::onConnectFailed(std::string_view reason) {
+  std::lock_guard lock(up_mu_);
+  // While everything is up a failed reconnect cannot happen; while down, the
+  // first failure (e.g. at start: Redis unreachable, a wrong password) and
+  // each new reason are logged, not every backoff's retry.
+  if (down_count_.load() == 0 || reason == logged_reason_) return;
+  logged_reason_ = std::string(reason);
+  logWarn("sluice: shared state is down (cannot connect: " + logged_reason_ +
+              "), deciding on local state: " + config_.redis.address(),
+          {{"event", "shared_state_down"},
+           {"redis", config_.redis.address()},
+           {"reason", logged_reason_},
+           {"required", config_.required}});
 }
 
 std::vector<std::pair<std::string, std::vector<std::shared_ptr<CircuitBreaker>>>>

@@ -75,6 +75,16 @@ class SharedState {
                                          std::string_view upstream, std::string_view endpoint);
 
   const config::SharedStateConfig& config() const { return config_; }
+  /** Every connection of this process (and the subscriber) is up: sluice_shared_state_up. */
+  bool up() const { return down_count_.load() == 0; }
+  /**
+   * How often the subscriber PINGs to find out whether its connection still
+   * works (its answer is due within max(timeout, interval)); tests shorten it.
+   * Call before attach().
+   */
+  void setSubscriberPing(std::chrono::milliseconds interval) { subscriber_ping_ = interval; }
+  /** The subscriber's PING interval unless told otherwise. */
+  static constexpr std::chrono::milliseconds kSubscriberPing{1000};
   /** This process's id in messages (a peer's own messages are ignored). */
   const std::string& instance() const { return instance_; }
 
@@ -101,7 +111,9 @@ class SharedState {
     std::unique_ptr<RedisClient> subscriber;  // loops[0] only
   };
 
-  void onClientState(RedisClient* client, bool up);
+  void onClientState(RedisClient* client, bool up, std::string_view reason);
+  /** A connect failed: logged when it is the first, or its reason is new, while down. */
+  void onConnectFailed(std::string_view reason);
   /** The registered breakers still alive, by scope (all scopes, or only `only_scope`). */
   std::vector<std::pair<std::string, std::vector<std::shared_ptr<CircuitBreaker>>>> liveCircuits(
       const std::string* only_scope);
@@ -124,8 +136,10 @@ class SharedState {
   std::string observe_sha_;
 
   std::vector<Loop> loops_;
-  std::mutex up_mu_;                // down_count_ and the up gauge change together
+  std::chrono::milliseconds subscriber_ping_ = kSubscriberPing;
+  std::mutex up_mu_;                // down_count_, the up gauge and the log change together
   std::atomic<int> down_count_{0};  // clients (and the subscriber) not up
+  std::string logged_reason_;       // the down reason last logged ("" = none since up)
 
   std::mutex mu_;  // guards circuits_ and kept_
   std::map<std::string, std::vector<std::weak_ptr<CircuitBreaker>>> circuits_;  // by scope

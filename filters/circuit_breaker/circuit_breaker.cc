@@ -98,7 +98,7 @@ CircuitBreaker::Lock::~Lock() {
   for (size_t i = 0; i < n; ++i) breaker_.reporter_(fired[i].from, fired[i].to);
 }
 
-CircuitAdmission CircuitBreaker::admit() {
+CircuitAdmission CircuitBreaker::admit(PermitWaiter waiter) {
   const MonotonicTime now = clock_.now();
   Lock lock(*this);
   maybeEndCooldownLocked(now);
@@ -121,8 +121,10 @@ CircuitAdmission CircuitBreaker::admit() {
       a.retry_after = std::min(config_.cooldown, kHalfOpenRetryAfter);
       return a;
     }
-    if (!holdsProbePermitLocked(now)) {
-      a.result = CircuitAdmission::Result::Rejected;
+    bool deferred = false;
+    if (!holdsProbePermitLocked(now, &waiter, &deferred)) {
+      // Asked on this caller's behalf (the waiter was taken): it waits for the answer.
+      a.result = deferred ? CircuitAdmission::Result::Deferred : CircuitAdmission::Result::Rejected;
       a.retry_after = std::min(config_.cooldown, kHalfOpenRetryAfter);
       return a;
     }
@@ -147,8 +149,14 @@ void CircuitBreaker::onResult(const CircuitAdmission& admission, const AttemptOu
   if (state_ == CircuitState::HalfOpen) {
     if (!admission.probe) return;
     if (cancelled) {
-      // The probe told us nothing: free its slot for another one.
+      // The probe told us nothing: free its slot for another one. The fleet's
+      // permit goes back too (unless another probe here still uses it): a
+      // peer may probe at once rather than wait for the permit to expire.
       if (probes_admitted_ > 0) --probes_admitted_;
+      if (global_ && permit_ == ProbePermit::Won && probes_admitted_ == 0) {
+        permit_ = ProbePermit::None;
+        global_->releaseProbe();
+      }
       return;
     }
     if (failure) {
@@ -258,7 +266,10 @@ void CircuitBreaker::applyPeer(CircuitState to, milliseconds open_for) {
   Lock lock(*this);
   maybeEndCooldownLocked(now);
   if (to == CircuitState::Open) {
-    current_cooldown_ = clampCooldown(open_for, config_);
+    // A peer's word (or anyone's who can write to the store): never longer
+    // than this breaker would stay open by itself.
+    open_for = clampCooldown(open_for, config_);
+    current_cooldown_ = open_for;
     if (state_ == CircuitState::Open) {
       open_until_ = std::max(open_until_, now + open_for);  // already open: the later end
       return;
@@ -270,28 +281,76 @@ void CircuitBreaker::applyPeer(CircuitState to, milliseconds open_for) {
   }
 }
 
-bool CircuitBreaker::holdsProbePermitLocked(MonotonicTime now) {
+bool CircuitBreaker::holdsProbePermitLocked(MonotonicTime now, PermitWaiter* waiter,
+                                            bool* deferred) {
   if (!global_ || permit_ == ProbePermit::Won) return true;
   if (permit_ == ProbePermit::Asking) return false;
   if (permit_ == ProbePermit::Lost && now < permit_retry_at_) return false;
   permit_ = ProbePermit::Asking;
   const std::weak_ptr<CircuitBreaker> self = weak_from_this();
   const uint64_t generation = generation_;
-  const std::optional<bool> at_once = global_->claimProbe([self, generation](bool won) {
-    if (auto breaker = self.lock()) breaker->onProbeClaim(generation, won);
+  // The caller's waiter goes into the answer's callback only when the fleet
+  // is asked (an answer at once is the caller's own).
+  auto holder = std::make_shared<PermitWaiter>();
+  const std::optional<bool> at_once = global_->claimProbe([self, generation, holder](bool won) {
+    if (auto breaker = self.lock()) breaker->onProbeClaim(generation, won, std::move(*holder));
   });
-  if (!at_once) return false;  // asked: rejected until the answer (within the timeout)
+  if (!at_once) {
+    // Asked: the caller waits for the answer, or is rejected until it comes.
+    if (waiter != nullptr && *waiter) {
+      *holder = std::move(*waiter);
+      *deferred = true;
+    }
+    return false;
+  }
   permit_ = *at_once ? ProbePermit::Won : ProbePermit::Lost;
   permit_retry_at_ = now + kHalfOpenRetryAfter;
   return *at_once;
 }
 
-void CircuitBreaker::onProbeClaim(uint64_t generation, bool won) {
+CircuitAdmission CircuitBreaker::admitProbeLocked() {
+  CircuitAdmission a;
+  a.generation = generation_;
+  ++probes_admitted_;
+  ++active_;
+  a.probe = true;
+  a.result = CircuitAdmission::Result::Admitted;
+  return a;
+}
+
+void CircuitBreaker::onProbeClaim(uint64_t generation, bool won, PermitWaiter waiter) {
   const MonotonicTime now = clock_.now();
-  std::lock_guard lock(mutex_);
-  if (generation != generation_ || permit_ != ProbePermit::Asking) return;
-  permit_ = won ? ProbePermit::Won : ProbePermit::Lost;
-  permit_retry_at_ = now + kHalfOpenRetryAfter;
+  CircuitAdmission verdict;  // Rejected unless the waiter is the probe
+  verdict.retry_after = kHalfOpenRetryAfter;
+  bool release = false;
+  std::shared_ptr<GlobalCircuit> global;
+  {
+    std::lock_guard lock(mutex_);
+    verdict.retry_after = std::min(config_.cooldown, kHalfOpenRetryAfter);
+    verdict.generation = generation_;
+    if (generation != generation_ || permit_ != ProbePermit::Asking) {
+      // The circuit moved on (a peer's verdict, a reload): nobody here will
+      // probe with this permit, so it goes back at once.
+      release = won && global_ != nullptr;
+    } else {
+      permit_ = won ? ProbePermit::Won : ProbePermit::Lost;
+      permit_retry_at_ = now + kHalfOpenRetryAfter;
+      const bool slot_free = probes_admitted_ < std::max<uint32_t>(1, config_.half_open_probes) &&
+                             (config_.max_requests == 0 || active_ < config_.max_requests);
+      if (won && waiter && slot_free) {
+        verdict = admitProbeLocked();
+      } else if (won && waiter && probes_admitted_ == 0) {
+        // Won, but the one who asked cannot probe (every slot is taken): give
+        // it back rather than hold the fleet's permit with nothing sent. (A
+        // caller without a waiter probes with it on its next admit().)
+        permit_ = ProbePermit::None;
+        release = true;
+      }
+    }
+    if (release) global = global_;
+  }
+  if (global) global->releaseProbe();
+  if (waiter) waiter(verdict);
 }
 
 void CircuitBreaker::maybeEndCooldownLocked(MonotonicTime now) {

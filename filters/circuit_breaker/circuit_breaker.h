@@ -24,8 +24,13 @@
 // With a GlobalCircuit (shared_state, DESIGN §6) the circuit is the fleet's:
 // this breaker publishes its trips and recoveries, applies its peers' as the
 // PeerOpened / PeerClosed events, and in half_open probes only after it won
-// the fleet's one probe permit (until then it rejects as half_open does with
-// every probe slot taken). Failures are still counted here, locally.
+// the fleet's one probe permit. The caller whose admit() asked for the permit
+// waits for the answer (PermitWaiter) and, when it won, is the probe: a
+// permit is never held by a replica that sends nothing (every replica would
+// wait for it to expire). Other callers meanwhile are rejected as half_open
+// does with every probe slot taken. A probe that is cancelled gives the
+// permit back at once. A peer's open period is trusted only up to this
+// breaker's own `max_cooldown`. Failures are still counted here, locally.
 
 #include <array>
 #include <chrono>
@@ -82,6 +87,7 @@ struct CircuitAdmission {
     Admitted,    // go ahead; report the outcome with onResult()
     Rejected,    // circuit open (or half-open with every probe in flight): 503 circuit_open
     Overloaded,  // max_requests attempts already in flight: 503 overloaded
+    Deferred,    // half-open: the fleet is asked for the probe permit; the waiter gets the answer
   };
   Result result = Result::Rejected;
   // Rejected: how long until the breaker may admit again (the cooldown left).
@@ -106,6 +112,13 @@ class CircuitBreaker : public std::enable_shared_from_this<CircuitBreaker> {
    * out of transition order.
    */
   using TransitionListener = std::function<void(CircuitState from, CircuitState to)>;
+  /**
+   * The answer to a Deferred admit(): Admitted (as the probe: report it with
+   * onResult() as usual, Cancelled if the caller is gone) or Rejected. Called
+   * once, on the thread that called admit(), from its event loop, without
+   * the breaker's lock.
+   */
+  using PermitWaiter = std::function<void(const CircuitAdmission& admission)>;
 
   CircuitBreaker(const config::CircuitBreakerConfig& config, const Clock& clock,
                  TransitionListener listener = {}, TransitionListener reporter = {});
@@ -113,9 +126,12 @@ class CircuitBreaker : public std::enable_shared_from_this<CircuitBreaker> {
   /**
    * Asks to start one attempt. When Admitted, the attempt holds one of
    * `max_requests` slots until onResult() — which must then be called exactly
-   * once, with OutcomeKind::Cancelled if the attempt was abandoned.
+   * once, with OutcomeKind::Cancelled if the attempt was abandoned. With a
+   * `waiter`, a half-open breaker that must first ask the fleet for the probe
+   * permit answers Deferred and gives the verdict to `waiter` later; without
+   * one it answers Rejected meanwhile.
    */
-  CircuitAdmission admit();
+  CircuitAdmission admit(PermitWaiter waiter = {});
 
   /**
    * Reports how an admitted attempt ended and frees its slot. Failures are
@@ -200,8 +216,11 @@ class CircuitBreaker : public std::enable_shared_from_this<CircuitBreaker> {
   static constexpr size_t kMaxUnreported = 4;
 
   /** Half-open with a GlobalCircuit: may this replica probe now? Asks the fleet when needed. */
-  bool holdsProbePermitLocked(MonotonicTime now);
-  void onProbeClaim(uint64_t generation, bool won);
+  /** `waiter` (may be null) is taken, and `deferred` set, when the fleet is asked. */
+  bool holdsProbePermitLocked(MonotonicTime now, PermitWaiter* waiter, bool* deferred);
+  void onProbeClaim(uint64_t generation, bool won, PermitWaiter waiter);
+  /** Admits a probe (the slot checks passed): counts it. */
+  CircuitAdmission admitProbeLocked();
   // One slice of the rolling failure-rate window.
   struct Bucket {
     int64_t index = -1;  // which slice of time this bucket currently holds

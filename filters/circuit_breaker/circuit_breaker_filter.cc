@@ -5,8 +5,21 @@ namespace sluice {
 FilterStatus CircuitBreakerFilter::beforeAttempt(RequestHead&) {
   breaker_ = callbacks_->destination().breaker;
   if (breaker_ == nullptr) return FilterStatus::Continue;
-  const CircuitAdmission admission = breaker_->admit();
+  if (!alive_) alive_ = std::make_shared<bool>(true);
+  const CircuitAdmission admission =
+      breaker_->admit([this, alive = alive_, breaker = breaker_](const CircuitAdmission& answer) {
+        if (*alive) {
+          onPermit(answer);
+        } else {
+          // The request is gone: a probe admitted for it ends at once (and
+          // gives the fleet's permit back).
+          breaker->onResult(answer, AttemptOutcome::cancelled());
+        }
+      });
   switch (admission.result) {
+    case CircuitAdmission::Result::Deferred:
+      waiting_ = true;
+      return FilterStatus::StopIteration;
     case CircuitAdmission::Result::Admitted:
       admission_ = admission;
       return FilterStatus::Continue;
@@ -18,6 +31,20 @@ FilterStatus CircuitBreakerFilter::beforeAttempt(RequestHead&) {
       return FilterStatus::StopIteration;
   }
   return FilterStatus::Continue;
+}
+
+void CircuitBreakerFilter::onPermit(const CircuitAdmission& answer) {
+  if (!waiting_) {
+    breaker_->onResult(answer, AttemptOutcome::cancelled());
+    return;
+  }
+  waiting_ = false;
+  if (answer.admitted()) {
+    admission_ = answer;  // the probe
+    callbacks_->continueDecoding();
+  } else {
+    callbacks_->refuseAttempt(CancelReason::CircuitOpen, answer.retry_after);
+  }
 }
 
 FilterStatus CircuitBreakerFilter::encodeHeaders(ResponseHead& response, bool) {
@@ -38,6 +65,7 @@ void CircuitBreakerFilter::onDestroy() {
   // An admitted attempt that never reported (torn down early) frees its slot.
   if (admission_) breaker_->onResult(*admission_, AttemptOutcome::cancelled());
   admission_.reset();
+  if (alive_) *alive_ = false;
 }
 
 }  // namespace sluice

@@ -9,7 +9,11 @@
 // nothing is sent upstream; too many attempts in flight refuse it as
 // `overloaded` the same way. A half-open probe is judged
 // by its response head, not when its (possibly minutes-long) stream ends.
+// Half-open with shared state, the attempt whose admission asked the fleet
+// for its probe permit is held until the answer: it is the probe when the
+// permit was won, and is refused `circuit_open` when a peer holds it.
 
+#include <memory>
 #include <optional>
 
 #include "filters/circuit_breaker/circuit_breaker.h"
@@ -28,7 +32,11 @@ class CircuitBreakerFilter final : public StreamFilter {
   void onDestroy() override;
 
  private:
+  void onPermit(const CircuitAdmission& admission);
+
   CircuitBreaker* breaker_ = nullptr;          // the attempt's endpoint's
+  std::shared_ptr<bool> alive_;                // false once destroyed (a permit answer may follow)
+  bool waiting_ = false;                       // held for the fleet's probe permit
   std::optional<CircuitAdmission> admission_;  // the attempt in flight, until reported
 };
 

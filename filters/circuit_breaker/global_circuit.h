@@ -33,6 +33,13 @@ class GlobalCircuit {
    * within `shared_state.timeout` (a failed call answers true).
    */
   virtual std::optional<bool> claimProbe(std::function<void(bool won)> done) = 0;
+
+  /**
+   * Gives back a permit this replica won but will not use (its probe was
+   * cancelled, or the circuit moved on before the answer came): the fleet
+   * may probe again at once instead of waiting for the permit to expire.
+   */
+  virtual void releaseProbe() {}
 };
 
 }  // namespace sluice

@@ -106,7 +106,8 @@ std::optional<bool> upstreamRetryVerdict(const HeaderMap* headers, std::string_v
 
 bool clientRetryMayHelp(const ClientRetryInput& in) {
   if (in.attempts > 1 || in.retry_wait_exceeded_budget) return false;
-  return in.wait.value_or(std::chrono::milliseconds(0)) < in.remaining_budget;
+  const auto wait = in.wait.value_or(std::chrono::milliseconds(0));
+  return wait < kClientRetryMaxWait && wait < in.remaining_budget;
 }
 
 RetryDecision decideRetry(const RetryInput& in) {

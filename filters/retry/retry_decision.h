@@ -160,12 +160,22 @@ struct ClientRetryInput {
 };
 
 /**
+ * The longest wait sluice hands to an agent SDK as retriable. The OpenAI and
+ * Anthropic SDKs sleep a `retry-after-ms` / `Retry-After` only below 60 s;
+ * a longer one they replace with their own backoff (or, in some versions,
+ * sleep it whole), and every SDK retry starts a new budget: a call could take
+ * its budget once per SDK attempt plus the waits. At or above this, the
+ * answer says `x-should-retry: false` and the agent decides.
+ */
+inline constexpr std::chrono::milliseconds kClientRetryMaxWait = std::chrono::seconds(60);
+
+/**
  * Whether an agent SDK retrying sluice's error could help ("No retry storms
  * across layers"): not once sluice made more than one attempt (3 × 3 = 9
  * calls), not when the answer's wait does not fit the remaining budget (an
- * exact fit fails, as for sluice's own retries), not when sluice's own retry
- * did not fit it. The answer then says `x-should-retry: false` and
- * `is_retriable: false`.
+ * exact fit fails, as for sluice's own retries), not when it reaches
+ * kClientRetryMaxWait, not when sluice's own retry did not fit it. The answer
+ * then says `x-should-retry: false` and `is_retriable: false`.
  */
 bool clientRetryMayHelp(const ClientRetryInput& input);
 

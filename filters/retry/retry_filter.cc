@@ -57,8 +57,10 @@ AttemptVerdict RetryFilter::decideAttempt(const AttemptEnd& end, AttemptVerdict 
   }
   AttemptVerdict::Deliver* deliver = std::get_if<AttemptVerdict::Deliver>(&proposed.decision);
   if (deliver != nullptr && end.held_response != nullptr &&
-      (input.attempt > 1 || decision.reason == NoRetryReason::WaitExceedsBudget)) {
-    // The answer goes to the client now; retrying it there cannot help.
+      (input.attempt > 1 || decision.reason == NoRetryReason::WaitExceedsBudget ||
+       (decision.upstream_wait && *decision.upstream_wait >= kClientRetryMaxWait))) {
+    // The answer goes to the client now; retrying it there cannot help (or
+    // its wait is longer than an SDK should sleep on its own).
     deliver->discourage_client_retry = true;
   }
   return proposed;

@@ -508,6 +508,7 @@ void QuotaTracker::abandon(uint64_t id) {
     auto it = tickets_.find(id);
     if (it == tickets_.end()) return;
     KeyState& key = *it->second.key;
+    setAwaitingFleetLocked(it->second, false);
     Ticket ticket = std::move(it->second);
     eraseTicketLocked(it);
     const MonotonicTime now = clock_.now();
@@ -537,6 +538,7 @@ void QuotaTracker::onAttemptDone(uint64_t id, bool headers_seen) {
     if (it == tickets_.end() || it->second.state != Ticket::State::Admitted) return;
     const int64_t need = it->second.token_need;
     KeyState& key = *it->second.key;
+    setAwaitingFleetLocked(it->second, false);
     tickets_.erase(it);  // (Admitted: it counted in in_flight, not in expired)
     const MonotonicTime now = clock_.now();
     key.last_active = now;
@@ -560,7 +562,7 @@ void QuotaTracker::observe(const std::string& key_name, const QuotaObservation& 
     std::lock_guard lock(mutex_);
     const MonotonicTime now = clock_.now();
     maybeSweepLocked(now);
-    observeLocked(keys_[key_name], observation, now, now, wakers);
+    observeLocked(keys_[key_name], observation, now, now, nullptr, wakers);
   }
   wakeAll(wakers);
 }
@@ -572,26 +574,32 @@ void QuotaTracker::observe(uint64_t ticket, const QuotaObservation& observation)
     const MonotonicTime now = clock_.now();
     const auto it = tickets_.find(ticket);
     if (it != tickets_.end()) {
-      const MonotonicTime sent_at =
-          it->second.state == Ticket::State::Admitted ? it->second.granted_at : now;
+      const bool admitted = it->second.state == Ticket::State::Admitted;
+      const MonotonicTime sent_at = admitted ? it->second.granted_at : now;
       // The sweep keeps the ticket's key (see Ticket::key).
       maybeSweepLocked(now);
-      observeLocked(*it->second.key, observation, now, sent_at, wakers);
+      observeLocked(*it->second.key, observation, now, sent_at, admitted ? &it->second : nullptr,
+                    wakers);
     }
   }
   wakeAll(wakers);
 }
 
 void QuotaTracker::observeLocked(KeyState& key, const QuotaObservation& observation,
-                                 MonotonicTime now, MonotonicTime sent_at, Wakers& wakers) {
+                                 MonotonicTime now, MonotonicTime sent_at, const Ticket* reporter,
+                                 Wakers& wakers) {
   {
     key.last_active = now;
     refreshLocked(key, now);
 
-    // One response answered. observe() does not say which request it answers,
-    // so its token need is estimated as the average of those awaiting an answer.
+    // One response answered: its own token need when its ticket is known (it
+    // is in the report; the average of those awaiting an answer would leave
+    // part of a big request charged on top of the report that counts it),
+    // otherwise estimated as that average.
     if (key.unanswered > 0) {
-      key.unanswered_tokens -= key.unanswered_tokens / key.unanswered;
+      key.unanswered_tokens -= reporter != nullptr
+                                   ? std::min(reporter->token_need, key.unanswered_tokens)
+                                   : key.unanswered_tokens / key.unanswered;
       key.unanswered -= 1;
       if (key.unanswered == 0) key.unanswered_tokens = 0;
     }
@@ -635,6 +643,7 @@ QuotaTracker::Admission QuotaTracker::deferAdmitted(uint64_t id, MonotonicTime u
   Ticket& ticket = it->second;
   KeyState& key = *ticket.key;
   // Undo its grant (as abandon() does), then back to the head of the FIFO.
+  setAwaitingFleetLocked(ticket, false);
   key.in_flight -= 1;
   key.unanswered = std::max<int64_t>(key.unanswered - 1, 0);
   key.unanswered_tokens = std::max<int64_t>(key.unanswered_tokens - ticket.token_need, 0);
@@ -663,6 +672,32 @@ int64_t QuotaTracker::unansweredTokens(const std::string& key) const {
   std::lock_guard lock(mutex_);
   const auto it = keys_.find(key);
   return it == keys_.end() ? 0 : it->second.unanswered_tokens;
+}
+
+void QuotaTracker::setAwaitingFleetLocked(Ticket& ticket, bool waiting) {
+  if (ticket.awaiting_fleet == waiting) return;
+  ticket.awaiting_fleet = waiting;
+  InFlight& awaiting = ticket.key->awaiting_fleet;
+  const int64_t sign = waiting ? 1 : -1;
+  awaiting.requests += sign;
+  awaiting.tokens += sign * ticket.token_need;
+}
+
+void QuotaTracker::awaitingFleet(uint64_t id, bool waiting) {
+  std::lock_guard lock(mutex_);
+  const auto it = tickets_.find(id);
+  if (it == tickets_.end() || it->second.state != Ticket::State::Admitted) return;
+  setAwaitingFleetLocked(it->second, waiting);
+}
+
+QuotaTracker::InFlight QuotaTracker::fleetUnanswered(const std::string& key_name) const {
+  std::lock_guard lock(mutex_);
+  const auto it = keys_.find(key_name);
+  if (it == keys_.end()) return {};
+  const KeyState& key = it->second;
+  // (unanswered_tokens is partly estimated: never below zero.)
+  return {std::max<int64_t>(key.unanswered - key.awaiting_fleet.requests, 0),
+          std::max<int64_t>(key.unanswered_tokens - key.awaiting_fleet.tokens, 0)};
 }
 
 size_t QuotaTracker::queueDepth() const { return queued_.load(std::memory_order_relaxed); }

@@ -206,6 +206,23 @@ class QuotaTracker {
   /** Their token needs (estimated: see observe()). */
   int64_t unansweredTokens(const std::string& key) const;
 
+  /**
+   * The fleet (GlobalQuota) is being asked for an Admitted ticket's slot
+   * (`waiting` = true), or answered (false). While it waits, the ticket is
+   * not in the fleet's count yet: its reservation will take it. A report to
+   * the fleet must not subtract it as well (fleetUnanswered()), or the one
+   * request is counted twice and the fleet refuses requests the quota has
+   * room for. Unknown or non-Admitted tickets are ignored.
+   */
+  void awaitingFleet(uint64_t ticket, bool waiting);
+
+  /** unanswered() and unansweredTokens() without the tickets awaitingFleet(). */
+  struct InFlight {
+    int64_t requests = 0;
+    int64_t tokens = 0;
+  };
+  InFlight fleetUnanswered(const std::string& key) const;
+
   /** Requests queued, all keys (the sluice_throttle_queue_depth gauge). */
   size_t queueDepth() const;
 
@@ -249,6 +266,7 @@ class QuotaTracker {
     bool unthrottled = false;       // responses carry no quota headers at all
     int64_t unanswered = 0;         // admitted, response headers not yet observed
     int64_t unanswered_tokens = 0;  // their token needs (estimated, see observe())
+    InFlight awaiting_fleet;        // Admitted, their fleet reservation not answered yet
     size_t in_flight = 0;           // Admitted tickets not yet done
     size_t expired = 0;             // Expired tickets not yet polled or abandoned
     std::deque<uint64_t> queue;     // Queued tickets, FIFO
@@ -270,6 +288,7 @@ class QuotaTracker {
     State state = State::Queued;
     MonotonicTime granted_at{};              // Admitted: when
     std::optional<MonotonicTime> told_wake;  // Queued: the wake_at last answered
+    bool awaiting_fleet = false;             // Admitted: see awaitingFleet()
   };
 
   using Wakers = std::vector<Waker>;
@@ -292,9 +311,11 @@ class QuotaTracker {
   void maybeSweepLocked(MonotonicTime now);
   static bool applyQuota(QuotaState& state, const Quota& reported, MonotonicTime now,
                          MonotonicTime sent_at, int64_t unanswered);
+  // `reporter`: the Admitted ticket the report answers, if known.
   void observeLocked(KeyState& key, const QuotaObservation& observation, MonotonicTime now,
-                     MonotonicTime sent_at, Wakers& wakers);
+                     MonotonicTime sent_at, const Ticket* reporter, Wakers& wakers);
   void expireLocked(Ticket& ticket);
+  static void setAwaitingFleetLocked(Ticket& ticket, bool waiting);
   void eraseTicketLocked(std::unordered_map<uint64_t, Ticket>::iterator it);
   void wakeChangedLocked(KeyState& key, MonotonicTime now, Wakers& wakers);
   Admission queuedLocked(Ticket& ticket, uint64_t id, std::optional<MonotonicTime> wait);

@@ -155,7 +155,9 @@ FilterStatus ThrottleFilter::confirmGlobally() {
       global_->reserve(key_, token_need_, [this, alive = alive_](const GlobalQuota::Answer& a) {
         if (*alive) onGlobalAnswer(a);
       });
-  if (!asked) return FilterStatus::Continue;  // Redis down: the local decision stands
+  // Redis down: the local decision stands, the fleet will not count it.
+  tracker_->awaitingFleet(ticket_, asked);
+  if (!asked) return FilterStatus::Continue;
   confirming_ = true;
   return FilterStatus::StopIteration;
 }
@@ -163,6 +165,7 @@ FilterStatus ThrottleFilter::confirmGlobally() {
 void ThrottleFilter::onGlobalAnswer(const GlobalQuota::Answer& answer) {
   if (!confirming_) return;
   confirming_ = false;
+  tracker_->awaitingFleet(ticket_, false);
   if (answer.kind != GlobalQuota::Answer::Kind::Wait) {
     fleet_probe_ = answer.kind == GlobalQuota::Answer::Kind::Probe;
     callbacks_->continueDecoding();
@@ -175,6 +178,7 @@ void ThrottleFilter::onGlobalAnswer(const GlobalQuota::Answer& answer) {
     // local probe wait, this never answers 429: the request's own deadline
     // ends it. The key's local queue is not held for it.
     confirming_ = true;
+    tracker_->awaitingFleet(ticket_, true);
     wake_timer_ = callbacks_->armTimer(now + kGlobalQuotaPoll, [this] {
       wake_timer_ = 0;
       confirming_ = false;
@@ -230,13 +234,13 @@ void ThrottleFilter::reportGlobally(const QuotaObservation& observation) {
     }
     return c;
   };
+  // In flight and not in the report: what this replica has sent and the
+  // fleet has reserved. A request still waiting for its reservation is not
+  // subtracted here: its reservation subtracts it.
+  const QuotaTracker::InFlight in_flight = tracker_->fleetUnanswered(key_);
   GlobalQuota::Report report;
-  if (observation.requests) {
-    report.requests = counter(*observation.requests, tracker_->unanswered(key_));
-  }
-  if (observation.tokens) {
-    report.tokens = counter(*observation.tokens, tracker_->unansweredTokens(key_));
-  }
+  if (observation.requests) report.requests = counter(*observation.requests, in_flight.requests);
+  if (observation.tokens) report.tokens = counter(*observation.tokens, in_flight.tokens);
   if (admitted_) {
     report.sent_ago = std::chrono::floor<std::chrono::milliseconds>(now - admitted_at_);
   }

@@ -389,9 +389,11 @@ def run(work):
     global skipped
     targets = check_dashboard()
     rules = alert_rules()
-    check(len(rules) == 6, "alerts.yml: 6 alert rules parsed", f"{rules}")
-    check({"SluiceConfigReloadRejected", "SluiceDown"} <= {n for n, _ in rules},
-          "alerts.yml: rejected reload and up == 0 alerts", f"{[n for n, _ in rules]}")
+    check(len(rules) == 7, "alerts.yml: 7 alert rules parsed", f"{rules}")
+    check({"SluiceConfigReloadRejected", "SluiceDown", "SluiceSharedStateDown"}
+          <= {n for n, _ in rules},
+          "alerts.yml: rejected reload, up == 0 and shared state down alerts",
+          f"{[n for n, _ in rules]}")
 
     r = subprocess.run([SLUICE_BIN, "--check-config", COMPOSE_SLUICE], capture_output=True, text=True)
     check(r.returncode == 0, "sluice --check-config dashboards/compose-sluice.yaml", r.stdout + r.stderr)

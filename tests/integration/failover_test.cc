@@ -250,6 +250,47 @@ TEST(FallbackTest, AStreamingRequestStaysStreamingOnTheFallback) {
   EXPECT_GT(sluice.metric("sluice_tokens_total", {{"model", "gpt-4o-fallback"}}), 0);
 }
 
+// Two dead endpoints whose circuits are still closed and `attempts: 3`
+// (config/examples/failover.yaml's shape): once both failed for this request,
+// the third attempt goes to the fallback, not back to the first dead one.
+TEST(FallbackTest, RetriesReachTheFallbackOnceEveryEndpointFailedForTheRequest) {
+  MockLlm backup;
+  SluiceUnderTest sluice(substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - name: primary
+    endpoints:
+      - {name: dead-a, url: "http://127.0.0.1:1"}
+      - {name: dead-b, url: "http://127.0.0.1:1"}
+    circuit_breaker: {consecutive_failures: 100}
+  - name: backup
+    url: "${BACKUP}"
+routes:
+  - name: chat
+    match: {path_prefix: /v1}
+    upstream: primary
+    fallback: [{upstream: backup, model: gpt-4o-fallback}]
+    retry: {attempts: 3, backoff: {base: 1ms, max: 2ms}}
+)",
+                                    {{"BACKUP", backup.url()}}));
+  for (int i = 0; i < 3; ++i) {
+    auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {}, kChat);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.headers.get("x-sluice-upstream").value_or(""), "backup");
+    EXPECT_EQ(r.headers.get("x-sluice-attempts").value_or(""), "3");
+  }
+  EXPECT_EQ(backup.ledger().size(), 3u);
+  // Each dead endpoint was tried once per request, never twice.
+  EXPECT_EQ(sluice.metric("sluice_upstream_attempts_total",
+                          {{"endpoint", "dead-a"}, {"result", "connect_error"}}),
+            3);
+  EXPECT_EQ(sluice.metric("sluice_upstream_attempts_total",
+                          {{"endpoint", "dead-b"}, {"result", "connect_error"}}),
+            3);
+}
+
 TEST(FallbackTest, AnOpenCircuitSpillsOverWithoutTouchingThePrimary) {
   ScheduleFile schedule("0s 1h status 503\n");
   MockLlm primary("", "", outage(schedule));

@@ -6,7 +6,13 @@
 #include "proxy/redis_client.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -17,7 +23,9 @@
 #include "common/clock.h"
 #include "config/loader.h"
 #include "proxy/dispatcher.h"
+#include "tests/support/loopback.h"
 #include "tests/support/redis_process.h"
+#include "tests/support/tcp_relay.h"
 
 namespace sluice {
 namespace {
@@ -139,6 +147,191 @@ TEST_F(RedisClientTest, ACallbackThatSendsTheNextCallSeesItsOwnReply) {
   ASSERT_TRUE(runUntil([&] { return left == 0; }));
   ASSERT_EQ(replies_.size(), 200u);
   for (size_t i = 0; i < replies_.size(); ++i) EXPECT_EQ(replies_[i], std::to_string(i + 1));
+}
+
+// --- a hostile or broken Redis ----------------------------------------------
+
+// A fake Redis on loopback: answers the handshake's PING with +PONG, then
+// the first command after it with `hostile` (as much of it as the client
+// reads: a client that stops reading stops the writes too). Counts the
+// connections it accepted.
+class FakeRedis {
+ public:
+  explicit FakeRedis(std::string hostile) : hostile_(std::move(hostile)) {
+    listener_ = test::listenOnLoopback();
+    thread_ = std::thread([this] { run(); });
+  }
+  ~FakeRedis() {
+    stop_ = true;
+    thread_.join();
+    ::close(listener_.fd);
+  }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(listener_.port) + "/0"; }
+  int connections() const { return connections_.load(); }
+
+ private:
+  void run() {
+    while (!stop_) {
+      pollfd p{listener_.fd, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int fd = ::accept(listener_.fd, nullptr, nullptr);
+      if (fd < 0) continue;
+      ++connections_;
+      serve(fd);
+      ::close(fd);
+    }
+  }
+  void serve(int fd) {
+    int commands = 0;
+    size_t sent = 0;
+    while (!stop_) {
+      pollfd p{fd,
+               static_cast<short>(POLLIN | (commands >= 2 && sent < hostile_.size() ? POLLOUT : 0)),
+               0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      if ((p.revents & POLLIN) != 0) {
+        char buf[4096];
+        const ssize_t n = ::read(fd, buf, sizeof(buf));
+        if (n <= 0) return;  // the client dropped the connection
+        // One command per read is enough here: PING, then the test's call.
+        if (++commands == 1) (void)!::write(fd, "+PONG\r\n", 7);
+      }
+      if ((p.revents & POLLOUT) != 0) {
+        const ssize_t n = ::send(fd, hostile_.data() + sent,
+                                 std::min<size_t>(hostile_.size() - sent, 65536), MSG_NOSIGNAL);
+        if (n <= 0) return;
+        sent += static_cast<size_t>(n);
+      }
+      if ((p.revents & (POLLHUP | POLLERR)) != 0) return;
+    }
+  }
+
+  const std::string hostile_;
+  test::LoopbackListener listener_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> connections_{0};
+  std::thread thread_;
+};
+
+class HostileRedisTest : public ::testing::Test {
+ protected:
+  /** Sends one call to a fake Redis that answers it with `hostile`: the client must give up on
+   * it (the call fails, op "protocol", the connection is dropped). */
+  void expectDropped(const std::string& hostile) {
+    FakeRedis fake(hostile);
+    const auto url = config::parseRedisUrl(fake.url());
+    ASSERT_TRUE(url);
+    RedisClient::Hooks hooks;
+    hooks.on_error = [this](std::string_view op) { errors_.emplace_back(op); };
+    hooks.on_state = [this](bool up, std::string_view reason) {
+      if (!up) reasons_.emplace_back(reason);
+    };
+    RedisClient client(dispatcher_, *url, nullptr, config::UpstreamTlsConfig{}, milliseconds(30000),
+                       hooks);
+    client.start();
+    ASSERT_TRUE(runUntil([&] { return client.up(); })) << "never connected";
+    bool answered = false;
+    const redisReply* got = reinterpret_cast<const redisReply*>(1);
+    ASSERT_TRUE(client.command(
+        {"GET", "x"},
+        [&](const redisReply* reply) {
+          answered = true;
+          got = reply;
+        },
+        "circuit"));
+    ASSERT_TRUE(runUntil([&] { return answered; })) << "the hostile reply was never refused";
+    EXPECT_EQ(got, nullptr) << "the call failed";
+    EXPECT_FALSE(client.up());
+    EXPECT_NE(std::find(errors_.begin(), errors_.end(), "protocol"), errors_.end());
+    ASSERT_FALSE(reasons_.empty());
+    EXPECT_NE(reasons_[0].find("limit"), std::string::npos) << reasons_[0];
+  }
+
+  template <class Done>
+  bool runUntil(Done done) {
+    const auto until = clock_.now() + std::chrono::seconds(20);
+    while (!done() && clock_.now() < until) {
+      dispatcher_.runNonBlocking();
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    return done();
+  }
+
+  RealClock clock_;
+  Dispatcher dispatcher_{clock_};
+  std::vector<std::string> errors_;
+  std::vector<std::string> reasons_;
+};
+
+TEST_F(HostileRedisTest, AGigabyteBulkStringIsRefusedBeforeItIsRead) {
+  // Announces 1 GiB and sends 4 MiB of it: the client stops at its limit.
+  expectDropped("$1073741824\r\n" + std::string(4 << 20, 'x'));
+}
+
+TEST_F(HostileRedisTest, AMillionElementArrayIsRefused) {
+  std::string reply = "*1000000\r\n";
+  for (int i = 0; i < 10000; ++i) reply += ":1\r\n";
+  expectDropped(reply);
+}
+
+TEST_F(HostileRedisTest, ArraysNestedTooDeepAreRefused) {
+  expectDropped("*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n");
+}
+
+TEST_F(HostileRedisTest, TooManyValuesInOneReplyAreRefused) {
+  // 4096 arrays of 4096 integers: each array is within the limits, the whole is not.
+  std::string inner = "*4096\r\n";
+  for (int i = 0; i < 4096; ++i) inner += ":1\r\n";
+  std::string reply = "*4096\r\n";
+  for (int i = 0; i < 8; ++i) reply += inner;  // the refusal comes long before the end
+  expectDropped(reply);
+}
+
+// --- a subscription whose flow went silent -----------------------------------
+
+TEST(RedisSubscriberTest, ASilentlyDeadSubscriptionIsNoticedAndReplaced) {
+  test::RedisProcess redis;
+  test::TcpRelay relay(redis.port());
+  RealClock clock;
+  Dispatcher dispatcher{clock};
+  const auto url = config::parseRedisUrl("redis://127.0.0.1:" + std::to_string(relay.port()));
+  ASSERT_TRUE(url);
+  int subscribed = 0;
+  std::vector<std::string> downs;
+  std::vector<std::string> messages;
+  RedisClient::Hooks hooks;
+  hooks.on_subscribed = [&] { ++subscribed; };
+  hooks.on_state = [&](bool up, std::string_view reason) {
+    if (!up) downs.emplace_back(reason);
+  };
+  RedisClient subscriber(
+      dispatcher, *url, nullptr, config::UpstreamTlsConfig{}, milliseconds(200), hooks, {}, "ch",
+      [&](std::string_view, std::string_view message) { messages.emplace_back(message); },
+      milliseconds(100));
+  subscriber.start();
+  const auto runUntil = [&](auto done) {
+    const auto until = clock.now() + std::chrono::seconds(20);
+    while (!done() && clock.now() < until) {
+      dispatcher.runNonBlocking();
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    return done();
+  };
+  ASSERT_TRUE(runUntil([&] { return subscribed == 1; }));
+  // Several PINGs answered: a live subscription is left alone.
+  const auto quiet_until = clock.now() + milliseconds(600);
+  runUntil([&] { return !downs.empty() || clock.now() >= quiet_until; });
+  ASSERT_TRUE(downs.empty()) << "dropped a live subscription: \"" << downs[0] << "\"";
+
+  relay.blackhole();  // the flow is gone; the TCP connection looks open
+  ASSERT_TRUE(runUntil([&] { return !downs.empty(); }))
+      << "the dead subscription was never noticed";
+  EXPECT_NE(downs[0].find("PING"), std::string::npos) << downs[0];
+  ASSERT_TRUE(runUntil([&] { return subscribed == 2; })) << "never subscribed again";
+  EXPECT_EQ(relay.accepted(), 2);
+  redis.cli("PUBLISH ch hello");
+  ASSERT_TRUE(runUntil([&] { return !messages.empty(); }));
+  EXPECT_EQ(messages[0], "hello");
 }
 
 }  // namespace

@@ -164,6 +164,25 @@ TEST(SdkErrorsTest, CircuitOpenLongerThanTheBudgetSaysDoNotRetry) {
   expectErrorMember(j, "circuit-open", "circuit_open");
 }
 
+// A wait of 60 s or more is never handed to an SDK as retriable, even when it
+// fits the budget: Retry-After 119 with a 120 s budget made one SDK call take
+// 239.5 s (each SDK retry starts a new budget).
+TEST(SdkErrorsTest, CircuitOpenWithinTheBudgetButBeyondTheSdkCapSaysDoNotRetry) {
+  MockLlm mock;
+  SluiceUnderTest sluice(
+      config(mock.url(),
+             "    circuit_breaker: {consecutive_failures: 1, cooldown: 120s, max_cooldown: 120s}",
+             "    retry: {attempts: 1}\n    budget: {default: 180s, max: 300s}"));
+  tripCircuit(sluice);
+  auto r = httpRequest(sluice.port(), "POST", "/v1/chat/completions", {}, kChat);
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.headers.get("x-should-retry").value_or(""), "false");
+  EXPECT_EQ(r.headers.get("retry-after").value_or(""), "120") << "the wait is still said";
+  const json j = problemOf(r);
+  EXPECT_EQ(j["is_retriable"], false);
+  expectErrorMember(j, "circuit-open", "circuit_open");
+}
+
 TEST(SdkErrorsTest, CircuitOpenShorterThanTheBudgetStaysRetriable) {
   MockLlm mock;
   SluiceUnderTest sluice(config(mock.url(),

@@ -198,6 +198,39 @@ TEST(SecurityTest, APathClimbingAboveTheRootIs400) {
   EXPECT_EQ(mock.ledger().size(), 0u) << mock.ledger().dump();
 }
 
+// `match.model` reads the body as the upstream will: a key written with
+// escapes is still `model`.
+TEST(SecurityTest, AModelKeyWrittenWithEscapesIsTheModel) {
+  MockLlm mock;
+  SluiceUnderTest sluice(substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 1
+upstreams:
+  - name: mock
+    url: ${MOCK_URL}
+routes:
+  - name: mini
+    match: {path_prefix: /v1/chat/completions, model: "gpt-4o-mini"}
+    upstream: mock
+)",
+                                    {{"MOCK_URL", mock.url()}}));
+  const TestResponse r = httpRequest(
+      sluice.port(), "POST", "/v1/chat/completions", {{"content-type", "application/json"}},
+      R"({"mod\u0065l":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  const auto ledger = mock.ledger();
+  ASSERT_EQ(ledger.size(), 1u);
+  EXPECT_EQ(ledger[0]["model"], "gpt-4o-mini");
+  // Another model, however written, does not match the route.
+  EXPECT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                        {{"content-type", "application/json"}},
+                        R"({"model":"gpt-4o-mini","mod\u0065l":"gpt-4o","messages":[]})")
+                .status,
+            404);
+  EXPECT_EQ(mock.ledger().size(), 1u);
+}
+
 TEST(SecurityTest, TlsVerifyOffIsLoggedAtStartAndOnReload) {
   SluiceProcess sluice(R"(
 listen: 127.0.0.1:0

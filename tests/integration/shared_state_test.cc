@@ -4,6 +4,8 @@
 // a ledger entry); Redis's failures are real (SIGKILL, a listener that never
 // answers).
 
+#include "proxy/shared_state.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -19,6 +21,7 @@
 #include "tests/support/processes.h"
 #include "tests/support/redis_process.h"
 #include "tests/support/sluice_process.h"
+#include "tests/support/tcp_relay.h"
 #include "tests/support/test_pki.h"
 #include "tests/support/wait.h"
 
@@ -34,14 +37,16 @@ struct Options {
   std::string prefix = "t:";
   std::string timeout = "500ms";  // generous: a loaded CI machine must not fall back by accident
   std::string breaker = "{consecutive_failures: 1000}";
-  std::string tls = "";  // shared_state.tls, "" = not written
+  std::string tls = "";    // shared_state.tls, "" = not written
+  std::string extra = "";  // more shared_state keys, e.g. "required: true"
 };
 
 std::string replicaConfig(const std::string& mock_url, const Options& o) {
   std::string yaml = "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nworkers: 2\n";
   if (!o.redis_url.empty()) {
     yaml += "shared_state: {redis: \"" + o.redis_url + "\", prefix: \"" + o.prefix +
-            "\", timeout: " + o.timeout + (o.tls.empty() ? "" : ", tls: " + o.tls) + "}\n";
+            "\", timeout: " + o.timeout + (o.tls.empty() ? "" : ", tls: " + o.tls) +
+            (o.extra.empty() ? "" : ", " + o.extra) + "}\n";
   }
   yaml += "upstreams:\n  - name: mock\n    url: " + mock_url +
           "\n    rate_limit: {key: none, reserve: 0, max_queue: 100}\n"
@@ -425,6 +430,161 @@ TEST(SharedStateTest, RedissVerifiesTheServerAndSharesTheQuotaOverTls) {
   EXPECT_EQ(other[0]->metric("sluice_shared_state_up"), 0);
   EXPECT_EQ(quota_request(*other[0], "untrusted-1").status, 200);
   EXPECT_EQ(redis.cli("--scan --pattern 'u:*'"), "");
+}
+
+double circuitOf(const SluiceProcess& replica) {
+  return replica.metric("sluice_circuit_state", {{"upstream", "mock"}});
+}
+
+void tripCircuit(const SluiceProcess& replica) {
+  for (int i = 0; i < 3; ++i) {
+    httpRequest(replica.port(), "POST", "/v1/chat/completions", {{"x-mock-status", "503"}}, kChat);
+  }
+  ASSERT_EQ(circuitOf(replica), 1);
+}
+
+TEST(SharedStateTest, AForgedOpenForYearsLastsAtMostTheLocalMaxCooldown) {
+  MockLlm mock;
+  RedisProcess redis;
+  Options o{redis.url()};
+  o.breaker = "{consecutive_failures: 3, cooldown: 1s, max_cooldown: 2s}";
+  const Replicas fleet = startReplicas(1, replicaConfig(mock.url(), o));
+  ASSERT_TRUE(waitUntil([&] { return allUp(fleet); })) << fleet[0]->stderrText();
+  // The scope of (upstream "mock", its one endpoint host:port).
+  const std::string endpoint = mock.url().substr(mock.url().find("//") + 2);
+  const std::string scope = sharedScope("mock", endpoint);
+
+  // Anyone who can publish on the channel: "open for 2^40 ms" (~35 years).
+  redis.cli("PUBLISH t:circuit \"" + scope + " x open 1099511627776\"");
+  ASSERT_TRUE(waitUntil([&] { return circuitOf(*fleet[0]) == 1; }))
+      << "the forged message was not applied at all: wrong scope?";
+  // Open at most max_cooldown (2 s): then half-open, and a healthy request closes it.
+  EXPECT_TRUE(waitUntil(
+      [&] {
+        return httpRequest(fleet[0]->port(), "POST", "/v1/chat/completions", {}, kChat).status ==
+               200;
+      },
+      std::chrono::seconds(15)))
+      << "a forged open period was trusted beyond max_cooldown";
+
+  // The same through the replay key a replica reads when it (re)connects.
+  redis.cli("SET t:c:" + scope + ":open \"x 1099511627776\" PX 1099511627776");
+  const Replicas late = startReplicas(1, replicaConfig(mock.url(), o));
+  ASSERT_TRUE(waitUntil([&] { return allUp(late); })) << late[0]->stderrText();
+  ASSERT_TRUE(waitUntil([&] { return circuitOf(*late[0]) == 1; }));
+  EXPECT_TRUE(waitUntil(
+      [&] {
+        return httpRequest(late[0]->port(), "POST", "/v1/chat/completions", {}, kChat).status ==
+               200;
+      },
+      std::chrono::seconds(15)))
+      << "a forged open key was trusted beyond max_cooldown";
+}
+
+TEST(SharedStateTest, AForgedQuotaResetIsCappedAtADay) {
+  MockLlm mock;
+  RedisProcess redis;
+  const Replicas fleet = startReplicas(1, replicaConfig(mock.url(), {redis.url()}));
+  ASSERT_TRUE(waitUntil([&] { return allUp(fleet); })) << fleet[0]->stderrText();
+  const Headers quota = {{"x-mock-quota", "1000/60000"}};
+  ASSERT_EQ(httpRequest(fleet[0]->port(), "POST", "/v1/chat/completions", quota, kChat).status,
+            200);
+  std::string key;
+  ASSERT_TRUE(waitUntil([&] { return (key = redis.cli("--scan --pattern 't:q:*'")) != ""; }));
+  // Spent until a reset ~35 years away.
+  redis.cli(
+      "EVAL \"local t = redis.call('TIME') "
+      "redis.call('HSET', KEYS[1], 'avail', 0, 'reset', t[1] * 1000 + 1099511627776) "
+      "return 1\" 1 " +
+      key);
+  const auto r = httpRequest(fleet[0]->port(), "POST", "/v1/chat/completions", quota, kChat);
+  ASSERT_EQ(r.status, 429) << r.body;
+  const std::string retry_after(r.headers.get("retry-after").value_or(""));
+  ASSERT_NE(retry_after, "");
+  EXPECT_LE(std::stoll(retry_after), 86400) << "a forged reset beyond the 24 h cap";
+}
+
+TEST(SharedStateTest, TheReplicaThatWinsTheProbePermitSendsTheProbe) {
+  MockLlm mock;
+  RedisProcess redis;
+  Options o{redis.url()};
+  o.breaker = "{consecutive_failures: 3, cooldown: 1s, max_cooldown: 1s}";
+  const Replicas fleet = startReplicas(2, replicaConfig(mock.url(), o));
+  ASSERT_TRUE(waitUntil([&] { return allUp(fleet); })) << fleet[0]->stderrText();
+  tripCircuit(*fleet[0]);
+  ASSERT_TRUE(waitUntil([&] { return circuitOf(*fleet[1]) == 1; }));
+  // After the cooldown, one request on the replica that did not trip: it asks
+  // the fleet for the probe permit, wins it, and is the probe itself.
+  const std::string scope = sharedScope("mock", mock.url().substr(mock.url().find("//") + 2));
+  ASSERT_TRUE(waitUntil([&] { return redis.cli("EXISTS t:c:" + scope + ":open") == "0"; }));
+  // The open key expired with the trip's cooldown; B applied the trip a few
+  // milliseconds after it was stored, so its own cooldown ends just after.
+  std::this_thread::sleep_for(milliseconds(200));
+  const auto r = httpRequest(fleet[1]->port(), "POST", "/v1/chat/completions", {}, kChat);
+  EXPECT_EQ(r.status, 200) << "the permit's winner answered circuit_open: " << r.body;
+  // Its success closed the fleet: the replica that tripped serves again at once.
+  EXPECT_TRUE(waitUntil([&] { return circuitOf(*fleet[0]) == 0; }, milliseconds(2000)));
+  EXPECT_EQ(httpRequest(fleet[0]->port(), "POST", "/v1/chat/completions", {}, kChat).status, 200);
+}
+
+TEST(SharedStateTest, ADeadSubscriptionIsReplacedAndThePeersTripApplied) {
+  MockLlm mock;
+  RedisProcess redis;
+  TcpRelay relay(redis.port());
+  Options direct{redis.url()};
+  direct.breaker = "{consecutive_failures: 3, cooldown: 30s, max_cooldown: 30s}";
+  Options relayed = direct;
+  relayed.redis_url = "redis://127.0.0.1:" + std::to_string(relay.port()) + "/0";
+  const Replicas a = startReplicas(1, replicaConfig(mock.url(), direct));
+  const Replicas b = startReplicas(1, replicaConfig(mock.url(), relayed));
+  ASSERT_TRUE(waitUntil([&] { return allUp(a) && allUp(b); })) << b[0]->stderrText();
+  relay.blackhole();  // B's flows go silent; its connections look open
+  tripCircuit(*a[0]);
+  // B's subscriber PINGs every second: the dead one is replaced, and the
+  // replay on resubscribing reads A's open key.
+  EXPECT_TRUE(waitUntil([&] { return circuitOf(*b[0]) == 1; }, std::chrono::seconds(15)))
+      << b[0]->stderrText();
+  EXPECT_NE(b[0]->stderrText().find("PING"), std::string::npos) << b[0]->stderrText();
+}
+
+TEST(SharedStateTest, AWrongSetupIsLoggedAndRequiredDecidesReadiness) {
+  MockLlm mock;
+  RedisProcess redis;
+  // A password this Redis does not have: AUTH fails.
+  const std::string url = redis.url();
+  Options wrong_password{"redis://:nope@" + url.substr(url.find("//") + 2)};
+  const Replicas lenient = startReplicas(1, replicaConfig(mock.url(), wrong_password));
+  ASSERT_TRUE(waitUntil([&] {
+    return lenient[0]->stderrText().find("\"event\":\"shared_state_down\"") != std::string::npos;
+  })) << lenient[0]->stderrText();
+  const std::string log = lenient[0]->stderrText();
+  EXPECT_NE(log.find("\"reason\":\"auth: "), std::string::npos) << log;
+  EXPECT_EQ(log.find("nope"), std::string::npos) << "the password must never be logged";
+  EXPECT_EQ(lenient[0]->metric("sluice_shared_state_up"), 0);
+  EXPECT_EQ(lenient[0]->adminStatus("/ready"), 200) << "required: false keeps serving";
+
+  // Nothing listening: refused, and with required: true not ready.
+  int refused_port = 0;
+  {
+    SilentListener gone;  // a port that was free a moment ago
+    refused_port = gone.port();
+  }
+  Options unreachable{"redis://127.0.0.1:" + std::to_string(refused_port) + "/0"};
+  unreachable.extra = "required: true";
+  const Replicas strict = startReplicas(1, replicaConfig(mock.url(), unreachable));
+  ASSERT_TRUE(waitUntil([&] {
+    return strict[0]->stderrText().find("\"reason\":\"refused\"") != std::string::npos;
+  })) << strict[0]->stderrText();
+  EXPECT_EQ(strict[0]->adminStatus("/ready"), 503);
+  EXPECT_EQ(httpRequest(strict[0]->port(), "POST", "/v1/chat/completions", {}, kChat).status, 200)
+      << "requests still flow on local state";
+
+  // Required and reachable: ready.
+  Options good{redis.url()};
+  good.extra = "required: true";
+  const Replicas fine = startReplicas(1, replicaConfig(mock.url(), good));
+  ASSERT_TRUE(waitUntil([&] { return allUp(fine); }));
+  EXPECT_EQ(fine[0]->adminStatus("/ready"), 200);
 }
 
 }  // namespace

@@ -191,8 +191,10 @@ test('an upstream that accepts and closes sees at most 3 connections per SDK cal
   }
 });
 
-test('circuit open with a cooldown beyond the budget: one SDK call, circuit-open named', TEST_OPTS, async () => {
-  // Trip the breaker: one 500 from the mock (consecutive_failures: 1).
+// Opens the `circuit` sluice's breaker (120 s cooldown) unless it is open already.
+async function tripCircuit() {
+  if (await metric(circuit.adminUrl, 'sluice_circuit_state', { upstream: 'mock' }) === 1) return;
+  // One 500 from the mock (consecutive_failures: 1).
   const trip = await fetch(`${circuit.url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', 'x-mock-status': '500' },
@@ -200,11 +202,31 @@ test('circuit open with a cooldown beyond the budget: one SDK call, circuit-open
   });
   assert.equal(trip.status, 500);
   assert.equal(await metric(circuit.adminUrl, 'sluice_circuit_state', { upstream: 'mock' }), 1);
+}
+
+test('circuit open with a cooldown beyond the budget: one SDK call, circuit-open named', TEST_OPTS, async () => {
+  await tripCircuit();
   for (const sdk of sdks(circuit)) {
     sdk.counter.calls = 0;
     const err = await failure(() => sdk.call({}));
     assertNamesReason(sdk, err, 503, 'circuit-open');
     assert.equal(err.headers.get?.('x-should-retry') ?? err.headers['x-should-retry'], 'false');
+  }
+});
+
+// Retry-After ~119 s with a 180 s budget: the wait fits the budget, but a
+// wait of 60 s or more is never the SDK's to sleep (some SDK versions sleep
+// it whole, others retry at once into the same open circuit; each SDK retry
+// starts a new budget). One SDK call, told not to retry.
+test('circuit open with a long cooldown within the budget: one SDK call, no SDK retry', TEST_OPTS, async () => {
+  await tripCircuit();
+  for (const sdk of sdks(circuit)) {
+    sdk.counter.calls = 0;
+    const err = await failure(() => sdk.call({ 'x-budget-ms': '180000' }));
+    assertNamesReason(sdk, err, 503, 'circuit-open');
+    assert.equal(err.headers.get?.('x-should-retry') ?? err.headers['x-should-retry'], 'false');
+    const retryAfter = Number(err.headers.get?.('retry-after') ?? err.headers['retry-after']);
+    assert.ok(retryAfter >= 60 && retryAfter <= 120, `retry-after ${retryAfter}`);
   }
 });
 

@@ -126,14 +126,18 @@ const std::vector<FamilySpec>& designFamilies() {
       // DESIGN §4, §6: only a config with shared_state has these series.
       {"sluice_shared_state_up", "gauge", {}},
       {"sluice_shared_state_errors_total", "counter", {"op"}},
+      // docs/design.md §9: runs.
+      {"sluice_runs_active", "gauge", {}},
+      {"sluice_run_endings_total", "counter", {"reason"}},
   };
   return kFamilies;
 }
 
 // DESIGN §4's set.
 const std::set<std::string> kCancelReasons = {
-    "client_disconnect", "client_stalled",   "budget_exhausted", "circuit_open",  "rate_limited",
-    "overloaded",        "upstream_timeout", "draining",         "upstream_reset"};
+    "client_disconnect", "client_stalled", "budget_exhausted", "circuit_open",
+    "rate_limited",      "overloaded",     "upstream_timeout", "draining",
+    "upstream_reset",    "run_cancelled",  "run_deadline"};
 const std::set<std::string> kResults = {
     "ok", "http_429", "http_5xx", "http_4xx", "connect_error", "reset", "timeout", "cancelled"};
 
@@ -174,7 +178,7 @@ void exerciseEverything(RouteMetrics& route, UpstreamMetrics& upstream, Endpoint
 void exerciseSharedState(Metrics& metrics) {
   const auto& shared = metrics.sharedState();
   shared.up->Set(1);
-  for (const char* op : {"quota", "circuit", "connect"}) shared.errors(op).Increment();
+  for (const char* op : {"quota", "circuit", "connect", "protocol"}) shared.errors(op).Increment();
 }
 
 class MetricsTest : public ::testing::Test {

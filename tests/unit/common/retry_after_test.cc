@@ -59,7 +59,16 @@ TEST(RetryAfterTest, RetryAfterValues) {
       {"1.5.2", kNone},
       {"3 s", kNone},
       {"0x10", kNone},
-      {"12345678901234567890", kNone},  // absurdly long: not a wait
+      // Any number of digits is a wait: above 24 h it saturates at the cap,
+      // however long (no overflow, no wrap); leading zeros are just zeros.
+      {"999999999999999", 86'400'000},
+      {"1000000000000000", 86'400'000},
+      {"9999999999999999", 86'400'000},
+      {"18446744073709551616", 86'400'000},  // 2^64
+      {"12345678901234567890123456789012345678901234567890", 86'400'000},
+      {"0000000000000001", 1'000},
+      {"1000000000000000.5", 86'400'000},
+      {"99999999999999999999x", kNone},  // still not a number
       // HTTP-dates in the past: 0
       {"Sun, 06 Nov 1994 08:49:37 GMT", 0},
       {"Sunday, 06-Nov-94 08:49:37 GMT", 0},
@@ -97,6 +106,9 @@ TEST(RetryAfterTest, MillisecondValues) {
       {" 20 ", 20},
       {"86400000", 86'400'000},
       {"90000000", 86'400'000},  // capped
+      {"999999999999999", 86'400'000},
+      {"1000000000000000", 86'400'000},  // 16 digits: capped
+      {"00000000000000000000001500", 1'500},
       {"-5", kNone},
       {"1e3", kNone},
       {"", kNone},
@@ -169,6 +181,9 @@ TEST(RetryAfterTest, HeaderPriorityAndFallThrough) {
       {{{"Retry-After", "Thu, 01 Jan 2026 00:00:05 GMT"}}, 5'000},
       {{{"Retry-After", ""}}, kNone},
       {{{"Retry-After", "NaN"}, {"Retry-After", "4"}}, 4'000},  // second value of a repeated header
+      // 16 digits are a wait at the 24 h cap (the first header wins as ever)
+      {{{"retry-after-ms", "1000000000000000"}, {"Retry-After", "3"}}, 86'400'000},
+      {{{"Retry-After", "1000000000000000"}}, 86'400'000},
   };
   for (const auto& c : cases) {
     HeaderMap h;

@@ -455,7 +455,7 @@ const ErrorCase kErrorCases[] = {
      R"(test.yaml:2:1: listne: unknown key (did you mean "listen"?))"},
     {"UnknownKeyFarFromAnyKnownKey", "listen: 127.0.0.1:8080\nfoo: 1\n",
      "test.yaml:2:1: foo: unknown key (expected one of: version, listen, admin, workers, "
-     "drain_timeout, upstreams, routes, pricing, limits, access_log, shared_state)"},
+     "drain_timeout, upstreams, routes, pricing, limits, access_log, shared_state, runs)"},
     {"MissingListen", "admin: 127.0.0.1:9901\n", "test.yaml:1:1: listen: required key is missing"},
     {"EmptyDocument", "",
      "test.yaml:1:1: expected a mapping at the top level, got an empty document"},
@@ -977,6 +977,9 @@ routes:
     {"SharedStateZeroTimeout",
      "listen: 127.0.0.1:8080\nshared_state: {redis: \"redis://h\", timeout: 0s}\n",
      "test.yaml:2:45: shared_state.timeout: must be greater than 0s"},
+    {"SharedStateRequiredNotABool",
+     "listen: 127.0.0.1:8080\nshared_state: {redis: \"redis://h\", required: yes}\n",
+     R"(test.yaml:2:46: shared_state.required: expected true or false, got "yes")"},
 
     // --- limits (a contract addition)
     {"LimitsUnknownKey", "listen: 127.0.0.1:8080\nlimits:\n  max_header: 8KiB\n",

@@ -585,6 +585,68 @@ TEST_F(GlobalThrottleFilterTest, TheFleetIsAskedForTheTokenNeedAndToldTheTokenQu
   EXPECT_EQ(global_.last_report.tokens->unanswered, 0) << "its own answer is in the report";
 }
 
+// The traced order behind false 429s with a fleet: a response's report
+// reached Redis while another request of this replica, admitted locally,
+// still waited for its fleet reservation. The report subtracted that request
+// as in flight and its reservation subtracted it again (167 tokens left, 192
+// "in flight", a reservation of 151 told to wait, the window ended at
+// 233/400). A request awaiting its reservation is not in the report's
+// in-flight count; once reserved, it is.
+TEST_F(GlobalThrottleFilterTest, ARequestAwaitingItsReservationIsNotReportedAsInFlight) {
+  const auto tokens_head = [](const char* remaining) {
+    ResponseHead head;
+    head.status = 200;
+    head.headers.add("x-ratelimit-limit-tokens", "400");
+    head.headers.add("x-ratelimit-remaining-tokens", remaining);
+    head.headers.add("x-ratelimit-reset-tokens", "20s");
+    return head;
+  };
+  // The fleet's probe teaches this replica the quota.
+  global_.next.kind = GlobalQuota::Answer::Kind::Probe;
+  ThrottleFilter& probe = throttle(callbacks_);
+  admit(probe);
+  global_.answer();
+  ResponseHead probe_head = tokens_head("390");
+  probe.encodeHeaders(probe_head, false);
+  probe.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
+
+  global_.next.kind = GlobalQuota::Answer::Kind::Admit;
+  FakeFilterCallbacks sent_callbacks(clock_);
+  ThrottleFilter& sent = throttle(sent_callbacks);
+  sent.decodeComplete(R"({"max_tokens":41,"messages":[]})");
+  admit(sent);
+  global_.answer();  // reserved in the fleet, sent
+  ASSERT_EQ(sent_callbacks.continue_calls, 1);
+
+  FakeFilterCallbacks asking_callbacks(clock_);
+  ThrottleFilter& asking = throttle(asking_callbacks);
+  const std::string asking_body = R"({"max_tokens":151,"messages":[]})";
+  asking.decodeComplete(asking_body);
+  EXPECT_EQ(admit(asking), FilterStatus::StopIteration) << "admitted locally, asks the fleet";
+
+  ResponseHead sent_head = tokens_head("167");
+  sent.encodeHeaders(sent_head, false);  // reported while `asking` awaits Redis
+  ASSERT_TRUE(global_.last_report.tokens);
+  EXPECT_EQ(global_.last_report.tokens->remaining, 167);
+  EXPECT_EQ(global_.last_report.tokens->unanswered, 0)
+      << "its reservation will take it from the fleet's count: not here too";
+  sent.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
+
+  global_.answer();  // reserved: from now on it is in flight for the fleet
+  ASSERT_EQ(asking_callbacks.continue_calls, 1);
+  FakeFilterCallbacks next_callbacks(clock_);
+  ThrottleFilter& next = throttle(next_callbacks);
+  admit(next);
+  global_.answer();
+  ResponseHead next_head = tokens_head("100");
+  next.encodeHeaders(next_head, false);
+  ASSERT_TRUE(global_.last_report.tokens);
+  EXPECT_EQ(global_.last_report.tokens->unanswered,
+            static_cast<int64_t>(estimateTokenNeed(asking_body)));
+  next.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
+  asking.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
+}
+
 TEST_F(GlobalThrottleFilterTest, AnAnswerForARequestThatIsGoneIsDropped) {
   global_.next.kind = GlobalQuota::Answer::Kind::Admit;
   ThrottleFilter& f = throttle(callbacks_);

@@ -76,3 +76,51 @@ TEST(EndpointPickerTest, AMisbehavingRandomSourceIsClamped) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Three endpoints, the first two failed for this request: the third is next,
+// not the first again (which only avoiding the last failure would allow).
+TEST(EndpointPickerTest, ARetryPrefersAnEndpointThisRequestHasNotFailedOn) {
+  const std::vector<EndpointView> three = {{.failed = true}, {.failed = true}, {}};
+  for (double u : {0.0, 0.5, 0.99}) EXPECT_EQ(pick(three, 1u, u), 2u);
+  // Every one failed: any but the last one to fail.
+  const std::vector<EndpointView> all = {{.failed = true}, {.failed = true}};
+  for (double u : {0.0, 0.5, 0.99}) EXPECT_EQ(pick(all, 1u, u), 0u);
+}
+
+// The attempt router after a failed attempt, as a table.
+TEST(AttemptRouterTest, AfterAFailureTheNextAttemptGoesWhereItCanHelp) {
+  using R = AttemptRoute;
+  const EndpointView fresh{};
+  const EndpointView failed{.failed = true};
+  const EndpointView open{.available = false};
+  const EndpointView open_failed{.available = false, .failed = true};
+  struct Row {
+    std::vector<EndpointView> endpoints;
+    bool filters_retry;
+    bool may_fall_back;
+    AttemptRoute expect;
+    const char* why;
+  };
+  const Row rows[] = {
+      {{failed}, true, true, R::NextFallback, "one endpoint, failed: the fallback"},
+      {{failed, fresh}, true, true, R::SameUpstream, "another endpoint not tried yet"},
+      {{failed, failed}, true, true, R::NextFallback, "two dead endpoints: the fallback"},
+      {{failed, failed, fresh}, true, true, R::SameUpstream, "a third not tried yet"},
+      {{failed, open}, true, true, R::NextFallback, "the other's circuit is open"},
+      {{open_failed, failed}, true, true, R::NextFallback, "all failed or open"},
+      {{failed, fresh}, false, true, R::NextFallback, "the filters do not retry"},
+      {{failed, failed}, true, false, R::SameUpstream, "no fallback allowed: retry as decided"},
+      {{failed, failed}, false, false, R::Stop, "neither: the verdict stands"},
+      {{failed, fresh}, false, false, R::Stop, "neither, with an endpoint left"},
+  };
+  for (const Row& row : rows) {
+    EXPECT_EQ(routeAfterFailure(row.endpoints, row.filters_retry, row.may_fall_back), row.expect)
+        << row.why;
+  }
+}
+
+}  // namespace
+}  // namespace sluice

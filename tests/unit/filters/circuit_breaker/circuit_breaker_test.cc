@@ -444,6 +444,7 @@ TEST_F(CircuitBreakerTest, ThreadSafetySmoke) {
             ++admitted;
             break;
           case Result::Rejected:
+          case Result::Deferred:  // never without a waiter
             ++rejected;
             break;
           case Result::Overloaded:
@@ -530,9 +531,11 @@ class FakeGlobalCircuit final : public GlobalCircuit {
     return std::nullopt;
   }
   std::vector<std::pair<CircuitState, milliseconds>> published;
+  void releaseProbe() override { ++released; }
   std::optional<bool> answer_at_once;
   std::function<void(bool)> pending;
   int claims = 0;
+  int released = 0;
 };
 
 class SharedCircuitTest : public CircuitBreakerTest {
@@ -613,6 +616,51 @@ TEST_F(SharedCircuitTest, StoreUnreachableProbesLocally) {
   const auto probe = shared_->admit();
   ASSERT_EQ(probe.result, Result::Admitted);
   EXPECT_TRUE(probe.probe);
+}
+
+TEST_F(SharedCircuitTest, TheRequestThatAskedForThePermitIsTheProbe) {
+  for (int i = 0; i < 3; ++i) fail();
+  clock_.advance(5s);
+  std::optional<CircuitAdmission> answer;
+  const auto waiter = [&](const CircuitAdmission& a) { answer = a; };
+  EXPECT_EQ(shared_->admit(waiter).result, Result::Deferred);
+  EXPECT_EQ(shared_->admit(waiter).result, Result::Rejected) << "one asker at a time";
+  global_->pending(true);
+  ASSERT_TRUE(answer);
+  ASSERT_EQ(answer->result, Result::Admitted) << "the asker must be the probe";
+  EXPECT_TRUE(answer->probe);
+  shared_->onResult(*answer, kOk);
+  EXPECT_EQ(shared_->state(), CircuitState::Closed);
+  EXPECT_EQ(global_->released, 0);
+}
+
+TEST_F(SharedCircuitTest, AProbeCancelledWithThePermitGivesItBackAtOnce) {
+  for (int i = 0; i < 3; ++i) fail();
+  clock_.advance(5s);
+  std::optional<CircuitAdmission> answer;
+  ASSERT_EQ(shared_->admit([&](const CircuitAdmission& a) { answer = a; }).result,
+            Result::Deferred);
+  global_->pending(true);
+  ASSERT_TRUE(answer && answer->admitted());
+  shared_->onResult(*answer, AttemptOutcome::cancelled());  // the client went away
+  EXPECT_EQ(global_->released, 1);
+  // A lost permit answers the asker at once: rejected, nothing to give back.
+  answer.reset();
+  ASSERT_EQ(shared_->admit([&](const CircuitAdmission& a) { answer = a; }).result,
+            Result::Deferred);
+  global_->pending(false);
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->result, Result::Rejected);
+  EXPECT_EQ(global_->released, 1);
+}
+
+TEST_F(SharedCircuitTest, APeersOpenPeriodIsCappedByTheLocalMaxCooldown) {
+  // A forged or broken peer: "open for 35 years".
+  shared_->applyPeer(CircuitState::Open, milliseconds(int64_t{1} << 40));
+  EXPECT_EQ(shared_->state(), CircuitState::Open);
+  EXPECT_EQ(shared_->cooldownLeft(), baseConfig().max_cooldown);
+  clock_.advance(baseConfig().max_cooldown);
+  EXPECT_EQ(shared_->state(), CircuitState::HalfOpen);
 }
 
 }  // namespace

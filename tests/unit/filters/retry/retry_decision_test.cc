@@ -482,6 +482,10 @@ TEST(ClientRetryTest, Table) {
       {"budget spent, no wait", 1, std::nullopt, 0, false, false},
       {"sluice's own retry wait did not fit", 1, std::nullopt, 60'000, true, false},
       {"retried and the wait fits", 2, 1'000, 60'000, false, false},
+      // The SDKs' own cap: a wait they would not honour is never handed to them.
+      {"circuit cooldown 119 s within a 120 s budget", 1, 119'000, 120'000, false, false},
+      {"wait exactly the SDKs' 60 s cap", 1, 60'000, 300'000, false, false},
+      {"wait just under the SDKs' cap", 1, 59'999, 300'000, false, true},
   };
   for (const Row& row : kRows) {
     ClientRetryInput in;

@@ -298,6 +298,55 @@ TEST(QuotaTrackerTest, LateReportDoesNotUndoInFlightCount) {
   EXPECT_EQ(tracker.queueDepth(), 1u);
 }
 
+// A false 429: the reported request's answer released the average token need
+// of those in flight instead of its own, so a big request's answer left part
+// of its own need charged on top of the report that already counts it. A
+// 400-token window; R (151) then A (41) are sent; R's answer says 249 left
+// (A not arrived yet). Counted once: 249 - 41 = 208 left, so a request needing
+// 200 goes; with the average (96) released, 249 - 96 = 153 and it got 429
+// (its budget ends before the reset).
+TEST(QuotaTrackerTest, TheReportedRequestReleasesItsOwnTokenNeed) {
+  ManualClock clock;
+  QuotaTracker tracker(makeConfig(0), clock);
+  QuotaObservation window;
+  window.tokens = Quota{400, 400, clock.now() + seconds(30)};
+  tracker.observe(kKey, window);
+  const auto reported = tracker.admit(kKey, 151, kNoDeadline, [] {});
+  ASSERT_EQ(reported.kind, Kind::Admitted);
+  ASSERT_EQ(tracker.admit(kKey, 41, kNoDeadline, [] {}).kind, Kind::Admitted);
+  clock.advance(milliseconds(700));
+  QuotaObservation report;
+  report.tokens = Quota{400, 249, clock.now() + seconds(29)};
+  tracker.observe(reported.ticket, report);
+  tracker.onAttemptDone(reported.ticket, true);
+  EXPECT_EQ(tracker.unansweredTokens(kKey), 41);
+  const auto a = tracker.admit(kKey, 200, clock.now() + seconds(10), [] {});
+  EXPECT_EQ(a.kind, Kind::Admitted) << "208 left, 200 needed";
+  EXPECT_EQ(tracker.admit(kKey, 9, clock.now() + seconds(10), [] {}).kind, Kind::Rejected)
+      << "8 left: counted once, not zero times";
+}
+
+// Requests sent after the reported one are not in its report: they stay charged.
+TEST(QuotaTrackerTest, InFlightSentAfterTheReportedRequestStaysCharged) {
+  ManualClock clock;
+  QuotaTracker tracker(makeConfig(0), clock);
+  QuotaObservation window;
+  window.tokens = Quota{400, 400, clock.now() + seconds(30)};
+  tracker.observe(kKey, window);
+  const auto reported = tracker.admit(kKey, 41, kNoDeadline, [] {});
+  ASSERT_EQ(reported.kind, Kind::Admitted);
+  for (uint64_t need : {100, 92}) {
+    ASSERT_EQ(tracker.admit(kKey, need, kNoDeadline, [] {}).kind, Kind::Admitted);
+  }
+  QuotaObservation report;
+  report.tokens = Quota{400, 359, clock.now() + seconds(29)};  // only R's 41 counted
+  tracker.observe(reported.ticket, report);
+  tracker.onAttemptDone(reported.ticket, true);
+  // 359 - 192 = 167 left.
+  EXPECT_EQ(tracker.admit(kKey, 168, clock.now() + seconds(10), [] {}).kind, Kind::Rejected);
+  EXPECT_EQ(tracker.admit(kKey, 167, clock.now() + seconds(10), [] {}).kind, Kind::Admitted);
+}
+
 TEST(QuotaTrackerTest, OlderReportWithinWindowIsIgnored) {
   ManualClock clock;
   QuotaTracker tracker(makeConfig(0), clock);

@@ -1,0 +1,40 @@
+#pragma once
+
+// Makes a request a task of its run (docs/design.md §9): the request header
+// `runs.header` names the run, `runs.parent_header` its parent run (on the
+// run's first request), `x-run-budget-ms` lowers the run's budget on its
+// first request. A task of a cancelled run is refused 409 run-cancelled, of
+// a run past its deadline 504 run-deadline-exceeded (both
+// `x-should-retry: false`); an admitted task's deadline is lowered to its
+// run's, which then ends it as `run_deadline`, and a cancel of the run
+// cancels it (`run_cancelled`) on its own worker. Without the header the
+// request is no run's task and this filter does nothing.
+
+#include <cstdint>
+#include <string>
+
+#include "filters/filter.h"
+#include "filters/runs/run_table.h"
+#include "filters/runs/runs_config.h"
+
+namespace sluice {
+
+/** A run id or parent run id as a header carries it: 1–128 visible ASCII characters. */
+bool validRunId(std::string_view id);
+
+class RunFilter final : public StreamFilter {
+ public:
+  RunFilter(const config::RunsConfig& config, RunTable& table) : config_(config), table_(table) {}
+  std::string_view name() const override { return "runs"; }
+  FilterStatus decodeHeaders(RequestHead& request) override;
+  FilterStatus beforeAttempt(RequestHead& upstream_request) override;
+  void onDestroy() override;
+
+ private:
+  const config::RunsConfig& config_;
+  RunTable& table_;
+  std::string run_id_;
+  uint64_t task_ = 0;  // 0 = not a task of any run
+};
+
+}  // namespace sluice

@@ -1,0 +1,272 @@
+#include "filters/runs/run_table.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace sluice {
+
+namespace {
+
+constexpr std::chrono::seconds kSweepInterval{1};
+
+double secondsOf(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+void RunTable::setLimits(Limits limits) {
+  std::lock_guard lock(mutex_);
+  limits_ = limits;
+}
+
+void RunTable::setEndingListener(EndingListener listener) {
+  std::lock_guard lock(mutex_);
+  on_ending_ = std::move(listener);
+}
+
+void RunTable::setActiveListener(std::function<void(size_t)> listener) {
+  std::lock_guard lock(mutex_);
+  on_active_ = std::move(listener);
+  if (on_active_) on_active_(active_);
+}
+
+void RunTable::setActiveLocked(size_t active) {
+  active_ = active;
+  if (on_active_) on_active_(active_);
+}
+
+RunTable::Run& RunTable::createLocked(const std::string& id, MonotonicTime now) {
+  if (runs_.size() >= limits_.max_runs) sweepLocked(now, true);
+  while (runs_.size() >= limits_.max_runs && !idle_.empty()) {
+    // Full: the longest-idle run without tasks in flight is forgotten first.
+    const std::string victim = idle_.front();
+    eraseLocked(victim);
+  }
+  Run& run = runs_[id];
+  run.id = id;
+  run.created = run.last_active = now;
+  run.deadline = now + limits_.budget;
+  touchIdleLocked(run);
+  return run;
+}
+
+void RunTable::checkDeadlineLocked(Run& run, MonotonicTime now, std::vector<Ending>& endings) {
+  if (run.state != State::Running || now < run.deadline) return;
+  run.state = State::DeadlineExceeded;
+  run.ended = run.deadline;
+  endings.push_back(Ending::Deadline);
+}
+
+void RunTable::touchIdleLocked(Run& run) {
+  dropFromIdleLocked(run);
+  if (!run.tasks.empty()) return;
+  run.lru = idle_.insert(idle_.end(), run.id);
+  run.in_lru = true;
+}
+
+void RunTable::dropFromIdleLocked(Run& run) {
+  if (!run.in_lru) return;
+  idle_.erase(run.lru);
+  run.in_lru = false;
+}
+
+bool RunTable::expiredLocked(const Run& run, MonotonicTime now) const {
+  if (!run.tasks.empty()) return false;
+  if (run.state != State::Running) return now - run.ended >= limits_.tombstone;
+  // Past its deadline it refuses tasks like a tombstone; before, it is idle.
+  if (now >= run.deadline) return now - run.deadline >= limits_.tombstone;
+  return now - run.last_active >= limits_.idle_expiry;
+}
+
+void RunTable::sweepLocked(MonotonicTime now, bool force) {
+  if (!force && now - last_sweep_ < kSweepInterval) return;
+  last_sweep_ = now;
+  // Oldest activity first; stops at the first run still wanted (an expired
+  // run behind it goes on a later sweep, or when the table is full).
+  while (!idle_.empty()) {
+    const auto it = runs_.find(idle_.front());
+    if (it == runs_.end() || !expiredLocked(it->second, now)) break;
+    eraseLocked(it->first);
+  }
+}
+
+void RunTable::eraseLocked(const std::string& id) {
+  const auto it = runs_.find(id);
+  if (it == runs_.end()) return;
+  Run& run = it->second;
+  dropFromIdleLocked(run);
+  if (!run.parent.empty()) {
+    const auto parent = runs_.find(run.parent);
+    if (parent != runs_.end()) {
+      auto& siblings = parent->second.children;
+      siblings.erase(std::remove(siblings.begin(), siblings.end(), id), siblings.end());
+    }
+  }
+  runs_.erase(it);
+}
+
+RunTable::Join RunTable::join(const std::string& id, const std::string& parent,
+                              std::optional<std::chrono::milliseconds> budget,
+                              std::function<void()> canceller) {
+  std::vector<Ending> endings;
+  Join out;
+  {
+    std::lock_guard lock(mutex_);
+    const MonotonicTime now = clock_.now();
+    sweepLocked(now, false);
+    auto it = runs_.find(id);
+    if (it == runs_.end()) {
+      Run* parent_run = nullptr;
+      if (!parent.empty() && parent != id) {
+        auto p = runs_.find(parent);
+        parent_run = p != runs_.end() ? &p->second : &createLocked(parent, now);
+        checkDeadlineLocked(*parent_run, now, endings);
+      }
+      Run& run = createLocked(id, now);
+      if (budget) run.deadline = std::min(run.deadline, now + *budget);
+      if (parent_run != nullptr) {
+        // (createLocked may have evicted idle runs, never the parent just
+        // looked up: it is the most recently touched.)
+        parent_run = &runs_.at(parent);
+        run.parent = parent;
+        parent_run->children.push_back(id);
+        parent_run->last_active = now;
+        touchIdleLocked(*parent_run);
+        run.deadline = std::min(run.deadline, parent_run->deadline);
+        if (parent_run->state != State::Running) {
+          run.state = State::Cancelled;
+          run.ended = now;
+        }
+      }
+      it = runs_.find(id);
+    }
+    Run& run = it->second;
+    run.last_active = now;
+    checkDeadlineLocked(run, now, endings);
+    if (run.state == State::Running) {
+      out.task = next_task_++;
+      out.deadline = run.deadline;
+      if (run.tasks.empty()) setActiveLocked(active_ + 1);
+      run.tasks.emplace(out.task, std::move(canceller));
+      ++run.tasks_total;
+    } else {
+      out.kind =
+          run.state == State::Cancelled ? Join::Kind::Cancelled : Join::Kind::DeadlineExceeded;
+    }
+    touchIdleLocked(run);
+  }
+  notify(endings);
+  return out;
+}
+
+void RunTable::leave(const std::string& id, uint64_t task) {
+  std::lock_guard lock(mutex_);
+  const auto it = runs_.find(id);
+  if (it == runs_.end()) return;
+  Run& run = it->second;
+  if (run.tasks.erase(task) == 0) return;
+  run.last_active = clock_.now();
+  if (run.tasks.empty()) setActiveLocked(active_ - 1);
+  touchIdleLocked(run);
+}
+
+size_t RunTable::cancel(const std::string& id) {
+  std::vector<std::function<void()>> cancellers;
+  std::vector<Ending> endings;
+  {
+    std::lock_guard lock(mutex_);
+    const MonotonicTime now = clock_.now();
+    sweepLocked(now, false);
+    // The run and its descendants, breadth first (a cycle of parents cannot
+    // form: a run's parent is set once, at its creation, to an existing run
+    // or a new one; the visited set guards anyway).
+    std::vector<std::string> pending{id};
+    std::unordered_set<std::string> visited;
+    while (!pending.empty()) {
+      const std::string current = std::move(pending.back());
+      pending.pop_back();
+      if (!visited.insert(current).second) continue;
+      auto it = runs_.find(current);
+      if (it == runs_.end()) it = runs_.find(createLocked(current, now).id);
+      Run& run = it->second;
+      checkDeadlineLocked(run, now, endings);
+      if (run.state == State::Running) {
+        run.state = State::Cancelled;
+        run.ended = now;
+        endings.push_back(Ending::Cancelled);
+      }
+      run.last_active = now;
+      for (auto& [task, canceller] : run.tasks) {
+        if (canceller) cancellers.push_back(canceller);
+      }
+      touchIdleLocked(run);
+      for (const std::string& child : run.children) pending.push_back(child);
+    }
+  }
+  notify(endings);
+  for (auto& canceller : cancellers) canceller();
+  return cancellers.size();
+}
+
+RunTable::Snapshot RunTable::snapshotLocked(const Run& run, MonotonicTime now) const {
+  Snapshot s;
+  s.id = run.id;
+  s.parent = run.parent;
+  State state = run.state;
+  if (state == State::Running && now >= run.deadline) state = State::DeadlineExceeded;
+  s.state = state == State::Running     ? "running"
+            : state == State::Cancelled ? "cancelled"
+                                        : "deadline_exceeded";
+  s.tasks_in_flight = run.tasks.size();
+  s.tasks_total = run.tasks_total;
+  s.age_seconds = secondsOf(now - run.created);
+  s.time_left_seconds = state == State::Running ? secondsOf(run.deadline - now) : 0;
+  s.children = run.children;
+  return s;
+}
+
+std::vector<RunTable::Snapshot> RunTable::snapshot(size_t max) {
+  std::lock_guard lock(mutex_);
+  const MonotonicTime now = clock_.now();
+  sweepLocked(now, false);
+  std::vector<Snapshot> out;
+  out.reserve(std::min(max, runs_.size()));
+  for (const auto& [id, run] : runs_) {
+    if (out.size() >= max) break;
+    out.push_back(snapshotLocked(run, now));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Snapshot& a, const Snapshot& b) { return a.age_seconds > b.age_seconds; });
+  return out;
+}
+
+std::optional<RunTable::Snapshot> RunTable::snapshot(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  const MonotonicTime now = clock_.now();
+  sweepLocked(now, false);
+  const auto it = runs_.find(id);
+  if (it == runs_.end()) return std::nullopt;
+  return snapshotLocked(it->second, now);
+}
+
+size_t RunTable::active() const {
+  std::lock_guard lock(mutex_);
+  return active_;
+}
+
+size_t RunTable::size() const {
+  std::lock_guard lock(mutex_);
+  return runs_.size();
+}
+
+void RunTable::notify(const std::vector<Ending>& endings) {
+  if (endings.empty()) return;
+  EndingListener listener;
+  {
+    std::lock_guard lock(mutex_);
+    listener = on_ending_;
+  }
+  if (!listener) return;
+  for (const Ending e : endings) listener(e);
+}
+
+}  // namespace sluice

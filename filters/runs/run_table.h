@@ -1,0 +1,154 @@
+#pragma once
+
+// The runs of one process (docs/design.md §9): a run is the unit a user
+// stops and a deadline ends; each request carrying the run header is one of
+// its tasks. One table serves every worker (a mutex guards it); a task is
+// cancelled on its own worker through the canceller it registered (a
+// cross-thread waker), so a cancel from the admin thread reaches every task
+// of the run and of its descendant runs wherever they run.
+//
+// A run is created by its first task, or by a cancel that arrives before it
+// (a tombstone: the cancel may beat the run's first task). Its deadline is
+// fixed by its first task: `budget` from then, lowered by that task's
+// `x-run-budget-ms`. A cancelled run, or one past its deadline, refuses new
+// tasks until it is forgotten: `tombstone` after it ended. A run with
+// nothing in flight is forgotten `idle_expiry` after its last task left.
+// Beyond `max_runs` the longest-idle run without tasks in flight is
+// forgotten first (a run with tasks in flight is never forgotten: the table
+// is bounded by max_runs plus the tasks in flight).
+//
+// No timers: time comes from the injected Clock, expiry is applied lazily
+// (a sweep at most once a second, and on the way when the table is full).
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+
+namespace sluice {
+
+class RunTable {
+ public:
+  struct Limits {
+    std::chrono::milliseconds budget{std::chrono::minutes(30)};
+    std::chrono::milliseconds idle_expiry{std::chrono::minutes(10)};
+    std::chrono::milliseconds tombstone{std::chrono::minutes(15)};
+    size_t max_runs = 100'000;
+  };
+
+  /** Why a run ended (sluice_run_endings_total's `reason`). */
+  enum class Ending { Cancelled, Deadline };
+  static constexpr std::string_view toString(Ending e) {
+    return e == Ending::Cancelled ? "cancelled" : "deadline";
+  }
+
+  /** Told once per run that ends (outside the lock). */
+  using EndingListener = std::function<void(Ending)>;
+
+  RunTable(const Clock& clock, Limits limits) : clock_(clock), limits_(limits) {}
+
+  /** New limits (a reload): they apply to runs created from now on, and to expiry. */
+  void setLimits(Limits limits);
+  void setEndingListener(EndingListener listener);
+  /** Told the number of active runs whenever it changes (under the lock: keep it cheap). */
+  void setActiveListener(std::function<void(size_t)> listener);
+
+  /** A task's admission. */
+  struct Join {
+    enum class Kind { Joined, Cancelled, DeadlineExceeded };
+    Kind kind = Kind::Joined;
+    uint64_t task = 0;         // Joined: leave(task) when it is done
+    MonotonicTime deadline{};  // Joined: the run's deadline
+  };
+
+  /**
+   * A request of run `id` starts. `parent` (may be empty): on the run's
+   * first task, the run becomes a child of that run (created if unknown);
+   * a child of a cancelled run is refused. `budget` (optional, the task's
+   * `x-run-budget-ms`): on the first task, lowers the run's budget.
+   * `canceller` is called (on any thread, outside the lock) if the run is
+   * cancelled while the task is in flight; it must hand the cancel to the
+   * task's own thread.
+   */
+  Join join(const std::string& id, const std::string& parent,
+            std::optional<std::chrono::milliseconds> budget, std::function<void()> canceller);
+
+  /** The task is done (any end). Unknown tasks are ignored. */
+  void leave(const std::string& id, uint64_t task);
+
+  /**
+   * Cancels run `id` and its descendants: their in-flight tasks' cancellers
+   * are called, later tasks are refused until the tombstones expire. An
+   * unknown id is remembered as a cancelled run (a tombstone). Returns the
+   * number of tasks told to stop.
+   */
+  size_t cancel(const std::string& id);
+
+  /** What admin GET /runs shows of a run. */
+  struct Snapshot {
+    std::string id;
+    std::string parent;
+    std::string state;  // "running", "cancelled", "deadline_exceeded"
+    size_t tasks_in_flight = 0;
+    uint64_t tasks_total = 0;
+    double age_seconds = 0;
+    double time_left_seconds = 0;  // 0 once ended
+    std::vector<std::string> children;
+  };
+  std::vector<Snapshot> snapshot(size_t max = 1000);
+  std::optional<Snapshot> snapshot(const std::string& id);
+
+  /** Runs with tasks in flight (sluice_runs_active). */
+  size_t active() const;
+  /** Runs held (running, idle or tombstones). */
+  size_t size() const;
+
+ private:
+  enum class State { Running, Cancelled, DeadlineExceeded };
+  struct Run {
+    std::string id;
+    std::string parent;
+    std::vector<std::string> children;
+    State state = State::Running;
+    MonotonicTime created{};
+    MonotonicTime deadline{};
+    MonotonicTime last_active{};
+    MonotonicTime ended{};  // Cancelled / DeadlineExceeded: when
+    uint64_t tasks_total = 0;
+    std::unordered_map<uint64_t, std::function<void()>> tasks;  // in flight
+    std::list<std::string>::iterator lru;  // position in idle_ (valid when tasks is empty)
+    bool in_lru = false;
+  };
+
+  Run& createLocked(const std::string& id, MonotonicTime now);
+  /** Marks the run past its deadline if it is (counted once). */
+  void checkDeadlineLocked(Run& run, MonotonicTime now, std::vector<Ending>& endings);
+  void touchIdleLocked(Run& run);
+  void dropFromIdleLocked(Run& run);
+  void sweepLocked(MonotonicTime now, bool force);
+  bool expiredLocked(const Run& run, MonotonicTime now) const;
+  void eraseLocked(const std::string& id);
+  Snapshot snapshotLocked(const Run& run, MonotonicTime now) const;
+  void notify(const std::vector<Ending>& endings);
+  void setActiveLocked(size_t active);
+
+  const Clock& clock_;
+  mutable std::mutex mutex_;
+  Limits limits_;
+  EndingListener on_ending_;
+  std::function<void(size_t)> on_active_;
+  std::unordered_map<std::string, Run> runs_;
+  std::list<std::string> idle_;  // runs with nothing in flight, least recently active first
+  size_t active_ = 0;            // runs with tasks in flight
+  uint64_t next_task_ = 1;
+  MonotonicTime last_sweep_{};
+};
+
+}  // namespace sluice

@@ -1,0 +1,30 @@
+#pragma once
+
+// `runs` (docs/design.md §9): which header makes a request a task of a run,
+// the run's wall-clock budget, and how long the table remembers runs. Its
+// YAML decoder; config/config.h composes it into Config (absent = no runs).
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "common/yaml/field_reader.h"
+
+namespace sluice::config {
+
+struct RunsConfig {
+  std::string header = "x-run-id";                // lower-case
+  std::string parent_header = "x-parent-run-id";  // lower-case
+  std::string budget_header = "x-run-budget-ms";  // lower-case; lowers `budget` on the first task
+  Duration budget = std::chrono::minutes(30);
+  Duration idle_expiry = std::chrono::minutes(10);
+  Duration tombstone = std::chrono::minutes(15);
+  uint32_t max_runs = 100'000;
+
+  bool operator==(const RunsConfig&) const = default;
+};
+
+/** Decodes `runs: {header, parent_header, budget, idle_expiry, tombstone, max_runs}`. */
+RunsConfig decodeRuns(detail::FieldReader& reader, const detail::Field& f);
+
+}  // namespace sluice::config

@@ -1,0 +1,199 @@
+// Runs end to end (docs/design.md §9): a request carrying `x-run-id` is a
+// task of that run; an admin cancel stops every task of the run and of its
+// child runs on every worker, and refuses the run's later tasks; the run's
+// deadline ends its tasks and refuses later ones.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/support/http_client.h"
+#include "tests/support/processes.h"
+#include "tests/support/wait.h"
+
+namespace sluice::test {
+namespace {
+
+const char* kStream = R"({"model":"gpt-4o-mini","stream":true,"messages":[]})";
+const char* kJson = R"({"model":"gpt-4o-mini","messages":[]})";
+
+std::string config(const std::string& mock_url, bool runs = true) {
+  return substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+workers: 2
+upstreams:
+  - name: mock
+    url: ${MOCK_URL}
+routes:
+  - name: chat
+    match: {path_prefix: /v1/chat/completions}
+    upstream: mock
+    budget: {default: 30s}
+    retry: {attempts: 1}
+${RUNS}
+)",
+                    {{"MOCK_URL", mock_url}, {"RUNS", runs ? "runs: {tombstone: 5m}" : ""}});
+}
+
+TestResponse adminPost(uint16_t admin_port, const std::string& path) {
+  return httpRequest(admin_port, "POST", path, {{"x-sluice-admin", "1"}});
+}
+
+/** A streaming task of `run` that is under way (its first token reached the client). */
+std::unique_ptr<TestConnection> startTask(
+    uint16_t port, const std::string& run, const std::string& id,
+    std::vector<std::pair<std::string, std::string>> extra = {}) {
+  auto conn = std::make_unique<TestConnection>(port);
+  std::vector<std::pair<std::string, std::string>> headers = {{"x-run-id", run},
+                                                              {"x-mock-request-id", id},
+                                                              {"x-mock-tokens", "1000"},
+                                                              {"x-mock-token-interval-ms", "20"}};
+  for (auto& h : extra) headers.push_back(std::move(h));
+  conn->sendRequest("POST", "/v1/chat/completions", headers, kStream);
+  conn->readUntil([](const TestResponse& r) { return r.body.find("data:") != std::string::npos; });
+  return conn;
+}
+
+TEST(RunsTest, CancellingARunStopsEveryTaskOnEveryWorkerAndRefusesItsLaterTasks) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url()));
+  std::vector<std::unique_ptr<TestConnection>> tasks;
+  for (int i = 0; i < 4; ++i) {
+    tasks.push_back(startTask(sluice.port(), "run-a", "a" + std::to_string(i)));
+    ASSERT_EQ(tasks.back()->current().status, 200);
+  }
+  // Another run's task is not touched.
+  TestConnection other(sluice.port());
+  other.sendRequest("POST", "/v1/chat/completions",
+                    {{"x-run-id", "run-b"},
+                     {"x-mock-tokens", "30"},
+                     {"x-mock-token-interval-ms", "20"},
+                     {"x-mock-request-id", "b0"}},
+                    kStream);
+  EXPECT_EQ(sluice.metric("sluice_runs_active", {}), 2);
+
+  const TestResponse cancel = adminPost(sluice.adminPort(), "/runs/run-a/cancel");
+  ASSERT_EQ(cancel.status, 202) << cancel.body;
+  EXPECT_EQ(nlohmann::json::parse(cancel.body)["tasks_cancelled"], 4);
+
+  for (int i = 0; i < 4; ++i) {
+    const TestResponse r = tasks[i]->readResponse();
+    // The stream under way ends with the final error event naming the cause.
+    EXPECT_NE(r.body.find("run-cancelled"), std::string::npos) << r.body.substr(0, 300);
+    const nlohmann::json e =
+        mock.waitForEntry("a" + std::to_string(i),
+                          [](const nlohmann::json& e) { return e["peer_closed"].get<bool>(); });
+    EXPECT_TRUE(e["peer_closed"].get<bool>()) << "the upstream stream was closed";
+    EXPECT_LT(e["tokens_emitted"].get<int>(), 1000);
+  }
+  const TestResponse b = other.readResponse();
+  EXPECT_EQ(b.status, 200);
+  EXPECT_TRUE(b.complete) << "another run's task runs to its end";
+
+  EXPECT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_cancellations_total", {{"cancel_reason", "run_cancelled"}}) == 4;
+  }));
+  EXPECT_EQ(sluice.metric("sluice_run_endings_total", {{"reason", "cancelled"}}), 1);
+  EXPECT_TRUE(waitUntil([&] { return sluice.metric("sluice_runs_active", {}) == 0; }));
+
+  // A later task of the cancelled run is refused before any upstream call.
+  const size_t calls = mock.ledger().size();
+  const TestResponse late =
+      httpRequest(sluice.port(), "POST", "/v1/chat/completions", {{"x-run-id", "run-a"}}, kJson);
+  EXPECT_EQ(late.status, 409);
+  EXPECT_EQ(late.headers.get("x-should-retry"), "false");
+  const auto problem = nlohmann::json::parse(late.body, nullptr, false);
+  ASSERT_FALSE(problem.is_discarded()) << late.body;
+  EXPECT_EQ(problem["type"], "urn:sluice:problem:run-cancelled");
+  EXPECT_EQ(problem["cancel_reason"], "run_cancelled");
+  EXPECT_EQ(mock.ledger().size(), calls);
+
+  const auto run =
+      nlohmann::json::parse(httpRequest(sluice.adminPort(), "GET", "/runs/run-a").body);
+  EXPECT_EQ(run["state"], "cancelled");
+  EXPECT_EQ(run["tasks_in_flight"], 0);
+  EXPECT_EQ(run["tasks_total"], 4);
+}
+
+TEST(RunsTest, ACancelBeforeTheRunsFirstTaskRefusesIt) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url()));
+  const TestResponse cancel = adminPost(sluice.adminPort(), "/runs/early%2Frun/cancel");
+  ASSERT_EQ(cancel.status, 202) << cancel.body;
+  EXPECT_EQ(nlohmann::json::parse(cancel.body)["tasks_cancelled"], 0);
+  const TestResponse r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                                     {{"x-run-id", "early/run"}}, kJson);
+  EXPECT_EQ(r.status, 409);
+  EXPECT_TRUE(mock.ledger().empty());
+}
+
+TEST(RunsTest, CancellingAParentRunStopsItsChildRuns) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url()));
+  auto child = startTask(sluice.port(), "child", "c0", {{"x-parent-run-id", "parent"}});
+  auto grandchild = startTask(sluice.port(), "grandchild", "g0", {{"x-parent-run-id", "child"}});
+  ASSERT_EQ(adminPost(sluice.adminPort(), "/runs/parent/cancel").status, 202);
+  EXPECT_NE(child->readResponse().body.find("run-cancelled"), std::string::npos);
+  EXPECT_NE(grandchild->readResponse().body.find("run-cancelled"), std::string::npos);
+  EXPECT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions", {{"x-run-id", "grandchild"}},
+                        kJson)
+                .status,
+            409);
+  const auto parent =
+      nlohmann::json::parse(httpRequest(sluice.adminPort(), "GET", "/runs/parent").body);
+  EXPECT_EQ(parent["children"], nlohmann::json::parse(R"(["child"])"));
+}
+
+TEST(RunsTest, TheRunsDeadlineEndsItsTasksAndRefusesLaterOnes) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url()));
+  // The first task sets the run's budget (x-run-budget-ms); it stalls.
+  const TestResponse r = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                                     {{"x-run-id", "short"},
+                                      {"x-run-budget-ms", "300"},
+                                      {"x-mock-tokens", "5"},
+                                      {"x-mock-stall-after-tokens", "1"},
+                                      {"x-mock-stall-ms", "-1"}},
+                                     kStream);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("run-deadline-exceeded"), std::string::npos) << r.body;
+  EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "run_deadline"}}), 1);
+  EXPECT_EQ(sluice.metric("sluice_cancellations_total", {{"cancel_reason", "budget_exhausted"}}),
+            0);
+  const TestResponse late =
+      httpRequest(sluice.port(), "POST", "/v1/chat/completions", {{"x-run-id", "short"}}, kJson);
+  EXPECT_EQ(late.status, 504);
+  EXPECT_NE(late.body.find("run-deadline-exceeded"), std::string::npos) << late.body;
+  EXPECT_EQ(late.headers.get("x-should-retry"), "false");
+  EXPECT_EQ(sluice.metric("sluice_run_endings_total", {{"reason", "deadline"}}), 1);
+}
+
+TEST(RunsTest, BadRunHeadersAreRefusedAndWithoutRunsTheHeaderIsOnlyForwarded) {
+  MockLlm mock;
+  {
+    SluiceUnderTest sluice(config(mock.url()));
+    EXPECT_EQ(httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                          {{"x-run-id", std::string(129, 'x')}}, kJson)
+                  .status,
+              400);
+    const TestResponse budget =
+        httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                    {{"x-run-id", "ok"}, {"x-run-budget-ms", "soon"}}, kJson);
+    EXPECT_EQ(budget.status, 400);
+    EXPECT_NE(budget.body.find("invalid-run-budget"), std::string::npos) << budget.body;
+    EXPECT_EQ(httpRequest(sluice.adminPort(), "GET", "/runs/nope").status, 404);
+    EXPECT_TRUE(mock.ledger().empty());
+  }
+  SluiceUnderTest sluice(config(mock.url(), false));
+  EXPECT_EQ(
+      httpRequest(sluice.port(), "POST", "/v1/chat/completions", {{"x-run-id", "r"}}, kJson).status,
+      200);
+  EXPECT_EQ(adminPost(sluice.adminPort(), "/runs/r/cancel").status, 404);
+}
+
+}  // namespace
+}  // namespace sluice::test
