@@ -57,6 +57,17 @@ AccessRecord sampleRecord(const std::vector<std::string>& causes) {
   return r;
 }
 
+TEST(AccessRecordTest, RunFieldsAreTheRunsIdsOrNull) {
+  const std::vector<std::string> causes;
+  AccessRecord r = sampleRecord(causes);
+  EXPECT_TRUE(nlohmann::json::parse(render(r))["run_id"].is_null());
+  r.run_id = "run \"7\"";  // escaped like any string
+  r.parent_run_id = "parent-1";
+  const nlohmann::json j = nlohmann::json::parse(render(r));
+  EXPECT_EQ(j["run_id"], "run \"7\"");
+  EXPECT_EQ(j["parent_run_id"], "parent-1");
+}
+
 TEST(AccessRecordTest, RendersEveryDesignFieldInOrder) {
   const std::vector<std::string> causes{"503"};
   const std::string line = render(sampleRecord(causes));
