@@ -219,11 +219,34 @@ void Metrics::countReload(bool accepted) {
   if (accepted) config_last_reload_success.Add({}).SetToCurrentTime();
 }
 
+std::atomic<uint64_t>& operationalLogDropped() {
+  static std::atomic<uint64_t> dropped{0};
+  return dropped;
+}
+
 std::string Metrics::serialize() const {
   prometheus::TextSerializer serializer;
   std::ostringstream out;
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   for (auto& family : process_.Collect()) families.push_back(std::move(family));
+  // Built here, not registered: the operational count is the process's.
+  prometheus::MetricFamily log_dropped;
+  log_dropped.name = "sluice_log_dropped_total";
+  log_dropped.help =
+      "Log lines dropped instead of blocking: the queue was full (a slow reader or disk), a "
+      "write failed, or shutdown's deadline passed; by log (access, operational).";
+  log_dropped.type = prometheus::MetricType::Counter;
+  const std::pair<const char*, double> kLogs[] = {
+      {"access", access_log_dropped_->Value()},
+      {"operational",
+       static_cast<double>(operationalLogDropped().load(std::memory_order_relaxed))}};
+  for (const auto& [log, value] : kLogs) {
+    prometheus::ClientMetric m;
+    m.label.push_back({"log", log});
+    m.counter.value = value;
+    log_dropped.metric.push_back(std::move(m));
+  }
+  families.push_back(std::move(log_dropped));
   serializer.Serialize(out, families);
   return out.str();
 }

@@ -184,6 +184,13 @@ class RouteMetrics {
   std::map<std::string, prometheus::Counter*> lazy_;
 };
 
+/**
+ * Operational log lines dropped in this process (the operational log is
+ * process-wide: proxy/log.cc counts here). Shown as
+ * sluice_log_dropped_total{log="operational"} by every Metrics.
+ */
+std::atomic<uint64_t>& operationalLogDropped();
+
 /** The registry and every metric family of docs/design.md §4. */
 class Metrics {
   // Declared first: the family references below are built from it.
@@ -194,7 +201,12 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  /** The Prometheus text exposition of everything registered, plus the process_* families. */
+  /**
+   * The Prometheus text exposition of everything registered, plus the
+   * process_* families and sluice_log_dropped_total{log} (access: the
+   * access log's drops, as sluice_access_log_dropped_total; operational:
+   * operationalLogDropped()).
+   */
   std::string serialize() const;
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 

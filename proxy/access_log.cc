@@ -24,19 +24,6 @@ int openForAppend(const std::string& path, std::string* error) {
   return fd;
 }
 
-/** Writes all of `data` to `fd`; errno of the failure, or 0. */
-int writeAll(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno;
-    if (n == 0) return EIO;
-    done += static_cast<size_t>(n);
-  }
-  return 0;
-}
-
 }  // namespace
 
 void renderAccessRecord(const AccessRecord& r, std::string& out) {
@@ -111,40 +98,35 @@ void renderAccessRecord(const AccessRecord& r, std::string& out) {
 
 // --- AccessLog -------------------------------------------------------------------
 
-AccessLog::AccessLog(prometheus::Counter& dropped_lines) : dropped_(dropped_lines) {}
+AccessLog::AccessLog(prometheus::Counter& dropped_lines)
+    : dropped_(dropped_lines),
+      writer_(
+          kMaxPendingBytes,
+          [this](uint64_t lines) { dropped_.Increment(static_cast<double>(lines)); },
+          [this](int err) { writeFailed(err); }) {}
 
-AccessLog::~AccessLog() {
-  stop();
-  std::lock_guard<std::mutex> lock(file_mu_);
-  if (fd_ > STDERR_FILENO) ::close(fd_);
-}
+AccessLog::~AccessLog() { stop(); }
 
 bool AccessLog::configure(const config::AccessLogConfig& config, std::string* error) {
   using Target = config::AccessLogConfig::Target;
-  int fd = -1;
   {
-    std::lock_guard<std::mutex> lock(file_mu_);
-    if (config == target_ && (fd_ >= 0 || config.target == Target::Off)) return true;
+    std::lock_guard<std::mutex> lock(target_mu_);
+    if (config == target_ && (has_target_ || config.target == Target::Off)) return true;
   }
+  int fd = -1;
   if (config.target == Target::Stdout) fd = STDOUT_FILENO;
   if (config.target == Target::File) {
     fd = openForAppend(config.path, error);
     if (fd < 0) return false;
   }
-  int old = -1;
   {
-    std::lock_guard<std::mutex> lock(file_mu_);
-    old = fd_;
-    fd_ = fd;
+    std::lock_guard<std::mutex> lock(target_mu_);
     target_ = config;
-    last_errno_ = 0;
+    has_target_ = fd >= 0;
+    // The writer closes the fd it replaces once it is done with it.
+    writer_.setTarget(fd, fd > STDERR_FILENO);
   }
-  if (old > STDERR_FILENO) ::close(old);
   enabled_.store(fd >= 0);
-  if (fd >= 0) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!writer_.joinable() && !stopped_) writer_ = std::thread([this] { run(); });
-  }
   return true;
 }
 
@@ -177,86 +159,38 @@ bool AccessLog::check(const config::AccessLogConfig& config, std::string* error)
 bool AccessLog::reopen(std::string* error) {
   std::string path;
   {
-    std::lock_guard<std::mutex> lock(file_mu_);
+    std::lock_guard<std::mutex> lock(target_mu_);
     if (target_.target != config::AccessLogConfig::Target::File) return true;
     path = target_.path;
   }
   const int fd = openForAppend(path, error);
   if (fd < 0) return false;  // keep writing to the file we have
-  int old = -1;
-  {
-    std::lock_guard<std::mutex> lock(file_mu_);
-    old = fd_;
-    fd_ = fd;
-    last_errno_ = 0;
+  std::lock_guard<std::mutex> lock(target_mu_);
+  if (target_.target != config::AccessLogConfig::Target::File || target_.path != path) {
+    ::close(fd);  // a reload changed the target meanwhile: it stands
+    return true;
   }
-  if (old > STDERR_FILENO) ::close(old);
+  writer_.setTarget(fd, true);
   return true;
 }
 
 void AccessLog::submit(std::string&& chunk, size_t lines) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!stopped_ && pending_bytes_ + chunk.size() <= kMaxPendingBytes) {
-      pending_bytes_ += chunk.size();
-      pending_.push_back(Chunk{std::move(chunk), lines});
-      cv_.notify_one();
-      return;
-    }
-  }
-  dropped_.Increment(static_cast<double>(lines));
+  writer_.submit(std::move(chunk), lines);
 }
 
-void AccessLog::stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-    cv_.notify_one();
-  }
-  if (writer_.joinable()) writer_.join();
-  std::lock_guard<std::mutex> lock(mu_);
-  stopped_ = true;
+void AccessLog::stop(std::chrono::steady_clock::time_point deadline) {
+  writer_.stop(deadline);
   enabled_.store(false);
 }
 
-void AccessLog::run() {
-  std::vector<Chunk> batch;
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
-      if (pending_.empty()) return;  // stopping, and everything is written
-      batch.swap(pending_);
-      pending_bytes_ = 0;
-    }
-    for (const Chunk& chunk : batch) writeChunk(chunk.text, chunk.lines);
-    batch.clear();
-  }
-}
-
-void AccessLog::writeChunk(const std::string& chunk, size_t lines) {
-  int err = 0;
+void AccessLog::writeFailed(int err) {
   std::string path;
   {
-    std::lock_guard<std::mutex> lock(file_mu_);
-    if (fd_ < 0) {
-      err = -1;  // turned off by a reload: what was pending is dropped
-    } else {
-      err = writeAll(fd_, chunk);
-      if (err == 0) last_errno_ = 0;
-      if (err > 0 && err == last_errno_) err = -1;  // already logged
-      if (err > 0) {
-        last_errno_ = err;
-        path = target_.target == config::AccessLogConfig::Target::File ? target_.path : "stdout";
-      }
-    }
+    std::lock_guard<std::mutex> lock(target_mu_);
+    path = target_.target == config::AccessLogConfig::Target::File ? target_.path : "stdout";
   }
-  if (err == 0) return;
-  dropped_.Increment(static_cast<double>(lines));
-  if (err > 0) {
-    logError("sluice: access log write failed; lines are dropped until it works again",
-             {{"path", path}, {"error", std::strerror(err)}});
-  }
+  logError("sluice: access log write failed; lines are dropped until it works again",
+           {{"path", path}, {"error", std::strerror(err)}});
 }
 
 // --- AccessLogBuffer ---------------------------------------------------------------
@@ -280,8 +214,16 @@ void AccessLogBuffer::flush() {
   timer_.disarm();
   if (lines_ == 0) return;
   std::string chunk;
-  chunk.reserve(kFlushBytes + 4096);
-  chunk.swap(buffer_);
+  if (buffer_.size() < kFlushBytes / 2) {
+    // A timer flush of a few lines: hand over a copy of their size and keep
+    // the buffer. The queue's bound counts memory held, so a stuck reader
+    // never holds a 68 KiB buffer per 400-byte line.
+    chunk.assign(buffer_);
+    buffer_.clear();
+  } else {
+    chunk.reserve(kFlushBytes + 4096);
+    chunk.swap(buffer_);
+  }
   log_.submit(std::move(chunk), lines_);
   lines_ = 0;
 }

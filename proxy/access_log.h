@@ -13,28 +13,28 @@
 //                                     writer thread ── write(2) ──► file | stdout
 //
 // A worker never blocks on the log's file: it renders into its own buffer
-// and hands whole chunks over; only the writer thread touches the file. When
-// the disk (or the stdout reader) falls behind, lines are dropped and counted
-// in sluice_access_log_dropped_lines_total rather than slowing requests.
+// and hands whole chunks over; only the writer thread (proxy/log_writer.h)
+// touches the file. When the disk (or the stdout reader) falls behind, lines
+// are dropped and counted in sluice_access_log_dropped_total and
+// sluice_log_dropped_total{log="access"} rather than slowing requests.
 // SIGHUP reopens the file (logrotate's `create` / `move` scheme).
 
 #include <prometheus/counter.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "common/cancel_reason.h"
 #include "common/clock.h"
 #include "config/config.h"
 #include "proxy/event_util.h"
+#include "proxy/log_writer.h"
 
 namespace sluice {
 
@@ -75,14 +75,16 @@ void renderAccessRecord(const AccessRecord& r, std::string& out);
 
 /**
  * The process's access log: its target (off, stdout or a file) and the
- * writer thread. Thread-safe. Owned by the Server.
+ * writer thread (a LogWriter). Thread-safe. Owned by the Server. No call
+ * waits for the file or the stdout reader: reload, SIGHUP and shutdown
+ * finish whatever the reader does.
  */
 class AccessLog {
  public:
   /** Lines waiting for the writer beyond which new chunks are dropped. */
   static constexpr size_t kMaxPendingBytes = 16u << 20;
 
-  /** `dropped_lines` counts lines lost to a full queue or a failed write. */
+  /** `dropped_lines` counts lines lost to a full queue, a failed write or shutdown. */
   explicit AccessLog(prometheus::Counter& dropped_lines);
   ~AccessLog();
   AccessLog(const AccessLog&) = delete;
@@ -102,8 +104,9 @@ class AccessLog {
   static bool check(const config::AccessLogConfig& config, std::string* error);
   /**
    * SIGHUP: reopens the file by its path, so lines after this call go to a
-   * new file when logrotate moved the old one. Synchronous: once it returns,
-   * the writer writes to the new file. A no-op for stdout and off.
+   * new file when logrotate moved the old one (the writer switches before
+   * its next write; it never waits for a write in progress). A no-op for
+   * stdout and off.
    */
   bool reopen(std::string* error);
   /** True while the log has a target (workers skip building records otherwise). */
@@ -111,32 +114,26 @@ class AccessLog {
 
   /** Hands complete lines to the writer; drops (and counts) them when kMaxPendingBytes wait. */
   void submit(std::string&& chunk, size_t lines);
-  /** Writes what is pending and stops the writer thread. Later submits are dropped. */
-  void stop();
+  /**
+   * Writes what is pending and stops the writer thread, waiting for a slow
+   * reader until `deadline` at most; the lines still pending then are
+   * dropped and counted. Later submits are dropped.
+   */
+  void stop(std::chrono::steady_clock::time_point deadline = {});
+
+  /** Replaces the writer's write(2) (tests: short writes, a full disk). Before configure(). */
+  void setWriteFunction(LogWriter::WriteFn fn) { writer_.setWriteFunction(fn); }
 
  private:
-  void run();
-  void writeChunk(const std::string& chunk, size_t lines);
+  void writeFailed(int err);
 
   prometheus::Counter& dropped_;
   std::atomic<bool> enabled_{false};
 
-  std::mutex file_mu_;  // guards the target; held by the writer while it writes
+  std::mutex target_mu_;  // guards target_; never held across I/O
   config::AccessLogConfig target_;
-  int fd_ = -1;         // -1 = off; 1 = stdout (never closed)
-  int last_errno_ = 0;  // the last write error logged (logged once until a write succeeds)
-
-  std::mutex mu_;  // guards the queue
-  std::condition_variable cv_;
-  struct Chunk {
-    std::string text;
-    size_t lines = 0;
-  };
-  std::vector<Chunk> pending_;
-  size_t pending_bytes_ = 0;
-  bool stopping_ = false;
-  bool stopped_ = false;
-  std::thread writer_;
+  bool has_target_ = false;  // an fd was handed to the writer for target_
+  LogWriter writer_;         // last: its thread stops before the rest goes
 };
 
 /**

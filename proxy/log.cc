@@ -2,9 +2,9 @@
 
 #include <unistd.h>
 
-#include <cerrno>
-
+#include "common/metrics.h"
 #include "proxy/json_line.h"
+#include "proxy/log_writer.h"
 
 namespace sluice {
 
@@ -43,16 +43,27 @@ void renderLogLine(std::string& out, SystemTime ts, LogLevel level, std::string_
   line.end();
 }
 
+LogWriter& operationalLog() {
+  // Built on first use and never destroyed: logs may come from any thread
+  // until the process exits. stopOperationalLog() flushes it at the end.
+  static LogWriter* const writer = [] {
+    auto* w = new LogWriter(kOperationalLogMaxPendingBytes, [](uint64_t lines) {
+      operationalLogDropped().fetch_add(lines, std::memory_order_relaxed);
+    });
+    w->setTarget(STDERR_FILENO, false);
+    return w;
+  }();
+  return *writer;
+}
+
 void logEvent(LogLevel level, std::string_view msg, std::initializer_list<LogField> fields) {
   std::string out;
   renderLogLine(out, RealClock::instance().systemNow(), level, msg, fields);
-  size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::write(STDERR_FILENO, out.data() + done, out.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // stderr is gone: nothing better to do with a log line
-    done += static_cast<size_t>(n);
-  }
+  operationalLog().submit(std::move(out), 1);
+}
+
+void stopOperationalLog(std::chrono::steady_clock::time_point deadline) {
+  operationalLog().stop(deadline);
 }
 
 }  // namespace sluice

@@ -11,10 +11,16 @@
 // and never a header value: callers pass names, paths, counts and config
 // errors (which show `${VAR}` text, not expanded values — config/loader.h).
 //
-// Each line goes out in one write(2), so lines from different threads do not
-// interleave. These events are rare (none per request), so writing
-// synchronously is fine; the per-request log is the access log.
+// logEvent() never writes: it renders the line and queues it for a writer
+// thread (proxy/log_writer.h), so a log call never waits for stderr's reader
+// (a stuck log shipper, a pipe nobody reads) and may be made from a worker.
+// Lines are whole and never interleave. The queue holds
+// kOperationalLogMaxPendingBytes; beyond that lines are dropped and counted
+// in sluice_log_dropped_total{log="operational"}. Still, never log while
+// holding a lock other threads need on the request path.
 
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -51,8 +57,18 @@ struct LogField {
 void renderLogLine(std::string& out, SystemTime ts, LogLevel level, std::string_view msg,
                    std::initializer_list<LogField> fields);
 
-/** Writes one operational log line to stderr, stamped with the real wall clock. */
+/** Operational log lines waiting for stderr beyond which new lines are dropped (and counted). */
+inline constexpr size_t kOperationalLogMaxPendingBytes = 1u << 20;
+
+/** Queues one operational log line for stderr, stamped with the real wall clock. Never blocks. */
 void logEvent(LogLevel level, std::string_view msg, std::initializer_list<LogField> fields = {});
+
+/**
+ * Writes the queued operational lines and stops the stderr writer, waiting
+ * for a slow reader until `deadline` at most (what is left then is dropped
+ * and counted). Later lines are dropped. main() calls it on the way out.
+ */
+void stopOperationalLog(std::chrono::steady_clock::time_point deadline);
 
 inline void logInfo(std::string_view msg, std::initializer_list<LogField> fields = {}) {
   logEvent(LogLevel::Info, msg, fields);

@@ -31,6 +31,9 @@
 
 namespace {
 
+// A start that failed still gets its reason onto stderr, unless the reader takes nothing.
+constexpr std::chrono::seconds kStartFailedLogWait{1};
+
 void usage(std::ostream& out) {
   out << "usage: sluice --config FILE        run (SIGTERM/SIGINT drain, SIGHUP reloads FILE)\n"
          "       sluice --check-config FILE  validate FILE: exit 0, or 2 with FILE:LINE:COL: "
@@ -121,6 +124,7 @@ int main(int argc, char** argv) {
   std::string error;
   if (!server.start(&error)) {
     sluice::logError("sluice: " + error, {{"event", "start_failed"}});
+    sluice::stopOperationalLog(std::chrono::steady_clock::now() + kStartFailedLogWait);
     return 1;
   }
   // stdout keeps its plain lines (scripts and tests read the bound ports from
@@ -174,5 +178,8 @@ int main(int argc, char** argv) {
                   {{"event", "drained"}, {"cancelled", cancelled}});
   server.stop();
   sluice::logInfo("sluice: stopped", {{"event", "stop"}});
+  // stderr's reader gets until the drain deadline too: a stuck log shipper
+  // costs the last lines (counted), never a hung exit.
+  sluice::stopOperationalLog(server.shutdownDeadline());
   return 0;
 }

@@ -57,14 +57,18 @@ std::shared_ptr<CircuitBreaker> makeBreaker(const config::UpstreamConfig& up,
   prometheus::Counter* to_half_open = &metrics.circuitTransitions("half_open");
   return std::make_shared<CircuitBreaker>(
       up.circuit_breaker, clock,
-      [state, to_closed, to_open, to_half_open, upstream_state = std::move(upstream_state),
-       name = up.name, endpoint = endpoint.name](CircuitState from, CircuitState to) {
+      // Under the breaker's lock: metrics only, so the gauge follows the transition order.
+      [state, to_closed, to_open, to_half_open, upstream_state = std::move(upstream_state)](
+          CircuitState, CircuitState to) {
         state->Set(gaugeValue(to));
         upstream_state->refresh();
         (to == CircuitState::Open       ? to_open
          : to == CircuitState::HalfOpen ? to_half_open
                                         : to_closed)
             ->Increment();
+      },
+      // After the lock is released: the log line (never logged under the breaker's lock).
+      [name = up.name, endpoint = endpoint.name](CircuitState from, CircuitState to) {
         logEvent(to == CircuitState::Open ? LogLevel::Warn : LogLevel::Info,
                  "sluice: circuit of upstream " + name + " endpoint " + endpoint + " is now " +
                      std::string(toString(to)),

@@ -183,7 +183,18 @@ void Server::stop() {
   for (auto& w : workers_) w->stop();
   if (shared_) shared_->detach();  // the loops stopped: nothing else touches the clients
   workers_.clear();
-  access_log_.stop();  // after the workers: their last lines are written
+  // After the workers: their last lines are written, if the reader takes them in time.
+  access_log_.stop(shutdownDeadline());
+}
+
+std::chrono::steady_clock::time_point Server::shutdownDeadline() const {
+  const auto ticks = drain_deadline_.load();
+  if (ticks != 0) {
+    return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ticks));
+  }
+  const RuntimePtr rt = runtime();
+  return std::chrono::steady_clock::now() +
+         (rt ? rt->config().drain_timeout : std::chrono::milliseconds(0));
 }
 
 size_t Server::drain() {
@@ -191,10 +202,12 @@ size_t Server::drain() {
   // a separate flag keeps drain() itself from running twice.
   draining_.store(true);
   if (drain_started_.exchange(true)) return 0;
+  const auto deadline = std::chrono::steady_clock::now() + runtime()->config().drain_timeout;
+  drain_deadline_.store(deadline.time_since_epoch().count());
   for (auto& w : workers_) w->stopAccepting();
   // Wakes when the last exchange is retired (a real wait: the condition
   // variable sleeps on the steady clock, whatever clock the workers use).
-  in_flight_.waitForZero(std::chrono::steady_clock::now() + runtime()->config().drain_timeout);
+  in_flight_.waitForZero(deadline);
   const size_t left = in_flight_.value();
   for (auto& w : workers_) w->cancelAll(CancelReason::Draining);
   in_flight_.waitForZero();

@@ -46,8 +46,15 @@ class Server {
    * message start() would give.
    */
   static bool check(const config::ConfigPtr& config, std::string* error);
-  /** Stops everything at once (in-flight exchanges are cancelled with `draining`). */
+  /**
+   * Stops everything at once (in-flight exchanges are cancelled with
+   * `draining`). The access log's last lines get until the drain deadline
+   * (drain()'s start + drain_timeout; without a drain, now + drain_timeout)
+   * to reach a slow reader; what is left then is dropped and counted.
+   */
   void stop();
+  /** When shutdown gives up on slow log readers: set by drain(), else now + drain_timeout. */
+  std::chrono::steady_clock::time_point shutdownDeadline() const;
 
   /**
    * Graceful drain (docs/design.md §3): /ready turns 503, listeners close, in-flight
@@ -112,6 +119,8 @@ class Server {
   AdminServer admin_;
   std::atomic<bool> draining_{false};       // /ready is 503
   std::atomic<bool> drain_started_{false};  // drain() ran (requestShutdown only flips draining_)
+  // drain()'s start + drain_timeout (steady clock ticks; 0 = no drain yet).
+  std::atomic<std::chrono::steady_clock::rep> drain_deadline_{0};
   std::atomic<bool> started_{false};
   std::mutex shutdown_mu_;
   std::condition_variable shutdown_cv_;

@@ -80,17 +80,27 @@ std::optional<CircuitState> circuitTransition(CircuitState from, CircuitEvent ev
 }
 
 CircuitBreaker::CircuitBreaker(const config::CircuitBreakerConfig& config, const Clock& clock,
-                               TransitionListener listener)
+                               TransitionListener listener, TransitionListener reporter)
     : clock_(clock),
       listener_(std::move(listener)),
+      reporter_(std::move(reporter)),
       config_(config),
       current_cooldown_(clampCooldown(config.cooldown, config)),
       bucket_width_(bucketWidth(config)),
       buckets_(kWindowBuckets) {}
 
+CircuitBreaker::Lock::~Lock() {
+  const size_t n = breaker_.unreported_count_;
+  if (n == 0) return;  // lock_ unlocks
+  const std::array<Transition, kMaxUnreported> fired = breaker_.unreported_;
+  breaker_.unreported_count_ = 0;
+  lock_.unlock();
+  for (size_t i = 0; i < n; ++i) breaker_.reporter_(fired[i].from, fired[i].to);
+}
+
 CircuitAdmission CircuitBreaker::admit(PermitWaiter waiter) {
   const MonotonicTime now = clock_.now();
-  std::lock_guard lock(mutex_);
+  Lock lock(*this);
   maybeEndCooldownLocked(now);
 
   CircuitAdmission a;
@@ -129,7 +139,7 @@ CircuitAdmission CircuitBreaker::admit(PermitWaiter waiter) {
 void CircuitBreaker::onResult(const CircuitAdmission& admission, const AttemptOutcome& outcome) {
   if (!admission.admitted()) return;
   const MonotonicTime now = clock_.now();
-  std::lock_guard lock(mutex_);
+  Lock lock(*this);
   if (active_ > 0) --active_;
   if (admission.generation != generation_) return;  // admitted under an earlier state
 
@@ -174,7 +184,7 @@ bool CircuitBreaker::judgeProbe(const CircuitAdmission& admission, const Attempt
     return false;
   }
   const MonotonicTime now = clock_.now();
-  std::lock_guard lock(mutex_);
+  Lock lock(*this);
   if (admission.generation != generation_ || state_ != CircuitState::HalfOpen) return false;
   if (outcomeIn(config_.failure_on, outcome)) {
     fireLocked(CircuitEvent::ProbeFailed, now);
@@ -201,14 +211,14 @@ void CircuitBreaker::leavePending() {
 
 CircuitState CircuitBreaker::state() {
   const MonotonicTime now = clock_.now();
-  std::lock_guard lock(mutex_);
+  Lock lock(*this);
   maybeEndCooldownLocked(now);
   return state_;
 }
 
 milliseconds CircuitBreaker::cooldownLeft() {
   const MonotonicTime now = clock_.now();
-  std::lock_guard lock(mutex_);
+  Lock lock(*this);
   maybeEndCooldownLocked(now);
   return cooldownLeftLocked(now);
 }
@@ -253,7 +263,7 @@ void CircuitBreaker::setGlobal(std::shared_ptr<GlobalCircuit> global) {
 
 void CircuitBreaker::applyPeer(CircuitState to, milliseconds open_for) {
   const MonotonicTime now = clock_.now();
-  std::lock_guard lock(mutex_);
+  Lock lock(*this);
   maybeEndCooldownLocked(now);
   if (to == CircuitState::Open) {
     // A peer's word (or anyone's who can write to the store): never longer
@@ -384,6 +394,9 @@ void CircuitBreaker::fireLocked(CircuitEvent event, MonotonicTime now) {
     global_->publish(state_, current_cooldown_);
   }
   if (listener_) listener_(from, state_);
+  if (reporter_ && unreported_count_ < unreported_.size()) {
+    unreported_[unreported_count_++] = Transition{from, state_};  // reported once unlocked
+  }
 }
 
 void CircuitBreaker::resetCountersLocked() {

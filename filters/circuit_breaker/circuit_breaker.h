@@ -32,6 +32,7 @@
 // permit back at once. A peer's open period is trusted only up to this
 // breaker's own `max_cooldown`. Failures are still counted here, locally.
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -100,9 +101,15 @@ struct CircuitAdmission {
 class CircuitBreaker : public std::enable_shared_from_this<CircuitBreaker> {
  public:
   /**
-   * Called on every state change, *under the breaker's lock*, so calls arrive
-   * in transition order (a gauge set from them is never stale). It must be
-   * cheap (a metric update) and must not call back into this breaker.
+   * `listener` is called on every state change, *under the breaker's lock*,
+   * so calls arrive in transition order (a gauge set from them is never
+   * stale). It must be cheap (a metric update), must not log or do I/O, and
+   * must not call back into this breaker.
+   *
+   * `reporter` hears the same changes *after the lock is released*, from the
+   * thread that caused them: the place for logging and anything slow. It may
+   * call back into the breaker; reports from different threads may arrive
+   * out of transition order.
    */
   using TransitionListener = std::function<void(CircuitState from, CircuitState to)>;
   /**
@@ -114,7 +121,7 @@ class CircuitBreaker : public std::enable_shared_from_this<CircuitBreaker> {
   using PermitWaiter = std::function<void(const CircuitAdmission& admission)>;
 
   CircuitBreaker(const config::CircuitBreakerConfig& config, const Clock& clock,
-                 TransitionListener listener = {});
+                 TransitionListener listener = {}, TransitionListener reporter = {});
 
   /**
    * Asks to start one attempt. When Admitted, the attempt holds one of
@@ -186,6 +193,28 @@ class CircuitBreaker : public std::enable_shared_from_this<CircuitBreaker> {
  private:
   enum class ProbePermit { None, Asking, Won, Lost };
 
+  /**
+   * Holds mutex_; on destruction releases it, then hands the transitions
+   * fired meanwhile to reporter_ (so no report runs under the lock).
+   */
+  class Lock {
+   public:
+    explicit Lock(CircuitBreaker& breaker) : breaker_(breaker), lock_(breaker.mutex_) {}
+    ~Lock();
+    Lock(const Lock&) = delete;
+    Lock& operator=(const Lock&) = delete;
+
+   private:
+    CircuitBreaker& breaker_;
+    std::unique_lock<std::mutex> lock_;
+  };
+  struct Transition {
+    CircuitState from = CircuitState::Closed;
+    CircuitState to = CircuitState::Closed;
+  };
+  // One call fires at most two transitions (a cooldown ends, then a peer's event).
+  static constexpr size_t kMaxUnreported = 4;
+
   /** Half-open with a GlobalCircuit: may this replica probe now? Asks the fleet when needed. */
   /** `waiter` (may be null) is taken, and `deferred` set, when the fleet is asked. */
   bool holdsProbePermitLocked(MonotonicTime now, PermitWaiter* waiter, bool* deferred);
@@ -209,7 +238,10 @@ class CircuitBreaker : public std::enable_shared_from_this<CircuitBreaker> {
 
   const Clock& clock_;
   const TransitionListener listener_;
+  const TransitionListener reporter_;
   mutable std::mutex mutex_;
+  std::array<Transition, kMaxUnreported> unreported_{};  // fired, not yet reported (under mutex_)
+  size_t unreported_count_ = 0;
 
   config::CircuitBreakerConfig config_;
   CircuitState state_ = CircuitState::Closed;

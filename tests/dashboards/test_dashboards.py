@@ -111,7 +111,8 @@ class Proc:
                                   stdin=subprocess.DEVNULL, text=True, bufsize=1,
                                   start_new_session=True)
         PROCS.append(self)
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self):
         for line in self.p.stdout:
@@ -146,6 +147,9 @@ class Proc:
             except subprocess.TimeoutExpired:
                 self.p.kill()
                 self.p.wait()
+        # The reader may still be copying the child's last lines: let it end
+        # (the pipe's write end closed with the child) before closing its log.
+        self.reader.join(timeout=10)
         self.log.close()
 
 
@@ -193,7 +197,8 @@ def free_port():
 
 def metric_names():
     with open(METRICS_CC) as f:
-        return set(re.findall(r'\.Name\("(sluice_[a-z_]+)"\)', f.read()))
+        # Registered families (.Name("…")) and the ones Metrics::serialize builds (.name = "…").
+        return set(re.findall(r'(?:\.Name\(|\.name = )"(sluice_[a-z_]+)"', f.read()))
 
 
 def referenced_families(expr):

@@ -119,8 +119,10 @@ TEST_F(ReloadTest, ValidConfigAppliesToNewRequestsWhileInFlightStreamFinishesOnT
   EXPECT_NE(finished.body.find("tok19"), std::string::npos);
   EXPECT_NE(finished.body.find("[DONE]"), std::string::npos);
   EXPECT_EQ(sluice.metric("sluice_requests_total", {{"route", "chat"}, {"code", "200"}}), 1);
-  EXPECT_NE(sluice.stderrText().find("config reloaded from " + sluice.configPath()),
-            std::string::npos);
+  EXPECT_TRUE(waitUntil([&] {  // the log line is written by the log's own thread
+    return sluice.stderrText().find("config reloaded from " + sluice.configPath()) !=
+           std::string::npos;
+  }));
   EXPECT_EQ(sluice.metric("sluice_config_reloads_total", {{"result", "rejected"}}), 0);
   EXPECT_GT(sluice.metric("sluice_config_last_reload_success_timestamp_seconds"), 0);
 }
@@ -135,6 +137,9 @@ TEST_F(ReloadTest, InvalidConfigIsRejectedWithFileLineColumnAndTheOldOneStays) {
     return sluice.metric("sluice_config_reloads_total", {{"result", "rejected"}}) == 1;
   }));
   EXPECT_EQ(sluice.metric("sluice_config_reloads_total", {{"result", "ok"}}), 0);
+  // The log line is written by the log's own thread, after the count.
+  EXPECT_TRUE(
+      waitUntil([&] { return sluice.stderrText().find("reload rejected") != std::string::npos; }));
   const std::string err = sluice.stderrText();
   EXPECT_NE(err.find("reload rejected, keeping the running config: " + sluice.configPath() +
                      ":8:5: upstreams[0].colour: unknown key"),
@@ -159,7 +164,8 @@ TEST_F(ReloadTest, InvalidConfigIsRejectedWithFileLineColumnAndTheOldOneStays) {
   ASSERT_TRUE(waitUntil([&] {
     return sluice.metric("sluice_config_reloads_total", {{"result", "rejected"}}) == 2;
   }));
-  EXPECT_NE(sluice.stderrText().find("needs a restart"), std::string::npos);
+  EXPECT_TRUE(
+      waitUntil([&] { return sluice.stderrText().find("needs a restart") != std::string::npos; }));
   EXPECT_EQ(httpRequest(sluice.port(), "GET", "/v1/models").status, 200);
 
   // And a good file afterwards is accepted.
@@ -207,9 +213,11 @@ TEST_F(ReloadTest, ChangingListenAdminOrWorkersIsRejectedNamingTheKeyAndConfigSh
     ASSERT_TRUE(waitUntil([&] {
       return sluice.metric("sluice_config_reloads_total", {{"result", "rejected"}}) == rejected;
     })) << c.to;
-    EXPECT_NE(sluice.stderrText().find("reload rejected, keeping the running config: " + c.message),
-              std::string::npos)
-        << c.to << "\n"
+    EXPECT_TRUE(waitUntil([&] {
+      return sluice.stderrText().find("reload rejected, keeping the running config: " +
+                                      c.message) != std::string::npos;
+    })) << c.to
+        << "\n"
         << sluice.stderrText();
     // /config shows what is in force: the running file, not the refused one.
     EXPECT_EQ(configJson(sluice), running) << c.to;

@@ -249,7 +249,9 @@ routes:
 )");
   ASSERT_TRUE(sluice.running());
   const std::string warning = "sluice: warning: upstream insecure: tls.verify is false";
-  EXPECT_EQ(occurrences(sluice.stderrText(), warning), 1u) << sluice.stderrText();
+  // The operational log is written by its own thread: wait for the line.
+  EXPECT_TRUE(waitUntil([&] { return occurrences(sluice.stderrText(), warning) == 1; }))
+      << sluice.stderrText();
   EXPECT_EQ(sluice.stderrText().find("upstream checked"), std::string::npos);
 
   sluice.signal(SIGHUP);

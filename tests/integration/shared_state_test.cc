@@ -340,7 +340,9 @@ TEST(SharedStateTest, RedisKilledMidRunRequestsFlowOnLocalStateThenShareAgain) {
   for (const auto& r : fleet) errors += r->metric("sluice_shared_state_errors_total");
   EXPECT_GT(errors, 0);
   for (const auto& r : fleet) {
-    EXPECT_NE(r->stderrText().find("\"event\":\"shared_state_down\""), std::string::npos);
+    EXPECT_TRUE(waitUntil([&] {  // the log line is written by the log's own thread
+      return r->stderrText().find("\"event\":\"shared_state_down\"") != std::string::npos;
+    }));
   }
 
   redis.restart();

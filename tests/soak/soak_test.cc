@@ -25,6 +25,18 @@
 //     connections exactly at the baseline (no retired pool leaks);
 //   - RSS is within baseline + 64 MiB (a leak detector, not a perf bound;
 //     in sanitizer builds LeakSanitizer checks sluice's exit instead).
+//
+// Two faults outside the request path run alongside:
+//   - sluice's logs are blocked: stderr (the operational log) and stdout
+//     (the access log) are full pipes nobody reads, a stuck log shipper.
+//     No request may wait for them: the budget cuts stay exactly the ones
+//     the clients scripted, every read ends, reloads complete, and /metrics
+//     shows the lines dropped instead; SIGTERM still exits 0 (the writers
+//     give up at the drain deadline);
+//   - the shared store (Redis) is killed a third of the way in and
+//     restarted at two thirds: sluice goes on on local state, then shares
+//     again (sluice_shared_state_up back to 1), with no request past its
+//     budget either.
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -47,6 +59,7 @@
 #include "tests/support/http_client.h"
 #include "tests/support/process_fds.h"
 #include "tests/support/processes.h"
+#include "tests/support/redis_process.h"
 #include "tests/support/sluice_process.h"
 #include "tests/support/wait.h"
 
@@ -79,7 +92,9 @@ constexpr char kConfig[] = R"(
 listen: 127.0.0.1:0
 admin: 127.0.0.1:0
 workers: 2
-drain_timeout: 5s
+drain_timeout: 2s
+access_log: {path: stdout}
+shared_state: {redis: "${REDIS_URL}", timeout: 500ms}
 upstreams:
   - name: mock
     url: ${MOCK_URL}
@@ -447,8 +462,14 @@ TEST(SoakTest, FaultSoakLeavesNoLeakAndAccountsForEveryRequest) {
       << "raise the open-file limit (ulimit -n) for " << clients << " clients";
 
   MockLlm mock("", "", {"--threads", "2", "--ledger-limit", "1000"});
-  SluiceProcess sluice(substitute(kConfig, {{"MOCK_URL", mock.url()}}));
+  RedisProcess redis;
+  SluiceProcess sluice(substitute(kConfig, {{"MOCK_URL", mock.url()}, {"REDIS_URL", redis.url()}}),
+                       /*stderr_to_pipe=*/true);
   ASSERT_TRUE(sluice.running());
+  ASSERT_TRUE(waitUntil([&] { return sluice.metric("sluice_shared_state_up") == 1; }))
+      << "sluice never reached Redis";
+  // From here on nobody reads sluice's stderr or stdout (the access log).
+  ASSERT_TRUE(sluice.blockOutput());
   const pid_t pid = sluice.pid();
   const FdCount fds_before = countFds(pid, mock.port());
   const size_t rss_before = rssBytes(pid);
@@ -487,10 +508,23 @@ TEST(SoakTest, FaultSoakLeavesNoLeakAndAccountsForEveryRequest) {
       next_at = tally.sent.load() + reload_every;
     }
   });
+  // Redis dies a third of the way in and comes back at two thirds.
+  std::thread redis_fault([&] {
+    const auto start = Clock::now();
+    const auto third = (until - start) / 3;
+    std::this_thread::sleep_until(start + third);
+    redis.kill();
+    std::this_thread::sleep_until(start + 2 * third);
+    redis.restart();
+  });
   for (auto& t : threads) t.join();
   reloader.join();
+  redis_fault.join();
 
   ASSERT_EQ(::kill(pid, 0), 0) << "sluice died under the soak";
+  EXPECT_TRUE(waitUntil([&] { return sluice.metric("sluice_shared_state_up") == 1; },
+                        std::chrono::seconds(30)))
+      << "sluice did not share state again after Redis came back";
   ASSERT_TRUE(waitUntil([&] { return exchangeStates(sluice.adminGet("/exchanges")).empty(); },
                         std::chrono::seconds(30)))
       << "exchanges left in flight: " << exchangeStates(sluice.adminGet("/exchanges"));
@@ -535,6 +569,16 @@ TEST(SoakTest, FaultSoakLeavesNoLeakAndAccountsForEveryRequest) {
   EXPECT_EQ(
       metricSum(metrics, "sluice_cancellations_total"),
       static_cast<double>(tally.client_disconnect + tally.budget_exhausted + tally.upstream_reset));
+  // The blocked logs cost lines, never requests: the budget cuts above are
+  // exactly the scripted ones; what could not be written is counted.
+  EXPECT_NE(metrics.find("sluice_log_dropped_total{log=\"operational\"}"), std::string::npos);
+  EXPECT_NE(metrics.find("sluice_log_dropped_total{log=\"access\"}"), std::string::npos);
+  std::cout << "soak: log lines dropped (blocked readers): access "
+            << metricSum(metrics, "sluice_log_dropped_total", {{"log", "access"}})
+            << ", operational "
+            << metricSum(metrics, "sluice_log_dropped_total", {{"log", "operational"}}) << "\n";
+  EXPECT_GT(metricSum(metrics, "sluice_shared_state_errors_total"), 0)
+      << "the Redis restart went unnoticed";
 
   // File descriptors: back to the baseline once the clients' connections are
   // gone; the pool may keep idle keep-alive connections to the mock, at most
@@ -580,7 +624,11 @@ TEST(SoakTest, FaultSoakLeavesNoLeakAndAccountsForEveryRequest) {
     EXPECT_LT(rss_after, rss_before + 64u * 1024 * 1024);
   }
 
-  EXPECT_EQ(sluice.stop(), 0) << "sluice must still drain and exit 0";
+  // SIGTERM with both logs still blocked: the writers give up at the drain
+  // deadline (2 s) and sluice exits 0 (the bound only catches a hang).
+  sluice.signal(SIGTERM);
+  EXPECT_EQ(sluice.waitForExit(std::chrono::seconds(30)), 0)
+      << "sluice must still drain and exit 0 with its logs blocked";
 }
 
 }  // namespace

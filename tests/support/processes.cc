@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <regex>
 #include <sstream>
@@ -33,13 +34,17 @@ std::pair<int, std::string> runCommand(const std::string& cmd) {
 }
 
 ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::string& ready_marker,
-                           const std::string& stderr_path) {
+                           const std::string& stderr_path, bool stderr_to_pipe) {
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) return;
+  int errpipe[2] = {-1, -1};
+  if (stderr_to_pipe && ::pipe2(errpipe, O_CLOEXEC) != 0) return;
   pid_ = ::fork();
   if (pid_ == 0) {
     ::dup2(pipefd[1], STDOUT_FILENO);
-    if (!stderr_path.empty()) {
+    if (stderr_to_pipe) {
+      ::dup2(errpipe[1], STDERR_FILENO);
+    } else if (!stderr_path.empty()) {
       const int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (err >= 0) ::dup2(err, STDERR_FILENO);
     }
@@ -51,6 +56,10 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::stri
   }
   ::close(pipefd[1]);
   stdout_fd_ = pipefd[0];
+  if (stderr_to_pipe) {
+    ::close(errpipe[1]);
+    stderr_fd_ = errpipe[0];
+  }
   // Read the announcement line (poll with a deadline: a broken binary must not hang the test).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   std::string buf;
@@ -77,6 +86,36 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::stri
 
 ChildProcess::~ChildProcess() { stop(); }
 
+bool ChildProcess::blockOutput() {
+  if (pid_ <= 0) return false;
+  std::vector<int> fds{STDOUT_FILENO};
+  if (stderr_fd_ >= 0) fds.push_back(STDERR_FILENO);
+  for (const int target : fds) {
+    // A new open file description of the child's pipe: O_NONBLOCK here does
+    // not touch the child's own (blocking) descriptor.
+    const std::string path = "/proc/" + std::to_string(pid_) + "/fd/" + std::to_string(target);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return false;
+    ::fcntl(fd, F_SETPIPE_SZ, 4096);  // one page: quick to fill (may fail if fuller: fine)
+    // Smaller and smaller writes: a partly used page still takes bytes that
+    // a page-sized write cannot (a pipe merges small writes into it).
+    const std::string junk(4096, '#');
+    bool full = false;
+    for (size_t size = junk.size(); size > 0 && (size == junk.size() || full); size /= 4) {
+      full = false;
+      while (!full) {
+        const ssize_t n = ::write(fd, junk.data(), size);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) full = errno == EAGAIN;
+        if (n < 0 && !full) break;
+      }
+    }
+    ::close(fd);
+    if (!full) return false;
+  }
+  return true;
+}
+
 int ChildProcess::waitForExit(std::chrono::milliseconds timeout) {
   if (pid_ <= 0) return -1;
   int status = 0;
@@ -88,6 +127,8 @@ int ChildProcess::waitForExit(std::chrono::milliseconds timeout) {
   pid_ = -1;
   if (stdout_fd_ >= 0) ::close(stdout_fd_);
   stdout_fd_ = -1;
+  if (stderr_fd_ >= 0) ::close(stderr_fd_);
+  stderr_fd_ = -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -107,6 +148,8 @@ int ChildProcess::stop() {
   pid_ = -1;
   if (stdout_fd_ >= 0) ::close(stdout_fd_);
   stdout_fd_ = -1;
+  if (stderr_fd_ >= 0) ::close(stderr_fd_);
+  stderr_fd_ = -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 

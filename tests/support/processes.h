@@ -24,10 +24,11 @@ class ChildProcess {
   /**
    * Starts `argv`, waits (up to 10 s) for a stdout line containing
    * `ready_marker`. A non-empty `stderr_path` receives the child's stderr
-   * (otherwise it is inherited).
+   * (otherwise it is inherited); with `stderr_to_pipe`, stderr is a pipe
+   * this object holds and never reads (a stuck log shipper).
    */
   ChildProcess(const std::vector<std::string>& argv, const std::string& ready_marker,
-               const std::string& stderr_path = "");
+               const std::string& stderr_path = "", bool stderr_to_pipe = false);
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -37,6 +38,12 @@ class ChildProcess {
   /** Every stdout line read up to and including the ready line. */
   const std::vector<std::string>& lines() const { return lines_; }
   pid_t pid() const { return pid_; }
+  /**
+   * Makes the child's stdout (and stderr, when a pipe) a full pipe nobody
+   * reads: shrinks each pipe to one page and fills it, so the child's next
+   * write to it would block. False when that failed.
+   */
+  bool blockOutput();
   /** SIGTERM, then wait; returns the exit status (or -1). */
   int stop();
   /**
@@ -49,6 +56,7 @@ class ChildProcess {
  private:
   pid_t pid_ = -1;
   int stdout_fd_ = -1;
+  int stderr_fd_ = -1;  // the read end of a stderr pipe (stderr_to_pipe), never read
   std::string ready_line_;
   std::vector<std::string> lines_;
 };

@@ -32,12 +32,12 @@ uint16_t portOf(const std::string& line) {
 
 }  // namespace
 
-SluiceProcess::SluiceProcess(const std::string& yaml)
+SluiceProcess::SluiceProcess(const std::string& yaml, bool stderr_to_pipe)
     : config_path_(tempPath(".yaml")), stderr_path_(tempPath(".stderr")) {
   writeConfig(yaml);
   proc_ = std::make_unique<ChildProcess>(
       std::vector<std::string>{sluicePath(), "--config", config_path_}, "sluice admin on",
-      stderr_path_);
+      stderr_path_, stderr_to_pipe);
   for (const auto& line : proc_->lines()) {
     if (line.rfind("sluice listening on", 0) == 0 && port_ == 0) port_ = portOf(line);
     if (line.rfind("sluice admin on", 0) == 0) admin_port_ = portOf(line);

@@ -17,8 +17,12 @@ namespace sluice::test {
 
 class SluiceProcess {
  public:
-  /** Writes `yaml` to a temporary config file and starts `sluice --config` on it. */
-  explicit SluiceProcess(const std::string& yaml);
+  /**
+   * Writes `yaml` to a temporary config file and starts `sluice --config` on
+   * it. With `stderr_to_pipe`, stderr is a pipe nobody reads (stderrText()
+   * is then empty; see blockOutput()).
+   */
+  explicit SluiceProcess(const std::string& yaml, bool stderr_to_pipe = false);
   ~SluiceProcess();
   SluiceProcess(const SluiceProcess&) = delete;
   SluiceProcess& operator=(const SluiceProcess&) = delete;
@@ -33,6 +37,8 @@ class SluiceProcess {
   void writeConfig(const std::string& yaml);
   /** Sends `sig` to the process. */
   void signal(int sig);
+  /** Fills the process's stdout pipe (and stderr's, when a pipe) and never reads them. */
+  bool blockOutput() { return proc_ && proc_->blockOutput(); }
   /** Everything the process wrote to stderr so far. */
   std::string stderrText() const;
   /** GET `path` on the admin port; the body, or "" when the admin port does not answer. */

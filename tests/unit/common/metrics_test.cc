@@ -113,6 +113,8 @@ const std::vector<FamilySpec>& designFamilies() {
       {"sluice_endpoint_circuit_state", "gauge", {"upstream", "endpoint"}},
       // Not in docs/design.md §4: a documented addition (README "Access log").
       {"sluice_access_log_dropped_total", "counter", {}},
+      // Not in docs/design.md §4: README "Logs never block".
+      {"sluice_log_dropped_total", "counter", {"log"}},
       // The standard process metrics of every Prometheus client (README "Metrics").
       {"process_cpu_seconds_total", "counter", {}},
       {"process_resident_memory_bytes", "gauge", {}},

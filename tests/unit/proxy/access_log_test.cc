@@ -6,6 +6,9 @@
 #include "proxy/access_log.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -245,6 +248,55 @@ TEST_F(AccessLogWriterTest, WorkerBufferFlushesOnItsTimerAndWhenFull) {
   const std::string text = readAll(path_);
   std::istringstream lines(text);
   for (std::string l; std::getline(lines, l);) EXPECT_NO_THROW(nlohmann::json::parse(l));
+}
+
+TEST_F(AccessLogWriterTest, AFullDiskLeavesWholeLinesOnly) {
+  // A file size limit (RLIMIT_FSIZE with SIGXFSZ ignored) makes write() take
+  // what fits and then fail with EFBIG, as a full disk does. The limit is
+  // per process: the log runs in a child.
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit normal{};
+    ::getrlimit(RLIMIT_FSIZE, &normal);
+    rlimit small = normal;
+    small.rlim_cur = 100;  // 3 lines of 30 bytes and 10 bytes of the 4th
+    int status = 0;
+    {
+      AccessLog log(metrics_.accessLogDropped());
+      std::string error;
+      if (::setrlimit(RLIMIT_FSIZE, &small) != 0 || !log.configure(fileTarget(), &error)) {
+        ::_exit(3);
+      }
+      std::string chunk;
+      for (int i = 0; i < 8; ++i) {
+        std::string line = "{\"n\":" + std::to_string(i) + ",\"pad\":\"";
+        line += std::string(30 - line.size() - 3, 'x') + "\"}\n";
+        chunk += line;
+      }
+      log.submit(std::move(chunk), 8);
+      if (!test::waitUntil([&] { return metrics_.accessLogDropped().Value() > 0; })) status = 4;
+      ::setrlimit(RLIMIT_FSIZE, &normal);  // space again
+      log.submit("{\"n\":99}\n", 1);
+      log.stop();
+    }
+    ::_exit(status);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  const std::string text = readAll(path_);
+  std::istringstream lines(text);
+  std::vector<int> seen;
+  for (std::string l; std::getline(lines, l);) {
+    const auto j = nlohmann::json::parse(l, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << "a torn line: " << l;
+    seen.push_back(j["n"].get<int>());
+  }
+  EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 99}));
+  EXPECT_EQ(text.back(), '\n');
 }
 
 }  // namespace

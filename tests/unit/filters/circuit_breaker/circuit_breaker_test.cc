@@ -484,6 +484,38 @@ TEST_F(CircuitBreakerTest, ThreadSafetySmoke) {
   EXPECT_EQ(breaker.state(), seen.back().second);
 }
 
+// The reporter (where the proxy logs) runs after the breaker's lock is
+// released: it may call back into the breaker, which a call under the lock
+// could not (the same thread would wait on the lock it holds).
+TEST_F(CircuitBreakerTest, ReporterRunsOutsideTheLockAfterTheListener) {
+  auto c = baseConfig();
+  c.consecutive_failures = 1;
+  std::vector<std::string> calls;
+  std::unique_ptr<CircuitBreaker> breaker;
+  breaker = std::make_unique<CircuitBreaker>(
+      c, clock_,
+      [&](CircuitState, CircuitState to) {
+        calls.push_back("listener " + std::string(toString(to)));
+      },
+      [&](CircuitState from, CircuitState to) {
+        // Re-entering the breaker: only possible with its lock released.
+        calls.push_back("report " + std::string(toString(from)) + "->" + std::string(toString(to)) +
+                        " state=" + std::string(toString(breaker->state())) +
+                        " failures=" + std::to_string(breaker->consecutiveFailures()));
+      });
+  const auto a = breaker->admit();
+  ASSERT_TRUE(a.admitted());
+  breaker->onResult(a, kFail);
+  clock_.advance(c.cooldown);
+  EXPECT_EQ(breaker->state(), CircuitState::HalfOpen);
+  EXPECT_EQ(calls, (std::vector<std::string>{
+                       "listener open",
+                       "report closed->open state=open failures=0",
+                       "listener half_open",
+                       "report open->half_open state=half_open failures=0",
+                   }));
+}
+
 // --- shared with the fleet (GlobalCircuit, docs/design.md §6) ---------------------------
 
 // Records what the breaker publishes; answers probe claims as the test says.
