@@ -67,8 +67,8 @@ FilterStatus RunFilter::decodeHeaders(RequestHead& request) {
 }
 
 FilterStatus RunFilter::beforeAttempt(RequestHead& upstream_request) {
-  // The run's headers are sluice's: the upstream never sees them (a tool
-  // server behind sluice gets them back only if the operator adds them).
+  // The run's budget header is sluice's: it never goes upstream. The run id
+  // does (a tool server, or another sluice behind this one, may use it).
   upstream_request.headers.remove(config_.budget_header);
   return FilterStatus::Continue;
 }
