@@ -19,6 +19,14 @@ constexpr int64_t kMaxTokenNeed = int64_t{1} << 40;
 
 // How often (at most) idle keys are swept.
 constexpr std::chrono::minutes kSweepInterval{1};
+// How much later than the window's known reset a report of the same window
+// may say it resets: a relative reset is rounded up to its header's
+// resolution ("1.997s": a millisecond), so two answers of one window can
+// differ by that much. Only a report resetting later than this is a later
+// window. (Headers with a resolution of a second — `x-ratelimit-reset: 2`,
+// `RateLimit` t=, Anthropic's RFC 3339 times — can still differ by more;
+// windows of a few milliseconds stay apart.)
+constexpr std::chrono::milliseconds kResetResolution{1};
 
 milliseconds retryAfterFor(const std::optional<MonotonicTime>& wait, MonotonicTime now) {
   if (!wait) return kUnknownQuotaRetryAfter;
@@ -333,12 +341,14 @@ bool QuotaTracker::applyQuota(QuotaState& state, const Quota& reported, Monotoni
   // arriving late. Dropping a new window's report here is safe: the refill
   // already counts every request sent since.
   if (state.known && reset && *reset <= now) return false;
-  if (state.window_end && earliest && *earliest <= *state.window_end) return false;
+  if (state.window_end && earliest && *earliest <= *state.window_end + kResetResolution) {
+    return false;
+  }
   // Within one window remaining only goes down: more than last time = an older
   // report. Unless it is surely a later window, keep the lower count: at worst
   // it holds requests until the known reset, when the refill catches up.
   if (state.known && state.reset_at && reported.remaining > state.remaining &&
-      (!earliest || *earliest <= *state.reset_at)) {
+      (!earliest || *earliest <= *state.reset_at + kResetResolution)) {
     return false;
   }
   state.known = true;
@@ -348,7 +358,8 @@ bool QuotaTracker::applyQuota(QuotaState& state, const Quota& reported, Monotoni
     // is known): keep the latest estimate of its reset, so a late report of an
     // older window cannot bring the refill forward. Without a send time the
     // report is taken as the upstream's latest word (e.g. a 429's Retry-After).
-    if (sent_at < now && state.reset_at && earliest && *earliest <= *state.reset_at) {
+    if (sent_at < now && state.reset_at && earliest &&
+        *earliest <= *state.reset_at + kResetResolution) {
       state.reset_at = std::max(*state.reset_at, *reset);
     } else {
       state.reset_at = reset;

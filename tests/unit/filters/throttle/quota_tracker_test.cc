@@ -359,6 +359,41 @@ TEST(QuotaTrackerTest, OlderReportWithinWindowIsIgnored) {
   EXPECT_EQ(tracker.admit(kKey, 0, kNoDeadline, [] {}).kind, Kind::Queued);
 }
 
+// Three requests released together at a refill reach the provider in one
+// order (remaining 2, 1, 0) and their answers come back in another. A
+// relative reset is rounded up to the header's resolution ("1.997s"), so the
+// report of the request the provider counted first (remaining 2) can say a
+// reset up to that resolution later than the one already applied. That is
+// the same window, not a later one: its higher remaining is an older count,
+// and must not free slots (it let two more requests through in a 3-per-2-s
+// window: the provider answered 429).
+TEST(QuotaTrackerTest, ARoundedUpResetOfTheSameWindowIsNotANewWindow) {
+  ManualClock clock;
+  QuotaTracker tracker(makeConfig(0), clock);
+  tracker.observe(kKey, requestsQuota(clock, 3, 0, seconds(1)));
+  clock.advance(seconds(1));  // refilled to 3: three go together
+  std::vector<uint64_t> sent;
+  for (int i = 0; i < 3; ++i) {
+    const auto a = tracker.admit(kKey, 0, kNoDeadline, [] {});
+    ASSERT_EQ(a.kind, Kind::Admitted) << i;
+    sent.push_back(a.ticket);
+  }
+  // The provider counted them as 2, 1, 0 left at 1999.2, 1999.0, 1998.8 ms
+  // before its reset: rounded up to the millisecond, 2000, 1999, 1999. The
+  // answers arrive 0.4 ms after they were sent, the last counted first.
+  clock.advance(std::chrono::microseconds(400));
+  const MonotonicTime arrival = clock.now();
+  QuotaObservation zero, one, two;
+  zero.requests = Quota{3, 0, arrival + milliseconds(1999)};
+  one.requests = Quota{3, 1, arrival + milliseconds(1999)};
+  two.requests = Quota{3, 2, arrival + milliseconds(2000)};
+  tracker.observe(sent[2], zero);
+  tracker.observe(sent[1], one);
+  tracker.observe(sent[0], two);
+  EXPECT_EQ(tracker.admit(kKey, 0, kNoDeadline, [] {}).kind, Kind::Queued)
+      << "the window's three requests are spent: an older count frees nothing";
+}
+
 TEST(QuotaTrackerTest, ReportOfAFinishedWindowDoesNotLowerTheRefill) {
   ManualClock clock;
   QuotaTracker tracker(makeConfig(0), clock);
