@@ -259,12 +259,19 @@ bool Server::reload(config::ConfigPtr config, std::string* error) {
     return false;
   }
   logWarnings(*next);
-  metrics_.countReload(true);
   {
     std::lock_guard<std::mutex> lock(mu_);
     runtime_ = next;
   }
-  for (auto& w : workers_) w->setRuntime(next);
+  // Counted once every worker took it (each within a second; a worker that
+  // did not still takes it on its next loop turn): a request that starts
+  // after the reload is counted sees the new config.
+  std::vector<std::shared_future<void>> applied;
+  applied.reserve(workers_.size());
+  for (auto& w : workers_) applied.push_back(w->setRuntime(next));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (const auto& a : applied) a.wait_until(until);
+  metrics_.countReload(true);
   return true;
 }
 

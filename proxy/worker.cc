@@ -81,9 +81,12 @@ void Worker::stop() {
   pools_.clear();
 }
 
-void Worker::setRuntime(RuntimePtr runtime) {
-  dispatcher_.post([this, runtime = std::move(runtime)]() mutable {
+std::shared_future<void> Worker::setRuntime(RuntimePtr runtime) {
+  auto applied = std::make_shared<std::promise<void>>();
+  std::shared_future<void> done = applied->get_future().share();
+  dispatcher_.post([this, applied, runtime = std::move(runtime)]() mutable {
     runtime_ = std::move(runtime);
+    applied->set_value();
     // The replaced config's pools drain: exchanges pinned to it finish on
     // them, new ones use the new pools. Iterate over a copy of the keys.
     std::vector<const Runtime*> stale;
@@ -92,6 +95,7 @@ void Worker::setRuntime(RuntimePtr runtime) {
     }
     for (const Runtime* key : stale) retirePools(key);
   });
+  return done;
 }
 
 void Worker::retirePools(const Runtime* key) {

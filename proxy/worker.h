@@ -51,8 +51,12 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   /** Stops accepting, closes everything, joins the thread. */
   void stop();
 
-  /** Applies a new config to requests that start from now on (thread-safe). */
-  void setRuntime(RuntimePtr runtime);
+  /**
+   * Applies a new config to requests that start from now on (thread-safe).
+   * The future is ready once this worker's loop took it: a request accepted
+   * after that sees the new config.
+   */
+  std::shared_future<void> setRuntime(RuntimePtr runtime);
   /** Stops accepting new connections; idle keep-alive connections are closed (thread-safe). */
   void stopAccepting();
   /** Cancels every in-flight Exchange with `reason` (thread-safe). */
