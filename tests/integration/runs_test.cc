@@ -74,7 +74,8 @@ TEST(RunsTest, CancellingARunStopsEveryTaskOnEveryWorkerAndRefusesItsLaterTasks)
                      {"x-mock-token-interval-ms", "20"},
                      {"x-mock-request-id", "b0"}},
                     kStream);
-  EXPECT_EQ(sluice.metric("sluice_runs_active", {}), 2);
+  // (run-b's request may still be on its way: wait for it to join its run.)
+  EXPECT_TRUE(waitUntil([&] { return sluice.metric("sluice_runs_active", {}) == 2; }));
 
   const TestResponse cancel = adminPost(sluice.adminPort(), "/runs/run-a/cancel");
   ASSERT_EQ(cancel.status, 202) << cancel.body;
