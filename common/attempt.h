@@ -15,7 +15,7 @@
 //
 // AttemptOutcome is the one type for how an attempt ended; its metric label
 // (`result` of sluice_upstream_attempts_total) is derived from it in
-// proxy/metrics.h, the retry and circuit-breaker classification
+// common/metrics.h, the retry and circuit-breaker classification
 // (`retry.on`, `circuit_breaker.failure_on`) in filters/attempt_outcome.h.
 
 #include <chrono>

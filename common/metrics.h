@@ -29,7 +29,7 @@ namespace sluice {
 
 /**
  * `result` label of sluice_upstream_attempts_total: the label set only. How
- * an attempt ended is an AttemptOutcome (proxy/attempt.h); attemptResultFor()
+ * an attempt ended is an AttemptOutcome (common/attempt.h); attemptResultFor()
  * is its one mapping to this label.
  */
 enum class AttemptResult { Ok, Http429, Http5xx, Http4xx, ConnectError, Reset, Timeout, Cancelled };
@@ -186,7 +186,7 @@ class RouteMetrics {
 
 /**
  * Operational log lines dropped in this process (the operational log is
- * process-wide: proxy/log.cc counts here). Shown as
+ * process-wide: proxy/observability/log.cc counts here). Shown as
  * sluice_log_dropped_total{log="operational"} by every Metrics.
  */
 std::atomic<uint64_t>& operationalLogDropped();

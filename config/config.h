@@ -254,7 +254,7 @@ struct Config {
   SocketAddress admin{"127.0.0.1", 9901};
   // `admin.allowed_hosts`: host names (lower-case, no port) the admin port
   // accepts in `Host` besides localhost, IP literals and the admin address's
-  // own host (proxy/admin_access.h). A contract addition.
+  // own host (proxy/server/admin_access.h). A contract addition.
   std::vector<std::string> admin_allowed_hosts;
   uint32_t workers = 0;  // 0 = auto (one per core)
   Duration drain_timeout = std::chrono::seconds(30);

@@ -1,6 +1,6 @@
 #pragma once
 
-// How the resilience filters classify an attempt's outcome (proxy/attempt.h):
+// How the resilience filters classify an attempt's outcome (common/attempt.h):
 // the retry decision (`on`) and the circuit breaker (`failure_on`) both test
 // the same value against a config::OutcomeSet.
 

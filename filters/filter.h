@@ -16,7 +16,7 @@
 //
 // When an attempt ends the Exchange describes it in one AttemptEnd value and
 // folds it through decideAttempt: each filter gets the verdict so far and
-// returns it or a replacement (proxy/attempt.h). The Exchange acts on the
+// returns it or a replacement (common/attempt.h). The Exchange acts on the
 // result, then reports it to every filter in onAttemptDone.
 
 #include <chrono>
@@ -47,7 +47,7 @@ struct RouteRuntime;
  * Where one attempt goes (docs/design.md §5): an endpoint of an upstream, and the
  * shared state the filters consult for it — its circuit, its quota — which
  * is kept per endpoint. The Exchange chooses it before the per-attempt chain
- * runs (proxy/endpoint_picker.h); it may differ from attempt to attempt
+ * runs (proxy/upstream/endpoint_picker.h); it may differ from attempt to attempt
  * (another endpoint after a failure, a fallback upstream).
  */
 struct AttemptDestination {

@@ -13,7 +13,7 @@
 
 #include "fuzz/support/fuzz_input.h"
 #include "fuzz/support/proxy_harness.h"
-#include "proxy/protocol_detector.h"
+#include "proxy/downstream/protocol_detector.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static sluice::fuzz::ProxyHarness* harness = [] {

@@ -1,4 +1,4 @@
-// scanTopLevelMembers (filters/json_fields.h): the hand-written scan that
+// scanTopLevelMembers (common/json_fields.h): the hand-written scan that
 // finds `model`, `max_tokens`, `usage` in client request bodies and provider
 // response bodies without a full parse. Differential against nlohmann::json:
 // whenever the library accepts the input as an object whose keys need no
@@ -24,7 +24,7 @@
 #include <string>
 #include <string_view>
 
-#include "filters/json_fields.h"
+#include "common/json_fields.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 // CircuitBreaker::applyPeer), and takes the fleet's single half-open probe
 // before it probes. Failure counting stays local: each replica trips on its
 // own evidence (README "Running several replicas" says why). Implemented on
-// Redis pub/sub by proxy/shared_state.h; absent (null) = local only.
+// Redis pub/sub by proxy/shared_state/shared_state.h; absent (null) = local only.
 
 #include <chrono>
 #include <functional>

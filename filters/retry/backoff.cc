@@ -7,17 +7,6 @@ namespace sluice {
 
 using std::chrono::milliseconds;
 
-UniformRandom threadLocalUniform() {
-  return [] {
-    thread_local std::mt19937_64 engine{std::random_device{}()};
-    return std::uniform_real_distribution<double>(0.0, 1.0)(engine);
-  };
-}
-
-UniformRandom uniformFrom(std::mt19937_64& engine) {
-  return [&engine] { return std::uniform_real_distribution<double>(0.0, 1.0)(engine); };
-}
-
 milliseconds backoffCeiling(const config::BackoffConfig& backoff, uint32_t retry_index) {
   const int64_t base = backoff.base.count();
   const int64_t max = backoff.max.count();

@@ -8,28 +8,12 @@
 
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <optional>
-#include <random>
 
+#include "common/random.h"
 #include "filters/retry/retry_config.h"
 
 namespace sluice {
-
-/**
- * A source of uniform doubles in [0, 1). Values outside that range (or NaN)
- * from a misbehaving source are clamped, never trusted.
- */
-using UniformRandom = std::function<double()>;
-
-/**
- * A UniformRandom drawing from a per-thread std::mt19937_64 seeded from
- * std::random_device: the production source, lock-free across workers.
- */
-UniformRandom threadLocalUniform();
-
-/** A UniformRandom drawing from `engine` (which must outlive it); for seeded tests. */
-UniformRandom uniformFrom(std::mt19937_64& engine);
 
 /**
  * The jitter ceiling for retry `retry_index` (0 = the first retry):

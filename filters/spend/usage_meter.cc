@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "common/http_headers.h"
-#include "filters/json_fields.h"
+#include "common/json_fields.h"
 
 namespace sluice {
 

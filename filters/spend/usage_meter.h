@@ -80,7 +80,7 @@
 #include <string>
 #include <string_view>
 
-#include "filters/json_fields.h"
+#include "common/json_fields.h"
 #include "filters/spend/pending_deltas.h"
 #include "filters/spend/spend_split.h"
 #include "filters/spend/sse_parser.h"

@@ -3,7 +3,7 @@
 // The fleet-wide side of a quota (docs/design.md §6): what every replica in front of
 // one provider quota shares. The ThrottleFilter asks it once per admitted
 // request, after the local QuotaTracker admitted it; the local tracker stays
-// the FIFO and the fallback. Implemented on Redis by proxy/shared_state.h;
+// the FIFO and the fallback. Implemented on Redis by proxy/shared_state/shared_state.h;
 // absent (null) means local state only.
 
 #include <chrono>

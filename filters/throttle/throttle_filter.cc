@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
-#include "filters/json_fields.h"
+#include "common/json_fields.h"
 #include "filters/throttle/quota_headers.h"
 
 namespace sluice {

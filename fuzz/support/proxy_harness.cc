@@ -8,7 +8,7 @@
 #include <cstdlib>
 
 #include "config/loader.h"
-#include "proxy/protocol_detector.h"
+#include "proxy/downstream/protocol_detector.h"
 
 namespace sluice::fuzz {
 

@@ -30,14 +30,14 @@
 
 #include "common/clock.h"
 #include "common/metrics.h"
-#include "proxy/dispatcher.h"
-#include "proxy/downstream_connection.h"
-#include "proxy/event_util.h"
-#include "proxy/exchange.h"
-#include "proxy/host_registry.h"
-#include "proxy/request_id.h"
-#include "proxy/runtime.h"
-#include "proxy/upstream_pool.h"
+#include "proxy/downstream/downstream_connection.h"
+#include "proxy/event/dispatcher.h"
+#include "proxy/event/event_util.h"
+#include "proxy/exchange/exchange.h"
+#include "proxy/exchange/runtime.h"
+#include "proxy/http/request_id.h"
+#include "proxy/server/host_registry.h"
+#include "proxy/upstream/upstream_pool.h"
 
 namespace sluice::fuzz {
 

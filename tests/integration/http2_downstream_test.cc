@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "config/loader.h"
-#include "proxy/protocol_detector.h"
+#include "proxy/downstream/protocol_detector.h"
 #include "tests/support/h2_client.h"
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"

@@ -1,9 +1,9 @@
-// RedisClient (proxy/redis_client.h) against a real redis-server: pipelined
+// RedisClient (proxy/shared_state/redis_client.h) against a real redis-server: pipelined
 // calls of every reply shape each get their own reply, in order, reply after
 // reply from the reused RedisReplyArena — also when a reply spans several
 // socket reads, and when a call's callback sends the next call.
 
-#include "proxy/redis_client.h"
+#include "proxy/shared_state/redis_client.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -22,7 +22,7 @@
 
 #include "common/clock.h"
 #include "config/loader.h"
-#include "proxy/dispatcher.h"
+#include "proxy/event/dispatcher.h"
 #include "tests/support/loopback.h"
 #include "tests/support/redis_process.h"
 #include "tests/support/tcp_relay.h"

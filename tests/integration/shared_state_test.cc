@@ -4,7 +4,7 @@
 // a ledger entry); Redis's failures are real (SIGKILL, a listener that never
 // answers).
 
-#include "proxy/shared_state.h"
+#include "proxy/shared_state/shared_state.h"
 
 #include <gtest/gtest.h>
 

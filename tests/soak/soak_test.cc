@@ -54,7 +54,7 @@
 #include <sstream>
 #include <thread>
 
-#include "proxy/upstream_pool.h"
+#include "proxy/upstream/upstream_pool.h"
 #include "tests/support/h2_client.h"
 #include "tests/support/http_client.h"
 #include "tests/support/process_fds.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "proxy/server.h"
+#include "proxy/server/server.h"
 
 namespace sluice::test {
 

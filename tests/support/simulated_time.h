@@ -1,7 +1,7 @@
 #pragma once
 
 // Simulated time for unit tests (Envoy's SimulatedTimeSystem): a Scheduler
-// (proxy/scheduler.h) whose timers fire only when the test advances its
+// (proxy/event/scheduler.h) whose timers fire only when the test advances its
 // ManualClock through it. Give it to a Dispatcher and everything that arms
 // timers through that Dispatcher — an Exchange's backoff, deadline, connect,
 // first-byte and idle timers, the filters' timers — runs on simulated time:
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "proxy/scheduler.h"
+#include "proxy/event/scheduler.h"
 
 namespace sluice::test {
 

@@ -1,4 +1,4 @@
-// Tests for HeaderMap (proxy/http_headers.h): names are stored lower-case,
+// Tests for HeaderMap (common/http_headers.h): names are stored lower-case,
 // lookups ignore case, values are verbatim, order and duplicates survive.
 
 #include "common/http_headers.h"

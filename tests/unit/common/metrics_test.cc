@@ -1,4 +1,4 @@
-// Tests for sluice's Prometheus metrics (proxy/metrics.h, docs/design.md §4):
+// Tests for sluice's Prometheus metrics (common/metrics.h, docs/design.md §4):
 // every family exists with exactly the documented name, type and label
 // names; label values stay inside the documented closed sets; per-code and
 // per-cause handles are cached; attempt results classify statuses.

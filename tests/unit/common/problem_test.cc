@@ -1,4 +1,4 @@
-// Tests for the problem+json replies sluice makes itself (proxy/problem.h,
+// Tests for the problem+json replies sluice makes itself (common/problem.h,
 // docs/design.md §3, §8): exactly the documented fields, the SDK-shaped `error`
 // member, framing headers that match the body, Retry-After rounded up and
 // retry-after-ms exact, `x-should-retry: false` exactly when the problem is

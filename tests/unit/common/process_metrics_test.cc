@@ -1,4 +1,4 @@
-// Tests for the process_* metrics (proxy/process_metrics.h): /proc/self/stat
+// Tests for the process_* metrics (common/process_metrics.h): /proc/self/stat
 // parsing (a command name with spaces and parentheses, units), and a live
 // reading of this test process.
 

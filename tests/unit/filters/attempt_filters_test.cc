@@ -3,7 +3,7 @@
 // (decideAttempt), the spend filter's booking of a decided attempt
 // (onAttemptDone), the circuit breaker filter's admission and reporting, and
 // the throttle filter's queue. Each filter is driven the way the Exchange
-// drives it (proxy/filter.h), on a ManualClock.
+// drives it (filters/filter.h), on a ManualClock.
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include "filters/spend/spend_filter.h"
 #include "filters/throttle/global_quota.h"
 #include "filters/throttle/throttle_filter.h"
-#include "proxy/runtime.h"
+#include "proxy/exchange/runtime.h"
 #include "tests/unit/filters/fake_filter_callbacks.h"
 
 namespace sluice {

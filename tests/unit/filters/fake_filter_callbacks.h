@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "filters/filter.h"
-#include "proxy/runtime.h"
+#include "proxy/exchange/runtime.h"
 
 namespace sluice::test {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "config/loader.h"
-#include "proxy/runtime.h"
+#include "proxy/exchange/runtime.h"
 #include "tests/unit/filters/fake_filter_callbacks.h"
 
 namespace sluice {

@@ -1,0 +1,1235 @@
+#include "proxy/exchange/exchange.h"
+
+#include <algorithm>
+#include <cassert>
+#include <nlohmann/json.hpp>
+
+#include "common/json_fields.h"
+#include "common/release_storage.h"
+#include "filters/attempt_outcome.h"
+#include "filters/retry/retry_decision.h"
+#include "filters/throttle/throttle_filter.h"
+#include "proxy/exchange/exchange_problem.h"
+#include "proxy/exchange/filter_chain.h"
+#include "proxy/exchange/request_intake.h"
+#include "proxy/http/header_rewrite.h"
+#include "proxy/observability/access_log.h"
+#include "proxy/upstream/endpoint_picker.h"
+
+namespace sluice {
+
+namespace {
+
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+constexpr int kClientClosedRequest = 499;  // nginx's code for "the client went away"
+
+// Whether a client that sees its response cut for `reason` is still there to
+// read a final error event. client_disconnect: it left; client_stalled: it
+// stopped reading.
+bool clientStillListening(CancelReason reason) {
+  switch (reason) {
+    case CancelReason::ClientDisconnect:
+    case CancelReason::ClientStalled:
+      return false;
+    case CancelReason::BudgetExhausted:
+    case CancelReason::CircuitOpen:
+    case CancelReason::RateLimited:
+    case CancelReason::Overloaded:
+    case CancelReason::UpstreamTimeout:
+    case CancelReason::Draining:
+    case CancelReason::UpstreamReset:
+    case CancelReason::RunCancelled:
+    case CancelReason::RunDeadline:
+      return true;
+  }
+  return false;
+}
+
+// The last bytes of an SSE stream that ends on an event boundary: a blank
+// line after LF, CR or CRLF line ends. The tail holds the last four bytes.
+bool atEventBoundary(uint32_t tail) {
+  const uint32_t last2 = tail & 0xffff;
+  return tail == 0 || last2 == 0x0a0a || last2 == 0x0d0d || tail == 0x0d0a0d0a;
+}
+
+}  // namespace
+
+Exchange::Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const RouteRuntime* route,
+                   DownstreamStream* downstream, MonotonicTime start)
+    : host_(host),
+      id_(id),
+      runtime_(std::move(runtime)),
+      route_(route != nullptr ? route : &runtime_->noRoute()),
+      downstream_(downstream),
+      start_(start),
+      intake_(&runtime_->bodyMemory(), runtime_->config().limits.max_buffered_body_bytes),
+      timers_(host.dispatcher(), *this) {
+  route_->metrics->active().Increment();
+  if (route_->config != nullptr) {
+    filters_ = buildFilterChain(*route_);
+    for (auto& filter : filters_) filter->setCallbacks(*this);
+  }
+}
+
+Exchange::~Exchange() {
+  // finish() normally ran; this is the safety net for a worker shutting down.
+  if (attempt_.stream != nullptr) {
+    attempt_.stream->detach();
+    attempt_.stream->reset();
+  }
+}
+
+// --- lifecycle ----------------------------------------------------------------
+
+bool Exchange::transition(ExchangeState to) {
+  if (!isLegalTransition(state_, to)) {
+    assert(false && "illegal Exchange transition");
+    return false;
+  }
+  state_ = to;
+  return true;
+}
+
+// --- request path -----------------------------------------------------------------
+
+void Exchange::decodeHeaders(RequestHead&& head) {
+  request_ = std::move(head);
+  // Looked up only where trailers can be carried (HTTP/2): HTTP/1.1 pays nothing.
+  client_takes_trailers_ =
+      downstream_ != nullptr && downstream_->carriesTrailers() && acceptsTrailers(request_.headers);
+  identity_ = establishIdentity(request_.headers, host_.ids());
+  if (route_->config == nullptr) {
+    answer(makeProblem(problems::kNoRoute, "no route matches " + request_.method + " " +
+                                               std::string(request_.pathOnly())),
+           ExchangeState::Completed);
+    return;
+  }
+  switch (intake_.plan(request_, runtime_->config().limits.max_body,
+                       RequestIntake::streamAbove(route_->config->retry, request_))) {
+    case RequestIntake::Plan::Ok:
+      break;
+    case RequestIntake::Plan::TooLarge:
+      rejectBodyTooLarge();
+      return;
+    case RequestIntake::Plan::Refused:
+      refuseBody();
+      return;
+  }
+  phase_ = Phase::DecodeHeaders;
+  if (!route_->config->match.model.empty()) {
+    // The route depends on the body's model: decided once the body is in.
+    awaiting_model_ = true;
+    if (awaitsModel()) routeOnModel();
+    return;
+  }
+  runChain(0);
+}
+
+void Exchange::routeOnModel() {
+  awaiting_model_ = false;
+  std::string model;
+  scanTopLevelMembers(intake_.body().prefix(), [&](std::string_view key, std::string_view value) {
+    if (key != "model") return true;
+    if (const auto plain = plainString(value)) {
+      model = std::string(*plain);
+    } else {
+      const auto j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+      model = j.is_string() ? j.get<std::string>() : std::string();
+    }
+    return true;  // the last one wins, as in a parse
+  });
+  const RouteRuntime* chosen = runtime_->match(request_.method, request_.pathOnly(), &model);
+  if (chosen != route_) {
+    for (auto& filter : filters_) filter->onDestroy();  // none of them ran: nothing to undo
+    filters_.clear();
+    route_->metrics->active().Decrement();
+    route_ = chosen != nullptr ? chosen : &runtime_->noRoute();
+    route_->metrics->active().Increment();
+    if (route_->config == nullptr) {
+      answer(makeProblem(problems::kNoRoute, "no route matches " + request_.method + " " +
+                                                 std::string(request_.pathOnly()) +
+                                                 " for model \"" + model + "\""),
+             ExchangeState::Completed);
+      return;
+    }
+    filters_ = buildFilterChain(*route_);
+    for (auto& filter : filters_) filter->setCallbacks(*this);
+  }
+  runChain(0);
+}
+
+void Exchange::decodeData(const char* data, size_t len) {
+  if (finished_) return;
+  switch (intake_.append(data, len, runtime_->config().limits.max_body)) {
+    case RequestIntake::Intake::TooLarge:
+      rejectBodyTooLarge();
+      return;
+    case RequestIntake::Intake::Refused:
+      refuseBody();
+      return;
+    case RequestIntake::Intake::Held:
+      return;
+    case RequestIntake::Intake::StartStreaming:
+      if (awaitsModel()) {
+        routeOnModel();  // with the model in the body's first block, if it is there
+      } else if (phase_ == Phase::DecodeComplete && !held_) {
+        runChain(0);
+      }
+      if (finished_) return;
+      break;
+    case RequestIntake::Intake::Streamed:
+      break;
+  }
+  if (attempt_.stream != nullptr) attempt_.stream->onRequestBodyData();
+  applyBodyBackpressure();
+}
+
+void Exchange::rejectBodyTooLarge() {
+  const uint64_t max_body = runtime_->config().limits.max_body;
+  runtime_->metrics().rejections(Rejection::BodyTooLarge).Increment();
+  answer(makeProblem(problems::kBodyTooLarge, "the request body exceeds sluice's limit of " +
+                                                  std::to_string(max_body) +
+                                                  " bytes (limits.max_body)"),
+         ExchangeState::Failed);
+}
+
+void Exchange::decodeComplete() {
+  if (intake_.complete() && downstream_ != nullptr) {
+    // The codec read the end with the bytes that paused it: let it read
+    // again, so a client that leaves is seen at once.
+    downstream_->resumeRequestBody();
+  }
+  if (finished_) return;
+  if (attempt_.stream != nullptr) {
+    // A streamed body's end: the upstream has it all, so its time to answer starts now.
+    attempt_.stream->onRequestBodyData();
+    if (finished_ || attempt_.stream == nullptr) return;
+    attempt_.last_upstream_byte = clock().now();
+    armFirstByteTimer();
+    // Connected (its connect timer is gone) and no first-byte timer: idle time counts.
+    if (!timers_.armed(ExchangeSlot::FirstByte) && !timers_.armed(ExchangeSlot::Connect))
+      armIdleTimer();
+    return;
+  }
+  if (held_) return;
+  if (awaitsModel()) {
+    routeOnModel();
+    return;
+  }
+  if (phase_ == Phase::DecodeComplete) runChain(0);
+}
+
+void Exchange::applyBodyBackpressure() {
+  if (downstream_ == nullptr || finished_) return;
+  switch (intake_.flow()) {
+    case RequestIntake::Flow::Keep:
+      break;
+    case RequestIntake::Flow::Pause:
+      downstream_->pauseRequestBody();
+      break;
+    case RequestIntake::Flow::Resume:
+      downstream_->resumeRequestBody();
+      break;
+  }
+}
+
+void Exchange::refuseBody() {
+  const uint64_t cap = runtime_->config().limits.max_buffered_body_bytes;
+  cancelWith(CancelReason::Overloaded, makeProblem(problems::kOverloaded,
+                                                   "request bodies held by sluice would exceed "
+                                                   "limits.max_buffered_body_bytes (" +
+                                                       std::to_string(cap) + " bytes)",
+                                                   CancelReason::Overloaded));
+}
+
+void Exchange::runChain(size_t from) {
+  for (size_t i = from; i < filters_.size(); ++i) {
+    StreamFilter& filter = *filters_[i];
+    FilterStatus status = FilterStatus::Continue;
+    switch (phase_) {
+      case Phase::DecodeHeaders:
+        status = filter.decodeHeaders(request_);
+        break;
+      case Phase::DecodeComplete:
+        status = filter.decodeComplete(intake_.body().prefix());
+        break;
+      case Phase::BeforeAttempt:
+        ++chain_depth_;
+        status = filter.beforeAttempt(*attempt_.request);
+        --chain_depth_;
+        if (spill_requested_) {
+          // The filter refused the attempt (refuseAttempt): the next upstream takes it.
+          spill_requested_ = false;
+          startAttempt(AttemptTarget::nextFallback());
+          return;
+        }
+        break;
+      case Phase::Done:
+        return;
+    }
+    if (finished_ || state_ == ExchangeState::Cancelling) return;
+    if (status == FilterStatus::StopIteration) {
+      held_ = true;
+      resume_index_ = i + 1;
+      return;
+    }
+  }
+  // The phase ran to its end: move on.
+  switch (phase_) {
+    case Phase::DecodeHeaders:
+      phase_ = Phase::DecodeComplete;
+      // A streamed body does not wait for its end: the attempt carries it.
+      if (intake_.requestComplete() || intake_.body().streaming()) runChain(0);
+      return;
+    case Phase::DecodeComplete:
+      startAttempt(AttemptTarget::sameUpstream());
+      return;
+    case Phase::BeforeAttempt:
+      sendAttempt();
+      return;
+    case Phase::Done:
+      return;
+  }
+}
+
+void Exchange::refuseAttempt(CancelReason reason,
+                             std::optional<std::chrono::milliseconds> retry_after) {
+  if (finished_) return;
+  if (!mayFallBackOn(reason)) {
+    cancel(reason, retry_after);
+    return;
+  }
+  // The attempt being prepared was never sent: its filters hear that it
+  // ended (what they hold for it is returned), and it is not an attempt.
+  AttemptEnd end = describeAttempt(AttemptOutcome::cancelled());
+  end.sent = false;
+  const std::string cause(toString(reason));
+  const AttemptVerdict verdict =
+      AttemptVerdict::retry(std::chrono::milliseconds(0), cause, AttemptTarget::nextFallback());
+  for (auto& filter : filters_) filter->onAttemptDone(end, verdict);
+  countFallback(cause);
+  --attempts_;
+  if (chain_depth_ > 0) {
+    spill_requested_ = true;  // runChain() starts it once the filter returned
+    return;
+  }
+  startAttempt(AttemptTarget::nextFallback());
+}
+
+void Exchange::continueDecoding() {
+  if (finished_ || !held_) return;
+  held_ = false;
+  runChain(resume_index_);
+}
+
+// --- attempts ---------------------------------------------------------------------
+
+void Exchange::startAttempt(const AttemptTarget& target) {
+  assert(attempt_.stream == nullptr && "one attempt at a time");
+  assert(intake_.body().replayable() && "a retry needs the whole body");
+  ++attempts_;
+  held_ = false;
+  // A retry prefers another endpoint than the one the last attempt failed on.
+  const EndpointRuntime* failed = attempt_.endpoint;
+  attempt_ = Attempt{};
+  attempt_.target = target;
+  if (target.kind == AttemptTarget::Kind::NextFallback) {
+    ++chain_index_;
+    failed = nullptr;
+    failed_endpoints_.clear();
+  }
+  for (;;) {
+    const UpstreamRuntime& upstream = *route_->chain[chain_index_];
+    attempt_.upstream = &upstream;
+    const EndpointChoice choice = chooseEndpoint(upstream, failed);
+    attempt_.endpoint = choice.endpoint != nullptr ? choice.endpoint : choice.anyway;
+    // None can take it now: spill over to the next upstream when the route
+    // says so; otherwise go anyway and let the filters answer (503
+    // circuit_open) or wait (the quota).
+    if (choice.endpoint != nullptr || !mayFallBackOn(choice.refusal)) break;
+    countFallback(std::string(toString(choice.refusal)));
+    ++chain_index_;
+    failed = nullptr;
+    failed_endpoints_.clear();
+  }
+  attempt_.request = std::make_unique<RequestHead>(
+      requestForUpstream(request_, *attempt_.upstream->config, attempt_.endpoint->config->url,
+                         downstream_ != nullptr ? downstream_->clientInfo() : ClientInfo{}));
+  attempt_.request->headers.remove("expect");  // sluice answered it (or reads the body anyway)
+  attempt_.destination = attempt_.endpoint->destination;
+  rewritten_body_.reset();
+  if (chain_index_ > 0) {
+    const std::string& model = route_->config->fallback[chain_index_ - 1].model;
+    std::optional<std::string> body;
+    if (!model.empty()) body = withTopLevelString(intake_.body().prefix(), "model", model);
+    if (body) {
+      // The same bytes with another model: counted against the process-wide cap as well.
+      auto rewritten = std::make_unique<RequestBody>(
+          &runtime_->bodyMemory(), runtime_->config().limits.max_buffered_body_bytes);
+      if (rewritten->append(body->data(), body->size())) {
+        rewritten->markComplete();
+        rewritten_body_ = std::move(rewritten);
+        attempt_.destination.model = model;
+      }
+    }
+  }
+  phase_ = Phase::BeforeAttempt;
+  runChain(0);
+}
+
+Exchange::EndpointChoice Exchange::chooseEndpoint(const UpstreamRuntime& upstream,
+                                                  const EndpointRuntime* failed) {
+  const auto& endpoints = upstream.endpoints;
+  const bool may_spill = fallbackAllowed();
+  const bool avoid_waiting =
+      may_spill && route_->config->fallback_wait == config::FallbackWait::Avoid;
+  // One endpoint and nowhere else to go: nothing to choose (the common case, no cost).
+  if (endpoints.size() == 1 && !may_spill) return {&endpoints[0], &endpoints[0]};
+
+  // The quota matters to the choice only among several endpoints, or when the
+  // route would rather spill over than wait.
+  const bool check_quota = upstream.config->rate_limit && (endpoints.size() > 1 || avoid_waiting);
+  std::string key;
+  uint64_t need = 0;
+  if (check_quota) {
+    // The key as the provider will see it: the upstream's `headers:` replace the client's.
+    const config::RateLimitConfig& rate_limit = *upstream.config->rate_limit;
+    const HeaderMap* headers = &request_.headers;
+    HeaderMap configured;
+    for (const auto& [name, value] : upstream.config->headers) {
+      if (name == rate_limit.key.header) {
+        configured.add(name, value);
+        headers = &configured;
+      }
+    }
+    key = quotaKeyFor(rate_limit, *headers);
+    need = estimateTokenNeed(intake_.body().prefix());
+  }
+  std::vector<EndpointView> views(endpoints.size());
+  std::vector<bool> circuit_ok(endpoints.size());
+  std::optional<size_t> avoid;
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    const EndpointRuntime& e = endpoints[i];
+    if (&e == failed) avoid = i;
+    circuit_ok[i] = e.breaker->state() != CircuitState::Open;
+    views[i].weight = e.config->weight;
+    views[i].priority = e.config->priority;
+    views[i].outstanding = e.breaker->activeRequests();
+    views[i].failed = std::find(failed_endpoints_.begin(), failed_endpoints_.end(), &e) !=
+                      failed_endpoints_.end();
+    views[i].available =
+        circuit_ok[i] && (!check_quota || e.quota == nullptr || e.quota->admitsNow(key, need));
+  }
+  const UniformRandom random = threadLocalUniform();
+  if (const auto pick = pickEndpoint(views, avoid, random)) return {&endpoints[*pick], nullptr};
+
+  // None available now. With a healthy circuit left it is the quota: the
+  // throttle may wait for it (or answer 429); otherwise the circuit breaker
+  // answers 503 circuit_open.
+  EndpointChoice choice;
+  bool any_circuit_ok = false;
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    views[i].available = circuit_ok[i];
+    any_circuit_ok = any_circuit_ok || circuit_ok[i];
+  }
+  if (!any_circuit_ok) {
+    for (auto& view : views) view.available = true;
+  }
+  choice.refusal = any_circuit_ok ? CancelReason::RateLimited : CancelReason::CircuitOpen;
+  // With a healthy circuit and the route preferring to wait, waiting is not a refusal.
+  if (any_circuit_ok && !avoid_waiting) {
+    choice.endpoint = &endpoints[*pickEndpoint(views, avoid, random)];
+    return choice;
+  }
+  choice.anyway = &endpoints[*pickEndpoint(views, avoid, random)];
+  return choice;
+}
+
+bool Exchange::fallbackAllowed() const {
+  if (route_->config == nullptr || chain_index_ + 1 >= route_->chain.size()) return false;
+  // The rules of a retry (docs/design.md §5): nothing reached the client yet, the
+  // body can be sent again, and the request is safe to repeat.
+  return !finished_ && !response_started_ && !discarding_ && state_ != ExchangeState::Cancelling &&
+         intake_.requestComplete() && !intake_.body().streaming() && intake_.body().replayable() &&
+         clock().now() < deadline_ &&
+         isRetrySafe(route_->config->retry.idempotent, request_.method,
+                     request_.headers.has("idempotency-key"));
+}
+
+bool Exchange::mayFallBackOn(CancelReason reason) const {
+  const config::FallbackOn& on =
+      route_->config != nullptr ? route_->config->fallback_on : config::FallbackOn{};
+  const bool listed = (reason == CancelReason::CircuitOpen && on.circuit_open) ||
+                      (reason == CancelReason::RateLimited && on.rate_limited) ||
+                      (reason == CancelReason::Overloaded && on.overloaded);
+  return listed && fallbackAllowed();
+}
+
+bool Exchange::mayFallBackOn(const AttemptOutcome& outcome) const {
+  return outcome.kind != OutcomeKind::Cancelled && fallbackAllowed() &&
+         attempts_ < route_->config->retry.attempts &&
+         outcomeIn(route_->config->fallback_on.outcomes, outcome);
+}
+
+AttemptVerdict Exchange::fallBackIfHelpful(const AttemptEnd& end, AttemptVerdict verdict) {
+  if (!mayRetry(end.outcome)) return verdict;
+  const bool may_fall_back = mayFallBackOn(end.outcome);
+  if (!verdict.isRetry() && !may_fall_back) return verdict;  // delivered, or no attempt follows
+  // Another attempt may follow: this endpoint failed for this request.
+  if (std::find(failed_endpoints_.begin(), failed_endpoints_.end(), attempt_.endpoint) ==
+      failed_endpoints_.end()) {
+    failed_endpoints_.push_back(attempt_.endpoint);
+  }
+  if (!may_fall_back) return verdict;
+  const auto& endpoints = attempt_.upstream->endpoints;
+  std::vector<EndpointView> views(endpoints.size());  // (only after a failed attempt)
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    const EndpointRuntime& e = endpoints[i];
+    views[i].available = e.breaker->state() != CircuitState::Open;
+    views[i].failed = std::find(failed_endpoints_.begin(), failed_endpoints_.end(), &e) !=
+                      failed_endpoints_.end();
+  }
+  if (routeAfterFailure(views, verdict.isRetry(), may_fall_back) != AttemptRoute::NextFallback) {
+    return verdict;
+  }
+  return AttemptVerdict::retry(std::chrono::milliseconds(0),
+                               std::string(toString(attemptResultFor(end.outcome))),
+                               AttemptTarget::nextFallback());
+}
+
+void Exchange::countFallback(const std::string& cause) {
+  ++fallbacks_;
+  route_->metrics
+      ->fallbacks(route_->chain[chain_index_]->name(), route_->chain[chain_index_ + 1]->name(),
+                  cause)
+      .Increment();
+}
+
+void Exchange::sendAttempt() {
+  phase_ = Phase::Done;
+  if (!transition(ExchangeState::Running)) return;
+  const config::UpstreamConfig& uc = *attempt_.upstream->config;
+  const MonotonicTime now = clock().now();
+
+  attempt_.last_upstream_byte = now;
+  timers_.arm(ExchangeSlot::Connect, now + uc.connect_timeout);
+  armFirstByteTimer();
+
+  UpstreamStreamSource& pool = host_.pool(*runtime_, attempt_.endpoint->pool_index);
+  // Waiting for a connection (none idle, or still connecting) takes one of the
+  // endpoint's max_pending slots until the stream is connected.
+  if (!pool.hasReadyStream() && !connect_wait_.acquire(*attempt_.endpoint->breaker)) {
+    cancel(CancelReason::Overloaded, kOverloadedRetryAfter);
+    return;
+  }
+  attempt_.stream = pool.acquire();
+  ++attempts_sent_;
+  // May report back synchronously.
+  attempt_.stream->sendRequest(*attempt_.request, attemptBody(), this);
+}
+
+AttemptVerdict Exchange::endAttempt(AttemptOutcome outcome, bool reuse, AttemptVerdict proposed) {
+  connect_wait_.release();
+  timers_.disarm(ExchangeSlot::Connect);
+  timers_.disarm(ExchangeSlot::FirstByte);
+  timers_.disarm(ExchangeSlot::Idle);
+  attempt_.endpoint->metrics->attempts(attemptResultFor(outcome)).Increment();
+  attempt_.cut = !outcome.isStatus();
+  attempt_.outcome = outcome;
+  const AttemptEnd end = describeAttempt(outcome);
+  AttemptVerdict verdict = proposed;
+  for (auto& filter : filters_) verdict = filter->decideAttempt(end, std::move(verdict));
+  if (verdict.isRetry() && !mayRetry(outcome)) verdict = std::move(proposed);
+  verdict = fallBackIfHelpful(end, std::move(verdict));
+  for (auto& filter : filters_) filter->onAttemptDone(end, verdict);
+  if (attempt_.stream != nullptr) {
+    UpstreamStream* stream = attempt_.stream;
+    attempt_.stream = nullptr;
+    stream->detach();
+    if (reuse) {
+      stream->release();
+    } else {
+      stream->reset();  // closes the connection / resets the stream now: generation stops
+    }
+  }
+  attempt_.upstream_paused = false;
+  return verdict;
+}
+
+AttemptEnd Exchange::describeAttempt(const AttemptOutcome& outcome) const {
+  AttemptEnd end;
+  end.outcome = outcome;
+  end.attempt = attempts_;
+  end.status = attempt_.status;
+  end.held_response = attempt_.held ? &attempt_.held->head : nullptr;
+  if (attempt_.held) end.held_body = attempt_.held->body;
+  end.response_started = response_started_;
+  // Never connected: not a byte of the request reached the upstream.
+  end.unprocessed =
+      attempt_.unprocessed || outcome.kind == OutcomeKind::ConnectError || !attempt_.connected;
+  end.delivered_body_bytes = deliveredBodyBytes();
+  end.cancel_reason = cancel_reason_;
+  end.finish_draining = discarding_;
+  return end;
+}
+
+bool Exchange::mayRetry(const AttemptOutcome& outcome) const {
+  // Not an attempt sluice tore down itself, not while cancelling, and never
+  // once something of the response went to the client.
+  return outcome.kind != OutcomeKind::Cancelled && !finished_ && state_ == ExchangeState::Running &&
+         !response_started_;
+}
+
+void Exchange::scheduleRetry(const AttemptVerdict::Retry& retry) {
+  attempt_.held.reset();  // the answer this retry replaces is never sent
+  if (retry.target.kind == AttemptTarget::Kind::NextFallback) {
+    countFallback(retry.cause);  // a spill-over, not a retry of this upstream
+  } else {
+    route_->metrics->retries(retry.cause).Increment();
+  }
+  // The access log speaks sluice_retries_total's vocabulary for a spill-over too.
+  retry_causes_.push_back(causeLabel(attempt_.outcome));
+  transition(ExchangeState::BackingOff);
+  // The sleep is a timer of this Exchange: a cancel (client gone, budget)
+  // clears it and no further attempt is made.
+  retry_target_ = retry.target;
+  timers_.arm(ExchangeSlot::RetryDelay, clock().now() + retry.delay);
+}
+
+void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
+  if (finished_) return;
+  // A response under way is never retried: it will be cut, after one final
+  // error event if the client can take it (decided before the spend meter reads).
+  const std::string final_event = response_started_ ? finalEventFor(problem) : std::string();
+  // The upstream broke the response the client is reading: the request ends
+  // cut (its status stays the one the client saw), with a reason the spend
+  // meter, the access log and sluice_cancellations_total all see.
+  if (response_started_ && outcome.kind == OutcomeKind::Reset && !cancel_reason_) {
+    cancel_reason_ = CancelReason::UpstreamReset;
+  }
+  const AttemptVerdict verdict = endAttempt(outcome, false, AttemptVerdict::fail(problem));
+  if (finished_) return;
+  if (const auto* retry = verdict.asRetry()) {
+    scheduleRetry(*retry);
+    return;
+  }
+  if (response_started_) {
+    if (cancel_reason_ == CancelReason::UpstreamReset && !cancel_counted_) {
+      route_->metrics->cancellations(*cancel_reason_).Increment();
+      cancel_counted_ = true;
+    }
+    cutResponse(final_event);
+    transition(ExchangeState::Failed);
+    finish(attempt_.status);
+    return;
+  }
+  if (discarding_) {
+    transition(ExchangeState::Failed);
+    finish(kClientClosedRequest);
+    return;
+  }
+  const auto* fail = verdict.asFail();
+  answer(fail != nullptr ? fail->problem : problem, ExchangeState::Failed);
+}
+
+void Exchange::onAttemptTimeout() {
+  if (finished_) return;
+  if (response_started_ || discarding_ || attempt_.held) {
+    cancel(CancelReason::UpstreamTimeout);
+    return;
+  }
+  // Nothing reached the client: the attempt failed with `timeout`, which the
+  // retry filter may retry. Otherwise the exchange stops with upstream_timeout.
+  const MonotonicTime decided = clock().preciseNow();
+  const AttemptVerdict verdict =
+      endAttempt(AttemptOutcome::timeout(), /*reuse=*/false,
+                 AttemptVerdict::fail(problemFor(CancelReason::UpstreamTimeout, std::nullopt)));
+  attempt_.upstream->metrics->cancelPropagation().Observe(seconds(clock().preciseNow() - decided));
+  if (finished_) return;
+  if (const auto* retry = verdict.asRetry()) {
+    scheduleRetry(*retry);
+    return;
+  }
+  const auto* fail = verdict.asFail();
+  cancelWith(CancelReason::UpstreamTimeout,
+             fail != nullptr ? std::optional<Problem>(fail->problem) : std::nullopt);
+}
+
+void Exchange::armFirstByteTimer() {
+  // A streamed upload is not the upstream's time to answer: it runs once
+  // the upstream has the whole request.
+  const auto timeout = route_->config->first_byte_timeout;
+  if (timeout.count() <= 0 || !intake_.requestComplete() || attempt_.status != 0) return;
+  timers_.arm(ExchangeSlot::FirstByte, clock().now() + timeout);
+}
+
+void Exchange::armIdleTimer() {
+  // Nor is a stalled upload a stalled upstream (body_read_timeout is the client's).
+  if (route_->config == nullptr || attempt_.upstream_paused || attempt_.stream == nullptr ||
+      !intake_.requestComplete()) {
+    return;
+  }
+  const auto idle = route_->config->idle_timeout;
+  if (idle.count() <= 0) return;
+  timers_.arm(ExchangeSlot::Idle, attempt_.last_upstream_byte + idle);
+}
+
+// --- UpstreamCallbacks --------------------------------------------------------------
+
+void Exchange::onUpstreamConnected() {
+  attempt_.connected = true;
+  connect_wait_.release();
+  timers_.disarm(ExchangeSlot::Connect);
+  if (!timers_.armed(ExchangeSlot::FirstByte))
+    armIdleTimer();  // waiting for the first byte counts as idle
+}
+
+void Exchange::onUpstreamBodySent(uint64_t offset) {
+  attempt_.body_sent = offset;
+  intake_.body().discardBefore(offset);  // a streamed body frees what the upstream took
+  applyBodyBackpressure();
+  // The upstream answered before it took the whole body: the rest goes once it has.
+  if (response_started_ && attempt_.body_sent == attemptBody().size()) releaseReplayState();
+}
+
+void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
+  if (finished_) return;
+  timers_.disarm(ExchangeSlot::FirstByte);
+  attempt_.status = head.status;
+  attempt_.last_upstream_byte = clock().now();
+  rewriteResponseForDownstream(head);
+  // Every filter sees every response head (the spend meter must know a held
+  // 503 is not billable); StopIteration from any of them holds the response.
+  bool hold = false;
+  for (auto& filter : filters_) {
+    hold = filter->encodeHeaders(head, end_stream) == FilterStatus::StopIteration || hold;
+    if (finished_) return;
+  }
+  // An answer the route falls back on waits too: the next upstream may replace it.
+  hold = hold || mayFallBackOn(AttemptOutcome::fromStatus(head.status));
+  if (hold) {
+    // Held back until the attempt ends: maybe retried, maybe released.
+    attempt_.held = std::make_unique<HeldResponse>();
+    attempt_.held->head = std::move(head);
+    armIdleTimer();
+    return;
+  }
+  sendResponseHead(head);
+  armIdleTimer();
+}
+
+void Exchange::sendResponseHead(ResponseHead& head) {
+  head.headers.set("x-sluice-attempts", std::to_string(attempts_sent_));
+  head.headers.set("x-sluice-upstream", attempt_.upstream->name());
+  if (!discarding_ && downstream_ != nullptr) {
+    response_started_ = true;
+    beginResponse(head, /*from_upstream=*/true);
+    attempt_.sse_dialect =
+        sseDialectFor(request_.pathOnly(), head.headers.get("content-type").value_or(""));
+    attempt_.forwarded_tail = 0;
+    downstream_->encodeHeaders(std::move(head), false);  // not read after: handed over
+    releaseReplayState();
+  }
+}
+
+void Exchange::releaseReplayState() {
+  // Moved out and destroyed, not assigned an empty value: a string's move
+  // assignment from a short (inline) one keeps the target's heap buffer, so
+  // `= HeaderMap{}` freed nothing of a head's bytes.
+  attempt_.request.reset();          // the transport sent it (UpstreamStream::sendRequest)
+  releaseStorage(request_.headers);  // FilterCallbacks::request() says so
+  RequestBody& sent = attemptBody();
+  if (!sent.complete() || attempt_.body_sent < sent.size()) return;  // the transport reads it still
+  sent.releaseAll();
+  if (&sent != &intake_.body() && intake_.body().complete()) intake_.body().releaseAll();
+}
+
+void Exchange::beginResponse(ResponseHead& head, bool from_upstream) {
+  if (from_upstream) {
+    // Providers answer with their own x-request-id (what their support asks
+    // for): the client gets sluice's id, and the provider's alongside.
+    const auto theirs = head.headers.get("x-request-id");
+    if (theirs && *theirs != identity_.request_id) {
+      const std::string copy(*theirs);  // set() may move the header it points into
+      head.headers.set("x-sluice-upstream-request-id", copy);
+    }
+  }
+  head.headers.set("x-request-id", identity_.request_id);
+  // The Anthropic SDKs read `request-id` (err.requestID): sluice's own
+  // answers carry it too, so that id finds the access log line.
+  if (!from_upstream) head.headers.set("request-id", identity_.request_id);
+  if (first_byte_at_) return;
+  first_byte_at_ = clock().now();
+  if (from_upstream) route_->metrics->timeToFirstByte().Observe(seconds(*first_byte_at_ - start_));
+}
+
+void Exchange::releaseHeldResponse(bool end_stream) {
+  const std::unique_ptr<HeldResponse> held = std::move(attempt_.held);
+  ResponseHead& head = held->head;
+  const std::string& body = held->body;
+  sendResponseHead(head);
+  if (!discarding_ && downstream_ != nullptr) {
+    noteForwarded(body.data(), body.size());
+    const bool trailers = end_stream && attempt_.trailers != nullptr;
+    downstream_->encodeData(body.data(), body.size(), end_stream && !trailers);
+    if (trailers) endResponse();
+  }
+}
+
+void Exchange::endResponse() {
+  if (attempt_.trailers == nullptr) {
+    downstream_->encodeData(nullptr, 0, true);
+    return;
+  }
+  const std::unique_ptr<HeaderMap> trailers = std::move(attempt_.trailers);
+  downstream_->encodeTrailers(std::move(*trailers));
+}
+
+void Exchange::onUpstreamTrailers(HeaderMap&& trailers) {
+  // Never merged into a head (RFC 9110 §6.5.1): the client gets them as
+  // trailers, at the response's end, or not at all.
+  if (finished_ || !client_takes_trailers_) return;
+  rewriteTrailersForDownstream(trailers);
+  if (trailers.empty()) return;
+  attempt_.trailers = std::make_unique<HeaderMap>(std::move(trailers));
+}
+
+void Exchange::onUpstreamData(const char* data, size_t len) {
+  if (finished_) return;
+  attempt_.last_upstream_byte = clock().now();
+  response_bytes_ += len;
+  for (auto& filter : filters_) filter->encodeData(data, len, false);
+  if (attempt_.held) {
+    if (attempt_.held->body.size() + len <= kMaxHeldBody) {
+      attempt_.held->body.append(data, len);
+      return;
+    }
+    releaseHeldResponse(false);  // too big to be an error worth retrying: stream it
+  }
+  if (discarding_ || downstream_ == nullptr) return;
+  noteForwarded(data, len);
+  downstream_->encodeData(data, len, false);
+  pauseUpstreamIfClientSlow();
+}
+
+void Exchange::pauseUpstreamIfClientSlow() {
+  if (discarding_ || downstream_ == nullptr) return;
+  if (!attempt_.upstream_paused && attempt_.stream != nullptr &&
+      downstream_->aboveHighWatermark()) {
+    // The client is slower than the upstream: stop reading the upstream until
+    // the client drains (onDownstreamWritable). Memory per stream stays bounded.
+    attempt_.upstream_paused = true;
+    attempt_.stream->pauseReading();
+    timers_.disarm(ExchangeSlot::Idle);
+  }
+}
+
+void Exchange::onUpstreamComplete() {
+  if (finished_) return;
+  for (auto& filter : filters_) filter->encodeData(nullptr, 0, true);
+  const AttemptVerdict verdict = endAttempt(AttemptOutcome::fromStatus(attempt_.status),
+                                            /*reuse=*/true, AttemptVerdict::deliver());
+  if (finished_) return;
+  if (const auto* retry = verdict.asRetry()) {
+    scheduleRetry(*retry);
+    return;
+  }
+  if (attempt_.held) {
+    if (const auto* fail = verdict.asFail()) {
+      // A filter refused the held answer: the client gets its problem instead.
+      attempt_.held.reset();
+      answer(fail->problem, ExchangeState::Failed);
+      return;
+    }
+    if (verdict.asDeliver()->discourage_client_retry) {
+      attempt_.held->head.headers.set("x-should-retry", "false");
+    }
+    releaseHeldResponse(true);
+    transition(ExchangeState::Completed);
+    finish(discarding_ || downstream_ == nullptr ? kClientClosedRequest : attempt_.status);
+    return;
+  }
+  if (discarding_ || downstream_ == nullptr) {
+    transition(ExchangeState::Completed);
+    finish(kClientClosedRequest);
+    return;
+  }
+  endResponse();
+  transition(ExchangeState::Completed);
+  finish(attempt_.status);
+}
+
+void Exchange::onUpstreamError(UpstreamError error, const std::string& detail) {
+  if (finished_) return;
+  attempt_.unprocessed = unprocessed(error);
+  const AttemptOutcome outcome = error == UpstreamError::ConnectError
+                                     ? AttemptOutcome::connectError()
+                                     : AttemptOutcome::reset();
+  const ProblemKind* kind = &problems::kUpstreamReset;
+  switch (error) {
+    case UpstreamError::ConnectError:
+      kind = &problems::kUpstreamConnectError;
+      break;
+    case UpstreamError::Protocol:
+      kind = &problems::kUpstreamProtocolError;
+      break;
+    case UpstreamError::Refused:
+      kind = &problems::kUpstreamRefused;
+      break;
+    case UpstreamError::Reset:
+      break;
+  }
+  failAttempt(outcome, makeProblem(*kind, detail));
+}
+
+// --- downstream events ----------------------------------------------------------------
+
+void Exchange::onDownstreamDisconnect(CancelReason reason) {
+  if (downstream_ != nullptr) undelivered_at_disconnect_ = downstream_->bufferedBytes();
+  downstream_ = nullptr;  // never write to the client again
+  if (finished_) return;
+  const bool finish_mode = route_->config != nullptr && route_->config->on_client_disconnect ==
+                                                            config::ClientDisconnectMode::Finish;
+  // A streamed request cut short cannot complete upstream: cancel it instead.
+  if (finish_mode && attempt_.stream != nullptr && state_ == ExchangeState::Running &&
+      intake_.requestComplete()) {
+    // Let the side-effecting call complete, within finish_grace; its output is leaked.
+    discarding_ = true;
+    if (!cancel_reason_) cancel_reason_ = reason;
+    route_->metrics->cancellations(*cancel_reason_).Increment();
+    cancel_counted_ = true;
+    if (attempt_.upstream_paused) {
+      attempt_.upstream_paused = false;
+      attempt_.stream->resumeReading();
+      attempt_.last_upstream_byte = clock().now();
+      armIdleTimer();
+    }
+    // The first grace holds (its cancel's reason is cancel_reason_, set above).
+    if (!timers_.armed(ExchangeSlot::FinishGrace)) {
+      timers_.arm(ExchangeSlot::FinishGrace, clock().now() + route_->config->finish_grace);
+    }
+    return;
+  }
+  cancel(reason);
+}
+
+void Exchange::onDownstreamWritable() {
+  if (finished_ || !attempt_.upstream_paused || attempt_.stream == nullptr) return;
+  attempt_.upstream_paused = false;
+  attempt_.stream->resumeReading();
+  attempt_.last_upstream_byte = clock().now();
+  armIdleTimer();
+}
+
+// --- endings --------------------------------------------------------------------------
+
+void Exchange::cancel(CancelReason reason, std::optional<std::chrono::milliseconds> retry_after) {
+  cancelWith(reason, std::nullopt, retry_after);
+}
+
+void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_with,
+                          std::optional<std::chrono::milliseconds> retry_after) {
+  if (finished_ || isTerminal(state_) || state_ == ExchangeState::Cancelling) return;
+  if (!cancel_reason_) cancel_reason_ = reason;  // first cause wins
+  const MonotonicTime decided = clock().preciseNow();
+  const bool had_attempt = attempt_.stream != nullptr;
+  transition(ExchangeState::Cancelling);
+  timers_.clear();  // wakes nothing: every sleep of this request ends here
+  Problem problem =
+      answer_with ? std::move(*answer_with) : problemFor(*cancel_reason_, retry_after);
+  std::string final_event;
+  // Decided before the attempt ends: the spend meter must know whether what
+  // is buffered for the client will still be delivered.
+  if (downstream_ != nullptr && response_started_ && clientStillListening(*cancel_reason_)) {
+    final_event = finalEventFor(problem);
+  }
+  if (had_attempt) {
+    // Torn down: the verdict can only be this cancel's answer (no retry).
+    endAttempt(*cancel_reason_ == CancelReason::UpstreamTimeout ? AttemptOutcome::timeout()
+                                                                : AttemptOutcome::cancelled(),
+               /*reuse=*/false, AttemptVerdict::fail(problem));
+    attempt_.upstream->metrics->cancelPropagation().Observe(
+        seconds(clock().preciseNow() - decided));
+  }
+  if (!cancel_counted_) {
+    route_->metrics->cancellations(*cancel_reason_).Increment();
+    cancel_counted_ = true;
+  }
+  int code = kClientClosedRequest;
+  if (downstream_ != nullptr) {
+    if (!response_started_) {
+      sendProblem(problem);
+      code = problem.status;
+    } else {
+      cutResponse(final_event);
+      code = attempt_.status;
+    }
+  }
+  transition(ExchangeState::Cancelled);
+  finish(code);
+}
+
+void Exchange::sendLocalReply(const Problem& problem) {
+  if (finished_) return;
+  if (attempt_.stream != nullptr) {
+    endAttempt(AttemptOutcome::cancelled(), false, AttemptVerdict::fail(problem));
+  }
+  answer(problem, ExchangeState::Completed);
+}
+
+void Exchange::answer(Problem problem, ExchangeState terminal) {
+  if (finished_) return;
+  sendProblem(problem);
+  // An attempt still in flight (a streamed body refused midway) is torn down.
+  if (attempt_.stream != nullptr) {
+    endAttempt(AttemptOutcome::cancelled(), false, AttemptVerdict::fail(problem));
+  }
+  transition(terminal);
+  finish(problem.status);
+}
+
+void Exchange::sendProblem(Problem& problem) {
+  for (auto& filter : filters_) filter->encodeLocalReply(problem);
+  if (downstream_ == nullptr || response_started_) return;
+  LocalReply reply = makeProblemReply(problem);
+  if (attempts_sent_ > 0) {
+    reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_sent_));
+  }
+  response_started_ = true;
+  beginResponse(reply.head, /*from_upstream=*/false);
+  bytes_out_ += reply.body.size();
+  downstream_->encodeHeaders(std::move(reply.head), false);
+  downstream_->encodeData(reply.body.data(), reply.body.size(), true);
+}
+
+std::string Exchange::finalEventFor(const Problem& problem) {
+  if (downstream_ == nullptr || discarding_ || attempt_.sse_dialect == SseDialect::None ||
+      !atEventBoundary(attempt_.forwarded_tail)) {
+    return "";  // an event appended inside another would garble both
+  }
+  std::string event = sseErrorEvent(attempt_.sse_dialect, problem);
+  if (!downstream_->canWriteWithoutWaiting(event.size())) return "";
+  attempt_.cut_flushes = true;
+  return event;
+}
+
+void Exchange::cutResponse(const std::string& final_event) {
+  if (downstream_ == nullptr) return;
+  if (final_event.empty()) {
+    downstream_->resetStream();
+  } else {
+    downstream_->resetStreamAfter(final_event);
+  }
+}
+
+void Exchange::noteForwarded(const char* data, size_t len) {
+  attempt_.forwarded_bytes += len;
+  bytes_out_ += len;
+  if (attempt_.sse_dialect == SseDialect::None) return;
+  for (size_t i = len > 4 ? len - 4 : 0; i < len; ++i) {
+    attempt_.forwarded_tail = attempt_.forwarded_tail << 8 | static_cast<uint8_t>(data[i]);
+  }
+}
+
+Problem Exchange::problemFor(CancelReason reason,
+                             std::optional<std::chrono::milliseconds> retry_after) const {
+  const UpstreamRuntime* current =
+      attempt_.upstream != nullptr ? attempt_.upstream : route_->upstream;
+  CancelContext context;
+  context.upstream = current != nullptr ? std::string_view(current->name()) : "none";
+  if (deadline_ != MonotonicTime::max()) {
+    context.budget = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - start_);
+  }
+  context.attempts = attempts_sent_;
+  return problemForCancel(reason, context, retry_after);
+}
+
+void Exchange::finish(int status_code) {
+  if (finished_) return;
+  finished_ = true;
+  phase_ = Phase::Done;
+  timers_.clear();
+  connect_wait_.release();
+  if (attempt_.stream != nullptr) {  // a safety net: every ending above ended its attempt
+    endAttempt(AttemptOutcome::cancelled(), false,
+               AttemptVerdict::fail(problemFor(
+                   cancel_reason_.value_or(CancelReason::ClientDisconnect), std::nullopt)));
+  }
+  for (auto& filter : filters_) filter->onDestroy();
+  RouteMetrics& m = *route_->metrics;
+  const MonotonicTime now = clock().now();
+  m.requests(status_code).Increment();
+  m.duration().Observe(seconds(now - start_));
+  m.active().Decrement();
+  logAccess(status_code, now);
+  if (DownstreamStream* d = downstream_) {
+    downstream_ = nullptr;
+    // Answered before the upload ended: the codec reads (and drops) the rest.
+    if (intake_.takeClientPaused()) d->resumeRequestBody();
+    d->onExchangeDone();
+  }
+  host_.retire(*this);
+}
+
+uint64_t Exchange::deliveredBodyBytes() const {
+  // While the client is attached everything handed over counts (what is still
+  // buffered will be written) unless the attempt was cut: then the response is
+  // cut too and its buffer dropped — except when a final SSE error event goes
+  // out first, after what is buffered. Once the client left, what was stuck in
+  // sluice did not reach it.
+  uint64_t stuck = undelivered_at_disconnect_;
+  if (downstream_ != nullptr) {
+    stuck = attempt_.cut && !attempt_.cut_flushes ? downstream_->bufferedBytes() : 0;
+  }
+  return attempt_.forwarded_bytes > stuck ? attempt_.forwarded_bytes - stuck : 0;
+}
+
+std::function<void()> Exchange::crossThreadWaker(std::function<void()> fn) {
+  Dispatcher* dispatcher = &host_.dispatcher();
+  ExchangeHost* host = &host_;
+  const uint64_t id = id_;
+  return [dispatcher, host, id, fn = std::move(fn)] {
+    dispatcher->post([host, id, fn] {
+      if (host->alive(id)) fn();
+    });
+  };
+}
+
+void Exchange::recordRun(std::string_view run_id, std::string_view parent_run_id) {
+  run_id_ = std::string(run_id);
+  parent_run_id_ = std::string(parent_run_id);
+}
+
+void Exchange::recordUsage(const AttemptUsage& usage) {
+  if (!usage.model.empty()) model_ = std::string(usage.model);
+  usage_.input_tokens += usage.input_tokens;
+  usage_.output_tokens += usage.output_tokens;
+  usage_.spend_usd += usage.spend_usd;
+  usage_.leaked_usd += usage.leaked_usd;
+}
+
+void Exchange::logAccess(int status_code, MonotonicTime now) const {
+  AccessLogBuffer* log = host_.accessLog();
+  if (log == nullptr) return;
+  const auto age = now - start_;
+  AccessRecord r;
+  r.start = clock().systemNow() - std::chrono::duration_cast<SystemTime::duration>(age);
+  r.request_id = identity_.request_id;
+  r.trace_id = identity_.trace_id;
+  r.route = route_->name();
+  // The last attempt's upstream and endpoint: who answered (or failed last).
+  const UpstreamRuntime* upstream =
+      attempt_.upstream != nullptr ? attempt_.upstream : route_->upstream;
+  r.upstream = upstream != nullptr ? std::string_view(upstream->name()) : "none";
+  if (attempt_.endpoint != nullptr) r.endpoint = attempt_.endpoint->name();
+  r.fallbacks = fallbacks_;
+  r.method = request_.method;
+  r.path = request_.pathOnly();
+  r.protocol = request_.version_major == 2   ? "HTTP/2"
+               : request_.version_minor == 0 ? "HTTP/1.0"
+                                             : "HTTP/1.1";
+  r.status = status_code;
+  r.attempts = attempts_sent_;
+  r.retry_causes = retry_causes_;
+  r.duration_ms = std::chrono::duration<double, std::milli>(age).count();
+  if (first_byte_at_) {
+    r.ttfb_ms = std::chrono::duration<double, std::milli>(*first_byte_at_ - start_).count();
+  }
+  r.cancel_reason = cancel_reason_;
+  r.model = model_;
+  r.input_tokens = usage_.input_tokens;
+  r.output_tokens = usage_.output_tokens;
+  r.spend_usd = usage_.spend_usd;
+  r.leaked_usd = usage_.leaked_usd;
+  r.bytes_in = intake_.bytesIn();
+  r.bytes_out = bytes_out_;
+  r.run_id = run_id_;
+  r.parent_run_id = parent_run_id_;
+  log->append(r);
+}
+
+// --- timers (ExchangeTimers: one wake at the earliest) ----------------------------------
+
+TimerId Exchange::armTimer(MonotonicTime at, std::function<void()> cb) {
+  return timers_.armCallback(at, std::move(cb));
+}
+
+void Exchange::disarmTimer(TimerId id) { timers_.disarmCallback(id); }
+
+void Exchange::setDeadline(MonotonicTime deadline) {
+  deadline_ = deadline;
+  deadline_reason_ = CancelReason::BudgetExhausted;
+  timers_.arm(ExchangeSlot::Deadline, deadline);
+}
+
+void Exchange::lowerDeadline(MonotonicTime deadline, CancelReason reason) {
+  if (deadline >= deadline_) return;
+  deadline_ = deadline;
+  deadline_reason_ = reason;
+  timers_.arm(ExchangeSlot::Deadline, deadline);
+}
+
+void Exchange::onSlot(ExchangeSlot slot) {
+  switch (slot) {
+    case ExchangeSlot::Deadline:
+      cancel(deadline_reason_);
+      return;
+    case ExchangeSlot::Connect:
+      failAttempt(AttemptOutcome::connectError(),
+                  makeProblem(problems::kUpstreamConnectTimeout,
+                              "no connection to upstream " + attempt_.upstream->name() + " (" +
+                                  attempt_.endpoint->name() + ") within connect_timeout"));
+      return;
+    case ExchangeSlot::FirstByte:
+      onAttemptTimeout();
+      return;
+    case ExchangeSlot::Idle: {
+      if (attempt_.upstream_paused || attempt_.stream == nullptr) return;
+      const MonotonicTime due = attempt_.last_upstream_byte + route_->config->idle_timeout;
+      if (clock().now() >= due) {
+        onAttemptTimeout();
+      } else {
+        armIdleTimer();  // bytes arrived since: sleep until the new due time
+      }
+      return;
+    }
+    case ExchangeSlot::RetryDelay:
+      startAttempt(retry_target_);
+      return;
+    case ExchangeSlot::FinishGrace:
+      cancel(cancel_reason_.value_or(CancelReason::ClientDisconnect));
+      return;
+  }
+}
+
+// --- introspection -----------------------------------------------------------------------
+
+ExchangeSnapshot Exchange::snapshot() const {
+  ExchangeSnapshot s;
+  const MonotonicTime now = clock().now();
+  s.id = id_;
+  s.request_id = identity_.request_id;
+  s.route = route_->name();
+  const UpstreamRuntime* upstream =
+      attempt_.upstream != nullptr ? attempt_.upstream : route_->upstream;
+  s.upstream = upstream != nullptr ? upstream->name() : "none";
+  if (attempt_.endpoint != nullptr) s.endpoint = attempt_.endpoint->name();
+  s.fallbacks = fallbacks_;
+  s.method = request_.method;
+  s.path = std::string(request_.pathOnly());
+  s.state = std::string(toString(state_));
+  s.cancel_reason = cancel_reason_ ? std::string(toString(*cancel_reason_)) : "";
+  s.attempts = attempts_;
+  s.age_seconds = seconds(now - start_);
+  s.budget_left_seconds = deadline_ == MonotonicTime::max() ? -1 : seconds(deadline_ - now);
+  s.client_attached = downstream_ != nullptr;
+  s.upstream_paused = attempt_.upstream_paused;
+  s.downstream_buffered_bytes = downstream_ != nullptr ? downstream_->bufferedBytes() : 0;
+  s.response_bytes = response_bytes_;
+  return s;
+}
+
+}  // namespace sluice

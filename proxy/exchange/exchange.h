@@ -1,0 +1,410 @@
+#pragma once
+
+// The Exchange: the single owner of one client request (docs/design.md §1).
+//
+// It owns the cancel token (cancel(), first cause wins), the deadline, every
+// timer of the request (one libevent timer armed at the earliest of them, as
+// HAProxy does per stream), the filter chain and the in-flight upstream
+// attempt. The downstream codec feeds it the request and is told about the
+// response; the upstream connection reports to it. Nothing asynchronous that
+// belongs to a request outlives its Exchange.
+//
+// Lifecycle: an explicit state machine (exchange_state.h). Every state change
+// goes through transition(), which refuses illegal edges.
+//
+// The attempt loop: startAttempt(target) runs the per-attempt chain and sends
+// the attempt; whatever ends it (response end, transport error, timer,
+// cancel) goes through endAttempt(), which describes the ending in one
+// AttemptEnd, asks the chain for an AttemptVerdict (Deliver | Retry | Fail,
+// proposed by the Exchange, decided by the filters: common/attempt.h), reports
+// it to every filter and returns it; the caller acts on it. A Retry backs off
+// on a timer of this Exchange, then startAttempt(verdict's target).
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/attempt.h"
+#include "common/cancel_reason.h"
+#include "common/problem.h"
+#include "filters/filter.h"
+#include "proxy/downstream/downstream_stream.h"
+#include "proxy/downstream/request_decoder.h"
+#include "proxy/event/dispatcher.h"
+#include "proxy/event/event_util.h"
+#include "proxy/exchange/exchange_state.h"
+#include "proxy/exchange/exchange_timers.h"
+#include "proxy/exchange/filter_chain.h"
+#include "proxy/exchange/request_intake.h"
+#include "proxy/exchange/runtime.h"
+#include "proxy/http/request_body.h"
+#include "proxy/http/request_id.h"
+#include "proxy/upstream/upstream_stream.h"
+
+namespace sluice {
+
+class AccessLogBuffer;
+class Exchange;
+class IdGenerator;
+
+/** What the Exchange needs from the worker that hosts it. */
+class ExchangeHost {
+ public:
+  virtual ~ExchangeHost() = default;
+  virtual Dispatcher& dispatcher() = 0;
+  /** This worker's pool number `index` of `runtime` (an endpoint's: EndpointRuntime::pool_index).
+   */
+  virtual UpstreamStreamSource& pool(const Runtime& runtime, size_t index) = 0;
+  /** The Exchange has finished: the host deletes it (deferred). */
+  virtual void retire(Exchange& exchange) = 0;
+  /** True while exchange `id` exists on this host and has not finished. */
+  virtual bool alive(uint64_t id) const = 0;
+  /** This worker's source of request and trace ids (docs/design.md §7). */
+  virtual IdGenerator& ids() = 0;
+  /** This worker's access log buffer; null while the access log is off. */
+  virtual AccessLogBuffer* accessLog() = 0;
+};
+
+/** A point-in-time view of an Exchange for the admin `/exchanges` endpoint. */
+struct ExchangeSnapshot {
+  uint64_t id = 0;
+  std::string request_id;
+  std::string route;
+  std::string upstream;  // the current (or last) attempt's; the route's before the first
+  std::string endpoint;  // the current (or last) attempt's; "" before the first
+  std::string method;
+  std::string path;
+  std::string state;
+  std::string cancel_reason;  // "" while none
+  uint32_t attempts = 0;
+  uint32_t fallbacks = 0;
+  double age_seconds = 0;
+  double budget_left_seconds = -1;  // -1 = unbounded
+  bool client_attached = true;
+  bool upstream_paused = false;  // backpressure: a slow client holds the upstream
+  size_t downstream_buffered_bytes = 0;
+  uint64_t response_bytes = 0;
+};
+
+class Exchange final : public DeferredDeletable,
+                       public RequestDecoder,
+                       public FilterCallbacks,
+                       private UpstreamCallbacks,
+                       private ExchangeTimers::Owner {
+ public:
+  /**
+   * `route` is null when no route matched (the Exchange answers 404).
+   * `start` is when the request headers arrived: the budget's origin.
+   */
+  Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const RouteRuntime* route,
+           DownstreamStream* downstream, MonotonicTime start);
+  ~Exchange() override;
+
+  // --- from the downstream codec ----------------------------------------------
+  /**
+   * The request head. Runs decodeHeaders; may answer at once (404, 400, 503
+   * when its declared body would pass `limits.max_buffered_body_bytes`).
+   */
+  void decodeHeaders(RequestHead&& head) override;
+  /**
+   * A slice of the request body; 413 above `limits.max_body`, 503
+   * `overloaded` when the process holds too much body already. A body a
+   * retry may replay is buffered whole before the first attempt; one that
+   * cannot be replayed (above RequestIntake::streamAbove()) is streamed: the attempt starts
+   * once that is known and each byte is freed when the upstream took it,
+   * the client paused while more than kBodyHighWatermark waits.
+   */
+  void decodeData(const char* data, size_t len) override;
+  /** The request is complete: the first attempt may start (a streamed one is under way). */
+  void decodeComplete() override;
+  /**
+   * The client went away (EOF, reset, RST_STREAM: `client_disconnect`), or
+   * sluice dropped it for not reading (send_timeout: `client_stalled`).
+   */
+  void onDownstreamDisconnect(CancelReason reason = CancelReason::ClientDisconnect) override;
+  /** The client drained its buffer below the low watermark: resume the upstream. */
+  void onDownstreamWritable() override;
+
+  // --- FilterCallbacks ------------------------------------------------------------
+  void continueDecoding() override;
+  void sendLocalReply(const Problem& problem) override;
+  void cancel(CancelReason reason,
+              std::optional<std::chrono::milliseconds> retry_after = std::nullopt) override;
+  TimerId armTimer(MonotonicTime at, std::function<void()> cb) override;
+  void disarmTimer(TimerId id) override;
+  const Clock& clock() const override { return host_.dispatcher().clock(); }
+  MonotonicTime deadline() const override { return deadline_; }
+  void setDeadline(MonotonicTime deadline) override;
+  void lowerDeadline(MonotonicTime deadline, CancelReason reason) override;
+  MonotonicTime startTime() const override { return start_; }
+  const RequestHead& request() const override { return request_; }
+  const RouteRuntime& route() const override { return *route_; }
+  uint32_t attemptNumber() const override { return attempts_; }
+  const AttemptDestination& destination() const override { return attempt_.destination; }
+  void refuseAttempt(CancelReason reason,
+                     std::optional<std::chrono::milliseconds> retry_after) override;
+  bool requestBodyReplayable() const override { return intake_.body().replayable(); }
+  std::function<void()> crossThreadWaker(std::function<void()> fn) override;
+
+  // --- introspection ----------------------------------------------------------
+  uint64_t id() const { return id_; }
+  ExchangeState state() const { return state_; }
+  std::optional<CancelReason> cancelReason() const override { return cancel_reason_; }
+  void recordUsage(const AttemptUsage& usage) override;
+  void recordRun(std::string_view run_id, std::string_view parent_run_id) override;
+  ExchangeSnapshot snapshot() const;
+  /** The request's x-request-id (kept from the client or generated). */
+  const std::string& requestId() const { return identity_.request_id; }
+
+ private:
+  enum class Phase { DecodeHeaders, DecodeComplete, BeforeAttempt, Done };
+
+  // UpstreamCallbacks
+  void onUpstreamConnected() override;
+  void onUpstreamBodySent(uint64_t offset) override;
+  void onUpstreamHeaders(ResponseHead&& head, bool end_stream) override;
+  void onUpstreamData(const char* data, size_t len) override;
+  void onUpstreamTrailers(HeaderMap&& trailers) override;
+  void onUpstreamComplete() override;
+  void onUpstreamError(UpstreamError error, const std::string& detail) override;
+
+  bool transition(ExchangeState to);
+  /** The route was matched without the body and has a `match.model` glob. */
+  bool awaitsModel() const {
+    return awaiting_model_ && (intake_.requestComplete() || intake_.body().streaming());
+  }
+  /**
+   * Matches the route again with the body's top-level "model" (docs/design.md §5,
+   * `match.model`), switches to the route that matches (or answers 404),
+   * then runs the request's filters from the start.
+   */
+  void routeOnModel();
+  void runChain(size_t from);
+  /** Pauses or resumes the client's upload around the body watermarks. */
+  void applyBodyBackpressure();
+  /** 503 `overloaded`: the body does not fit under `limits.max_buffered_body_bytes`. */
+  void refuseBody();
+  /**
+   * cancel(), answering `answer_with` (if nothing was sent yet) instead of
+   * the first cause's own problem.
+   */
+  void cancelWith(CancelReason reason, std::optional<Problem> answer_with,
+                  std::optional<std::chrono::milliseconds> retry_after = std::nullopt);
+  /**
+   * Starts the next attempt toward `target`: resets the per-attempt state,
+   * chooses the upstream of the route's chain and its endpoint (docs/design.md §5:
+   * NextFallback moves one step down the chain; an upstream none of whose
+   * endpoints is available now is skipped when the route falls back on why),
+   * rewrites the request for them and runs the per-attempt chain
+   * (beforeAttempt), which sends it. The one place an attempt's destination
+   * is chosen.
+   */
+  void startAttempt(const AttemptTarget& target);
+  /** An endpoint of `upstream` for the next attempt, or why none can take it now. */
+  struct EndpointChoice {
+    const EndpointRuntime* endpoint = nullptr;  // null: none available now
+    const EndpointRuntime* anyway = nullptr;    // the best unavailable one, to go to regardless
+    CancelReason refusal = CancelReason::CircuitOpen;  // why none is available
+  };
+  EndpointChoice chooseEndpoint(const UpstreamRuntime& upstream, const EndpointRuntime* failed);
+  /** True while the request may still move down its route's fallback chain. */
+  bool fallbackAllowed() const;
+  /** A fallback is allowed and the route falls back on `reason` (a refusal). */
+  bool mayFallBackOn(CancelReason reason) const;
+  /** A fallback is allowed for another attempt, and the route falls back on `outcome`. */
+  bool mayFallBackOn(const AttemptOutcome& outcome) const;
+  /**
+   * After the filters' verdict: move to the next fallback upstream when the
+   * attempt ended with a `fallback_on` outcome and retrying the current
+   * upstream cannot help (the filters did not retry, or every endpoint of it
+   * has failed for this request or has an open circuit): routeAfterFailure().
+   */
+  AttemptVerdict fallBackIfHelpful(const AttemptEnd& end, AttemptVerdict verdict);
+  /** Counts one spill-over from the current upstream to the next, for `cause`. */
+  void countFallback(const std::string& cause);
+  /** The body the attempt sends: the client's, or a copy naming the fallback's `model`. */
+  RequestBody& attemptBody() { return rewritten_body_ ? *rewritten_body_ : intake_.body(); }
+  void sendAttempt();
+  /**
+   * Ends the attempt in flight: its timers, its max_pending slot and its
+   * stream (released for reuse when `reuse`, else reset). Describes the
+   * ending (describeAttempt), folds `proposed` through the filters'
+   * decideAttempt, reports the verdict to every filter (onAttemptDone) and
+   * returns it for the caller to act on. A Retry the Exchange cannot act on
+   * (sluice tore the attempt down, the exchange is cancelling, a response is
+   * under way) becomes `proposed` again.
+   */
+  AttemptVerdict endAttempt(AttemptOutcome outcome, bool reuse, AttemptVerdict proposed);
+  /** The AttemptEnd of the attempt in flight, ended with `outcome`. */
+  AttemptEnd describeAttempt(const AttemptOutcome& outcome) const;
+  /** True while a Retry verdict can be acted on. */
+  bool mayRetry(const AttemptOutcome& outcome) const;
+  /** Acts on a Retry: drops the held answer, counts the retry, backs off, then startAttempt. */
+  void scheduleRetry(const AttemptVerdict::Retry& retry);
+  void onAttemptTimeout();
+  void failAttempt(AttemptOutcome outcome, const Problem& problem);
+  void answer(Problem problem, ExchangeState terminal);
+  /** Passes `problem` through the filters (encodeLocalReply) and sends it if nothing was sent. */
+  void sendProblem(Problem& problem);
+  /** 413 body-too-large, counted in the downstream rejections. */
+  void rejectBodyTooLarge();
+  void finish(int status_code);
+  Problem problemFor(CancelReason reason,
+                     std::optional<std::chrono::milliseconds> retry_after) const;
+  void armFirstByteTimer();
+  /**
+   * The one SSE error event that precedes a cut of the response under way
+   * (docs/design.md §8), or "" when none can be written: not an event stream of a
+   * known dialect, the forwarded bytes end inside an event, or the client
+   * cannot take it without waiting. Sets cut_flushes_ when there is one, so
+   * the spend meter counts what is buffered as delivered.
+   */
+  std::string finalEventFor(const Problem& problem);
+  /** Ends the response under way truncated, after `final_event` if there is one. */
+  void cutResponse(const std::string& final_event);
+  /** Body bytes of this attempt handed to the client (spend; SSE event boundaries). */
+  void noteForwarded(const char* data, size_t len);
+  void armIdleTimer();
+  void sendResponseHead(ResponseHead& head);
+  /**
+   * Every response head to the client passes here: it gets the request's
+   * x-request-id, and the time to first byte is taken (and observed in
+   * sluice_time_to_first_byte_seconds when the answer is the upstream's).
+   */
+  void beginResponse(ResponseHead& head, bool from_upstream);
+  /** One access log line for the finished request, when the log is on. */
+  void logAccess(int status_code, MonotonicTime now) const;
+  void releaseHeldResponse(bool end_stream);
+  /** Ends the response to the client: with the upstream's trailers when it takes them. */
+  void endResponse();
+  /**
+   * Response body bytes of the attempt that reached the client: what was
+   * handed to the client connection, minus what was still buffered in sluice
+   * when the client left (or what a cut drops).
+   */
+  uint64_t deliveredBodyBytes() const;
+  /** The client is slower than the upstream: stop reading the upstream. */
+  void pauseUpstreamIfClientSlow();
+  /**
+   * Once the upstream's response is under way no retry or fallback can
+   * replay the request: frees what only a replay reads (the request
+   * headers, the attempt's rewritten copy) and, once the transport took all
+   * of it, the body. Kept: the method, path and ids (access log, snapshot).
+   */
+  void releaseReplayState();
+
+  // ExchangeTimers::Owner
+  void onSlot(ExchangeSlot slot) override;
+  bool timersLive() const override { return !finished_; }
+
+  ExchangeHost& host_;
+  const uint64_t id_;
+  RuntimePtr runtime_;  // pinned: a reload never changes an in-flight request
+  const RouteRuntime* route_;
+  DownstreamStream* downstream_;
+  const MonotonicTime start_;
+
+  ExchangeState state_ = ExchangeState::Queued;
+  std::optional<CancelReason> cancel_reason_;
+  bool cancel_counted_ = false;
+  Phase phase_ = Phase::DecodeHeaders;
+  size_t resume_index_ = 0;
+  bool held_ = false;  // a filter returned StopIteration and has not resumed yet
+  bool finished_ = false;
+
+  RequestHead request_;
+  RequestIdentity identity_;
+  RequestIntake intake_;  // the body: its plan, the bytes, the client's upload paused or not
+  // The client can be sent a trailer section (HTTP/2) and asked for one
+  // (`te: trailers`): the upstream's trailers go to it; otherwise dropped.
+  bool client_takes_trailers_ = false;
+  bool awaiting_model_ = false;  // routeOnModel() runs once the body (or its start) is in
+  FilterChain filters_;
+
+  /**
+   * A response held back (a filter's StopIteration, or one a fallback may
+   * replace). Allocated only then: most attempts hold nothing, and every
+   * held stream keeps its Exchange (~130 bytes inline).
+   */
+  struct HeldResponse {
+    ResponseHead head;
+    std::string body;  // at most kMaxHeldBody; past that the response streams
+  };
+
+  // The attempt in flight (or the last one, until the next starts). Plain
+  // values, reset in one place: startAttempt(). Its live resources — the
+  // stream, the timers — are torn down by endAttempt().
+  struct Attempt {
+    AttemptTarget target;                       // what startAttempt() was asked for
+    const UpstreamRuntime* upstream = nullptr;  // where it went: an upstream of the chain
+    const EndpointRuntime* endpoint = nullptr;  // and one of its endpoints
+    AttemptDestination destination;             // the endpoint's, as the filters see it
+    UpstreamStream* stream = nullptr;           // from this worker's pool for the endpoint
+    // The request as the upstream sees it: from startAttempt() until the
+    // response is under way (releaseReplayState). Out of line: a held stream
+    // keeps its Exchange, not this (~130 bytes inline).
+    std::unique_ptr<RequestHead> request;
+    bool unprocessed = false;            // the upstream said it did not process the attempt
+    bool connected = false;              // onUpstreamConnected: the request went on the wire
+    bool upstream_paused = false;        // a slow client holds the upstream (backpressure)
+    int status = 0;                      // the response head's status; 0 until it arrived
+    std::unique_ptr<HeldResponse> held;  // a response a filter is holding back
+    // The response's trailers, for a client that takes them (client_takes_trailers_).
+    std::unique_ptr<HeaderMap> trailers;
+    uint64_t forwarded_bytes = 0;  // body bytes handed to the client
+    bool cut = false;              // ended without its response's end (cancel, reset, stall)
+    bool cut_flushes = false;      // the cut delivers what is buffered, then a final event
+    SseDialect sse_dialect = SseDialect::None;  // of the response under way (text/event-stream)
+    uint32_t forwarded_tail = 0;  // its last four body bytes: is it at an SSE event boundary?
+    uint64_t body_sent = 0;       // attemptBody() bytes the transport took (onUpstreamBodySent)
+    AttemptOutcome outcome;       // how it ended (endAttempt)
+    MonotonicTime last_upstream_byte{};
+    // Its timers are the slots Connect, FirstByte and Idle (below).
+  };
+  uint32_t attempts_ = 0;  // attempts started; the current one's number
+  // Attempts handed to an upstream connection (x-sluice-attempts, the access
+  // log): not one refused or dropped before it was sent (circuit, throttle).
+  uint32_t attempts_sent_ = 0;
+  Attempt attempt_;
+  // The route's chain (docs/design.md §5): route_->chain[chain_index_] takes the attempts.
+  size_t chain_index_ = 0;
+  // Endpoints of route_->chain[chain_index_] an attempt of this request failed on.
+  std::vector<const EndpointRuntime*> failed_endpoints_;
+  uint32_t fallbacks_ = 0;  // spill-overs so far
+  // The body naming the current fallback's `model`, when it has one.
+  std::unique_ptr<RequestBody> rewritten_body_;
+  // refuseAttempt() during runChain(): the spill-over waits for the chain to unwind.
+  int chain_depth_ = 0;
+  bool spill_requested_ = false;
+  PendingSlot connect_wait_;       // a max_pending slot while the attempt waits for a connection
+  bool response_started_ = false;  // something went to the client
+  bool discarding_ = false;        // finish mode: client gone, drain and discard
+  uint64_t response_bytes_ = 0;
+  uint64_t undelivered_at_disconnect_ = 0;  // still buffered in sluice when the client left
+
+  // For the access log (docs/design.md §7).
+  std::optional<MonotonicTime> first_byte_at_;  // first response byte to the client
+  std::vector<std::string> retry_causes_;
+  uint64_t bytes_out_ = 0;     // response body bytes handed to the client
+  std::string model_;          // the last attempt's model, as the spend filter read it
+  AttemptUsage usage_;         // summed over attempts (its `model` unused: see model_)
+  std::string run_id_;         // the request's run, if a task of one (docs/design.md §9)
+  std::string parent_run_id_;  // and that run's parent
+
+  AttemptTarget retry_target_;  // of the RetryDelay slot
+  // Every timer of this request: the named slots and the filters' timers,
+  // served by one scheduler timer at the earliest.
+  ExchangeTimers timers_;
+  MonotonicTime deadline_ = MonotonicTime::max();
+  // What reaching deadline_ means: the request's own budget, or its run's deadline.
+  CancelReason deadline_reason_ = CancelReason::BudgetExhausted;
+};
+
+using ExchangePtr = std::unique_ptr<Exchange>;
+
+}  // namespace sluice
