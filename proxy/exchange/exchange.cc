@@ -8,13 +8,11 @@
 #include "common/release_storage.h"
 #include "filters/attempt_outcome.h"
 #include "filters/retry/retry_decision.h"
-#include "filters/throttle/throttle_filter.h"
 #include "proxy/exchange/exchange_problem.h"
 #include "proxy/exchange/filter_chain.h"
 #include "proxy/exchange/request_intake.h"
 #include "proxy/http/header_rewrite.h"
 #include "proxy/observability/access_log.h"
-#include "proxy/upstream/endpoint_picker.h"
 
 namespace sluice {
 
@@ -66,6 +64,7 @@ Exchange::Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const Ro
       downstream_(downstream),
       start_(start),
       intake_(&runtime_->bodyMemory(), runtime_->config().limits.max_buffered_body_bytes),
+      router_(route_),
       timers_(host.dispatcher(), *this) {
   route_->metrics->active().Increment();
   if (route_->config != nullptr) {
@@ -147,6 +146,7 @@ void Exchange::routeOnModel() {
     filters_.clear();
     route_->metrics->active().Decrement();
     route_ = chosen != nullptr ? chosen : &runtime_->noRoute();
+    router_.reroute(route_);
     route_->metrics->active().Increment();
     if (route_->config == nullptr) {
       answer(makeProblem(problems::kNoRoute, "no route matches " + request_.method + " " +
@@ -298,7 +298,7 @@ void Exchange::runChain(size_t from) {
 void Exchange::refuseAttempt(CancelReason reason,
                              std::optional<std::chrono::milliseconds> retry_after) {
   if (finished_) return;
-  if (!mayFallBackOn(reason)) {
+  if (!router_.fallsBackOn(reason, mayReplay())) {
     cancel(reason, retry_after);
     return;
   }
@@ -310,7 +310,7 @@ void Exchange::refuseAttempt(CancelReason reason,
   const AttemptVerdict verdict =
       AttemptVerdict::retry(std::chrono::milliseconds(0), cause, AttemptTarget::nextFallback());
   for (auto& filter : filters_) filter->onAttemptDone(end, verdict);
-  countFallback(cause);
+  router_.countFallback(cause);
   --attempts_;
   if (chain_depth_ > 0) {
     spill_requested_ = true;  // runChain() starts it once the filter returned
@@ -333,36 +333,22 @@ void Exchange::startAttempt(const AttemptTarget& target) {
   ++attempts_;
   held_ = false;
   // A retry prefers another endpoint than the one the last attempt failed on.
-  const EndpointRuntime* failed = attempt_.endpoint;
+  const EndpointRuntime* last = attempt_.endpoint;
   attempt_ = Attempt{};
   attempt_.target = target;
-  if (target.kind == AttemptTarget::Kind::NextFallback) {
-    ++chain_index_;
-    failed = nullptr;
-    failed_endpoints_.clear();
-  }
-  for (;;) {
-    const UpstreamRuntime& upstream = *route_->chain[chain_index_];
-    attempt_.upstream = &upstream;
-    const EndpointChoice choice = chooseEndpoint(upstream, failed);
-    attempt_.endpoint = choice.endpoint != nullptr ? choice.endpoint : choice.anyway;
-    // None can take it now: spill over to the next upstream when the route
-    // says so; otherwise go anyway and let the filters answer (503
-    // circuit_open) or wait (the quota).
-    if (choice.endpoint != nullptr || !mayFallBackOn(choice.refusal)) break;
-    countFallback(std::string(toString(choice.refusal)));
-    ++chain_index_;
-    failed = nullptr;
-    failed_endpoints_.clear();
-  }
+  const AttemptRouter::Placement placement =
+      router_.place(target, last, mayReplay(), QuotaAsk{&request_.headers, intake_.body().prefix()},
+                    threadLocalUniform());
+  attempt_.upstream = placement.upstream;
+  attempt_.endpoint = placement.endpoint;
   attempt_.request = std::make_unique<RequestHead>(
       requestForUpstream(request_, *attempt_.upstream->config, attempt_.endpoint->config->url,
                          downstream_ != nullptr ? downstream_->clientInfo() : ClientInfo{}));
   attempt_.request->headers.remove("expect");  // sluice answered it (or reads the body anyway)
   attempt_.destination = attempt_.endpoint->destination;
   rewritten_body_.reset();
-  if (chain_index_ > 0) {
-    const std::string& model = route_->config->fallback[chain_index_ - 1].model;
+  if (router_.chainIndex() > 0) {
+    const std::string& model = router_.fallbackModel();
     std::optional<std::string> body;
     if (!model.empty()) body = withTopLevelString(intake_.body().prefix(), "model", model);
     if (body) {
@@ -380,132 +366,14 @@ void Exchange::startAttempt(const AttemptTarget& target) {
   runChain(0);
 }
 
-Exchange::EndpointChoice Exchange::chooseEndpoint(const UpstreamRuntime& upstream,
-                                                  const EndpointRuntime* failed) {
-  const auto& endpoints = upstream.endpoints;
-  const bool may_spill = fallbackAllowed();
-  const bool avoid_waiting =
-      may_spill && route_->config->fallback_wait == config::FallbackWait::Avoid;
-  // One endpoint and nowhere else to go: nothing to choose (the common case, no cost).
-  if (endpoints.size() == 1 && !may_spill) return {&endpoints[0], &endpoints[0]};
-
-  // The quota matters to the choice only among several endpoints, or when the
-  // route would rather spill over than wait.
-  const bool check_quota = upstream.config->rate_limit && (endpoints.size() > 1 || avoid_waiting);
-  std::string key;
-  uint64_t need = 0;
-  if (check_quota) {
-    // The key as the provider will see it: the upstream's `headers:` replace the client's.
-    const config::RateLimitConfig& rate_limit = *upstream.config->rate_limit;
-    const HeaderMap* headers = &request_.headers;
-    HeaderMap configured;
-    for (const auto& [name, value] : upstream.config->headers) {
-      if (name == rate_limit.key.header) {
-        configured.add(name, value);
-        headers = &configured;
-      }
-    }
-    key = quotaKeyFor(rate_limit, *headers);
-    need = estimateTokenNeed(intake_.body().prefix());
-  }
-  std::vector<EndpointView> views(endpoints.size());
-  std::vector<bool> circuit_ok(endpoints.size());
-  std::optional<size_t> avoid;
-  for (size_t i = 0; i < endpoints.size(); ++i) {
-    const EndpointRuntime& e = endpoints[i];
-    if (&e == failed) avoid = i;
-    circuit_ok[i] = e.breaker->state() != CircuitState::Open;
-    views[i].weight = e.config->weight;
-    views[i].priority = e.config->priority;
-    views[i].outstanding = e.breaker->activeRequests();
-    views[i].failed = std::find(failed_endpoints_.begin(), failed_endpoints_.end(), &e) !=
-                      failed_endpoints_.end();
-    views[i].available =
-        circuit_ok[i] && (!check_quota || e.quota == nullptr || e.quota->admitsNow(key, need));
-  }
-  const UniformRandom random = threadLocalUniform();
-  if (const auto pick = pickEndpoint(views, avoid, random)) return {&endpoints[*pick], nullptr};
-
-  // None available now. With a healthy circuit left it is the quota: the
-  // throttle may wait for it (or answer 429); otherwise the circuit breaker
-  // answers 503 circuit_open.
-  EndpointChoice choice;
-  bool any_circuit_ok = false;
-  for (size_t i = 0; i < endpoints.size(); ++i) {
-    views[i].available = circuit_ok[i];
-    any_circuit_ok = any_circuit_ok || circuit_ok[i];
-  }
-  if (!any_circuit_ok) {
-    for (auto& view : views) view.available = true;
-  }
-  choice.refusal = any_circuit_ok ? CancelReason::RateLimited : CancelReason::CircuitOpen;
-  // With a healthy circuit and the route preferring to wait, waiting is not a refusal.
-  if (any_circuit_ok && !avoid_waiting) {
-    choice.endpoint = &endpoints[*pickEndpoint(views, avoid, random)];
-    return choice;
-  }
-  choice.anyway = &endpoints[*pickEndpoint(views, avoid, random)];
-  return choice;
-}
-
-bool Exchange::fallbackAllowed() const {
-  if (route_->config == nullptr || chain_index_ + 1 >= route_->chain.size()) return false;
+bool Exchange::mayReplay() const {
   // The rules of a retry (docs/design.md §5): nothing reached the client yet, the
   // body can be sent again, and the request is safe to repeat.
-  return !finished_ && !response_started_ && !discarding_ && state_ != ExchangeState::Cancelling &&
-         intake_.requestComplete() && !intake_.body().streaming() && intake_.body().replayable() &&
-         clock().now() < deadline_ &&
+  return route_->config != nullptr && !finished_ && !response_started_ && !discarding_ &&
+         state_ != ExchangeState::Cancelling && intake_.requestComplete() &&
+         !intake_.body().streaming() && intake_.body().replayable() && clock().now() < deadline_ &&
          isRetrySafe(route_->config->retry.idempotent, request_.method,
                      request_.headers.has("idempotency-key"));
-}
-
-bool Exchange::mayFallBackOn(CancelReason reason) const {
-  const config::FallbackOn& on =
-      route_->config != nullptr ? route_->config->fallback_on : config::FallbackOn{};
-  const bool listed = (reason == CancelReason::CircuitOpen && on.circuit_open) ||
-                      (reason == CancelReason::RateLimited && on.rate_limited) ||
-                      (reason == CancelReason::Overloaded && on.overloaded);
-  return listed && fallbackAllowed();
-}
-
-bool Exchange::mayFallBackOn(const AttemptOutcome& outcome) const {
-  return outcome.kind != OutcomeKind::Cancelled && fallbackAllowed() &&
-         attempts_ < route_->config->retry.attempts &&
-         outcomeIn(route_->config->fallback_on.outcomes, outcome);
-}
-
-AttemptVerdict Exchange::fallBackIfHelpful(const AttemptEnd& end, AttemptVerdict verdict) {
-  if (!mayRetry(end.outcome)) return verdict;
-  const bool may_fall_back = mayFallBackOn(end.outcome);
-  if (!verdict.isRetry() && !may_fall_back) return verdict;  // delivered, or no attempt follows
-  // Another attempt may follow: this endpoint failed for this request.
-  if (std::find(failed_endpoints_.begin(), failed_endpoints_.end(), attempt_.endpoint) ==
-      failed_endpoints_.end()) {
-    failed_endpoints_.push_back(attempt_.endpoint);
-  }
-  if (!may_fall_back) return verdict;
-  const auto& endpoints = attempt_.upstream->endpoints;
-  std::vector<EndpointView> views(endpoints.size());  // (only after a failed attempt)
-  for (size_t i = 0; i < endpoints.size(); ++i) {
-    const EndpointRuntime& e = endpoints[i];
-    views[i].available = e.breaker->state() != CircuitState::Open;
-    views[i].failed = std::find(failed_endpoints_.begin(), failed_endpoints_.end(), &e) !=
-                      failed_endpoints_.end();
-  }
-  if (routeAfterFailure(views, verdict.isRetry(), may_fall_back) != AttemptRoute::NextFallback) {
-    return verdict;
-  }
-  return AttemptVerdict::retry(std::chrono::milliseconds(0),
-                               std::string(toString(attemptResultFor(end.outcome))),
-                               AttemptTarget::nextFallback());
-}
-
-void Exchange::countFallback(const std::string& cause) {
-  ++fallbacks_;
-  route_->metrics
-      ->fallbacks(route_->chain[chain_index_]->name(), route_->chain[chain_index_ + 1]->name(),
-                  cause)
-      .Increment();
 }
 
 void Exchange::sendAttempt() {
@@ -543,7 +411,8 @@ AttemptVerdict Exchange::endAttempt(AttemptOutcome outcome, bool reuse, AttemptV
   AttemptVerdict verdict = proposed;
   for (auto& filter : filters_) verdict = filter->decideAttempt(end, std::move(verdict));
   if (verdict.isRetry() && !mayRetry(outcome)) verdict = std::move(proposed);
-  verdict = fallBackIfHelpful(end, std::move(verdict));
+  verdict = router_.afterFailure(end, std::move(verdict), attempt_.endpoint, mayRetry(outcome),
+                                 attempts_, mayReplay());
   for (auto& filter : filters_) filter->onAttemptDone(end, verdict);
   if (attempt_.stream != nullptr) {
     UpstreamStream* stream = attempt_.stream;
@@ -586,7 +455,7 @@ bool Exchange::mayRetry(const AttemptOutcome& outcome) const {
 void Exchange::scheduleRetry(const AttemptVerdict::Retry& retry) {
   attempt_.held.reset();  // the answer this retry replaces is never sent
   if (retry.target.kind == AttemptTarget::Kind::NextFallback) {
-    countFallback(retry.cause);  // a spill-over, not a retry of this upstream
+    router_.countFallback(retry.cause);  // a spill-over, not a retry of this upstream
   } else {
     route_->metrics->retries(retry.cause).Increment();
   }
@@ -709,7 +578,8 @@ void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
     if (finished_) return;
   }
   // An answer the route falls back on waits too: the next upstream may replace it.
-  hold = hold || mayFallBackOn(AttemptOutcome::fromStatus(head.status));
+  hold =
+      hold || router_.fallsBackOn(AttemptOutcome::fromStatus(head.status), attempts_, mayReplay());
   if (hold) {
     // Held back until the attempt ends: maybe retried, maybe released.
     attempt_.held = std::make_unique<HeldResponse>();
@@ -1125,7 +995,7 @@ void Exchange::logAccess(int status_code, MonotonicTime now) const {
       attempt_.upstream != nullptr ? attempt_.upstream : route_->upstream;
   r.upstream = upstream != nullptr ? std::string_view(upstream->name()) : "none";
   if (attempt_.endpoint != nullptr) r.endpoint = attempt_.endpoint->name();
-  r.fallbacks = fallbacks_;
+  r.fallbacks = router_.fallbacks();
   r.method = request_.method;
   r.path = request_.pathOnly();
   r.protocol = request_.version_major == 2   ? "HTTP/2"
@@ -1217,7 +1087,7 @@ ExchangeSnapshot Exchange::snapshot() const {
       attempt_.upstream != nullptr ? attempt_.upstream : route_->upstream;
   s.upstream = upstream != nullptr ? upstream->name() : "none";
   if (attempt_.endpoint != nullptr) s.endpoint = attempt_.endpoint->name();
-  s.fallbacks = fallbacks_;
+  s.fallbacks = router_.fallbacks();
   s.method = request_.method;
   s.path = std::string(request_.pathOnly());
   s.state = std::string(toString(state_));

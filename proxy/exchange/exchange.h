@@ -37,6 +37,7 @@
 #include "proxy/downstream/request_decoder.h"
 #include "proxy/event/dispatcher.h"
 #include "proxy/event/event_util.h"
+#include "proxy/exchange/attempt_router.h"
 #include "proxy/exchange/exchange_state.h"
 #include "proxy/exchange/exchange_timers.h"
 #include "proxy/exchange/filter_chain.h"
@@ -197,36 +198,17 @@ class Exchange final : public DeferredDeletable,
                   std::optional<std::chrono::milliseconds> retry_after = std::nullopt);
   /**
    * Starts the next attempt toward `target`: resets the per-attempt state,
-   * chooses the upstream of the route's chain and its endpoint (docs/design.md §5:
-   * NextFallback moves one step down the chain; an upstream none of whose
-   * endpoints is available now is skipped when the route falls back on why),
-   * rewrites the request for them and runs the per-attempt chain
-   * (beforeAttempt), which sends it. The one place an attempt's destination
-   * is chosen.
+   * asks the router where it goes (AttemptRouter::place), rewrites the
+   * request for that endpoint and runs the per-attempt chain
+   * (beforeAttempt), which sends it.
    */
   void startAttempt(const AttemptTarget& target);
-  /** An endpoint of `upstream` for the next attempt, or why none can take it now. */
-  struct EndpointChoice {
-    const EndpointRuntime* endpoint = nullptr;  // null: none available now
-    const EndpointRuntime* anyway = nullptr;    // the best unavailable one, to go to regardless
-    CancelReason refusal = CancelReason::CircuitOpen;  // why none is available
-  };
-  EndpointChoice chooseEndpoint(const UpstreamRuntime& upstream, const EndpointRuntime* failed);
-  /** True while the request may still move down its route's fallback chain. */
-  bool fallbackAllowed() const;
-  /** A fallback is allowed and the route falls back on `reason` (a refusal). */
-  bool mayFallBackOn(CancelReason reason) const;
-  /** A fallback is allowed for another attempt, and the route falls back on `outcome`. */
-  bool mayFallBackOn(const AttemptOutcome& outcome) const;
   /**
-   * After the filters' verdict: move to the next fallback upstream when the
-   * attempt ended with a `fallback_on` outcome and retrying the current
-   * upstream cannot help (the filters did not retry, or every endpoint of it
-   * has failed for this request or has an open circuit): routeAfterFailure().
+   * The request may still be sent again (docs/design.md §5): nothing reached
+   * the client, the whole body is held, the method is safe to repeat, and
+   * budget is left. What a retry and a spill-over both need.
    */
-  AttemptVerdict fallBackIfHelpful(const AttemptEnd& end, AttemptVerdict verdict);
-  /** Counts one spill-over from the current upstream to the next, for `cause`. */
-  void countFallback(const std::string& cause);
+  bool mayReplay() const;
   /** The body the attempt sends: the client's, or a copy naming the fallback's `model`. */
   RequestBody& attemptBody() { return rewritten_body_ ? *rewritten_body_ : intake_.body(); }
   void sendAttempt();
@@ -371,11 +353,7 @@ class Exchange final : public DeferredDeletable,
   // log): not one refused or dropped before it was sent (circuit, throttle).
   uint32_t attempts_sent_ = 0;
   Attempt attempt_;
-  // The route's chain (docs/design.md §5): route_->chain[chain_index_] takes the attempts.
-  size_t chain_index_ = 0;
-  // Endpoints of route_->chain[chain_index_] an attempt of this request failed on.
-  std::vector<const EndpointRuntime*> failed_endpoints_;
-  uint32_t fallbacks_ = 0;  // spill-overs so far
+  AttemptRouter router_;  // where each attempt goes: the chain position, failed endpoints
   // The body naming the current fallback's `model`, when it has one.
   std::unique_ptr<RequestBody> rewritten_body_;
   // refuseAttempt() during runChain(): the spill-over waits for the chain to unwind.

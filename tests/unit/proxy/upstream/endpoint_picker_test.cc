@@ -91,7 +91,7 @@ TEST(EndpointPickerTest, ARetryPrefersAnEndpointThisRequestHasNotFailedOn) {
 }
 
 // The attempt router after a failed attempt, as a table.
-TEST(AttemptRouterTest, AfterAFailureTheNextAttemptGoesWhereItCanHelp) {
+TEST(RouteAfterFailureTest, AfterAFailureTheNextAttemptGoesWhereItCanHelp) {
   using R = AttemptRoute;
   const EndpointView fresh{};
   const EndpointView failed{.failed = true};
