@@ -4,6 +4,7 @@
 #include <cassert>
 #include <nlohmann/json.hpp>
 
+#include "common/jsonrpc_error.h"
 #include "common/release_storage.h"
 #include "filters/attempt_outcome.h"
 #include "filters/json_fields.h"
@@ -475,7 +476,7 @@ bool Exchange::mayFallBackOn(const AttemptOutcome& outcome) const {
 }
 
 AttemptVerdict Exchange::fallBackIfHelpful(const AttemptEnd& end, AttemptVerdict verdict) {
-  if (!mayRetry(end.outcome)) return verdict;
+  if (!mayRetry(end.outcome) || !mayResend(end)) return verdict;
   const bool may_fall_back = mayFallBackOn(end.outcome);
   if (!verdict.isRetry() && !may_fall_back) return verdict;  // delivered, or no attempt follows
   // Another attempt may follow: this endpoint failed for this request.
@@ -542,7 +543,9 @@ AttemptVerdict Exchange::endAttempt(AttemptOutcome outcome, bool reuse, AttemptV
   const AttemptEnd end = describeAttempt(outcome);
   AttemptVerdict verdict = proposed;
   for (auto& filter : filters_) verdict = filter->decideAttempt(end, std::move(verdict));
-  if (verdict.isRetry() && !mayRetry(outcome)) verdict = std::move(proposed);
+  if (verdict.isRetry() && (!mayRetry(outcome) || !mayResend(end))) {
+    verdict = std::move(proposed);
+  }
   verdict = fallBackIfHelpful(end, std::move(verdict));
   for (auto& filter : filters_) filter->onAttemptDone(end, verdict);
   if (attempt_.stream != nullptr) {
@@ -727,8 +730,12 @@ void Exchange::sendResponseHead(ResponseHead& head) {
   if (!discarding_ && downstream_ != nullptr) {
     response_started_ = true;
     beginResponse(head, /*from_upstream=*/true);
-    attempt_.sse_dialect =
-        sseDialectFor(request_.pathOnly(), head.headers.get("content-type").value_or(""));
+    const std::string_view content_type = head.headers.get("content-type").value_or("");
+    attempt_.sse_dialect = sseDialectFor(request_.pathOnly(), content_type);
+    if (mcpRoute()) {  // a JSON-RPC stream: its final event answers the request's id
+      const bool stream = content_type.find("text/event-stream") != std::string_view::npos;
+      attempt_.sse_dialect = stream && jsonrpc_id_ ? SseDialect::Mcp : SseDialect::None;
+    }
     attempt_.forwarded_tail = 0;
     downstream_->encodeHeaders(std::move(head), false);  // not read after: handed over
     releaseReplayState();
@@ -994,7 +1001,10 @@ void Exchange::answer(Problem problem, ExchangeState terminal) {
 void Exchange::sendProblem(Problem& problem) {
   for (auto& filter : filters_) filter->encodeLocalReply(problem);
   if (downstream_ == nullptr || response_started_) return;
-  LocalReply reply = makeProblemReply(problem);
+  LocalReply reply =
+      mcpRoute() ? makeMcpReply(problem, jsonrpc_id_ ? std::optional<std::string_view>(*jsonrpc_id_)
+                                                     : std::nullopt)
+                 : makeProblemReply(problem);
   if (attempts_sent_ > 0) {
     reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_sent_));
   }
@@ -1010,7 +1020,9 @@ std::string Exchange::finalEventFor(const Problem& problem) {
       !atEventBoundary(attempt_.forwarded_tail)) {
     return "";  // an event appended inside another would garble both
   }
-  std::string event = sseErrorEvent(attempt_.sse_dialect, problem);
+  std::string event = attempt_.sse_dialect == SseDialect::Mcp
+                          ? mcpErrorEvent(problem, *jsonrpc_id_)
+                          : sseErrorEvent(attempt_.sse_dialect, problem);
   if (!downstream_->canWriteWithoutWaiting(event.size())) return "";
   attempt_.cut_flushes = true;
   return event;
@@ -1103,6 +1115,13 @@ void Exchange::recordRun(std::string_view run_id, std::string_view parent_run_id
   parent_run_id_ = std::string(parent_run_id);
 }
 
+void Exchange::recordJsonRpc(std::string_view method, std::optional<std::string_view> id,
+                             std::string_view tool) {
+  jsonrpc_method_ = std::string(method);
+  jsonrpc_id_ = id ? std::optional<std::string>(std::string(*id)) : std::nullopt;
+  tool_ = std::string(tool);
+}
+
 void Exchange::recordUsage(const AttemptUsage& usage) {
   if (!usage.model.empty()) model_ = std::string(usage.model);
   usage_.input_tokens += usage.input_tokens;
@@ -1148,6 +1167,8 @@ void Exchange::logAccess(int status_code, MonotonicTime now) const {
   r.bytes_out = bytes_out_;
   r.run_id = run_id_;
   r.parent_run_id = parent_run_id_;
+  r.jsonrpc_method = jsonrpc_method_;
+  r.tool = tool_;
   log->append(r);
 }
 
