@@ -37,7 +37,7 @@ const char* kFields[] = {"ts",           "request_id",   "trace_id",      "route
                          "fallbacks",    "duration_ms",  "ttfb_ms",       "cancel_reason",
                          "model",        "input_tokens", "output_tokens", "spend_usd",
                          "leaked_usd",   "bytes_in",     "bytes_out",     "run_id",
-                         "parent_run_id"};
+                         "parent_run_id", "jsonrpc_method", "tool"};
 
 std::string readAll(const std::string& path) {
   std::ifstream in(path);
