@@ -8,10 +8,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <chrono>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -174,10 +174,11 @@ class MockMcpServer {
   std::map<std::string, int> calls_;
 };
 
-std::string config(const std::string& upstream_url, const std::string& access_log = "off") {
+std::string config(const std::string& upstream_url, const std::string& access_log = "{path: off}") {
   return R"(listen: 127.0.0.1:0
 admin: 127.0.0.1:0
-access_log: )" + access_log +
+access_log: )" +
+         access_log +
          R"(
 upstreams:
   - name: tool-server
@@ -305,7 +306,7 @@ TEST(McpAccessLogTest, ShowsTheMethodAndTheTool) {
   const std::string log_path = std::string(dir_template) + "/access.log";
   std::vector<json> lines;
   {
-    SluiceProcess sluice(config(server.url(), log_path));
+    SluiceProcess sluice(config(server.url(), "{path: " + log_path + "}"));
     ASSERT_EQ(post(sluice, toolCall(1, "search_web")).status, 200);
     ASSERT_EQ(post(sluice, R"({"jsonrpc":"2.0","id":2,"method":"ping"})").status, 200);
     auto read = [&] {
