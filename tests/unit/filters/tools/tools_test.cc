@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/metrics.h"
 #include "filters/tools/jsonrpc.h"
@@ -120,6 +122,23 @@ TEST(ToolAnnotationTableTest, BoundedForgetsTheOldestFirst) {
   EXPECT_TRUE(table.lookup("b"));
   EXPECT_TRUE(table.lookup("c"));
   EXPECT_EQ(ToolAnnotationTable::kMaxTools, 4096u);
+}
+
+TEST(ToolAnnotationTableTest, WorkersLearnAndLookUpAtOnce) {
+  // Every worker shares an upstream's table (run under TSan to check the lock).
+  ToolAnnotationTable table(64);
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 4; ++w) {
+    workers.emplace_back([&table, w] {
+      for (int i = 0; i < 500; ++i) {
+        const std::string name = "tool_" + std::to_string((i * 7 + w) % 100);
+        table.learn(name, ToolHints{i % 2 == 0, std::nullopt, std::nullopt});
+        (void)table.lookup(name);
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  EXPECT_EQ(table.size(), 64u);
 }
 
 TEST(ToolHintsTest, WhatMakesAResendSafe) {
