@@ -196,7 +196,17 @@ Metrics::Metrics()
       run_endings(BuildCounter()
                       .Name("sluice_run_endings_total")
                       .Help("Runs that ended by a cancel or at their deadline, by reason.")
-                      .Register(*registry_)) {
+                      .Register(*registry_)),
+      tool_calls(BuildCounter()
+                     .Name("sluice_tool_calls_total")
+                     .Help("MCP tools/call requests on protocol: mcp routes, by tool pattern and "
+                           "outcome.")
+                     .Register(*registry_)),
+      tool_call_duration(BuildHistogram()
+                             .Name("sluice_tool_call_duration_seconds")
+                             .Help("MCP tools/call duration, request head in to last byte out, by "
+                                   "tool pattern.")
+                             .Register(*registry_)) {
   access_log_dropped_ = &access_log_dropped.Add({});
   runs_active_ = &runs_active.Add({});
   run_endings_[0] = &run_endings.Add({{"reason", "cancelled"}});

@@ -261,6 +261,13 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& runs_active;
   prometheus::Family<prometheus::Counter>& run_endings;
   prometheus::Gauge& runsActive() { return *runs_active_; }
+  /**
+   * sluice_tool_calls_total{route,tool,outcome} and
+   * sluice_tool_call_duration_seconds{route,tool} (docs/design.md §10):
+   * `tool` is the route's matching `tools[].name` pattern or "other".
+   */
+  prometheus::Family<prometheus::Counter>& tool_calls;
+  prometheus::Family<prometheus::Histogram>& tool_call_duration;
   /** `reason`: "cancelled" or "deadline". */
   prometheus::Counter& runEndings(std::string_view reason) {
     return *run_endings_[reason == "cancelled" ? 0 : 1];

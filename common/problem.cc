@@ -98,6 +98,7 @@ SseDialect sseDialectFor(std::string_view path, std::string_view content_type) {
 std::string sseErrorEvent(SseDialect dialect, const Problem& p) {
   switch (dialect) {
     case SseDialect::None:
+    case SseDialect::Mcp:
       return "";
     case SseDialect::OpenAI:
       return "data: " + dump(nlohmann::json{{"error", errorMember(p)}}) + "\n\n";

@@ -45,6 +45,12 @@ inline constexpr ProblemKind kBadRequest{400, "bad-request", "Bad request", fals
 inline constexpr ProblemKind kMalformedRequest{400, "malformed-request", "Malformed HTTP request",
                                                false};
 inline constexpr ProblemKind kInvalidBudget{400, "invalid-budget", "Invalid budget header", false};
+// An MCP route's body is not one JSON-RPC 2.0 request (docs/design.md §10):
+// answered as JSON-RPC -32700 / -32600 (common/jsonrpc_error.h).
+inline constexpr ProblemKind kJsonRpcParseError{400, "jsonrpc-parse-error", "JSON-RPC parse error",
+                                                false};
+inline constexpr ProblemKind kJsonRpcInvalidRequest{400, "jsonrpc-invalid-request",
+                                                    "JSON-RPC invalid request", false};
 inline constexpr ProblemKind kNoRoute{404, "no-route", "No route", false};
 inline constexpr ProblemKind kRequestTimeout{408, "request-timeout", "Request timeout", false};
 inline constexpr ProblemKind kBodyTooLarge{413, "body-too-large", "Request body too large", false};
@@ -121,6 +127,10 @@ enum class SseDialect {
   None,       // unknown: a cut stream gets no error event
   OpenAI,     // Chat Completions, Responses, legacy Completions: data: {"error": {...}}
   Anthropic,  // Messages: event: error / data: {"type": "error", "error": {...}}
+  // An MCP route's JSON-RPC stream: event: message / data: a JSON-RPC error
+  // for the request's id (common/jsonrpc_error.h: mcpErrorEvent, which needs
+  // the id; sseErrorEvent writes nothing for it).
+  Mcp,
 };
 
 /**

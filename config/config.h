@@ -29,6 +29,7 @@
 #include "filters/runs/runs_config.h"
 #include "filters/spend/price_config.h"
 #include "filters/throttle/rate_limit_config.h"
+#include "filters/tools/tools_config.h"
 
 namespace sluice::config {
 
@@ -177,6 +178,8 @@ struct RouteConfig {
   std::vector<FallbackTarget> fallback;  // tried in order once the primary cannot serve
   FallbackOn fallback_on;
   FallbackWait fallback_wait = FallbackWait::Prefer;
+  RouteProtocol protocol = RouteProtocol::Http;  // `mcp`: JSON-RPC tool calls (docs/design.md §10)
+  ToolsConfig tools;                             // `tools`, `tool_retry`: only with `protocol: mcp`
 };
 
 /**

@@ -1,6 +1,6 @@
 // Decodes `routes[]`: name, match (path_prefix, methods, model), upstream,
-// fallback and the per-route timeouts; `budget` and `retry` through their
-// filters' decoders.
+// fallback and the per-route timeouts; `budget`, `retry` and the MCP keys
+// (`protocol`, `tools`, `tool_retry`) through their filters' decoders.
 
 #include <algorithm>
 #include <set>
@@ -11,7 +11,7 @@ namespace sluice::config::detail {
 
 RouteConfig Decoder::route(const Field& f) {
   RouteConfig r;
-  std::optional<Field> name_field, upstream_field, prefix_field;
+  std::optional<Field> name_field, upstream_field, prefix_field, tools_field;
   std::vector<Field> fallback_fields;
   decodeMap(
       f,
@@ -45,8 +45,22 @@ RouteConfig Decoder::route(const Field& f) {
              r.fallback_wait = oneOf<FallbackWait>(
                  v, {{"prefer", FallbackWait::Prefer}, {"avoid", FallbackWait::Avoid}});
            }},
+          {"protocol", [&](const Field& v) { r.protocol = decodeRouteProtocol(*this, v); }},
+          {"tools",
+           [&](const Field& v) {
+             r.tools.tools = decodeToolRules(*this, v);
+             tools_field.emplace(v);
+           }},
+          {"tool_retry",
+           [&](const Field& v) {
+             r.tools.tool_retry = decodeToolRetry(*this, v);
+             tools_field.emplace(v);
+           }},
       },
       {"name", "match", "upstream"});
+  if (tools_field && r.protocol != RouteProtocol::Mcp) {
+    fail(*tools_field, "only a route with protocol: mcp has tools");
+  }
   const auto [it, inserted] = route_lines_.emplace(r.name, name_field->mark.line + 1);
   if (!inserted) {
     fail(*name_field, "duplicate route name " + inQuotes(r.name) + " (first defined at line " +

@@ -128,8 +128,35 @@ json fallbackToJson(const std::vector<FallbackTarget>& fallback) {
   return out;
 }
 
+const char* toolRetryName(ToolRetry retry) {
+  switch (retry) {
+    case ToolRetry::Never:
+      return "never";
+    case ToolRetry::Safe:
+      return "safe";
+    case ToolRetry::Annotations:
+      return "annotations";
+  }
+  return "annotations";
+}
+
+/** `protocol`, and for an MCP route its `tools` and `tool_retry`. */
+void addProtocol(const RouteConfig& r, json& out) {
+  out["protocol"] = r.protocol == RouteProtocol::Mcp ? "mcp" : "http";
+  if (r.protocol != RouteProtocol::Mcp) return;
+  json tools = json::array();
+  for (const ToolRule& rule : r.tools.tools) {
+    json entry = {{"name", rule.name}};
+    if (rule.budget) entry["budget"] = formatDuration(*rule.budget);
+    if (rule.retry) entry["retry"] = toolRetryName(*rule.retry);
+    tools.push_back(std::move(entry));
+  }
+  out["tools"] = std::move(tools);
+  out["tool_retry"] = toolRetryName(r.tools.tool_retry);
+}
+
 json routeToJson(const RouteConfig& r) {
-  return {
+  json out = {
       {"name", r.name},
       {"match", matchToJson(r.match)},
       {"upstream", r.upstream},
@@ -156,6 +183,8 @@ json routeToJson(const RouteConfig& r) {
       {"on_client_disconnect", toString(r.on_client_disconnect)},
       {"finish_grace", formatDuration(r.finish_grace)},
   };
+  addProtocol(r, out);
+  return out;
 }
 
 }  // namespace

@@ -166,6 +166,24 @@ class FilterCallbacks {
   virtual void recordUsage(const AttemptUsage& /*usage*/) {}
   /** The run filter names the request's run (and its parent run) for the access log. */
   virtual void recordRun(std::string_view /*run_id*/, std::string_view /*parent_run_id*/) {}
+
+  // --- for MCP routes (docs/design.md §10) ------------------------------------
+  /**
+   * The tools filter names the request's JSON-RPC message: its `method`, its
+   * `id` as JSON text (nullopt: a notification, or an invalid message that
+   * had none) and the tool of a `tools/call` ("" otherwise). The access log
+   * shows method and tool; sluice's own answers go to that id in JSON-RPC.
+   */
+  virtual void recordJsonRpc(std::string_view /*method*/, std::optional<std::string_view> /*id*/,
+                             std::string_view /*tool*/) {}
+  /**
+   * Whether an attempt that went upstream may be sent again, by a retry or
+   * a fallback (default: yes). An attempt that never reached the upstream
+   * (connect error, refused stream) may always be sent again. The tools
+   * filter says no for a `tools/call` that is not safe to repeat; called
+   * per attempt, from beforeAttempt.
+   */
+  virtual void setSentResendable(bool /*resendable*/) {}
 };
 
 /** The most body sluice buffers for a held (maybe-retried) response. */

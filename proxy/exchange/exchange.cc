@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/json_fields.h"
+#include "common/jsonrpc_error.h"
 #include "common/release_storage.h"
 #include "filters/attempt_outcome.h"
 #include "filters/retry/retry_decision.h"
@@ -410,9 +411,12 @@ AttemptVerdict Exchange::endAttempt(AttemptOutcome outcome, bool reuse, AttemptV
   const AttemptEnd end = describeAttempt(outcome);
   AttemptVerdict verdict = proposed;
   for (auto& filter : filters_) verdict = filter->decideAttempt(end, std::move(verdict));
-  if (verdict.isRetry() && !mayRetry(outcome)) verdict = std::move(proposed);
-  verdict = router_.afterFailure(end, std::move(verdict), attempt_.endpoint, mayRetry(outcome),
-                                 attempts_, mayReplay());
+  // A sent call the upstream may not see twice (a tool that is not safe to
+  // repeat) is neither retried nor moved to a fallback.
+  const bool may_retry = mayRetry(outcome) && mayResend(end);
+  if (verdict.isRetry() && !may_retry) verdict = std::move(proposed);
+  verdict = router_.afterFailure(end, std::move(verdict), attempt_.endpoint, may_retry, attempts_,
+                                 mayReplay());
   for (auto& filter : filters_) filter->onAttemptDone(end, verdict);
   if (attempt_.stream != nullptr) {
     UpstreamStream* stream = attempt_.stream;
@@ -597,8 +601,12 @@ void Exchange::sendResponseHead(ResponseHead& head) {
   if (!discarding_ && downstream_ != nullptr) {
     response_started_ = true;
     beginResponse(head, /*from_upstream=*/true);
-    attempt_.sse_dialect =
-        sseDialectFor(request_.pathOnly(), head.headers.get("content-type").value_or(""));
+    const std::string_view content_type = head.headers.get("content-type").value_or("");
+    attempt_.sse_dialect = sseDialectFor(request_.pathOnly(), content_type);
+    if (mcpRoute()) {  // a JSON-RPC stream: its final event answers the request's id
+      const bool stream = content_type.find("text/event-stream") != std::string_view::npos;
+      attempt_.sse_dialect = stream && jsonrpc_id_ ? SseDialect::Mcp : SseDialect::None;
+    }
     attempt_.forwarded_tail = 0;
     downstream_->encodeHeaders(std::move(head), false);  // not read after: handed over
     releaseReplayState();
@@ -864,7 +872,10 @@ void Exchange::answer(Problem problem, ExchangeState terminal) {
 void Exchange::sendProblem(Problem& problem) {
   for (auto& filter : filters_) filter->encodeLocalReply(problem);
   if (downstream_ == nullptr || response_started_) return;
-  LocalReply reply = makeProblemReply(problem);
+  LocalReply reply =
+      mcpRoute() ? makeMcpReply(problem, jsonrpc_id_ ? std::optional<std::string_view>(*jsonrpc_id_)
+                                                     : std::nullopt)
+                 : makeProblemReply(problem);
   if (attempts_sent_ > 0) {
     reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_sent_));
   }
@@ -880,7 +891,9 @@ std::string Exchange::finalEventFor(const Problem& problem) {
       !atEventBoundary(attempt_.forwarded_tail)) {
     return "";  // an event appended inside another would garble both
   }
-  std::string event = sseErrorEvent(attempt_.sse_dialect, problem);
+  std::string event = attempt_.sse_dialect == SseDialect::Mcp
+                          ? mcpErrorEvent(problem, *jsonrpc_id_)
+                          : sseErrorEvent(attempt_.sse_dialect, problem);
   if (!downstream_->canWriteWithoutWaiting(event.size())) return "";
   attempt_.cut_flushes = true;
   return event;
@@ -973,6 +986,13 @@ void Exchange::recordRun(std::string_view run_id, std::string_view parent_run_id
   parent_run_id_ = std::string(parent_run_id);
 }
 
+void Exchange::recordJsonRpc(std::string_view method, std::optional<std::string_view> id,
+                             std::string_view tool) {
+  jsonrpc_method_ = std::string(method);
+  jsonrpc_id_ = id ? std::optional<std::string>(std::string(*id)) : std::nullopt;
+  tool_ = std::string(tool);
+}
+
 void Exchange::recordUsage(const AttemptUsage& usage) {
   if (!usage.model.empty()) model_ = std::string(usage.model);
   usage_.input_tokens += usage.input_tokens;
@@ -1018,6 +1038,8 @@ void Exchange::logAccess(int status_code, MonotonicTime now) const {
   r.bytes_out = bytes_out_;
   r.run_id = run_id_;
   r.parent_run_id = parent_run_id_;
+  r.jsonrpc_method = jsonrpc_method_;
+  r.tool = tool_;
   log->append(r);
 }
 

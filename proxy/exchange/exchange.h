@@ -158,6 +158,9 @@ class Exchange final : public DeferredDeletable,
   std::optional<CancelReason> cancelReason() const override { return cancel_reason_; }
   void recordUsage(const AttemptUsage& usage) override;
   void recordRun(std::string_view run_id, std::string_view parent_run_id) override;
+  void recordJsonRpc(std::string_view method, std::optional<std::string_view> id,
+                     std::string_view tool) override;
+  void setSentResendable(bool resendable) override { sent_resendable_ = resendable; }
   ExchangeSnapshot snapshot() const;
   /** The request's x-request-id (kept from the client or generated). */
   const std::string& requestId() const { return identity_.request_id; }
@@ -226,6 +229,12 @@ class Exchange final : public DeferredDeletable,
   AttemptEnd describeAttempt(const AttemptOutcome& outcome) const;
   /** True while a Retry verdict can be acted on. */
   bool mayRetry(const AttemptOutcome& outcome) const;
+  /** The request may be sent again after `end`: it never reached the upstream, or may repeat. */
+  bool mayResend(const AttemptEnd& end) const { return sent_resendable_ || end.unprocessed; }
+  /** A `protocol: mcp` route: sluice answers in JSON-RPC (common/jsonrpc_error.h). */
+  bool mcpRoute() const {
+    return route_->config != nullptr && route_->config->protocol == config::RouteProtocol::Mcp;
+  }
   /** Acts on a Retry: drops the held answer, counts the retry, backs off, then startAttempt. */
   void scheduleRetry(const AttemptVerdict::Retry& retry);
   void onAttemptTimeout();
@@ -373,6 +382,15 @@ class Exchange final : public DeferredDeletable,
   AttemptUsage usage_;         // summed over attempts (its `model` unused: see model_)
   std::string run_id_;         // the request's run, if a task of one (docs/design.md §9)
   std::string parent_run_id_;  // and that run's parent
+  // MCP routes (docs/design.md §10): the request's JSON-RPC message, as the
+  // tools filter read it. The id (JSON text) is what sluice's own answers
+  // go to; none for a notification.
+  std::string jsonrpc_method_;
+  std::optional<std::string> jsonrpc_id_;
+  std::string tool_;
+  // An attempt that went upstream may be sent again (the tools filter says
+  // no for a tools/call that is not safe to repeat).
+  bool sent_resendable_ = true;
 
   AttemptTarget retry_target_;  // of the RetryDelay slot
   // Every timer of this request: the named slots and the filters' timers,

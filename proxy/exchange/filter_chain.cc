@@ -9,6 +9,7 @@
 #include "filters/runs/run_filter.h"
 #include "filters/spend/spend_filter.h"
 #include "filters/throttle/throttle_filter.h"
+#include "filters/tools/tools_filter.h"
 
 namespace sluice {
 
@@ -49,6 +50,11 @@ constexpr FilterEntry kFilterTable[] = {
      [](void* at, const RouteRuntime& r) -> StreamFilter* {
        return new (at) RunFilter(*r.runtime->config().runs, *r.runtime->runs());
      }},
+    // MCP routes: reads the JSON-RPC call; a tool's budget lowers the deadline further.
+    {"tools", slotOf<ToolsFilter>(), [](const RouteRuntime& r) { return r.tools != nullptr; },
+     [](void* at, const RouteRuntime& r) -> StreamFilter* {
+       return new (at) ToolsFilter(*r.tools);
+     }},
     // Circuit and quota are per endpoint: each attempt's come from its
     // destination (FilterCallbacks::destination()).
     {"circuit_breaker", slotOf<CircuitBreakerFilter>(), always,
@@ -69,7 +75,9 @@ constexpr FilterEntry kFilterTable[] = {
        return new (at) RetryFilter(r.config->retry, *r.retry_budget);
      }},
     // Last, so that when an attempt ends it sees the retry decision already made.
-    {"spend", slotOf<SpendFilter>(), always,
+    // Not on MCP routes: tool calls are not billed by the token.
+    {"spend", slotOf<SpendFilter>(),
+     [](const RouteRuntime& r) { return r.config->protocol != config::RouteProtocol::Mcp; },
      [](void* at, const RouteRuntime& r) -> StreamFilter* {
        return new (at) SpendFilter(r.runtime->prices(), *r.metrics);
      }},

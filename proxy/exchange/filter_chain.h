@@ -26,7 +26,7 @@ namespace sluice {
 class FilterChain {
  public:
   /** How many filters the table has; a chain holds at most this many. */
-  static constexpr size_t kMaxFilters = 6;
+  static constexpr size_t kMaxFilters = 7;
 
   FilterChain() = default;
   FilterChain(const FilterChain&) = delete;

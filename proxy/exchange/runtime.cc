@@ -154,6 +154,8 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
     u.circuit_state = before != nullptr
                           ? before->circuit_state
                           : std::make_shared<UpstreamCircuitState>(&u.metrics->circuitState());
+    u.tool_annotations =
+        before != nullptr ? before->tool_annotations : std::make_shared<ToolAnnotationTable>();
     std::vector<prometheus::Gauge*> endpoint_gauges;
     for (const auto& endpoint : up.endpoints) {
       EndpointRuntime e;
@@ -221,6 +223,11 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
     r.name_ = route.name;
     r.metrics = std::make_unique<RouteMetrics>(metrics, route.name, route.upstream);
     r.retry_budget = std::make_unique<RetryBudget>(route.retry.budget_percent);
+    if (route.protocol == config::RouteProtocol::Mcp) {
+      r.tools = std::make_unique<ToolRoute>(route.tools, metrics, route.name);
+      for (const UpstreamRuntime* up : r.chain)
+        r.tools->addUpstream(up->name(), up->tool_annotations);
+    }
     rt->routes_.push_back(std::move(r));
   }
   for (auto [breaker, breaker_config] : carried_breakers) breaker->updateConfig(*breaker_config);

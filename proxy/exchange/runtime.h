@@ -23,6 +23,7 @@
 #include "filters/spend/pricing.h"
 #include "filters/throttle/global_quota.h"
 #include "filters/throttle/quota_tracker.h"
+#include "filters/tools/tools_filter.h"
 #include "proxy/event/tls.h"
 #include "proxy/event/tls_server.h"
 #include "proxy/http/request_body.h"
@@ -76,6 +77,9 @@ struct UpstreamRuntime {
   SslCtxPtr ssl_ctx;  // null when no endpoint is https://
   std::vector<EndpointRuntime> endpoints;
   std::shared_ptr<UpstreamCircuitState> circuit_state;
+  // What its tools/list answers said about its tools (docs/design.md §10);
+  // kept across reloads by upstream name.
+  std::shared_ptr<ToolAnnotationTable> tool_annotations;
 
   const std::string& name() const { return config->name; }
 };
@@ -93,6 +97,7 @@ struct RouteRuntime {
   std::vector<const UpstreamRuntime*> chain;
   std::unique_ptr<RouteMetrics> metrics;
   std::unique_ptr<RetryBudget> retry_budget;  // null for the "no route" pseudo-route
+  std::unique_ptr<ToolRoute> tools;           // `protocol: mcp` routes only
 
   const std::string& name() const { return name_; }
   std::string name_;

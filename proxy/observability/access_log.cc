@@ -28,12 +28,13 @@ int openForAppend(const std::string& path, std::string* error) {
 
 void renderAccessRecord(const AccessRecord& r, std::string& out) {
   using namespace json;
-  // One reserve for the whole line (fixed text and numbers fit in 640 bytes;
+  // One reserve for the whole line (fixed text and numbers fit in 700 bytes;
   // strings by their escaping bound), literal keys, one trim at the end.
-  size_t bound = 640 + stringBound(r.request_id) + stringBound(r.trace_id) + stringBound(r.route) +
+  size_t bound = 700 + stringBound(r.request_id) + stringBound(r.trace_id) + stringBound(r.route) +
                  stringBound(r.upstream) + stringBound(r.endpoint) + stringBound(r.method) +
                  stringBound(r.path) + stringBound(r.protocol) + stringBound(r.model) +
-                 stringBound(r.run_id) + stringBound(r.parent_run_id);
+                 stringBound(r.run_id) + stringBound(r.parent_run_id) +
+                 stringBound(r.jsonrpc_method) + stringBound(r.tool);
   for (const std::string& cause : r.retry_causes) bound += 1 + stringBound(cause);
   const size_t used = out.size();
   out.resize(used + bound);
@@ -92,6 +93,10 @@ void renderAccessRecord(const AccessRecord& r, std::string& out) {
   p = writeStringOrNull(p, r.run_id);
   p = writeLiteral(p, ",\"parent_run_id\":");
   p = writeStringOrNull(p, r.parent_run_id);
+  p = writeLiteral(p, ",\"jsonrpc_method\":");
+  p = writeStringOrNull(p, r.jsonrpc_method);
+  p = writeLiteral(p, ",\"tool\":");
+  p = writeStringOrNull(p, r.tool);
   p = writeLiteral(p, "}\n");
   out.resize(static_cast<size_t>(p - out.data()));
 }

@@ -68,6 +68,9 @@ struct AccessRecord {
   uint64_t bytes_out = 0;          // response body bytes handed to the client
   std::string_view run_id;         // the request's run (docs/design.md §9); "" = null
   std::string_view parent_run_id;  // that run's parent run; "" = null
+  std::string_view
+      jsonrpc_method;     // MCP routes: the JSON-RPC method (docs/design.md §10); "" = null
+  std::string_view tool;  // MCP routes: a tools/call's tool name; "" = null
 };
 
 /** Appends `r` as one JSON line (fields in docs/design.md §7 order, '\n' included) to `out`. */

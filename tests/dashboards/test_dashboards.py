@@ -539,6 +539,11 @@ def workload(proxy, mock):
     check(code_of(r) == "200", "workload: streamed anthropic message -> 200", code_of(r))
     r = post("/v1/responses", '{"model":"gpt-4o-mini","stream":true,"input":"hi"}', ["x-mock-tokens: 4"])
     check(code_of(r) == "200", "workload: streamed responses call -> 200", code_of(r))
+    # An MCP tools/call on the `tools` route (the Tools row): the mock has no
+    # MCP endpoint and answers 404, which is a tool call's outcome too.
+    r = post("/mcp", '{"jsonrpc":"2.0","id":1,"method":"tools/call",'
+             '"params":{"name":"search_docs","arguments":{}}}')
+    check(code_of(r) == "404", "workload: MCP tools/call through the tools route -> 404", code_of(r))
 
     # The user hits Stop: abort a long stream after the first bytes arrived.
     p = subprocess.Popen(["curl", "-sSN"] + ct + ["-H", "x-mock-tokens: 2000", "-H", "x-mock-token-interval-ms: 5",

@@ -31,13 +31,33 @@ constexpr char kChatBody[] =
     R"({"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]})";
 constexpr char kSecret[] = "sk-secret-never-logged";
 
-const char* kFields[] = {"ts",           "request_id",   "trace_id",      "route",
-                         "upstream",     "endpoint",     "method",        "path",
-                         "protocol",     "status",       "attempts",      "retry_causes",
-                         "fallbacks",    "duration_ms",  "ttfb_ms",       "cancel_reason",
-                         "model",        "input_tokens", "output_tokens", "spend_usd",
-                         "leaked_usd",   "bytes_in",     "bytes_out",     "run_id",
-                         "parent_run_id"};
+const char* kFields[] = {"ts",
+                         "request_id",
+                         "trace_id",
+                         "route",
+                         "upstream",
+                         "endpoint",
+                         "method",
+                         "path",
+                         "protocol",
+                         "status",
+                         "attempts",
+                         "retry_causes",
+                         "fallbacks",
+                         "duration_ms",
+                         "ttfb_ms",
+                         "cancel_reason",
+                         "model",
+                         "input_tokens",
+                         "output_tokens",
+                         "spend_usd",
+                         "leaked_usd",
+                         "bytes_in",
+                         "bytes_out",
+                         "run_id",
+                         "parent_run_id",
+                         "jsonrpc_method",
+                         "tool"};
 
 std::string readAll(const std::string& path) {
   std::ifstream in(path);

@@ -1092,7 +1092,7 @@ TEST(ConfigLoaderTest, StrayCommaIsAnErrorNotAnEndlessLoop) {
     EXPECT_EQ(r.error->line, 1) << name;
     EXPECT_NE(r.error->message.find("invalid YAML: unexpected character outside any value"),
               std::string::npos)
-        << r.error->toString();
+        << r.error->message;
   }
   // Valid multi-document text still gets its own answer.
   EXPECT_EQ(load("listen: 127.0.0.1:1\n---\nlisten: 127.0.0.1:2\n").error->toString(),
@@ -1482,7 +1482,7 @@ TEST(ConfigLoaderTest, LocalMockExampleFrontsTheMockOnTheDocumentedPorts) {
   const std::filesystem::path path =
       std::filesystem::path(SLUICE_SOURCE_DIR) / "config/examples/local-mock.yaml";
   const LoadResult r = loadConfigFile(path.string(), fakeEnv({}));  // needs no variables
-  ASSERT_TRUE(r.ok()) << r.error->toString();
+  ASSERT_TRUE(r.ok()) << r.error->message;
   const Config& c = *r.config;
   ASSERT_EQ(c.listeners.size(), 1u);
   EXPECT_EQ(c.listeners[0].address.toString(), "127.0.0.1:8080");
@@ -1525,7 +1525,7 @@ TEST(ConfigLoaderTest, ErrorsShowValuesAsWrittenNeverExpanded) {
     const LoadResult r = loadConfigString(c.yaml, "test.yaml", env);
     ASSERT_TRUE(r.error.has_value()) << c.yaml;
     EXPECT_EQ(r.error->toString(), c.expected);
-    EXPECT_EQ(r.error->toString().find("abcdef"), std::string::npos) << r.error->toString();
+    EXPECT_EQ(r.error->toString().find("abcdef"), std::string::npos) << r.error->message;
   }
   // Credentials written literally are not echoed either.
   const LoadResult literal =
@@ -1591,7 +1591,7 @@ TEST(ConfigLoaderTest, SharedStateDefaultsAndRendersWithoutThePassword) {
   auto r = loadConfigString(
       "listen: 127.0.0.1:8080\nshared_state: {redis: \"redis://:hunter2@10.0.0.5/2\"}\n",
       "test.yaml");
-  ASSERT_TRUE(r.ok()) << r.error->toString();
+  ASSERT_TRUE(r.ok()) << r.error->message;
   ASSERT_TRUE(r.config->shared_state.has_value());
   EXPECT_EQ(r.config->shared_state->prefix, "sluice:");
   EXPECT_EQ(r.config->shared_state->timeout, std::chrono::milliseconds(50));
@@ -1686,6 +1686,65 @@ TEST(ConfigLoaderTest, RejectsADirectoryAndAFileAboveTheSizeCap) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
   EXPECT_TRUE(loadConfigFile(path, kEnv).ok());
   std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace sluice::config
+
+namespace sluice::config {
+namespace {
+
+constexpr const char* kMcpBase = R"(listen: 127.0.0.1:0
+upstreams:
+  - {name: tool-server, url: "http://127.0.0.1:9000"}
+routes:
+  - name: tools
+    match: {path_prefix: /mcp}
+    upstream: tool-server
+)";
+
+TEST(ConfigLoaderMcpTest, ProtocolToolsAndToolRetry) {
+  const LoadResult r = load(std::string(kMcpBase) + R"(    protocol: mcp
+    tools:
+      - {name: execute_sql, budget: 30s, retry: never}
+      - {name: "search_*", budget: 10s, retry: safe}
+      - {name: "lookup"}
+    tool_retry: never
+)");
+  ASSERT_TRUE(r.ok()) << r.error->message;
+  const RouteConfig& route = r.config->routes.at(0);
+  EXPECT_EQ(route.protocol, RouteProtocol::Mcp);
+  ASSERT_EQ(route.tools.tools.size(), 3u);
+  EXPECT_EQ(route.tools.tools[0].name, "execute_sql");
+  EXPECT_EQ(route.tools.tools[0].budget, seconds(30));
+  EXPECT_EQ(route.tools.tools[0].retry, ToolRetry::Never);
+  EXPECT_EQ(route.tools.tools[1].retry, ToolRetry::Safe);
+  EXPECT_EQ(route.tools.tools[2].budget, std::nullopt);
+  EXPECT_EQ(route.tools.tools[2].retry, std::nullopt);
+  EXPECT_EQ(route.tools.tool_retry, ToolRetry::Never);
+}
+
+TEST(ConfigLoaderMcpTest, DefaultsAreHttpAndAnnotations) {
+  const LoadResult r = load(kMcpBase);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.config->routes.at(0).protocol, RouteProtocol::Http);
+  EXPECT_EQ(r.config->routes.at(0).tools.tool_retry, ToolRetry::Annotations);
+}
+
+TEST(ConfigLoaderMcpTest, Errors) {
+  const LoadResult no_mcp = load(std::string(kMcpBase) + "    tools: [{name: x}]\n");
+  ASSERT_FALSE(no_mcp.ok());
+  EXPECT_EQ(no_mcp.error->message, "only a route with protocol: mcp has tools");
+  const LoadResult bad_retry =
+      load(std::string(kMcpBase) + "    protocol: mcp\n    tools: [{name: x, retry: maybe}]\n");
+  ASSERT_FALSE(bad_retry.ok());
+  EXPECT_EQ(bad_retry.error->key_path, "routes[0].tools[0].retry");
+  const LoadResult dup =
+      load(std::string(kMcpBase) + "    protocol: mcp\n    tools: [{name: x}, {name: x}]\n");
+  ASSERT_FALSE(dup.ok());
+  const LoadResult protocol = load(std::string(kMcpBase) + "    protocol: grpc\n");
+  ASSERT_FALSE(protocol.ok());
+  EXPECT_EQ(protocol.error->key_path, "routes[0].protocol");
 }
 
 }  // namespace

@@ -58,6 +58,13 @@ class FakeFilterCallbacks : public FilterCallbacks {
   std::function<void()> crossThreadWaker(std::function<void()> fn) override { return fn; }
   std::optional<CancelReason> cancelReason() const override { return cancel_reason; }
   void recordUsage(const AttemptUsage& usage) override { usages.push_back(usage); }
+  void recordJsonRpc(std::string_view method, std::optional<std::string_view> id,
+                     std::string_view tool) override {
+    jsonrpc_method = std::string(method);
+    jsonrpc_id = id ? std::optional<std::string>(std::string(*id)) : std::nullopt;
+    jsonrpc_tool = std::string(tool);
+  }
+  void setSentResendable(bool resendable) override { sent_resendable = resendable; }
 
   /** Runs the armed timers due by now (the clock), earliest first. */
   void fireDueTimers() {
@@ -88,6 +95,10 @@ class FakeFilterCallbacks : public FilterCallbacks {
   int refusals = 0;  // of the cancels, those that came through refuseAttempt
   AttemptDestination destination_value;
   std::vector<AttemptUsage> usages;
+  std::string jsonrpc_method;
+  std::optional<std::string> jsonrpc_id;
+  std::string jsonrpc_tool;
+  std::optional<bool> sent_resendable;  // nullopt: never said
 
  private:
   struct Pending {

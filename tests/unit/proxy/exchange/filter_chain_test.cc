@@ -19,6 +19,7 @@
 #include "filters/retry/retry_filter.h"
 #include "filters/spend/spend_filter.h"
 #include "filters/throttle/throttle_filter.h"
+#include "filters/tools/tools_filter.h"
 
 namespace sluice {
 namespace {
@@ -41,6 +42,10 @@ routes:
     match: {path_prefix: /fallback}
     upstream: plain
     fallback: [{upstream: limited}]
+  - name: tools
+    match: {path_prefix: /mcp}
+    upstream: plain
+    protocol: mcp
 )";
 
 class FilterChainTest : public ::testing::Test {
@@ -72,6 +77,8 @@ class FilterChainTest : public ::testing::Test {
         out.push_back("retry");
       else if (dynamic_cast<SpendFilter*>(f))
         out.push_back("spend");
+      else if (dynamic_cast<ToolsFilter*>(f))
+        out.push_back("tools");
       else
         out.push_back(typeid(*f).name());
     }
@@ -83,6 +90,7 @@ class FilterChainTest : public ::testing::Test {
     if (typeid(f) == typeid(CircuitBreakerFilter)) return sizeof(CircuitBreakerFilter);
     if (typeid(f) == typeid(ThrottleFilter)) return sizeof(ThrottleFilter);
     if (typeid(f) == typeid(RetryFilter)) return sizeof(RetryFilter);
+    if (typeid(f) == typeid(ToolsFilter)) return sizeof(ToolsFilter);
     return sizeof(SpendFilter);
   }
 
@@ -101,8 +109,13 @@ TEST_F(FilterChainTest, TableOrderWithTheThrottleOnlyWhereARateLimitIs) {
   // The names /config shows are the table's (`runs` only with a `runs` section).
   std::vector<std::string> names;
   for (auto n : filterChainNames()) names.emplace_back(n);
-  EXPECT_EQ(names, (std::vector<std::string>{"budget", "runs", "circuit_breaker", "throttle",
-                                             "retry", "spend"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"budget", "runs", "tools", "circuit_breaker",
+                                             "throttle", "retry", "spend"}));
+}
+
+TEST_F(FilterChainTest, McpRoutesReadTheCallAndMeterNoSpend) {
+  EXPECT_EQ(types(buildFilterChain(route("/mcp"))),
+            (std::vector<std::string>{"budget", "tools", "circuit_breaker", "retry"}));
 }
 
 TEST_F(FilterChainTest, NoRouteHasNoFilters) {

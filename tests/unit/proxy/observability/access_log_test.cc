@@ -74,13 +74,33 @@ TEST(AccessRecordTest, RendersEveryDesignFieldInOrder) {
   ASSERT_EQ(line.back(), '\n');
   EXPECT_EQ(line.find('\n'), line.size() - 1);
   const nlohmann::json j = nlohmann::json::parse(line);
-  const char* kFields[] = {"ts",           "request_id",   "trace_id",      "route",
-                           "upstream",     "endpoint",     "method",        "path",
-                           "protocol",     "status",       "attempts",      "retry_causes",
-                           "fallbacks",    "duration_ms",  "ttfb_ms",       "cancel_reason",
-                           "model",        "input_tokens", "output_tokens", "spend_usd",
-                           "leaked_usd",   "bytes_in",     "bytes_out",     "run_id",
-                           "parent_run_id"};
+  const char* kFields[] = {"ts",
+                           "request_id",
+                           "trace_id",
+                           "route",
+                           "upstream",
+                           "endpoint",
+                           "method",
+                           "path",
+                           "protocol",
+                           "status",
+                           "attempts",
+                           "retry_causes",
+                           "fallbacks",
+                           "duration_ms",
+                           "ttfb_ms",
+                           "cancel_reason",
+                           "model",
+                           "input_tokens",
+                           "output_tokens",
+                           "spend_usd",
+                           "leaked_usd",
+                           "bytes_in",
+                           "bytes_out",
+                           "run_id",
+                           "parent_run_id",
+                           "jsonrpc_method",
+                           "tool"};
   ASSERT_EQ(j.size(), std::size(kFields)) << line;
   size_t previous = 0;
   for (const char* f : kFields) {

@@ -1,0 +1,43 @@
+#pragma once
+
+// Reading the one JSON-RPC 2.0 message an MCP request body carries
+// (docs/design.md §10): its `method`, its `id` and, for `tools/call`, the
+// tool's name. MCP bodies are small (a call's arguments), so the body is
+// parsed whole with nlohmann::json.
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace sluice {
+
+/** What readJsonRpcRequest() found. */
+struct JsonRpcRequest {
+  enum class Status {
+    Ok,              // a request (with an id) or a notification (without)
+    ParseError,      // not JSON: -32700
+    InvalidRequest,  // JSON, but not a JSON-RPC 2.0 request (or a batch): -32600
+  };
+  Status status = Status::Ok;
+  std::string method;
+  // The id as JSON text (`7`, `"abc"`), to be echoed in an answer; nullopt
+  // for a notification. For an invalid request: its id when it had a valid
+  // one, else nullopt (answered with `null`).
+  std::optional<std::string> id;
+  std::string tool;    // tools/call params.name; "" otherwise
+  std::string detail;  // why it is invalid, for the error's message
+
+  bool isNotification() const { return status == Status::Ok && !id; }
+};
+
+/**
+ * Reads `body` as one JSON-RPC 2.0 message: an object with "jsonrpc":"2.0"
+ * and a string `method`; `id`, when present, a string or a number (null is
+ * refused as MCP does). A JSON array (a batch, dropped from MCP in
+ * 2025-06-18) is an invalid request. A JSON-RPC response (no method, a
+ * `result` or `error`) is invalid here too: a client POSTs requests and
+ * notifications. A `tools/call` needs `params.name` as a string.
+ */
+JsonRpcRequest readJsonRpcRequest(std::string_view body);
+
+}  // namespace sluice

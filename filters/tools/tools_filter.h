@@ -1,0 +1,103 @@
+#pragma once
+
+// The tools filter (docs/design.md §10): on a `protocol: mcp` route it reads
+// the JSON-RPC message of each request and applies the route's per-tool
+// policy to `tools/call`:
+//   - a body that is not one JSON-RPC request is answered 400 in JSON-RPC
+//     (-32700 parse error, -32600 invalid request, batches included);
+//   - a matched tool's `budget` lowers the request's deadline (the request's
+//     own budget and its run's still apply: the earliest wins);
+//   - each attempt says whether it may be sent again once sent
+//     (FilterCallbacks::setSentResendable): per the tool's `retry`, else the
+//     route's `tool_retry`, where `annotations` asks what the upstream's
+//     tools/list said about the tool;
+//   - it learns those annotations from the tools/list responses it sees;
+//   - it counts each tools/call in sluice_tool_calls_total and
+//     sluice_tool_call_duration_seconds.
+// Other methods (initialize, tools/list, ping, notifications) follow the
+// route's retry policy unchanged.
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/metrics.h"
+#include "filters/filter.h"
+#include "filters/tools/jsonrpc.h"
+#include "filters/tools/tool_annotations.h"
+#include "filters/tools/tool_policy.h"
+
+namespace sluice {
+
+/**
+ * What the tools filters of one route share (built once per route, used by
+ * every worker): the policy, the annotation table of each upstream of the
+ * route's chain, and the route's tool metric handles.
+ */
+class ToolRoute {
+ public:
+  ToolRoute(const config::ToolsConfig& config, Metrics& metrics, const std::string& route);
+
+  /** Adds an upstream of the route's chain and its annotation table. */
+  void addUpstream(std::string name, std::shared_ptr<ToolAnnotationTable> table);
+  /** The annotation table of `upstream`; null when it is not in the route's chain. */
+  ToolAnnotationTable* annotations(std::string_view upstream) const;
+
+  const ToolPolicy& policy() const { return policy_; }
+  /** sluice_tool_calls_total{route,tool,outcome} for label `index`. */
+  prometheus::Counter& calls(size_t index, std::string_view outcome) const;
+  /** sluice_tool_call_duration_seconds{route,tool} for label `index`. */
+  prometheus::Histogram& duration(size_t index) const { return *durations_.at(index); }
+
+ private:
+  ToolPolicy policy_;
+  std::string route_;
+  prometheus::Family<prometheus::Counter>& calls_family_;
+  std::vector<prometheus::Histogram*> durations_;
+  std::vector<std::pair<std::string, std::shared_ptr<ToolAnnotationTable>>> upstreams_;
+};
+
+class ToolsFilter final : public StreamFilter {
+ public:
+  /** The most of a tools/list response body read for annotations. */
+  static constexpr size_t kMaxToolsListBytes = 4u << 20;
+
+  explicit ToolsFilter(const ToolRoute& route) : route_(route) {}
+
+  std::string_view name() const override { return "tools"; }
+  FilterStatus decodeComplete(std::string_view body) override;
+  FilterStatus beforeAttempt(RequestHead& upstream_request) override;
+  FilterStatus encodeHeaders(ResponseHead& response, bool end_stream) override;
+  void encodeData(const char* data, size_t len, bool end_stream) override;
+  void encodeLocalReply(Problem& problem) override;
+  void onDestroy() override;
+
+  /**
+   * The `outcome` label of a finished tools/call: `ok` (a 2xx answer from
+   * the server), `http_4xx` / `http_5xx` (the server's error status),
+   * the cancel_reason of a request sluice cancelled (`budget_exhausted`,
+   * `client_disconnect`, ...), or, when sluice answered for another reason,
+   * its problem's slug with '_' for '-' (`upstream_connect_error`).
+   */
+  static std::string outcomeLabel(int status, const std::optional<std::string>& local_slug,
+                                  std::optional<CancelReason> cancel_reason);
+
+ private:
+  void learnToolsList();
+
+  const ToolRoute& route_;
+  JsonRpcRequest call_;
+  bool is_tool_call_ = false;
+  ToolMatch match_;
+  // A tools/list answer being read for annotations.
+  bool reading_tools_list_ = false;
+  bool event_stream_ = false;
+  std::string tools_list_;
+  // How the call ended, for the metrics.
+  int status_ = 0;
+  std::optional<std::string> local_slug_;
+};
+
+}  // namespace sluice
