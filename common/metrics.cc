@@ -195,12 +195,14 @@ Metrics::Metrics()
                       .Register(*registry_)),
       run_endings(BuildCounter()
                       .Name("sluice_run_endings_total")
-                      .Help("Runs that ended by a cancel or at their deadline, by reason.")
+                      .Help("Runs that ended by a cancel, at their deadline or at their spend cap, "
+                            "by reason.")
                       .Register(*registry_)) {
   access_log_dropped_ = &access_log_dropped.Add({});
   runs_active_ = &runs_active.Add({});
   run_endings_[0] = &run_endings.Add({{"reason", "cancelled"}});
   run_endings_[1] = &run_endings.Add({{"reason", "deadline"}});
+  run_endings_[2] = &run_endings.Add({{"reason", "spend_cap"}});
   build_info.Add({{"version", std::string(buildVersion())}, {"commit", std::string(buildCommit())}})
       .Set(1);
   request_body_buffered_bytes_ = &request_body_buffered.Add({});

@@ -263,7 +263,7 @@ class Metrics {
   prometheus::Gauge& runsActive() { return *runs_active_; }
   /** `reason`: "cancelled" or "deadline". */
   prometheus::Counter& runEndings(std::string_view reason) {
-    return *run_endings_[reason == "cancelled" ? 0 : 1];
+    return *run_endings_[reason == "cancelled" ? 0 : reason == "deadline" ? 1 : 2];
   }
   /** The shared-state series, one per op (quota, circuit, connect). */
   struct SharedStateSeries {
@@ -292,7 +292,7 @@ class Metrics {
   std::array<prometheus::Counter*, kRejectionCount> rejections_{};
   prometheus::Counter* access_log_dropped_ = nullptr;
   prometheus::Gauge* runs_active_ = nullptr;
-  std::array<prometheus::Counter*, 2> run_endings_{};
+  std::array<prometheus::Counter*, 3> run_endings_{};
   ProcessCollector process_;
   prometheus::Gauge* request_body_buffered_bytes_ = nullptr;
   std::once_flag shared_state_once_;

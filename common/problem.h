@@ -81,6 +81,10 @@ inline constexpr ProblemKind kDraining{503, "draining", "sluice is shutting down
 inline constexpr ProblemKind kRunCancelled{409, "run-cancelled", "Run cancelled", false};
 inline constexpr ProblemKind kRunDeadlineExceeded{504, "run-deadline-exceeded",
                                                   "Run deadline exceeded", false};
+inline constexpr ProblemKind kRunSpendExhausted{402, "run-spend-exhausted", "Run spend cap reached",
+                                                false};
+inline constexpr ProblemKind kInvalidRunMaxUsd{400, "invalid-run-max-usd",
+                                               "Invalid run spend cap header", false};
 inline constexpr ProblemKind kInvalidRunBudget{400, "invalid-run-budget",
                                                "Invalid run budget header", false};
 }  // namespace problems

@@ -43,6 +43,7 @@ bool clientStillListening(CancelReason reason) {
     case CancelReason::UpstreamReset:
     case CancelReason::RunCancelled:
     case CancelReason::RunDeadline:
+    case CancelReason::RunSpendCap:
       return true;
   }
   return false;

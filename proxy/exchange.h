@@ -157,6 +157,8 @@ class Exchange final : public DeferredDeletable,
   std::optional<CancelReason> cancelReason() const override { return cancel_reason_; }
   void recordUsage(const AttemptUsage& usage) override;
   void recordRun(std::string_view run_id, std::string_view parent_run_id) override;
+  void setRunSpend(RunSpend* spend) override { run_spend_ = spend; }
+  RunSpend* runSpend() const override { return run_spend_; }
   ExchangeSnapshot snapshot() const;
   /** The request's x-request-id (kept from the client or generated). */
   const std::string& requestId() const { return identity_.request_id; }
@@ -395,6 +397,9 @@ class Exchange final : public DeferredDeletable,
   AttemptUsage usage_;         // summed over attempts (its `model` unused: see model_)
   std::string run_id_;         // the request's run, if a task of one (docs/design.md §9)
   std::string parent_run_id_;  // and that run's parent
+
+  // The run filter's, while the request is a task of a run.
+  RunSpend* run_spend_ = nullptr;
 
   AttemptTarget retry_target_;  // of the RetryDelay slot
   // Every timer of this request: the named slots and the filters' timers,

@@ -99,6 +99,7 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
     limits.idle_expiry = cfg.runs->idle_expiry;
     limits.tombstone = cfg.runs->tombstone;
     limits.max_runs = cfg.runs->max_runs;
+    limits.max_usd = cfg.runs->max_usd;
     if (previous != nullptr && previous->runs_) {
       rt->runs_ = previous->runs_;
       rt->runs_->setLimits(limits);

@@ -58,6 +58,8 @@ class FakeFilterCallbacks : public FilterCallbacks {
   std::function<void()> crossThreadWaker(std::function<void()> fn) override { return fn; }
   std::optional<CancelReason> cancelReason() const override { return cancel_reason; }
   void recordUsage(const AttemptUsage& usage) override { usages.push_back(usage); }
+  void setRunSpend(RunSpend* spend) override { run_spend = spend; }
+  RunSpend* runSpend() const override { return run_spend; }
 
   /** Runs the armed timers due by now (the clock), earliest first. */
   void fireDueTimers() {
@@ -88,6 +90,7 @@ class FakeFilterCallbacks : public FilterCallbacks {
   int refusals = 0;  // of the cancels, those that came through refuseAttempt
   AttemptDestination destination_value;
   std::vector<AttemptUsage> usages;
+  RunSpend* run_spend = nullptr;
 
  private:
   struct Pending {
