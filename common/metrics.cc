@@ -432,6 +432,7 @@ prometheus::Counter& Metrics::SharedStateSeries::errors(std::string_view op) con
   if (op == "quota") return *quota_errors;
   if (op == "circuit") return *circuit_errors;
   if (op == "protocol") return *protocol_errors;
+  if (op == "runs") return *runs_errors;
   return *connect_errors;
 }
 
@@ -442,6 +443,7 @@ const Metrics::SharedStateSeries& Metrics::sharedState() {
     shared_state_.circuit_errors = &shared_state_errors.Add({{"op", "circuit"}});
     shared_state_.connect_errors = &shared_state_errors.Add({{"op", "connect"}});
     shared_state_.protocol_errors = &shared_state_errors.Add({{"op", "protocol"}});
+    shared_state_.runs_errors = &shared_state_errors.Add({{"op", "runs"}});
   });
   return shared_state_;
 }

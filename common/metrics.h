@@ -272,9 +272,10 @@ class Metrics {
     prometheus::Counter* circuit_errors = nullptr;
     prometheus::Counter* connect_errors = nullptr;
     prometheus::Counter* protocol_errors = nullptr;  // a reply past the limits, or not RESP
+    prometheus::Counter* runs_errors = nullptr;      // a run cancel not published
     /**
-     * The counter of `op` ("quota", "circuit", "protocol", anything else
-     * counts as "connect").
+     * The counter of `op` ("quota", "circuit", "protocol", "runs", anything
+     * else counts as "connect").
      */
     prometheus::Counter& errors(std::string_view op) const;
   };

@@ -45,7 +45,10 @@ inline constexpr ProblemKind kBadRequest{400, "bad-request", "Bad request", fals
 inline constexpr ProblemKind kMalformedRequest{400, "malformed-request", "Malformed HTTP request",
                                                false};
 inline constexpr ProblemKind kInvalidBudget{400, "invalid-budget", "Invalid budget header", false};
+inline constexpr ProblemKind kUnauthorized{401, "unauthorized", "Unauthorized", false};
 inline constexpr ProblemKind kNoRoute{404, "no-route", "No route", false};
+inline constexpr ProblemKind kMethodNotAllowed{405, "method-not-allowed", "Method not allowed",
+                                               false};
 inline constexpr ProblemKind kRequestTimeout{408, "request-timeout", "Request timeout", false};
 inline constexpr ProblemKind kBodyTooLarge{413, "body-too-large", "Request body too large", false};
 inline constexpr ProblemKind kUriTooLong{414, "uri-too-long", "Request target too long", false};

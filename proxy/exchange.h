@@ -251,6 +251,8 @@ class Exchange final : public DeferredDeletable,
   void onAttemptTimeout();
   void failAttempt(AttemptOutcome outcome, const Problem& problem);
   void answer(Problem problem, ExchangeState terminal);
+  /** Answers with `reply` (not a problem: sluice's own endpoint on the listeners) and completes. */
+  void answerLocally(LocalReply reply);
   /** Passes `problem` through the filters (encodeLocalReply) and sends it if nothing was sent. */
   void sendProblem(Problem& problem);
   /** 413 body-too-large, counted in the downstream rejections. */

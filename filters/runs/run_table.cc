@@ -23,6 +23,11 @@ void RunTable::setEndingListener(EndingListener listener) {
   on_ending_ = std::move(listener);
 }
 
+void RunTable::setCancelBroadcaster(std::function<void(const std::string&)> broadcaster) {
+  std::lock_guard lock(mutex_);
+  broadcaster_ = std::move(broadcaster);
+}
+
 void RunTable::setActiveListener(std::function<void(size_t)> listener) {
   std::lock_guard lock(mutex_);
   on_active_ = std::move(listener);
@@ -206,17 +211,20 @@ void RunTable::endSubtreeLocked(const std::string& id, State state, Ending endin
   }
 }
 
-size_t RunTable::cancel(const std::string& id) {
+size_t RunTable::cancel(const std::string& id, bool from_peer) {
   std::vector<std::pair<Canceller, Ending>> cancellers;
   std::vector<Ending> endings;
+  std::function<void(const std::string&)> broadcaster;
   {
     std::lock_guard lock(mutex_);
+    if (!from_peer) broadcaster = broadcaster_;
     const MonotonicTime now = clock_.now();
     sweepLocked(now, false);
     endSubtreeLocked(id, State::Cancelled, Ending::Cancelled, now, cancellers, endings);
   }
   notify(endings);
   for (auto& [canceller, ending] : cancellers) canceller(ending);
+  if (broadcaster) broadcaster(id);
   return cancellers.size();
 }
 

@@ -70,6 +70,12 @@ class RunTable {
   /** New limits (a reload): they apply to runs created from now on, and to expiry. */
   void setLimits(Limits limits);
   void setEndingListener(EndingListener listener);
+  /**
+   * Told every cancel made here (cancel(id), not one from a peer): with
+   * shared_state it carries the cancel to the other replicas. Called outside
+   * the lock, on the cancelling thread.
+   */
+  void setCancelBroadcaster(std::function<void(const std::string&)> broadcaster);
   /** Told the number of active runs whenever it changes (under the lock: keep it cheap). */
   void setActiveListener(std::function<void(size_t)> listener);
 
@@ -110,9 +116,10 @@ class RunTable {
    * Cancels run `id` and its descendants: their in-flight tasks' cancellers
    * are called, later tasks are refused until the tombstones expire. An
    * unknown id is remembered as a cancelled run (a tombstone). Returns the
-   * number of tasks told to stop.
+   * number of tasks told to stop. `from_peer`: the cancel came from another
+   * replica, and is not broadcast again.
    */
-  size_t cancel(const std::string& id);
+  size_t cancel(const std::string& id, bool from_peer = false);
 
   /** What admin GET /runs shows of a run. */
   struct Snapshot {
@@ -177,6 +184,7 @@ class RunTable {
   mutable std::mutex mutex_;
   Limits limits_;
   EndingListener on_ending_;
+  std::function<void(const std::string&)> broadcaster_;
   std::function<void(size_t)> on_active_;
   std::unordered_map<std::string, Run> runs_;
   std::list<std::string> idle_;  // runs with nothing in flight, least recently active first
