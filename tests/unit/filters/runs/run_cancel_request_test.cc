@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "config/loader.h"
+
 namespace sluice {
 namespace {
 
@@ -59,6 +61,29 @@ TEST_F(RunCancelRequestTest, OtherPathsAndNoTokenAreNotSluices) {
   EXPECT_FALSE(answer("DELETE", "/sluice/run/r", "Bearer 0123456789abcdef"));
   config_.cancel_token.clear();
   EXPECT_FALSE(answer("DELETE", "/sluice/runs/r", "Bearer 0123456789abcdef"));
+}
+
+TEST(RunsConfigTest, MaxUsdAndACancelTokenFromTheEnvironment) {
+  const std::string head =
+      "listen: 127.0.0.1:0\nupstreams: [{name: u, url: \"http://127.0.0.1:9\"}]\n"
+      "routes: [{name: r, match: {path_prefix: /}, upstream: u}]\n";
+  const config::EnvLookup env = [](const std::string& name) -> std::optional<std::string> {
+    if (name == "RUN_CANCEL_TOKEN") return "a-long-enough-secret";
+    if (name == "SHORT") return "short";
+    return std::nullopt;
+  };
+  auto ok = config::loadConfigString(
+      head + "runs: {max_usd: 2.5, cancel_token: \"${RUN_CANCEL_TOKEN}\"}\n", "t.yaml", env);
+  ASSERT_TRUE(ok.ok()) << ok.error->toString();
+  EXPECT_DOUBLE_EQ(ok.config->runs->max_usd, 2.5);
+  EXPECT_EQ(ok.config->runs->cancel_token, "a-long-enough-secret");
+  const auto short_token =
+      config::loadConfigString(head + "runs: {cancel_token: \"${SHORT}\"}\n", "t.yaml", env);
+  ASSERT_FALSE(short_token.ok());
+  EXPECT_NE(short_token.error->toString().find("at least 16"), std::string::npos);
+  EXPECT_EQ(short_token.error->toString().find("short\""), std::string::npos)
+      << "the secret is not echoed";
+  EXPECT_FALSE(config::loadConfigString(head + "runs: {max_usd: -1}\n", "t.yaml", env).ok());
 }
 
 TEST(ConstantTimeEquals, ComparesWholeStrings) {
