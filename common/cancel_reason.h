@@ -20,13 +20,14 @@ enum class CancelReason {
   UpstreamReset,  // the upstream broke a response already under way to the client
   RunCancelled,   // the request's run (or an ancestor run) was cancelled
   RunDeadline,    // the request's run reached its deadline
+  RunSpendCap,    // the request's run (or an ancestor run) reached its spend cap
 };
 
 inline constexpr CancelReason kAllCancelReasons[] = {
     CancelReason::ClientDisconnect, CancelReason::ClientStalled, CancelReason::BudgetExhausted,
     CancelReason::CircuitOpen,      CancelReason::RateLimited,   CancelReason::Overloaded,
     CancelReason::UpstreamTimeout,  CancelReason::Draining,      CancelReason::UpstreamReset,
-    CancelReason::RunCancelled,     CancelReason::RunDeadline,
+    CancelReason::RunCancelled,     CancelReason::RunDeadline,   CancelReason::RunSpendCap,
 };
 
 /** The label value, e.g. "client_disconnect". */
@@ -54,6 +55,8 @@ constexpr std::string_view toString(CancelReason r) {
       return "run_cancelled";
     case CancelReason::RunDeadline:
       return "run_deadline";
+    case CancelReason::RunSpendCap:
+      return "run_spend_cap";
   }
   return "unknown";
 }

@@ -195,7 +195,8 @@ Metrics::Metrics()
                       .Register(*registry_)),
       run_endings(BuildCounter()
                       .Name("sluice_run_endings_total")
-                      .Help("Runs that ended by a cancel or at their deadline, by reason.")
+                      .Help("Runs that ended by a cancel, at their deadline or at their spend cap, "
+                            "by reason.")
                       .Register(*registry_)),
       tool_calls(BuildCounter()
                      .Name("sluice_tool_calls_total")
@@ -211,6 +212,7 @@ Metrics::Metrics()
   runs_active_ = &runs_active.Add({});
   run_endings_[0] = &run_endings.Add({{"reason", "cancelled"}});
   run_endings_[1] = &run_endings.Add({{"reason", "deadline"}});
+  run_endings_[2] = &run_endings.Add({{"reason", "spend_cap"}});
   build_info.Add({{"version", std::string(buildVersion())}, {"commit", std::string(buildCommit())}})
       .Set(1);
   request_body_buffered_bytes_ = &request_body_buffered.Add({});
@@ -440,6 +442,7 @@ prometheus::Counter& Metrics::SharedStateSeries::errors(std::string_view op) con
   if (op == "quota") return *quota_errors;
   if (op == "circuit") return *circuit_errors;
   if (op == "protocol") return *protocol_errors;
+  if (op == "runs") return *runs_errors;
   return *connect_errors;
 }
 
@@ -450,6 +453,7 @@ const Metrics::SharedStateSeries& Metrics::sharedState() {
     shared_state_.circuit_errors = &shared_state_errors.Add({{"op", "circuit"}});
     shared_state_.connect_errors = &shared_state_errors.Add({{"op", "connect"}});
     shared_state_.protocol_errors = &shared_state_errors.Add({{"op", "protocol"}});
+    shared_state_.runs_errors = &shared_state_errors.Add({{"op", "runs"}});
   });
   return shared_state_;
 }

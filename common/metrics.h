@@ -270,7 +270,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& tool_call_duration;
   /** `reason`: "cancelled" or "deadline". */
   prometheus::Counter& runEndings(std::string_view reason) {
-    return *run_endings_[reason == "cancelled" ? 0 : 1];
+    return *run_endings_[reason == "cancelled" ? 0 : reason == "deadline" ? 1 : 2];
   }
   /** The shared-state series, one per op (quota, circuit, connect). */
   struct SharedStateSeries {
@@ -279,9 +279,10 @@ class Metrics {
     prometheus::Counter* circuit_errors = nullptr;
     prometheus::Counter* connect_errors = nullptr;
     prometheus::Counter* protocol_errors = nullptr;  // a reply past the limits, or not RESP
+    prometheus::Counter* runs_errors = nullptr;      // a run cancel not published
     /**
-     * The counter of `op` ("quota", "circuit", "protocol", anything else
-     * counts as "connect").
+     * The counter of `op` ("quota", "circuit", "protocol", "runs", anything
+     * else counts as "connect").
      */
     prometheus::Counter& errors(std::string_view op) const;
   };
@@ -299,7 +300,7 @@ class Metrics {
   std::array<prometheus::Counter*, kRejectionCount> rejections_{};
   prometheus::Counter* access_log_dropped_ = nullptr;
   prometheus::Gauge* runs_active_ = nullptr;
-  std::array<prometheus::Counter*, 2> run_endings_{};
+  std::array<prometheus::Counter*, 3> run_endings_{};
   ProcessCollector process_;
   prometheus::Gauge* request_body_buffered_bytes_ = nullptr;
   std::once_flag shared_state_once_;

@@ -51,7 +51,10 @@ inline constexpr ProblemKind kJsonRpcParseError{400, "jsonrpc-parse-error", "JSO
                                                 false};
 inline constexpr ProblemKind kJsonRpcInvalidRequest{400, "jsonrpc-invalid-request",
                                                     "JSON-RPC invalid request", false};
+inline constexpr ProblemKind kUnauthorized{401, "unauthorized", "Unauthorized", false};
 inline constexpr ProblemKind kNoRoute{404, "no-route", "No route", false};
+inline constexpr ProblemKind kMethodNotAllowed{405, "method-not-allowed", "Method not allowed",
+                                               false};
 inline constexpr ProblemKind kRequestTimeout{408, "request-timeout", "Request timeout", false};
 inline constexpr ProblemKind kBodyTooLarge{413, "body-too-large", "Request body too large", false};
 inline constexpr ProblemKind kUriTooLong{414, "uri-too-long", "Request target too long", false};
@@ -87,6 +90,10 @@ inline constexpr ProblemKind kDraining{503, "draining", "sluice is shutting down
 inline constexpr ProblemKind kRunCancelled{409, "run-cancelled", "Run cancelled", false};
 inline constexpr ProblemKind kRunDeadlineExceeded{504, "run-deadline-exceeded",
                                                   "Run deadline exceeded", false};
+inline constexpr ProblemKind kRunSpendExhausted{402, "run-spend-exhausted", "Run spend cap reached",
+                                                false};
+inline constexpr ProblemKind kInvalidRunMaxUsd{400, "invalid-run-max-usd",
+                                               "Invalid run spend cap header", false};
 inline constexpr ProblemKind kInvalidRunBudget{400, "invalid-run-budget",
                                                "Invalid run budget header", false};
 }  // namespace problems

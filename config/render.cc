@@ -262,13 +262,17 @@ nlohmann::json toRedactedJson(const Config& config) {
       {"limits", limitsToJson(config.limits)},
       {"access_log", accessLogToJson(config.access_log)},
       {"shared_state", sharedStateToJson(config.shared_state)},
-      {"runs", config.runs ? json{{"header", config.runs->header},
-                                  {"parent_header", config.runs->parent_header},
-                                  {"budget", formatDuration(config.runs->budget)},
-                                  {"idle_expiry", formatDuration(config.runs->idle_expiry)},
-                                  {"tombstone", formatDuration(config.runs->tombstone)},
-                                  {"max_runs", config.runs->max_runs}}
-                           : json(nullptr)},
+      {"runs", config.runs
+                   ? json{{"header", config.runs->header},
+                          {"parent_header", config.runs->parent_header},
+                          {"budget", formatDuration(config.runs->budget)},
+                          {"idle_expiry", formatDuration(config.runs->idle_expiry)},
+                          {"tombstone", formatDuration(config.runs->tombstone)},
+                          {"max_runs", config.runs->max_runs},
+                          {"max_usd", config.runs->max_usd},
+                          {"cancel_token",
+                           config.runs->cancel_token.empty() ? json(nullptr) : json("<redacted>")}}
+                   : json(nullptr)},
       {"source_path", config.source_path},
   };
 }

@@ -79,6 +79,20 @@ struct AttemptUsage {
   double leaked_usd = 0;
 };
 
+/**
+ * The spend of the run a request is a task of (docs/design.md §9): the run
+ * filter offers it, the spend filter feeds it USD as it meters each attempt
+ * (a chunk at a time; negative when a final count corrects an estimate).
+ * Called on the request's worker thread.
+ */
+class RunSpend {
+ public:
+  virtual void addRunSpend(double usd) = 0;
+
+ protected:
+  ~RunSpend() = default;
+};
+
 /** What the Exchange offers the filters it runs. */
 class FilterCallbacks {
  public:
@@ -184,6 +198,12 @@ class FilterCallbacks {
    * per attempt, from beforeAttempt.
    */
   virtual void setSentResendable(bool /*resendable*/) {}
+  /**
+   * The run filter hands over the spend of the request's run (null: none);
+   * the spend filter reads it. It stays valid until onDestroy.
+   */
+  virtual void setRunSpend(RunSpend* /*spend*/) {}
+  virtual RunSpend* runSpend() const { return nullptr; }
 };
 
 /** The most body sluice buffers for a held (maybe-retried) response. */

@@ -1,5 +1,8 @@
 #include "filters/runs/run_filter.h"
 
+#include <cstdlib>
+#include <functional>
+
 #include "filters/budget/budget_filter.h"
 
 namespace sluice {
@@ -10,6 +13,28 @@ bool validRunId(std::string_view id) {
     if (c <= 0x20 || c >= 0x7f) return false;
   }
   return true;
+}
+
+std::optional<double> parseRunMaxUsd(std::string_view value) {
+  value = trimOws(value);
+  // Plain decimal only: digits with at most one '.', no sign, exponent, inf or nan.
+  if (value.empty() || value.size() > 32) return std::nullopt;
+  bool dot = false;
+  bool digit = false;
+  for (const char c : value) {
+    if (c == '.') {
+      if (dot) return std::nullopt;
+      dot = true;
+    } else if (c >= '0' && c <= '9') {
+      digit = true;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (!digit) return std::nullopt;
+  const double usd = std::strtod(std::string(value).c_str(), nullptr);
+  if (!(usd > 0) || usd > 1e9) return std::nullopt;
+  return usd;
 }
 
 FilterStatus RunFilter::decodeHeaders(RequestHead& request) {
@@ -41,17 +66,46 @@ FilterStatus RunFilter::decodeHeaders(RequestHead& request) {
       return FilterStatus::StopIteration;
     }
   }
+  std::optional<double> max_usd;
+  if (const auto raw = request.headers.get(config_.max_usd_header)) {
+    max_usd = parseRunMaxUsd(*raw);
+    if (!max_usd) {
+      callbacks_->sendLocalReply(makeProblem(
+          problems::kInvalidRunMaxUsd, config_.max_usd_header +
+                                           " must be a positive decimal number of USD, got \"" +
+                                           std::string(raw->substr(0, 64)) + "\""));
+      return FilterStatus::StopIteration;
+    }
+  }
   run_id_ = std::string(run);
   callbacks_->recordRun(run_id_, parent);
   FilterCallbacks* callbacks = callbacks_;
+  // Each cause reaches the task on its own worker with its own reason.
+  std::function<void()> cancelled =
+      callbacks_->crossThreadWaker([callbacks] { callbacks->cancel(CancelReason::RunCancelled); });
+  std::function<void()> capped =
+      callbacks_->crossThreadWaker([callbacks] { callbacks->cancel(CancelReason::RunSpendCap); });
   const RunTable::Join join = table_.join(
       run_id_, parent, budget,
-      callbacks_->crossThreadWaker([callbacks] { callbacks->cancel(CancelReason::RunCancelled); }));
+      [cancelled = std::move(cancelled), capped = std::move(capped)](RunTable::Ending why) {
+        if (why == RunTable::Ending::SpendCap) {
+          capped();
+        } else {
+          cancelled();
+        }
+      },
+      max_usd);
   switch (join.kind) {
     case RunTable::Join::Kind::Joined:
       task_ = join.task;
       callbacks_->lowerDeadline(join.deadline, CancelReason::RunDeadline);
+      callbacks_->setRunSpend(this);
       return FilterStatus::Continue;
+    case RunTable::Join::Kind::SpendExhausted:
+      callbacks_->sendLocalReply(makeProblem(problems::kRunSpendExhausted,
+                                             "run " + run_id_ + " reached its spend cap",
+                                             CancelReason::RunSpendCap));
+      return FilterStatus::StopIteration;
     case RunTable::Join::Kind::Cancelled:
       callbacks_->sendLocalReply(makeProblem(
           problems::kRunCancelled, "run " + run_id_ + " was cancelled; it takes no more requests",
@@ -70,7 +124,14 @@ FilterStatus RunFilter::beforeAttempt(RequestHead& upstream_request) {
   // The run's budget header is sluice's: it never goes upstream. The run id
   // does (a tool server, or another sluice behind this one, may use it).
   upstream_request.headers.remove(config_.budget_header);
+  upstream_request.headers.remove(config_.max_usd_header);
   return FilterStatus::Continue;
+}
+
+void RunFilter::addRunSpend(double usd) {
+  // Spend booked after the task left (the spend filter's onDestroy) still
+  // counts: the run outlives its tasks.
+  if (!run_id_.empty()) table_.addSpend(run_id_, usd);
 }
 
 void RunFilter::onDestroy() {

@@ -7,10 +7,15 @@
 // a run past its deadline 504 run-deadline-exceeded (both
 // `x-should-retry: false`); an admitted task's deadline is lowered to its
 // run's, which then ends it as `run_deadline`, and a cancel of the run
-// cancels it (`run_cancelled`) on its own worker. Without the header the
-// request is no run's task and this filter does nothing.
+// cancels it (`run_cancelled`) on its own worker. `x-run-max-usd` lowers the
+// run's spend cap on its first request; the spend filter feeds the run's
+// spend through this filter (RunSpend), and a run at its cap cancels its
+// tasks (`run_spend_cap`) and refuses later ones 402 run-spend-exhausted.
+// Without the header the request is no run's task and this filter does
+// nothing.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "filters/filter.h"
@@ -22,13 +27,17 @@ namespace sluice {
 /** A run id or parent run id as a header carries it: 1–128 visible ASCII characters. */
 bool validRunId(std::string_view id);
 
-class RunFilter final : public StreamFilter {
+/** An `x-run-max-usd` value: a positive decimal number of USD (at most 1e9); nullopt if invalid. */
+std::optional<double> parseRunMaxUsd(std::string_view value);
+
+class RunFilter final : public StreamFilter, public RunSpend {
  public:
   RunFilter(const config::RunsConfig& config, RunTable& table) : config_(config), table_(table) {}
   std::string_view name() const override { return "runs"; }
   FilterStatus decodeHeaders(RequestHead& request) override;
   FilterStatus beforeAttempt(RequestHead& upstream_request) override;
   void onDestroy() override;
+  void addRunSpend(double usd) override;
 
  private:
   const config::RunsConfig& config_;

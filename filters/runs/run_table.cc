@@ -23,6 +23,11 @@ void RunTable::setEndingListener(EndingListener listener) {
   on_ending_ = std::move(listener);
 }
 
+void RunTable::setCancelBroadcaster(std::function<void(const std::string&)> broadcaster) {
+  std::lock_guard lock(mutex_);
+  broadcaster_ = std::move(broadcaster);
+}
+
 void RunTable::setActiveListener(std::function<void(size_t)> listener) {
   std::lock_guard lock(mutex_);
   on_active_ = std::move(listener);
@@ -45,6 +50,7 @@ RunTable::Run& RunTable::createLocked(const std::string& id, MonotonicTime now) 
   run.id = id;
   run.created = run.last_active = now;
   run.deadline = now + limits_.budget;
+  run.max_usd = limits_.max_usd;
   touchIdleLocked(run);
   return run;
 }
@@ -105,8 +111,8 @@ void RunTable::eraseLocked(const std::string& id) {
 }
 
 RunTable::Join RunTable::join(const std::string& id, const std::string& parent,
-                              std::optional<std::chrono::milliseconds> budget,
-                              std::function<void()> canceller) {
+                              std::optional<std::chrono::milliseconds> budget, Canceller canceller,
+                              std::optional<double> max_usd) {
   std::vector<Ending> endings;
   Join out;
   {
@@ -123,6 +129,9 @@ RunTable::Join RunTable::join(const std::string& id, const std::string& parent,
       }
       Run& run = createLocked(id, now);
       if (budget) run.deadline = std::min(run.deadline, now + *budget);
+      if (max_usd && *max_usd > 0 && (run.max_usd == 0 || *max_usd < run.max_usd)) {
+        run.max_usd = *max_usd;
+      }
       if (parent_run != nullptr) {
         // (createLocked may have evicted idle runs, never the parent just
         // looked up: it is the most recently touched.)
@@ -133,7 +142,8 @@ RunTable::Join RunTable::join(const std::string& id, const std::string& parent,
         touchIdleLocked(*parent_run);
         run.deadline = std::min(run.deadline, parent_run->deadline);
         if (parent_run->state != State::Running) {
-          run.state = State::Cancelled;
+          run.state =
+              parent_run->state == State::SpendExhausted ? State::SpendExhausted : State::Cancelled;
           run.ended = now;
         }
       }
@@ -149,8 +159,9 @@ RunTable::Join RunTable::join(const std::string& id, const std::string& parent,
       run.tasks.emplace(out.task, std::move(canceller));
       ++run.tasks_total;
     } else {
-      out.kind =
-          run.state == State::Cancelled ? Join::Kind::Cancelled : Join::Kind::DeadlineExceeded;
+      out.kind = run.state == State::Cancelled        ? Join::Kind::Cancelled
+                 : run.state == State::SpendExhausted ? Join::Kind::SpendExhausted
+                                                      : Join::Kind::DeadlineExceeded;
     }
     touchIdleLocked(run);
   }
@@ -169,42 +180,83 @@ void RunTable::leave(const std::string& id, uint64_t task) {
   touchIdleLocked(run);
 }
 
-size_t RunTable::cancel(const std::string& id) {
-  std::vector<std::function<void()>> cancellers;
+void RunTable::endSubtreeLocked(const std::string& id, State state, Ending ending,
+                                MonotonicTime now,
+                                std::vector<std::pair<Canceller, Ending>>& cancellers,
+                                std::vector<Ending>& endings) {
+  // The run and its descendants, breadth first (a cycle of parents cannot
+  // form: a run's parent is set once, at its creation, to an existing run
+  // or a new one; the visited set guards anyway).
+  std::vector<std::string> pending{id};
+  std::unordered_set<std::string> visited;
+  while (!pending.empty()) {
+    const std::string current = std::move(pending.back());
+    pending.pop_back();
+    if (!visited.insert(current).second) continue;
+    auto it = runs_.find(current);
+    if (it == runs_.end()) it = runs_.find(createLocked(current, now).id);
+    Run& run = it->second;
+    checkDeadlineLocked(run, now, endings);
+    if (run.state == State::Running) {
+      run.state = state;
+      run.ended = now;
+      endings.push_back(ending);
+    }
+    run.last_active = now;
+    for (auto& [task, canceller] : run.tasks) {
+      if (canceller) cancellers.emplace_back(canceller, ending);
+    }
+    touchIdleLocked(run);
+    for (const std::string& child : run.children) pending.push_back(child);
+  }
+}
+
+size_t RunTable::cancel(const std::string& id, bool from_peer) {
+  std::vector<std::pair<Canceller, Ending>> cancellers;
+  std::vector<Ending> endings;
+  std::function<void(const std::string&)> broadcaster;
+  {
+    std::lock_guard lock(mutex_);
+    if (!from_peer) broadcaster = broadcaster_;
+    const MonotonicTime now = clock_.now();
+    sweepLocked(now, false);
+    endSubtreeLocked(id, State::Cancelled, Ending::Cancelled, now, cancellers, endings);
+  }
+  notify(endings);
+  for (auto& [canceller, ending] : cancellers) canceller(ending);
+  if (broadcaster) broadcaster(id);
+  return cancellers.size();
+}
+
+void RunTable::addSpend(const std::string& id, double usd) {
+  if (usd == 0) return;
+  std::vector<std::pair<Canceller, Ending>> cancellers;
   std::vector<Ending> endings;
   {
     std::lock_guard lock(mutex_);
     const MonotonicTime now = clock_.now();
-    sweepLocked(now, false);
-    // The run and its descendants, breadth first (a cycle of parents cannot
-    // form: a run's parent is set once, at its creation, to an existing run
-    // or a new one; the visited set guards anyway).
-    std::vector<std::string> pending{id};
-    std::unordered_set<std::string> visited;
-    while (!pending.empty()) {
-      const std::string current = std::move(pending.back());
-      pending.pop_back();
-      if (!visited.insert(current).second) continue;
-      auto it = runs_.find(current);
-      if (it == runs_.end()) it = runs_.find(createLocked(current, now).id);
+    // The run, then its ancestors (bounded: parents never form a cycle, and
+    // the walk stops at max_runs steps regardless).
+    std::vector<std::string> capped;
+    std::string current = id;
+    for (size_t steps = 0; steps <= limits_.max_runs && !current.empty(); ++steps) {
+      const auto it = runs_.find(current);
+      if (it == runs_.end()) break;
       Run& run = it->second;
-      checkDeadlineLocked(run, now, endings);
-      if (run.state == State::Running) {
-        run.state = State::Cancelled;
-        run.ended = now;
-        endings.push_back(Ending::Cancelled);
+      run.spend_usd = std::max(0.0, run.spend_usd + usd);
+      if (run.state == State::Running && run.max_usd > 0 && run.spend_usd >= run.max_usd) {
+        capped.push_back(run.id);
       }
-      run.last_active = now;
-      for (auto& [task, canceller] : run.tasks) {
-        if (canceller) cancellers.push_back(canceller);
-      }
-      touchIdleLocked(run);
-      for (const std::string& child : run.children) pending.push_back(child);
+      current = run.parent;
+    }
+    // The topmost run that reached its cap: its subtree holds the others.
+    if (!capped.empty()) {
+      endSubtreeLocked(capped.back(), State::SpendExhausted, Ending::SpendCap, now, cancellers,
+                       endings);
     }
   }
   notify(endings);
-  for (auto& canceller : cancellers) canceller();
-  return cancellers.size();
+  for (auto& [canceller, ending] : cancellers) canceller(ending);
 }
 
 RunTable::Snapshot RunTable::snapshotLocked(const Run& run, MonotonicTime now) const {
@@ -213,14 +265,17 @@ RunTable::Snapshot RunTable::snapshotLocked(const Run& run, MonotonicTime now) c
   s.parent = run.parent;
   State state = run.state;
   if (state == State::Running && now >= run.deadline) state = State::DeadlineExceeded;
-  s.state = state == State::Running     ? "running"
-            : state == State::Cancelled ? "cancelled"
-                                        : "deadline_exceeded";
+  s.state = state == State::Running          ? "running"
+            : state == State::Cancelled      ? "cancelled"
+            : state == State::SpendExhausted ? "spend_exhausted"
+                                             : "deadline_exceeded";
   s.tasks_in_flight = run.tasks.size();
   s.tasks_total = run.tasks_total;
   s.age_seconds = secondsOf(now - run.created);
   s.time_left_seconds = state == State::Running ? secondsOf(run.deadline - now) : 0;
   s.children = run.children;
+  s.spend_usd = run.spend_usd;
+  s.max_usd = run.max_usd;
   return s;
 }
 

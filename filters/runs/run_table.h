@@ -13,6 +13,11 @@
 // `x-run-budget-ms`. A cancelled run, or one past its deadline, refuses new
 // tasks until it is forgotten: `tombstone` after it ended. A run with
 // nothing in flight is forgotten `idle_expiry` after its last task left.
+// A run's spend (USD, as the spend filter meters its tasks, streams as their
+// tokens arrive; a child run's spend counts in its ancestors' too) is bounded
+// by its cap: `max_usd`, lowered by its first task's `x-run-max-usd`.
+// Reaching it ends the run like a cancel (its tasks and its descendants'
+// are told, with Ending::SpendCap) and refuses later tasks.
 // Beyond `max_runs` the longest-idle run without tasks in flight is
 // forgotten first (a run with tasks in flight is never forgotten: the table
 // is bounded by max_runs plus the tasks in flight).
@@ -41,13 +46,21 @@ class RunTable {
     std::chrono::milliseconds idle_expiry{std::chrono::minutes(10)};
     std::chrono::milliseconds tombstone{std::chrono::minutes(15)};
     size_t max_runs = 100'000;
+    double max_usd = 0;  // a run's spend cap; 0 = none
   };
 
   /** Why a run ended (sluice_run_endings_total's `reason`). */
-  enum class Ending { Cancelled, Deadline };
+  enum class Ending { Cancelled, Deadline, SpendCap };
   static constexpr std::string_view toString(Ending e) {
-    return e == Ending::Cancelled ? "cancelled" : "deadline";
+    return e == Ending::Cancelled ? "cancelled" : e == Ending::Deadline ? "deadline" : "spend_cap";
   }
+
+  /**
+   * Tells an in-flight task to stop: why (Cancelled or SpendCap). Called on
+   * any thread, outside the lock; it must hand the cancel to the task's own
+   * thread.
+   */
+  using Canceller = std::function<void(Ending)>;
 
   /** Told once per run that ends (outside the lock). */
   using EndingListener = std::function<void(Ending)>;
@@ -57,12 +70,18 @@ class RunTable {
   /** New limits (a reload): they apply to runs created from now on, and to expiry. */
   void setLimits(Limits limits);
   void setEndingListener(EndingListener listener);
+  /**
+   * Told every cancel made here (cancel(id), not one from a peer): with
+   * shared_state it carries the cancel to the other replicas. Called outside
+   * the lock, on the cancelling thread.
+   */
+  void setCancelBroadcaster(std::function<void(const std::string&)> broadcaster);
   /** Told the number of active runs whenever it changes (under the lock: keep it cheap). */
   void setActiveListener(std::function<void(size_t)> listener);
 
   /** A task's admission. */
   struct Join {
-    enum class Kind { Joined, Cancelled, DeadlineExceeded };
+    enum class Kind { Joined, Cancelled, DeadlineExceeded, SpendExhausted };
     Kind kind = Kind::Joined;
     uint64_t task = 0;         // Joined: leave(task) when it is done
     MonotonicTime deadline{};  // Joined: the run's deadline
@@ -72,13 +91,23 @@ class RunTable {
    * A request of run `id` starts. `parent` (may be empty): on the run's
    * first task, the run becomes a child of that run (created if unknown);
    * a child of a cancelled run is refused. `budget` (optional, the task's
-   * `x-run-budget-ms`): on the first task, lowers the run's budget.
-   * `canceller` is called (on any thread, outside the lock) if the run is
-   * cancelled while the task is in flight; it must hand the cancel to the
-   * task's own thread.
+   * `x-run-budget-ms`): on the first task, lowers the run's budget;
+   * `max_usd` (optional, `x-run-max-usd`): on the first task, lowers the
+   * run's spend cap. `canceller` is called if the run is cancelled or
+   * reaches its spend cap while the task is in flight.
    */
   Join join(const std::string& id, const std::string& parent,
-            std::optional<std::chrono::milliseconds> budget, std::function<void()> canceller);
+            std::optional<std::chrono::milliseconds> budget, Canceller canceller,
+            std::optional<double> max_usd = std::nullopt);
+
+  /**
+   * Adds `usd` (negative: a correction, as an estimate gives way to the
+   * provider's count) to the spend of run `id` and of its ancestors. A run
+   * whose spend reaches its cap ends (Ending::SpendCap): the cancellers of
+   * its tasks and its descendants' are called (outside the lock). Unknown
+   * runs are ignored.
+   */
+  void addSpend(const std::string& id, double usd);
 
   /** The task is done (any end). Unknown tasks are ignored. */
   void leave(const std::string& id, uint64_t task);
@@ -87,19 +116,22 @@ class RunTable {
    * Cancels run `id` and its descendants: their in-flight tasks' cancellers
    * are called, later tasks are refused until the tombstones expire. An
    * unknown id is remembered as a cancelled run (a tombstone). Returns the
-   * number of tasks told to stop.
+   * number of tasks told to stop. `from_peer`: the cancel came from another
+   * replica, and is not broadcast again.
    */
-  size_t cancel(const std::string& id);
+  size_t cancel(const std::string& id, bool from_peer = false);
 
   /** What admin GET /runs shows of a run. */
   struct Snapshot {
     std::string id;
     std::string parent;
-    std::string state;  // "running", "cancelled", "deadline_exceeded"
+    std::string state;  // "running", "cancelled", "deadline_exceeded", "spend_exhausted"
     size_t tasks_in_flight = 0;
     uint64_t tasks_total = 0;
     double age_seconds = 0;
     double time_left_seconds = 0;  // 0 once ended
+    double spend_usd = 0;          // its tasks' and its descendant runs' so far
+    double max_usd = 0;            // its cap; 0 = none
     std::vector<std::string> children;
   };
   std::vector<Snapshot> snapshot(size_t max = 1000);
@@ -111,7 +143,7 @@ class RunTable {
   size_t size() const;
 
  private:
-  enum class State { Running, Cancelled, DeadlineExceeded };
+  enum class State { Running, Cancelled, DeadlineExceeded, SpendExhausted };
   struct Run {
     std::string id;
     std::string parent;
@@ -120,16 +152,25 @@ class RunTable {
     MonotonicTime created{};
     MonotonicTime deadline{};
     MonotonicTime last_active{};
-    MonotonicTime ended{};  // Cancelled / DeadlineExceeded: when
+    MonotonicTime ended{};  // Cancelled / DeadlineExceeded / SpendExhausted: when
     uint64_t tasks_total = 0;
-    std::unordered_map<uint64_t, std::function<void()>> tasks;  // in flight
-    std::list<std::string>::iterator lru;  // position in idle_ (valid when tasks is empty)
+    double spend_usd = 0;
+    double max_usd = 0;                             // 0 = no cap
+    std::unordered_map<uint64_t, Canceller> tasks;  // in flight
+    std::list<std::string>::iterator lru;           // position in idle_ (valid when tasks is empty)
     bool in_lru = false;
   };
 
   Run& createLocked(const std::string& id, MonotonicTime now);
   /** Marks the run past its deadline if it is (counted once). */
   void checkDeadlineLocked(Run& run, MonotonicTime now, std::vector<Ending>& endings);
+  /**
+   * Ends run `id` (created as a tombstone if unknown) and its descendants
+   * still running with `state`: their tasks' cancellers are collected.
+   */
+  void endSubtreeLocked(const std::string& id, State state, Ending ending, MonotonicTime now,
+                        std::vector<std::pair<Canceller, Ending>>& cancellers,
+                        std::vector<Ending>& endings);
   void touchIdleLocked(Run& run);
   void dropFromIdleLocked(Run& run);
   void sweepLocked(MonotonicTime now, bool force);
@@ -143,6 +184,7 @@ class RunTable {
   mutable std::mutex mutex_;
   Limits limits_;
   EndingListener on_ending_;
+  std::function<void(const std::string&)> broadcaster_;
   std::function<void(size_t)> on_active_;
   std::unordered_map<std::string, Run> runs_;
   std::list<std::string> idle_;  // runs with nothing in flight, least recently active first

@@ -36,6 +36,7 @@ FilterStatus SpendFilter::beforeAttempt(RequestHead&) {
 FilterStatus SpendFilter::encodeHeaders(ResponseHead& response, bool) {
   if (meter_) {
     meter_->onResponseHeaders(response.status, response.headers.get("content-type").value_or(""));
+    feedRunMetered();
   }
   return FilterStatus::Continue;
 }
@@ -44,6 +45,21 @@ void SpendFilter::encodeData(const char* data, size_t len, bool end_stream) {
   if (!meter_) return;
   if (len > 0) meter_->onResponseData(data, len);
   if (end_stream) meter_->onResponseEnd();
+  feedRunMetered();
+}
+
+void SpendFilter::feedRunMetered() {
+  if (callbacks_->runSpend() == nullptr || !meter_) return;
+  const ModelPrice& price = prices_.match(meter_->model());
+  feedRun(price.inputUsd(meter_->inputTokens()) + price.outputUsd(meter_->outputTokens()));
+}
+
+void SpendFilter::feedRun(double attempt_usd) {
+  RunSpend* run = callbacks_->runSpend();
+  if (run == nullptr) return;
+  const double delta = attempt_usd - run_usd_;
+  run_usd_ = attempt_usd;
+  if (delta != 0) run->addRunSpend(delta);
 }
 
 void SpendFilter::onAttemptDone(const AttemptEnd& end, const AttemptVerdict& verdict) {
@@ -70,6 +86,8 @@ void SpendFilter::onDestroy() {
 
 void SpendFilter::forgetAttempt() {
   if (!meter_) return;
+  feedRun(0);  // nothing billed: take back what the run was told
+  run_usd_ = 0;
   const std::unique_ptr<UsageMeter> meter = std::move(meter_);
   if (!meter->model().empty()) {
     callbacks_->recordUsage(AttemptUsage{meter->model()});  // the model, at no cost
@@ -91,6 +109,8 @@ void SpendFilter::account(const AttemptEnd& end, AttemptDisposition disposition)
                                        split.delivered_input_tokens + split.leaked_input_tokens,
                                        split.delivered_output_tokens + split.leaked_output_tokens,
                                        split.delivered_usd + split.leaked_usd, split.leaked_usd});
+  feedRun(split.delivered_usd + split.leaked_usd);  // the booked spend replaces the metered
+  run_usd_ = 0;
   if (split.delivered_input_tokens > 0) {
     metrics_.tokens(model, false, Disposition::Delivered).Increment(split.delivered_input_tokens);
   }

@@ -7,6 +7,9 @@
 // (produced after the client left, abandoned by a retry, a stall or the
 // budget, or drained in `finish` mode), attributing leaked USD to the
 // Exchange's cancel_reason. It observes only: it never changes the response.
+// For a task of a run (FilterCallbacks::runSpend) it also feeds the run's
+// spend as the attempt's tokens arrive, a chunk at a time, and corrects it to
+// the booked USD when the attempt ends (docs/design.md §9).
 
 #include <memory>
 #include <optional>
@@ -44,12 +47,17 @@ class SpendFilter final : public StreamFilter {
   void account(const AttemptEnd& end, AttemptDisposition disposition);
   /** Drops the current attempt's meter unbilled, telling the Exchange its model. */
   void forgetAttempt();
+  /** Tells the request's run (if any) the current attempt's spend is now `attempt_usd`. */
+  void feedRun(double attempt_usd);
+  /** The current attempt's spend as metered so far, for its run. */
+  void feedRunMetered();
 
   const PriceTable& prices_;
   RouteMetrics& metrics_;
   std::optional<MeteredRequest> request_;  // (inline: no allocation per request)
   std::unique_ptr<UsageMeter> meter_;      // the attempt in flight
   bool named_model_ = false;               // the Exchange was told a model (recordUsage)
+  double run_usd_ = 0;                     // the current attempt's spend told to its run
 };
 
 }  // namespace sluice

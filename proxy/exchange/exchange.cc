@@ -9,6 +9,7 @@
 #include "common/release_storage.h"
 #include "filters/attempt_outcome.h"
 #include "filters/retry/retry_decision.h"
+#include "filters/runs/run_cancel_request.h"
 #include "proxy/exchange/exchange_problem.h"
 #include "proxy/exchange/filter_chain.h"
 #include "proxy/exchange/request_intake.h"
@@ -42,6 +43,7 @@ bool clientStillListening(CancelReason reason) {
     case CancelReason::UpstreamReset:
     case CancelReason::RunCancelled:
     case CancelReason::RunDeadline:
+    case CancelReason::RunSpendCap:
       return true;
   }
   return false;
@@ -101,6 +103,14 @@ void Exchange::decodeHeaders(RequestHead&& head) {
   client_takes_trailers_ =
       downstream_ != nullptr && downstream_->carriesTrailers() && acceptsTrailers(request_.headers);
   identity_ = establishIdentity(request_.headers, host_.ids());
+  if (runtime_->runs() != nullptr) {
+    // DELETE /sluice/runs/{id} with runs.cancel_token: sluice's own, before any route.
+    if (auto reply =
+            answerRunCancelRequest(request_, *runtime_->config().runs, *runtime_->runs())) {
+      answerLocally(std::move(*reply));
+      return;
+    }
+  }
   if (route_->config == nullptr) {
     answer(makeProblem(problems::kNoRoute, "no route matches " + request_.method + " " +
                                                std::string(request_.pathOnly())),
@@ -867,6 +877,19 @@ void Exchange::answer(Problem problem, ExchangeState terminal) {
   }
   transition(terminal);
   finish(problem.status);
+}
+
+void Exchange::answerLocally(LocalReply reply) {
+  const int status = reply.head.status;
+  if (downstream_ != nullptr && !response_started_) {
+    response_started_ = true;
+    beginResponse(reply.head, /*from_upstream=*/false);
+    bytes_out_ += reply.body.size();
+    downstream_->encodeHeaders(std::move(reply.head), false);
+    downstream_->encodeData(reply.body.data(), reply.body.size(), true);
+  }
+  transition(ExchangeState::Completed);
+  finish(status);
 }
 
 void Exchange::sendProblem(Problem& problem) {

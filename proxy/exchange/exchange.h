@@ -161,6 +161,8 @@ class Exchange final : public DeferredDeletable,
   void recordJsonRpc(std::string_view method, std::optional<std::string_view> id,
                      std::string_view tool) override;
   void setSentResendable(bool resendable) override { sent_resendable_ = resendable; }
+  void setRunSpend(RunSpend* spend) override { run_spend_ = spend; }
+  RunSpend* runSpend() const override { return run_spend_; }
   ExchangeSnapshot snapshot() const;
   /** The request's x-request-id (kept from the client or generated). */
   const std::string& requestId() const { return identity_.request_id; }
@@ -240,6 +242,8 @@ class Exchange final : public DeferredDeletable,
   void onAttemptTimeout();
   void failAttempt(AttemptOutcome outcome, const Problem& problem);
   void answer(Problem problem, ExchangeState terminal);
+  /** Answers with `reply` (not a problem: sluice's own endpoint on the listeners) and completes. */
+  void answerLocally(LocalReply reply);
   /** Passes `problem` through the filters (encodeLocalReply) and sends it if nothing was sent. */
   void sendProblem(Problem& problem);
   /** 413 body-too-large, counted in the downstream rejections. */
@@ -391,6 +395,9 @@ class Exchange final : public DeferredDeletable,
   // An attempt that went upstream may be sent again (the tools filter says
   // no for a tools/call that is not safe to repeat).
   bool sent_resendable_ = true;
+
+  // The run filter's, while the request is a task of a run.
+  RunSpend* run_spend_ = nullptr;
 
   AttemptTarget retry_target_;  // of the RetryDelay slot
   // Every timer of this request: the named slots and the filters' timers,

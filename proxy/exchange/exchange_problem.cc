@@ -49,6 +49,9 @@ Problem problemForCancel(CancelReason reason, const CancelContext& context,
     case CancelReason::RunDeadline:
       return makeProblem(problems::kRunDeadlineExceeded,
                          "the request's run reached its deadline (runs.budget)", reason);
+    case CancelReason::RunSpendCap:
+      return makeProblem(problems::kRunSpendExhausted,
+                         "the request's run reached its spend cap (runs.max_usd)", reason);
   }
   return makeProblem(problems::kClientDisconnect, "the client went away", reason);
 }

@@ -99,6 +99,7 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
     limits.idle_expiry = cfg.runs->idle_expiry;
     limits.tombstone = cfg.runs->tombstone;
     limits.max_runs = cfg.runs->max_runs;
+    limits.max_usd = cfg.runs->max_usd;
     if (previous != nullptr && previous->runs_) {
       rt->runs_ = previous->runs_;
       rt->runs_->setLimits(limits);
@@ -109,6 +110,16 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
           [m](RunTable::Ending e) { m->runEndings(RunTable::toString(e)).Increment(); });
       rt->runs_->setActiveListener(
           [m](size_t active) { m->runsActive().Set(static_cast<double>(active)); });
+      if (shared != nullptr) {
+        // A cancel here reaches the peers; theirs reach this table (the
+        // shared state outlives the runtimes: it is the server's).
+        rt->runs_->setCancelBroadcaster(
+            [shared](const std::string& id) { shared->publishRunCancel(id); });
+        std::weak_ptr<RunTable> table = rt->runs_;
+        shared->setRunCancelHandler([table](const std::string& id) {
+          if (const auto runs = table.lock()) runs->cancel(id, /*from_peer=*/true);
+        });
+      }
     }
   }
 

@@ -483,6 +483,8 @@ AdminResponse AdminServer::answerRuns(const RunPath& run) {
         {"tasks_total", s.tasks_total},
         {"age_seconds", s.age_seconds},
         {"time_left_seconds", s.time_left_seconds},
+        {"spend_usd", s.spend_usd},
+        {"max_usd", s.max_usd > 0 ? nlohmann::json(s.max_usd) : nlohmann::json(nullptr)},
         {"children", s.children}};
   };
   AdminResponse r;

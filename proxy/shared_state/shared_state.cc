@@ -721,7 +721,43 @@ std::shared_ptr<GlobalCircuit> SharedState::circuit(const std::shared_ptr<Circui
   return std::make_shared<RedisCircuit>(*this, std::move(scope), channel_);
 }
 
+void SharedState::publishRunCancel(const std::string& id) {
+  if (loops_.empty() || loops_[0].dispatcher == nullptr) return;
+  Loop* loop = &loops_[0];
+  loop->dispatcher->post([this, loop, id] {
+    if (loop->client == nullptr || !loop->client->up()) {
+      countError("runs");
+      return;
+    }
+    loop->client->command({"PUBLISH", channel_, "run " + instance_ + " cancel " + id}, nullptr,
+                          "runs");
+  });
+}
+
+void SharedState::setRunCancelHandler(std::function<void(const std::string&)> handler) {
+  std::lock_guard lock(mu_);
+  on_run_cancel_ = std::move(handler);
+}
+
 void SharedState::onMessage(std::string_view message) {
+  // "run <instance> cancel <run id>": a peer cancelled a run.
+  constexpr std::string_view kRun = "run ";
+  if (message.substr(0, kRun.size()) == kRun) {
+    const std::string_view rest = message.substr(kRun.size());
+    const size_t space = rest.find(' ');
+    if (space == std::string_view::npos || rest.substr(0, space) == instance_) return;
+    constexpr std::string_view kCancel = "cancel ";
+    const std::string_view tail = rest.substr(space + 1);
+    if (tail.substr(0, kCancel.size()) != kCancel) return;
+    const std::string id(tail.substr(kCancel.size()));
+    std::function<void(const std::string&)> handler;
+    {
+      std::lock_guard lock(mu_);
+      handler = on_run_cancel_;
+    }
+    if (handler && !id.empty()) handler(id);
+    return;
+  }
   // "<scope> <instance> open|closed <open_ms>"
   std::vector<std::string_view> parts;
   size_t start = 0;

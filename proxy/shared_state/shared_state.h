@@ -16,12 +16,14 @@
 //   <prefix>c:<scope>:probe         the fleet's half-open probe permit
 //   <prefix>c:<scope>:open          an open circuit ("<instance> <ms>"), expiring with
 //                                   its cooldown: read back on (re)connect
-//   <prefix>circuit                 pub/sub channel of circuit transitions
+//   <prefix>circuit                 pub/sub channel of circuit transitions, and of
+//                                   run cancels ("run <instance> cancel <run id>")
 // <scope> is the first 16 hex chars of SHA-256(upstream "\n" endpoint). Times
 // in Redis are Redis's own clock (TIME inside the scripts), so replicas'
 // clocks never need to agree.
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -75,6 +77,18 @@ class SharedState {
                                          std::string_view upstream, std::string_view endpoint);
 
   const config::SharedStateConfig& config() const { return config_; }
+  /**
+   * Tells the peers run `id` was cancelled here (PUBLISH, from worker 0's
+   * client; any thread may call). Dropped, and counted as an error, when
+   * Redis is down: the replicas that miss it keep the run going.
+   */
+  void publishRunCancel(const std::string& id);
+  /**
+   * `handler` is called (on worker 0's thread) with the id of each run a
+   * peer cancelled. One handler: a later call replaces it.
+   */
+  void setRunCancelHandler(std::function<void(const std::string&)> handler);
+
   /** Every connection of this process (and the subscriber) is up: sluice_shared_state_up. */
   bool up() const { return down_count_.load() == 0; }
   /**
@@ -143,7 +157,8 @@ class SharedState {
 
   std::mutex mu_;  // guards circuits_ and kept_
   std::map<std::string, std::vector<std::weak_ptr<CircuitBreaker>>> circuits_;  // by scope
-  std::map<std::string, std::string> kept_;  // observe calls (RESP), by Redis key
+  std::map<std::string, std::string> kept_;                // observe calls (RESP), by Redis key
+  std::function<void(const std::string&)> on_run_cancel_;  // guarded by mu_
 };
 
 }  // namespace sluice

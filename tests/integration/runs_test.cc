@@ -1,7 +1,10 @@
 // Runs end to end (docs/design.md §9): a request carrying `x-run-id` is a
 // task of that run; an admin cancel stops every task of the run and of its
 // child runs on every worker, and refuses the run's later tasks; the run's
-// deadline ends its tasks and refuses later ones.
+// deadline ends its tasks and refuses later ones; its spend cap cuts the
+// task that crosses it and refuses later ones; with `cancel_token` a DELETE
+// on the listeners cancels it; with `shared_state` a cancel on one replica
+// reaches the others.
 
 #include <gtest/gtest.h>
 
@@ -10,8 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/h2_client.h"
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
+#include "tests/support/redis_process.h"
+#include "tests/support/sluice_process.h"
 #include "tests/support/wait.h"
 
 namespace sluice::test {
@@ -20,7 +26,9 @@ namespace {
 const char* kStream = R"({"model":"gpt-4o-mini","stream":true,"messages":[]})";
 const char* kJson = R"({"model":"gpt-4o-mini","messages":[]})";
 
-std::string config(const std::string& mock_url, bool runs = true) {
+std::string config(const std::string& mock_url, bool runs = true,
+                   const std::string& runs_yaml = "runs: {tombstone: 5m}",
+                   const std::string& extra = "") {
   return substitute(R"(
 listen: 127.0.0.1:0
 admin: 127.0.0.1:0
@@ -35,8 +43,19 @@ routes:
     budget: {default: 30s}
     retry: {attempts: 1}
 ${RUNS}
+${EXTRA}
 )",
-                    {{"MOCK_URL", mock_url}, {"RUNS", runs ? "runs: {tombstone: 5m}" : ""}});
+                    {{"MOCK_URL", mock_url}, {"RUNS", runs ? runs_yaml : ""}, {"EXTRA", extra}});
+}
+
+/** Content deltas in an SSE body (the mock's tokens). */
+int deltasIn(const std::string& body) {
+  int n = 0;
+  for (size_t at = body.find("\"content\""); at != std::string::npos;
+       at = body.find("\"content\"", at + 1)) {
+    ++n;
+  }
+  return n;
 }
 
 TestResponse adminPost(uint16_t admin_port, const std::string& path) {
@@ -194,6 +213,188 @@ TEST(RunsTest, BadRunHeadersAreRefusedAndWithoutRunsTheHeaderIsOnlyForwarded) {
       httpRequest(sluice.port(), "POST", "/v1/chat/completions", {{"x-run-id", "r"}}, kJson).status,
       200);
   EXPECT_EQ(adminPost(sluice.adminPort(), "/runs/r/cancel").status, 404);
+}
+
+// Output at $1000 per million tokens: a token costs $0.001; input is free.
+const char* kPricing = "pricing:\n  - {model: \"gpt-4o-mini\", input: 0, output: 1000}";
+
+TEST(RunsTest, AStreamingTaskIsCutWhenItsRunReachesTheSpendCapAndLaterTasksGet402) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(mock.url(), true, "runs: {tombstone: 5m, max_usd: 10}", kPricing));
+  // The task's header lowers the cap to $0.05: 50 tokens.
+  TestConnection conn(sluice.port());
+  conn.sendRequest("POST", "/v1/chat/completions",
+                   {{"x-run-id", "capped"},
+                    {"x-run-max-usd", "0.05"},
+                    {"x-mock-request-id", "cap0"},
+                    {"x-mock-tokens", "1000"},
+                    {"x-mock-token-interval-ms", "2"}},
+                   kStream);
+  const TestResponse r = conn.readResponse();
+  EXPECT_EQ(r.status, 200);
+  // The stream ends with the final error event naming the cause.
+  EXPECT_NE(r.body.find("run-spend-exhausted"), std::string::npos) << r.body.substr(0, 300);
+  EXPECT_NE(r.body.find("run_spend_cap"), std::string::npos);
+  // Cut as soon as the metered spend crossed: the 50th token, and whatever
+  // was already in the chunk that carried it — never the whole stream.
+  EXPECT_GE(deltasIn(r.body), 50);
+  const nlohmann::json e = mock.waitForEntry(
+      "cap0", [](const nlohmann::json& e) { return e["peer_closed"].get<bool>(); });
+  EXPECT_TRUE(e["peer_closed"].get<bool>()) << "the upstream stream was closed";
+  EXPECT_LT(e["tokens_emitted"].get<int>(), 1000);
+
+  EXPECT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_cancellations_total", {{"cancel_reason", "run_spend_cap"}}) == 1;
+  }));
+  EXPECT_EQ(sluice.metric("sluice_run_endings_total", {{"reason", "spend_cap"}}), 1);
+
+  const size_t calls = mock.ledger().size();
+  const TestResponse late =
+      httpRequest(sluice.port(), "POST", "/v1/chat/completions", {{"x-run-id", "capped"}}, kJson);
+  EXPECT_EQ(late.status, 402);
+  EXPECT_EQ(late.headers.get("x-should-retry"), "false");
+  const auto problem = nlohmann::json::parse(late.body, nullptr, false);
+  ASSERT_FALSE(problem.is_discarded()) << late.body;
+  EXPECT_EQ(problem["type"], "urn:sluice:problem:run-spend-exhausted");
+  EXPECT_EQ(mock.ledger().size(), calls) << "refused before any upstream call";
+
+  EXPECT_TRUE(waitUntil([&] { return sluice.metric("sluice_runs_active", {}) == 0; }));
+  const auto run =
+      nlohmann::json::parse(httpRequest(sluice.adminPort(), "GET", "/runs/capped").body);
+  EXPECT_EQ(run["state"], "spend_exhausted");
+  EXPECT_DOUBLE_EQ(run["max_usd"].get<double>(), 0.05);
+  EXPECT_GE(run["spend_usd"].get<double>(), 0.05);
+  // What the run holds is what the spend metrics booked for its one task.
+  EXPECT_NEAR(run["spend_usd"].get<double>(),
+              sluice.metric("sluice_spend_usd_total", {{"route", "chat"}}), 1e-9);
+
+  // Another run, under its cap, is untouched; a bad cap header is refused.
+  const TestResponse other = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                                         {{"x-run-id", "free"}, {"x-mock-tokens", "20"}}, kStream);
+  EXPECT_EQ(other.status, 200);
+  EXPECT_EQ(other.body.find("run-spend-exhausted"), std::string::npos);
+  const TestResponse bad = httpRequest(sluice.port(), "POST", "/v1/chat/completions",
+                                       {{"x-run-id", "bad"}, {"x-run-max-usd", "-1"}}, kJson);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("invalid-run-max-usd"), std::string::npos) << bad.body;
+}
+
+const char* kToken = "0123456789abcdef-run-cancel";
+
+TEST(RunsTest, DeleteOnTheListenersWithTheTokenCancelsTheRunOverHttp1AndHttp2) {
+  MockLlm mock;
+  SluiceUnderTest sluice(config(
+      mock.url(), true, std::string("runs: {tombstone: 5m, cancel_token: \"") + kToken + "\"}"));
+  auto task = startTask(sluice.port(), "stop-me", "d0");
+  ASSERT_EQ(task->current().status, 200);
+
+  // Without the token, or with a wrong one: 401, nothing cancelled, nothing routed.
+  const TestResponse none = httpRequest(sluice.port(), "DELETE", "/sluice/runs/stop-me");
+  EXPECT_EQ(none.status, 401);
+  EXPECT_EQ(none.headers.get("content-type"), "application/problem+json");
+  EXPECT_TRUE(none.headers.get("www-authenticate").has_value());
+  const TestResponse wrong = httpRequest(sluice.port(), "DELETE", "/sluice/runs/stop-me",
+                                         {{"authorization", "Bearer 0123456789abcdef-run-cancex"}});
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_EQ(httpRequest(sluice.port(), "POST", "/sluice/runs/stop-me",
+                        {{"authorization", std::string("Bearer ") + kToken}})
+                .status,
+            405)
+      << "the prefix is sluice's: never routed with the token";
+  EXPECT_EQ(mock.ledger().size(), 1u);
+  EXPECT_EQ(
+      nlohmann::json::parse(httpRequest(sluice.adminPort(), "GET", "/runs/stop-me").body)["state"],
+      "running");
+
+  const TestResponse ok = httpRequest(sluice.port(), "DELETE", "/sluice/runs/stop-me",
+                                      {{"authorization", std::string("Bearer ") + kToken}});
+  ASSERT_EQ(ok.status, 202) << ok.body;
+  EXPECT_EQ(nlohmann::json::parse(ok.body)["tasks_cancelled"], 1);
+  const TestResponse cut = task->readResponse();
+  EXPECT_NE(cut.body.find("run-cancelled"), std::string::npos) << cut.body.substr(0, 300);
+  EXPECT_EQ(
+      httpRequest(sluice.port(), "POST", "/v1/chat/completions", {{"x-run-id", "stop-me"}}, kJson)
+          .status,
+      409);
+
+  // HTTP/2: the same, on a run not seen yet (it leaves a tombstone).
+  H2Connection h2(sluice.port());
+  ASSERT_TRUE(h2.connected());
+  const int32_t denied = h2.submit("DELETE", "/sluice/runs/later", {});
+  const int32_t stream = h2.submit("DELETE", "/sluice/runs/later",
+                                   {{"authorization", std::string("bearer ") + kToken}});
+  ASSERT_TRUE(h2.waitForStream(denied));
+  ASSERT_TRUE(h2.waitForStream(stream));
+  EXPECT_EQ(h2.response(denied).status, 401);
+  EXPECT_EQ(h2.response(stream).status, 202) << h2.response(stream).body;
+  EXPECT_EQ(
+      httpRequest(sluice.port(), "POST", "/v1/chat/completions", {{"x-run-id", "later"}}, kJson)
+          .status,
+      409);
+  EXPECT_EQ(mock.ledger().size(), 1u);
+}
+
+TEST(RunsTest, WithoutACancelTokenTheListenerPathIsRoutedAsUsual) {
+  MockLlm mock;
+  SluiceUnderTest sluice(substitute(R"(
+listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+upstreams:
+  - name: mock
+    url: ${MOCK_URL}
+routes:
+  - name: all
+    match: {path_prefix: /}
+    upstream: mock
+runs: {}
+)",
+                                    {{"MOCK_URL", mock.url()}}));
+  const TestResponse r = httpRequest(sluice.port(), "DELETE", "/sluice/runs/x",
+                                     {{"authorization", std::string("Bearer ") + kToken}});
+  EXPECT_NE(r.status, 401);
+  EXPECT_NE(r.status, 202);
+  EXPECT_EQ(mock.ledger().size(), 1u) << "it reached the upstream";
+  EXPECT_EQ(httpRequest(sluice.adminPort(), "GET", "/runs/x").status, 404);
+}
+
+TEST(RunsTest, ACancelOnOneReplicaCutsTheRunsTaskOnAnotherAndItsTombstoneIsShared) {
+  MockLlm mock;
+  RedisProcess redis;
+  const std::string yaml =
+      config(mock.url(), true, "runs: {tombstone: 5m}",
+             "shared_state: {redis: \"" + redis.url() + "\", prefix: \"runs:\", timeout: 500ms}");
+  SluiceProcess a(yaml);
+  SluiceProcess b(yaml);
+  ASSERT_TRUE(waitUntil([&] {
+    return a.metric("sluice_shared_state_up") == 1 && b.metric("sluice_shared_state_up") == 1;
+  })) << a.stderrText()
+      << b.stderrText();
+
+  auto task = startTask(b.port(), "fleet-run", "f0");
+  ASSERT_EQ(task->current().status, 200);
+  const TestResponse cancel = adminPost(a.adminPort(), "/runs/fleet-run/cancel");
+  ASSERT_EQ(cancel.status, 202) << cancel.body;
+  EXPECT_EQ(nlohmann::json::parse(cancel.body)["tasks_cancelled"], 0) << "none on A";
+  const TestResponse cut = task->readResponse();
+  EXPECT_NE(cut.body.find("run-cancelled"), std::string::npos) << cut.body.substr(0, 300);
+  const nlohmann::json e =
+      mock.waitForEntry("f0", [](const nlohmann::json& e) { return e["peer_closed"].get<bool>(); });
+  EXPECT_LT(e["tokens_emitted"].get<int>(), 1000);
+  EXPECT_TRUE(waitUntil([&] {
+    return b.metric("sluice_cancellations_total", {{"cancel_reason", "run_cancelled"}}) == 1;
+  }));
+
+  // A run B never saw: cancelled on A, refused on B.
+  const size_t calls = mock.ledger().size();
+  ASSERT_EQ(adminPost(a.adminPort(), "/runs/unseen/cancel").status, 202);
+  ASSERT_TRUE(waitUntil([&] {
+    const TestResponse r = httpRequest(b.adminPort(), "GET", "/runs/unseen");
+    return r.status == 200 && r.body.find("\"cancelled\"") != std::string::npos;
+  }));
+  const TestResponse late =
+      httpRequest(b.port(), "POST", "/v1/chat/completions", {{"x-run-id", "unseen"}}, kJson);
+  EXPECT_EQ(late.status, 409);
+  EXPECT_EQ(mock.ledger().size(), calls);
 }
 
 }  // namespace

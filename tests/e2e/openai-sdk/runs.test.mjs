@@ -3,8 +3,10 @@
 // (`defaultHeaders: { 'x-run-id': ... }`); the admin cancel stops the run's
 // four streams in flight and each SDK raises its API error naming
 // run-cancelled; the run's next call is refused 409 and not retried by the
-// SDK. (That the upstream streams are closed is checked against mock-llm's
-// ledger in tests/integration/runs_test.cc.)
+// SDK. A run that reaches its spend cap (`x-run-max-usd`) ends its stream
+// with the SDK's API error naming run-spend-exhausted, and its next call is
+// refused 402 and not retried. (That the upstream streams are closed is
+// checked against mock-llm's ledger in tests/integration/runs_test.cc.)
 //
 //   SLUICE_BUILD_DIR=/path/to/build node --test runs.test.mjs
 
@@ -26,6 +28,8 @@ before(async () => {
 routes:
   - {name: llm, match: {path_prefix: /}, upstream: mock, retry: {attempts: 1}}
 runs: {}
+pricing:
+  - {model: "gpt-4o-mini", input: 0, output: 1000}
 `);
 });
 
@@ -103,4 +107,34 @@ test('a run cancelled through the admin port stops its four streams in both SDKs
     assert.match(refused.message, /sluice run-cancelled: /, `${name}: ${refused.message}`);
     assert.equal(client.counter.calls, 1, `${name} retried a cancelled run's call`);
   }
+});
+
+test('a run at its spend cap ends its stream and its next call is 402, not retried', TEST_OPTS, async () => {
+  const client = clients('capped-run').find((c) => c.name === 'openai');
+  // $1000 per million output tokens: the $0.02 cap is 20 tokens.
+  const stream = await client.stream({
+    'x-run-max-usd': '0.02', 'x-mock-tokens': '1000', 'x-mock-token-interval-ms': '2',
+  });
+  let err;
+  let chunks = 0;
+  try {
+    for await (const _ of stream) chunks++;
+  } catch (e) {
+    err = e;
+  }
+  assert.ok(err instanceof client.APIError, `expected APIError, got ${err}`);
+  assert.match(err.message, /sluice run-spend-exhausted: /, err.message);
+  assert.ok(chunks >= 20 && chunks < 1000, `chunks before the cut: ${chunks}`);
+
+  client.counter.calls = 0;
+  let refused;
+  try {
+    await client.call();
+  } catch (e) {
+    refused = e;
+  }
+  assert.ok(refused instanceof client.APIError, `expected APIError, got ${refused}`);
+  assert.equal(refused.status, 402, refused.message);
+  assert.match(refused.message, /sluice run-spend-exhausted: /, refused.message);
+  assert.equal(client.counter.calls, 1, 'the SDK retried a capped run\'s call');
 });

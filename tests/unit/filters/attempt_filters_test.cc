@@ -245,6 +245,70 @@ class SpendFilterTest : public AttemptFiltersTest {
       R"({"model":"gpt-4o","usage":{"prompt_tokens":1000,"completion_tokens":500}})";
 };
 
+// What a run is told of its task's spend, call by call.
+struct RecordedRunSpend final : RunSpend {
+  void addRunSpend(double usd) override { calls.push_back(usd); }
+  double total() const {
+    double sum = 0;
+    for (const double usd : calls) sum += usd;
+    return sum;
+  }
+  std::vector<double> calls;
+};
+
+TEST_F(SpendFilterTest, ARunIsFedAsTheStreamsTokensArriveThenTheBookedSpend) {
+  RecordedRunSpend run;
+  callbacks_.run_spend = &run;
+  auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
+  const std::string body = R"({"model":"gpt-4o","stream":true,"messages":[]})";
+  f.decodeComplete(body);
+  RequestHead upstream_request = callbacks_.request_head;
+  f.beforeAttempt(upstream_request);
+  ResponseHead head;
+  head.status = 200;
+  head.headers.add("content-type", "text/event-stream");
+  f.encodeHeaders(head, false);
+  const double input_usd = ((body.size() + 3) / 4) * 2.50 / 1e6;  // the input estimate
+  ASSERT_EQ(run.calls.size(), 1u);
+  EXPECT_DOUBLE_EQ(run.calls[0], input_usd);
+  const std::string delta = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+  const std::string three = delta + delta + delta;
+  f.encodeData(three.data(), three.size(), false);  // one chunk, one call
+  ASSERT_EQ(run.calls.size(), 2u);
+  EXPECT_DOUBLE_EQ(run.calls[1], 3 * 10.00 / 1e6);
+  f.encodeData(delta.data(), 10, false);  // half an event: nothing new, nothing told
+  EXPECT_EQ(run.calls.size(), 2u);
+  const std::string usage =
+      delta.substr(10) +
+      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":4}}\n\n";
+  f.encodeData(usage.data(), usage.size(), false);
+  EXPECT_DOUBLE_EQ(run.total(), 1000 * 2.50 / 1e6 + 4 * 10.00 / 1e6)
+      << "the provider's count replaces the estimate";
+  AttemptEnd end = ended(AttemptOutcome::fromStatus(200));
+  end.cancel_reason = CancelReason::RunSpendCap;
+  f.onAttemptDone(end, AttemptVerdict::fail(makeProblem(problems::kRunSpendExhausted, "cap")));
+  ASSERT_EQ(callbacks_.usages.size(), 1u);
+  EXPECT_DOUBLE_EQ(run.total(), callbacks_.usages[0].spend_usd) << "the run holds what was booked";
+}
+
+TEST_F(SpendFilterTest, AnUnbilledAttemptTakesBackWhatItsRunWasTold) {
+  RecordedRunSpend run;
+  callbacks_.run_spend = &run;
+  auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
+  f.decodeComplete(R"({"model":"gpt-4o","messages":[]})");
+  RequestHead upstream_request = callbacks_.request_head;
+  f.beforeAttempt(upstream_request);
+  ResponseHead head;
+  head.status = 200;
+  head.headers.add("content-type", "application/json");
+  f.encodeHeaders(head, false);
+  EXPECT_GT(run.total(), 0);
+  AttemptEnd end = ended(AttemptOutcome::fromStatus(200));
+  end.unprocessed = true;
+  f.onAttemptDone(end, AttemptVerdict::retry(1ms, "refused"));
+  EXPECT_DOUBLE_EQ(run.total(), 0);
+}
+
 TEST_F(SpendFilterTest, ADeliveredAttemptIsBookedDelivered) {
   SpendFilter& f = attempt();
   AttemptEnd end = ended(AttemptOutcome::fromStatus(200));

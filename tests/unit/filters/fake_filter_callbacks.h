@@ -65,6 +65,8 @@ class FakeFilterCallbacks : public FilterCallbacks {
     jsonrpc_tool = std::string(tool);
   }
   void setSentResendable(bool resendable) override { sent_resendable = resendable; }
+  void setRunSpend(RunSpend* spend) override { run_spend = spend; }
+  RunSpend* runSpend() const override { return run_spend; }
 
   /** Runs the armed timers due by now (the clock), earliest first. */
   void fireDueTimers() {
@@ -99,6 +101,7 @@ class FakeFilterCallbacks : public FilterCallbacks {
   std::optional<std::string> jsonrpc_id;
   std::string jsonrpc_tool;
   std::optional<bool> sent_resendable;  // nullopt: never said
+  RunSpend* run_spend = nullptr;
 
  private:
   struct Pending {

@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "filters/runs/run_filter.h"
+
 namespace sluice {
 namespace {
 
@@ -25,8 +27,8 @@ class RunTableTest : public ::testing::Test {
   ManualClock clock_;
   RunTable table_{clock_, limits()};
   int cancelled_ = 0;
-  std::function<void()> canceller() {
-    return [this] { ++cancelled_; };
+  RunTable::Canceller canceller() {
+    return [this](RunTable::Ending) { ++cancelled_; };
   }
 };
 
@@ -129,6 +131,105 @@ TEST_F(RunTableTest, IdleRunsAreForgottenAndTheTableIsBounded) {
   table_.leave("a", busy.task);
 }
 
+TEST_F(RunTableTest, SpendAddsUpAndReachingTheCapEndsTheRunOnce) {
+  std::vector<RunTable::Ending> endings;
+  table_.setEndingListener([&](RunTable::Ending e) { endings.push_back(e); });
+  std::vector<RunTable::Ending> told;
+  const auto tell = [&](RunTable::Ending e) { told.push_back(e); };
+  const auto a = table_.join("run", "", std::nullopt, tell, 1.0);
+  const auto b = table_.join("run", "", std::nullopt, tell, 0.25);  // not the first task: ignored
+  table_.addSpend("run", 0.4);
+  table_.addSpend("run", -0.1);  // a correction
+  table_.addSpend("run", 0.6);
+  EXPECT_TRUE(told.empty()) << "0.9 of 1.0: under the cap";
+  EXPECT_DOUBLE_EQ(table_.snapshot("run")->spend_usd, 0.9);
+  EXPECT_DOUBLE_EQ(table_.snapshot("run")->max_usd, 1.0);
+  table_.addSpend("run", 0.1);  // reaches it exactly
+  EXPECT_EQ(told, (std::vector<RunTable::Ending>{RunTable::Ending::SpendCap,
+                                                 RunTable::Ending::SpendCap}));
+  EXPECT_EQ(endings, std::vector<RunTable::Ending>{RunTable::Ending::SpendCap});
+  EXPECT_EQ(table_.snapshot("run")->state, "spend_exhausted");
+  table_.addSpend("run", 0.5);  // the tasks' last chunks: counted, nothing told twice
+  EXPECT_EQ(told.size(), 2u);
+  EXPECT_EQ(endings.size(), 1u);
+  EXPECT_DOUBLE_EQ(table_.snapshot("run")->spend_usd, 1.5);
+  EXPECT_EQ(table_.join("run", "", std::nullopt, tell).kind, RunTable::Join::Kind::SpendExhausted);
+  table_.cancel("run");  // already ended: first cause wins
+  EXPECT_EQ(endings.size(), 1u);
+  EXPECT_EQ(table_.snapshot("run")->state, "spend_exhausted");
+  table_.leave("run", a.task);
+  table_.leave("run", b.task);
+}
+
+TEST_F(RunTableTest, TheConfiguredCapAppliesAndTheHeaderOnlyLowersIt) {
+  RunTable::Limits l = limits();
+  l.max_usd = 2.0;
+  table_.setLimits(l);
+  table_.join("lowered", "", std::nullopt, canceller(), 0.5);
+  table_.join("raised", "", std::nullopt, canceller(), 5.0);
+  table_.join("default", "", std::nullopt, canceller());
+  EXPECT_DOUBLE_EQ(table_.snapshot("lowered")->max_usd, 0.5);
+  EXPECT_DOUBLE_EQ(table_.snapshot("raised")->max_usd, 2.0) << "a header never raises the cap";
+  EXPECT_DOUBLE_EQ(table_.snapshot("default")->max_usd, 2.0);
+  table_.addSpend("default", 100.0);
+  EXPECT_EQ(cancelled_, 1);
+}
+
+TEST_F(RunTableTest, WithoutACapSpendIsOnlyCounted) {
+  const auto t = table_.join("free", "", std::nullopt, canceller());
+  table_.addSpend("free", 1e6);
+  table_.addSpend("free", -2e6);  // never below zero
+  EXPECT_EQ(cancelled_, 0);
+  EXPECT_DOUBLE_EQ(table_.snapshot("free")->spend_usd, 0.0);
+  EXPECT_EQ(table_.snapshot("free")->state, "running");
+  table_.addSpend("unknown", 1.0);  // ignored
+  EXPECT_FALSE(table_.snapshot("unknown"));
+  table_.leave("free", t.task);
+}
+
+TEST_F(RunTableTest, AChildsSpendCountsInItsParentsAndTheParentsCapEndsTheTree) {
+  std::vector<RunTable::Ending> endings;
+  table_.setEndingListener([&](RunTable::Ending e) { endings.push_back(e); });
+  const auto p = table_.join("parent", "", std::nullopt, canceller(), 1.0);
+  const auto c = table_.join("child", "parent", std::nullopt, canceller());
+  table_.addSpend("child", 0.7);
+  EXPECT_DOUBLE_EQ(table_.snapshot("parent")->spend_usd, 0.7);
+  EXPECT_DOUBLE_EQ(table_.snapshot("child")->spend_usd, 0.7);
+  EXPECT_EQ(cancelled_, 0);
+  table_.addSpend("parent", 0.3);
+  EXPECT_EQ(cancelled_, 2) << "the parent's task and the child's";
+  EXPECT_EQ(endings, (std::vector<RunTable::Ending>{RunTable::Ending::SpendCap,
+                                                    RunTable::Ending::SpendCap}));
+  EXPECT_EQ(table_.join("child", "", std::nullopt, canceller()).kind,
+            RunTable::Join::Kind::SpendExhausted);
+  EXPECT_EQ(table_.join("grandchild", "parent", std::nullopt, canceller()).kind,
+            RunTable::Join::Kind::SpendExhausted)
+      << "a new child of a capped run is refused as the run is";
+  table_.leave("parent", p.task);
+  table_.leave("child", c.task);
+}
+
+TEST_F(RunTableTest, AChildsOwnCapEndsOnlyTheChild) {
+  const auto p = table_.join("parent", "", std::nullopt, canceller());
+  const auto c = table_.join("child", "parent", std::nullopt, canceller(), 0.5);
+  table_.addSpend("child", 0.5);
+  EXPECT_EQ(cancelled_, 1);
+  EXPECT_EQ(table_.snapshot("child")->state, "spend_exhausted");
+  EXPECT_EQ(table_.snapshot("parent")->state, "running");
+  table_.leave("parent", p.task);
+  table_.leave("child", c.task);
+}
+
+TEST(RunMaxUsdHeader, TakesAPositiveDecimalNumberOnly) {
+  EXPECT_EQ(parseRunMaxUsd("2.5"), 2.5);
+  EXPECT_EQ(parseRunMaxUsd(" 10 "), 10.0);
+  EXPECT_EQ(parseRunMaxUsd(".25"), 0.25);
+  for (const char* bad :
+       {"", "0", "0.0", "-1", "1e3", "inf", "nan", "1.2.3", ".", "abc", "2000000000"}) {
+    EXPECT_FALSE(parseRunMaxUsd(bad)) << bad;
+  }
+}
+
 TEST_F(RunTableTest, AFloodOfDistinctIdsStaysWithinMaxRuns) {
   for (int i = 0; i < 10'000; ++i) {
     const std::string id = "flood-" + std::to_string(i);
@@ -151,7 +252,8 @@ TEST_F(RunTableTest, ConcurrentJoinsLeavesAndCancelsAreConsistent) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 2000; ++i) {
         const std::string id = "run-" + std::to_string((i + t) % 16);
-        const auto j = table.join(id, i % 3 == 0 ? "run-0" : "", std::nullopt, [&] { ++cancels; });
+        const auto j = table.join(id, i % 3 == 0 ? "run-0" : "", std::nullopt,
+                                  [&](RunTable::Ending) { ++cancels; });
         if (i % 50 == 0) table.cancel(id);
         if (j.kind == RunTable::Join::Kind::Joined) table.leave(id, j.task);
       }
