@@ -474,7 +474,7 @@ void Exchange::scheduleRetry(const AttemptVerdict::Retry& retry) {
     route_->metrics->retries(retry.cause).Increment();
   }
   // The access log speaks sluice_retries_total's vocabulary for a spill-over too.
-  retry_causes_.push_back(causeLabel(attempt_.outcome));
+  record_.noteRetry(causeLabel(attempt_.outcome));
   transition(ExchangeState::BackingOff);
   // The sleep is a timer of this Exchange: a cancel (client gone, budget)
   // clears it and no further attempt is made.
@@ -615,7 +615,7 @@ void Exchange::sendResponseHead(ResponseHead& head) {
     attempt_.sse_dialect = sseDialectFor(request_.pathOnly(), content_type);
     if (mcpRoute()) {  // a JSON-RPC stream: its final event answers the request's id
       const bool stream = content_type.find("text/event-stream") != std::string_view::npos;
-      attempt_.sse_dialect = stream && jsonrpc_id_ ? SseDialect::Mcp : SseDialect::None;
+      attempt_.sse_dialect = stream && record_.jsonRpcId() ? SseDialect::Mcp : SseDialect::None;
     }
     attempt_.forwarded_tail = 0;
     downstream_->encodeHeaders(std::move(head), false);  // not read after: handed over
@@ -649,9 +649,10 @@ void Exchange::beginResponse(ResponseHead& head, bool from_upstream) {
   // The Anthropic SDKs read `request-id` (err.requestID): sluice's own
   // answers carry it too, so that id finds the access log line.
   if (!from_upstream) head.headers.set("request-id", identity_.request_id);
-  if (first_byte_at_) return;
-  first_byte_at_ = clock().now();
-  if (from_upstream) route_->metrics->timeToFirstByte().Observe(seconds(*first_byte_at_ - start_));
+  if (!record_.noteFirstByte(clock().now())) return;
+  if (from_upstream) {
+    route_->metrics->timeToFirstByte().Observe(seconds(*record_.firstByteAt() - start_));
+  }
 }
 
 void Exchange::releaseHeldResponse(bool end_stream) {
@@ -884,7 +885,7 @@ void Exchange::answerLocally(LocalReply reply) {
   if (downstream_ != nullptr && !response_started_) {
     response_started_ = true;
     beginResponse(reply.head, /*from_upstream=*/false);
-    bytes_out_ += reply.body.size();
+    record_.addBytesOut(reply.body.size());
     downstream_->encodeHeaders(std::move(reply.head), false);
     downstream_->encodeData(reply.body.data(), reply.body.size(), true);
   }
@@ -896,15 +897,16 @@ void Exchange::sendProblem(Problem& problem) {
   for (auto& filter : filters_) filter->encodeLocalReply(problem);
   if (downstream_ == nullptr || response_started_) return;
   LocalReply reply =
-      mcpRoute() ? makeMcpReply(problem, jsonrpc_id_ ? std::optional<std::string_view>(*jsonrpc_id_)
-                                                     : std::nullopt)
+      mcpRoute() ? makeMcpReply(problem, record_.jsonRpcId()
+                                             ? std::optional<std::string_view>(*record_.jsonRpcId())
+                                             : std::nullopt)
                  : makeProblemReply(problem);
   if (attempts_sent_ > 0) {
     reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_sent_));
   }
   response_started_ = true;
   beginResponse(reply.head, /*from_upstream=*/false);
-  bytes_out_ += reply.body.size();
+  record_.addBytesOut(reply.body.size());
   downstream_->encodeHeaders(std::move(reply.head), false);
   downstream_->encodeData(reply.body.data(), reply.body.size(), true);
 }
@@ -915,7 +917,7 @@ std::string Exchange::finalEventFor(const Problem& problem) {
     return "";  // an event appended inside another would garble both
   }
   std::string event = attempt_.sse_dialect == SseDialect::Mcp
-                          ? mcpErrorEvent(problem, *jsonrpc_id_)
+                          ? mcpErrorEvent(problem, *record_.jsonRpcId())
                           : sseErrorEvent(attempt_.sse_dialect, problem);
   if (!downstream_->canWriteWithoutWaiting(event.size())) return "";
   attempt_.cut_flushes = true;
@@ -933,7 +935,7 @@ void Exchange::cutResponse(const std::string& final_event) {
 
 void Exchange::noteForwarded(const char* data, size_t len) {
   attempt_.forwarded_bytes += len;
-  bytes_out_ += len;
+  record_.addBytesOut(len);
   if (attempt_.sse_dialect == SseDialect::None) return;
   for (size_t i = len > 4 ? len - 4 : 0; i < len; ++i) {
     attempt_.forwarded_tail = attempt_.forwarded_tail << 8 | static_cast<uint8_t>(data[i]);
@@ -1005,24 +1007,15 @@ std::function<void()> Exchange::crossThreadWaker(std::function<void()> fn) {
 }
 
 void Exchange::recordRun(std::string_view run_id, std::string_view parent_run_id) {
-  run_id_ = std::string(run_id);
-  parent_run_id_ = std::string(parent_run_id);
+  record_.setRun(run_id, parent_run_id);
 }
 
 void Exchange::recordJsonRpc(std::string_view method, std::optional<std::string_view> id,
                              std::string_view tool) {
-  jsonrpc_method_ = std::string(method);
-  jsonrpc_id_ = id ? std::optional<std::string>(std::string(*id)) : std::nullopt;
-  tool_ = std::string(tool);
+  record_.setJsonRpc(method, id, tool);
 }
 
-void Exchange::recordUsage(const AttemptUsage& usage) {
-  if (!usage.model.empty()) model_ = std::string(usage.model);
-  usage_.input_tokens += usage.input_tokens;
-  usage_.output_tokens += usage.output_tokens;
-  usage_.spend_usd += usage.spend_usd;
-  usage_.leaked_usd += usage.leaked_usd;
-}
+void Exchange::recordUsage(const AttemptUsage& usage) { record_.addUsage(usage); }
 
 void Exchange::logAccess(int status_code, MonotonicTime now) const {
   AccessLogBuffer* log = host_.accessLog();
@@ -1046,23 +1039,10 @@ void Exchange::logAccess(int status_code, MonotonicTime now) const {
                                              : "HTTP/1.1";
   r.status = status_code;
   r.attempts = attempts_sent_;
-  r.retry_causes = retry_causes_;
   r.duration_ms = std::chrono::duration<double, std::milli>(age).count();
-  if (first_byte_at_) {
-    r.ttfb_ms = std::chrono::duration<double, std::milli>(*first_byte_at_ - start_).count();
-  }
   r.cancel_reason = cancel_reason_;
-  r.model = model_;
-  r.input_tokens = usage_.input_tokens;
-  r.output_tokens = usage_.output_tokens;
-  r.spend_usd = usage_.spend_usd;
-  r.leaked_usd = usage_.leaked_usd;
   r.bytes_in = intake_.bytesIn();
-  r.bytes_out = bytes_out_;
-  r.run_id = run_id_;
-  r.parent_run_id = parent_run_id_;
-  r.jsonrpc_method = jsonrpc_method_;
-  r.tool = tool_;
+  record_.fill(r, start_);
   log->append(r);
 }
 

@@ -38,6 +38,7 @@
 #include "proxy/event/dispatcher.h"
 #include "proxy/event/event_util.h"
 #include "proxy/exchange/attempt_router.h"
+#include "proxy/exchange/exchange_record.h"
 #include "proxy/exchange/exchange_state.h"
 #include "proxy/exchange/exchange_timers.h"
 #include "proxy/exchange/filter_chain.h"
@@ -378,20 +379,9 @@ class Exchange final : public DeferredDeletable,
   uint64_t response_bytes_ = 0;
   uint64_t undelivered_at_disconnect_ = 0;  // still buffered in sluice when the client left
 
-  // For the access log (docs/design.md §7).
-  std::optional<MonotonicTime> first_byte_at_;  // first response byte to the client
-  std::vector<std::string> retry_causes_;
-  uint64_t bytes_out_ = 0;     // response body bytes handed to the client
-  std::string model_;          // the last attempt's model, as the spend filter read it
-  AttemptUsage usage_;         // summed over attempts (its `model` unused: see model_)
-  std::string run_id_;         // the request's run, if a task of one (docs/design.md §9)
-  std::string parent_run_id_;  // and that run's parent
-  // MCP routes (docs/design.md §10): the request's JSON-RPC message, as the
-  // tools filter read it. The id (JSON text) is what sluice's own answers
-  // go to; none for a notification.
-  std::string jsonrpc_method_;
-  std::optional<std::string> jsonrpc_id_;
-  std::string tool_;
+  // For the access log (docs/design.md §7): ttfb, retry causes, bytes out,
+  // usage, the run, the JSON-RPC call (whose id sluice's own answers use).
+  ExchangeRecord record_;
   // An attempt that went upstream may be sent again (the tools filter says
   // no for a tools/call that is not safe to repeat).
   bool sent_resendable_ = true;
