@@ -57,7 +57,16 @@ class FakeFilterCallbacks : public FilterCallbacks {
   bool requestBodyReplayable() const override { return body_replayable; }
   std::function<void()> crossThreadWaker(std::function<void()> fn) override { return fn; }
   std::optional<CancelReason> cancelReason() const override { return cancel_reason; }
+  void lowerDeadline(MonotonicTime deadline, CancelReason reason) override {
+    if (deadline >= deadline_) return;
+    deadline_ = deadline;
+    deadline_reason = reason;
+  }
   void recordUsage(const AttemptUsage& usage) override { usages.push_back(usage); }
+  void recordRun(std::string_view run_id, std::string_view parent_run_id) override {
+    run = std::string(run_id);
+    parent_run = std::string(parent_run_id);
+  }
   void recordJsonRpc(std::string_view method, std::optional<std::string_view> id,
                      std::string_view tool) override {
     jsonrpc_method = std::string(method);
@@ -102,6 +111,9 @@ class FakeFilterCallbacks : public FilterCallbacks {
   std::string jsonrpc_tool;
   std::optional<bool> sent_resendable;  // nullopt: never said
   RunSpend* run_spend = nullptr;
+  std::optional<CancelReason> deadline_reason;  // of the last lowerDeadline that lowered it
+  std::string run;
+  std::string parent_run;
 
  private:
   struct Pending {

@@ -1,0 +1,215 @@
+// Tests for the spend filter (filters/spend/spend_filter.h): the booking of
+// a decided attempt (onAttemptDone) and the run it feeds.
+// On the shared per-attempt fixture (attempt_filter_fixture.h): the filter
+// driven the way the Exchange drives it, on fake callbacks and a ManualClock.
+
+#include "filters/spend/spend_filter.h"
+
+#include "tests/unit/filters/attempt_filter_fixture.h"
+
+namespace sluice {
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+using test::AttemptFiltersTest;
+using test::FakeFilterCallbacks;
+
+TEST(SpendDispositionTest, FromTheEndAndTheVerdict) {
+  const AttemptVerdict deliver = AttemptVerdict::deliver();
+  const AttemptVerdict retry = AttemptVerdict::retry(1ms, "503");
+  const AttemptVerdict fail = AttemptVerdict::fail(Problem{});
+  AttemptEnd end;
+  end.outcome = AttemptOutcome::fromStatus(200);
+  EXPECT_EQ(spendDisposition(end, deliver), AttemptDisposition::Completed);
+  end.outcome = AttemptOutcome::fromStatus(503);
+  EXPECT_EQ(spendDisposition(end, retry), AttemptDisposition::Abandoned);
+  end.outcome = AttemptOutcome::timeout();
+  EXPECT_EQ(spendDisposition(end, fail), AttemptDisposition::Abandoned);
+  end.outcome = AttemptOutcome::reset();
+  EXPECT_EQ(spendDisposition(end, fail), AttemptDisposition::Cancelled);
+  end.outcome = AttemptOutcome::cancelled();
+  EXPECT_EQ(spendDisposition(end, fail), AttemptDisposition::Cancelled);
+  end.outcome = AttemptOutcome::fromStatus(200);
+  end.cancel_reason = CancelReason::BudgetExhausted;
+  EXPECT_EQ(spendDisposition(end, fail), AttemptDisposition::Cancelled);
+  end.finish_draining = true;
+  EXPECT_EQ(spendDisposition(end, deliver), AttemptDisposition::Finished);
+}
+
+class SpendFilterTest : public AttemptFiltersTest {
+ protected:
+  /** One attempt of a chat completion whose response reports 1000 in, 500 out. */
+  SpendFilter& attempt() {
+    auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
+    f.decodeComplete(R"({"model":"gpt-4o","messages":[]})");
+    RequestHead upstream_request = callbacks_.request_head;
+    f.beforeAttempt(upstream_request);
+    ResponseHead head;
+    head.status = 200;
+    head.headers.add("content-type", "application/json");
+    f.encodeHeaders(head, false);
+    f.encodeData(kBody.data(), kBody.size(), false);
+    f.encodeData(nullptr, 0, true);
+    return f;
+  }
+  double tokens(bool output, Disposition d) {
+    return route().metrics->tokens("gpt-4o*", output, d).Value();
+  }
+  static constexpr std::string_view kBody =
+      R"({"model":"gpt-4o","usage":{"prompt_tokens":1000,"completion_tokens":500}})";
+};
+
+// What a run is told of its task's spend, call by call.
+struct RecordedRunSpend final : RunSpend {
+  void addRunSpend(double usd) override { calls.push_back(usd); }
+  double total() const {
+    double sum = 0;
+    for (const double usd : calls) sum += usd;
+    return sum;
+  }
+  std::vector<double> calls;
+};
+
+TEST_F(SpendFilterTest, ARunIsFedAsTheStreamsTokensArriveThenTheBookedSpend) {
+  RecordedRunSpend run;
+  callbacks_.run_spend = &run;
+  auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
+  const std::string body = R"({"model":"gpt-4o","stream":true,"messages":[]})";
+  f.decodeComplete(body);
+  RequestHead upstream_request = callbacks_.request_head;
+  f.beforeAttempt(upstream_request);
+  ResponseHead head;
+  head.status = 200;
+  head.headers.add("content-type", "text/event-stream");
+  f.encodeHeaders(head, false);
+  const double input_usd = ((body.size() + 3) / 4) * 2.50 / 1e6;  // the input estimate
+  ASSERT_EQ(run.calls.size(), 1u);
+  EXPECT_DOUBLE_EQ(run.calls[0], input_usd);
+  const std::string delta = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+  const std::string three = delta + delta + delta;
+  f.encodeData(three.data(), three.size(), false);  // one chunk, one call
+  ASSERT_EQ(run.calls.size(), 2u);
+  EXPECT_DOUBLE_EQ(run.calls[1], 3 * 10.00 / 1e6);
+  f.encodeData(delta.data(), 10, false);  // half an event: nothing new, nothing told
+  EXPECT_EQ(run.calls.size(), 2u);
+  const std::string usage =
+      delta.substr(10) +
+      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":4}}\n\n";
+  f.encodeData(usage.data(), usage.size(), false);
+  EXPECT_DOUBLE_EQ(run.total(), 1000 * 2.50 / 1e6 + 4 * 10.00 / 1e6)
+      << "the provider's count replaces the estimate";
+  AttemptEnd end = ended(AttemptOutcome::fromStatus(200));
+  end.cancel_reason = CancelReason::RunSpendCap;
+  f.onAttemptDone(end, AttemptVerdict::fail(makeProblem(problems::kRunSpendExhausted, "cap")));
+  ASSERT_EQ(callbacks_.usages.size(), 1u);
+  EXPECT_DOUBLE_EQ(run.total(), callbacks_.usages[0].spend_usd) << "the run holds what was booked";
+}
+
+TEST_F(SpendFilterTest, AnUnbilledAttemptTakesBackWhatItsRunWasTold) {
+  RecordedRunSpend run;
+  callbacks_.run_spend = &run;
+  auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
+  f.decodeComplete(R"({"model":"gpt-4o","messages":[]})");
+  RequestHead upstream_request = callbacks_.request_head;
+  f.beforeAttempt(upstream_request);
+  ResponseHead head;
+  head.status = 200;
+  head.headers.add("content-type", "application/json");
+  f.encodeHeaders(head, false);
+  EXPECT_GT(run.total(), 0);
+  AttemptEnd end = ended(AttemptOutcome::fromStatus(200));
+  end.unprocessed = true;
+  f.onAttemptDone(end, AttemptVerdict::retry(1ms, "refused"));
+  EXPECT_DOUBLE_EQ(run.total(), 0);
+}
+
+TEST_F(SpendFilterTest, ADeliveredAttemptIsBookedDelivered) {
+  SpendFilter& f = attempt();
+  AttemptEnd end = ended(AttemptOutcome::fromStatus(200));
+  end.delivered_body_bytes = kBody.size();
+  f.onAttemptDone(end, AttemptVerdict::deliver());
+  ASSERT_EQ(callbacks_.usages.size(), 1u);
+  EXPECT_EQ(callbacks_.usages[0].input_tokens, 1000u);
+  EXPECT_EQ(callbacks_.usages[0].output_tokens, 500u);
+  EXPECT_EQ(callbacks_.usages[0].leaked_usd, 0);
+  EXPECT_EQ(tokens(true, Disposition::Delivered), 500);
+  EXPECT_EQ(tokens(true, Disposition::Leaked), 0);
+}
+
+TEST_F(SpendFilterTest, ARetriedAttemptLeaksWhateverTheTableOrder) {
+  // The decision reaches the spend filter as a value: no need to run after retry.
+  SpendFilter& f = attempt();
+  f.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::retry(1ms, "200"));
+  ASSERT_EQ(callbacks_.usages.size(), 1u);
+  EXPECT_GT(callbacks_.usages[0].leaked_usd, 0);
+  EXPECT_EQ(callbacks_.usages[0].leaked_usd, callbacks_.usages[0].spend_usd);
+  EXPECT_EQ(tokens(false, Disposition::Leaked), 1000);
+  EXPECT_EQ(tokens(true, Disposition::Leaked), 500);
+}
+
+TEST_F(SpendFilterTest, AFinishDrainedAttemptLeaksEvenWhatWasDelivered) {
+  SpendFilter& f = attempt();
+  AttemptEnd end = ended(AttemptOutcome::fromStatus(200));
+  end.finish_draining = true;
+  end.cancel_reason = CancelReason::ClientDisconnect;
+  end.delivered_body_bytes = kBody.size();
+  f.onAttemptDone(end, AttemptVerdict::deliver());
+  EXPECT_EQ(tokens(true, Disposition::Leaked), 500);
+  EXPECT_GT(route().metrics->leakedSpend("gpt-4o*", "client_disconnect").Value(), 0);
+}
+
+TEST_F(SpendFilterTest, AnAttemptNeverSentBillsNothing) {
+  // Begun (beforeAttempt) but never handed to a connection (max_pending, a
+  // cancel): the upstream never saw it.
+  auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
+  f.decodeComplete(R"({"model":"gpt-4o","messages":[{"role":"user","content":"hello there"}]})");
+  RequestHead upstream_request = callbacks_.request_head;
+  f.beforeAttempt(upstream_request);
+  callbacks_.cancel_reason = CancelReason::Overloaded;
+  f.onDestroy();
+  ASSERT_EQ(callbacks_.usages.size(), 1u) << "the model is still told";
+  EXPECT_EQ(callbacks_.usages[0].input_tokens, 0u);
+  EXPECT_EQ(callbacks_.usages[0].spend_usd, 0);
+  EXPECT_EQ(tokens(false, Disposition::Leaked), 0);
+  EXPECT_EQ(route().metrics->spend("gpt-4o*", Disposition::Leaked).Value(), 0);
+  EXPECT_EQ(route().metrics->leakedSpend("gpt-4o*", "overloaded").Value(), 0);
+}
+
+TEST_F(SpendFilterTest, AnAttemptTheUpstreamNeverProcessedBillsNothing) {
+  // Connect refused (or never connected, REFUSED_STREAM): retried, not billed.
+  auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
+  f.decodeComplete(R"({"model":"gpt-4o","messages":[{"role":"user","content":"hello there"}]})");
+  RequestHead upstream_request = callbacks_.request_head;
+  f.beforeAttempt(upstream_request);
+  AttemptEnd end = ended(AttemptOutcome::connectError());
+  end.unprocessed = true;
+  f.onAttemptDone(end, AttemptVerdict::retry(0ms, "connect_error"));
+  f.onDestroy();
+  ASSERT_EQ(callbacks_.usages.size(), 1u);
+  EXPECT_EQ(callbacks_.usages[0].input_tokens, 0u);
+  EXPECT_EQ(tokens(false, Disposition::Leaked), 0);
+  EXPECT_EQ(route().metrics->spend("gpt-4o*", Disposition::Leaked).Value(), 0);
+}
+
+TEST_F(SpendFilterTest, ARequestRefusedBeforeAnyAttemptNamesTheBodysModel) {
+  auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
+  f.decodeComplete(R"({"model":"gpt-4o","messages":[]})");
+  callbacks_.cancel_reason = CancelReason::CircuitOpen;
+  f.onDestroy();
+  ASSERT_EQ(callbacks_.usages.size(), 1u);
+  EXPECT_EQ(callbacks_.usages[0].model, "gpt-4o");
+  EXPECT_EQ(callbacks_.usages[0].spend_usd, 0);
+}
+
+TEST_F(SpendFilterTest, ARetriedResetLeaksToUpstreamReset) {
+  // Every leaked dollar has a cancel_reason: the two leak metrics agree.
+  SpendFilter& f = attempt();
+  f.onAttemptDone(ended(AttemptOutcome::reset()), AttemptVerdict::retry(0ms, "reset"));
+  const double leaked = route().metrics->spend("gpt-4o*", Disposition::Leaked).Value();
+  EXPECT_GT(leaked, 0);
+  EXPECT_EQ(route().metrics->leakedSpend("gpt-4o*", "upstream_reset").Value(), leaked);
+}
+
+}  // namespace
+}  // namespace sluice
