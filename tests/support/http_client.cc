@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <linux/sockios.h>
+#include <llhttp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -14,6 +15,18 @@
 #include <regex>
 
 namespace sluice::test {
+
+struct TestConnection::Parser {
+  llhttp_t parser{};
+  llhttp_settings_t settings{};
+  bool failed = false;  // llhttp stopped at an error: nothing after it is parsed
+};
+
+namespace {
+
+TestConnection* owner(llhttp_t* p) { return static_cast<TestConnection*>(p->data); }
+
+}  // namespace
 
 TestConnection::TestConnection(uint16_t port, int receive_buffer) : port_(port) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -31,15 +44,31 @@ TestConnection::TestConnection(uint16_t port, int receive_buffer) : port_(port) 
   }
   const int one = 1;
   if (fd_ >= 0) setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  http_parser_init(&parser_, HTTP_RESPONSE);
-  parser_.data = this;
-  http_parser_settings_init(&settings_);
-  settings_.on_status = &TestConnection::onStatus;
-  settings_.on_header_field = &TestConnection::onHeaderField;
-  settings_.on_header_value = &TestConnection::onHeaderValue;
-  settings_.on_headers_complete = &TestConnection::onHeadersComplete;
-  settings_.on_body = &TestConnection::onBody;
-  settings_.on_message_complete = &TestConnection::onMessageComplete;
+  parser_ = std::make_unique<Parser>();
+  llhttp_settings_t& settings = parser_->settings;
+  llhttp_settings_init(&settings);
+  settings.on_header_field = [](llhttp_t* p, const char* at, size_t len) {
+    owner(p)->onHeaderField(at, len);
+    return 0;
+  };
+  settings.on_header_value = [](llhttp_t* p, const char* at, size_t len) {
+    owner(p)->onHeaderValue(at, len);
+    return 0;
+  };
+  settings.on_headers_complete = [](llhttp_t* p) {
+    owner(p)->onHeadersComplete(static_cast<int>(p->status_code));
+    return 0;
+  };
+  settings.on_body = [](llhttp_t* p, const char* at, size_t len) {
+    owner(p)->current_.body.append(at, len);
+    return 0;
+  };
+  settings.on_message_complete = [](llhttp_t* p) {
+    owner(p)->onMessageComplete();
+    return 0;
+  };
+  llhttp_init(&parser_->parser, HTTP_RESPONSE, &settings);
+  parser_->parser.data = this;
 }
 
 TestConnection::~TestConnection() {
@@ -86,11 +115,12 @@ bool TestConnection::readOnce(std::chrono::milliseconds timeout) {
   const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
   if (n <= 0) {
     peer_closed_ = true;
-    http_parser_execute(&parser_, &settings_, nullptr, 0);
+    // The end of a response framed by the close (no length, not chunked).
+    if (!parser_->failed) llhttp_finish(&parser_->parser);
     return false;
   }
   raw_.append(buf, static_cast<size_t>(n));
-  http_parser_execute(&parser_, &settings_, buf, static_cast<size_t>(n));
+  parse(buf, static_cast<size_t>(n));
   return true;
 }
 
@@ -158,42 +188,32 @@ bool TestConnection::waitForClose(std::chrono::milliseconds timeout) {
   return true;
 }
 
-int TestConnection::onStatus(http_parser*, const char*, size_t) { return 0; }
-
-int TestConnection::onHeaderField(http_parser* p, const char* at, size_t len) {
-  auto* self = static_cast<TestConnection*>(p->data);
-  self->header_fields_.onField({at, len}, self->current_.headers);
-  return 0;
+void TestConnection::parse(const char* data, size_t len) {
+  if (parser_->failed) return;
+  if (llhttp_execute(&parser_->parser, data, len) != HPE_OK) parser_->failed = true;
 }
 
-int TestConnection::onHeaderValue(http_parser* p, const char* at, size_t len) {
-  auto* self = static_cast<TestConnection*>(p->data);
-  self->header_fields_.appendValue({at, len});
-  return 0;
+void TestConnection::onHeaderField(const char* at, size_t len) {
+  header_fields_.onField({at, len}, current_.headers);
 }
 
-int TestConnection::onHeadersComplete(http_parser* p) {
-  auto* self = static_cast<TestConnection*>(p->data);
-  self->header_fields_.flush(self->current_.headers);
-  self->current_.status = static_cast<int>(p->status_code);
-  return 0;
+void TestConnection::onHeaderValue(const char* at, size_t len) {
+  header_fields_.appendValue({at, len});
 }
 
-int TestConnection::onBody(http_parser* p, const char* at, size_t len) {
-  static_cast<TestConnection*>(p->data)->current_.body.append(at, len);
-  return 0;
+void TestConnection::onHeadersComplete(int status) {
+  header_fields_.flush(current_.headers);
+  current_.status = status;
 }
 
-int TestConnection::onMessageComplete(http_parser* p) {
-  auto* self = static_cast<TestConnection*>(p->data);
-  self->current_.complete = true;
-  if (self->current_.status >= 100 && self->current_.status < 200) {
-    self->current_ = TestResponse{};  // interim (100 Continue): not a response
-    return 0;
+void TestConnection::onMessageComplete() {
+  current_.complete = true;
+  if (current_.status >= 100 && current_.status < 200) {
+    current_ = TestResponse{};  // interim (100 Continue): not a response
+    return;
   }
-  self->completed_.push_back(std::move(self->current_));
-  self->current_ = TestResponse{};
-  return 0;
+  completed_.push_back(std::move(current_));
+  current_ = TestResponse{};
 }
 
 TestResponse httpRequest(uint16_t port, const std::string& method, const std::string& path,

@@ -1,14 +1,14 @@
 #pragma once
 
 // A small blocking HTTP/1.1 client for integration tests: a real socket on
-// loopback, responses parsed by http-parser, and the rude behaviours real
-// agents have (half-read streams, abrupt close, reset, pipelining).
-
-#include <http_parser.h>
+// loopback, responses parsed by llhttp (the parser sluice's own codecs use),
+// and the rude behaviours real agents have (half-read streams, abrupt close,
+// reset, pipelining).
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -85,18 +85,17 @@ class TestConnection {
   bool waitForClose(std::chrono::milliseconds timeout);
 
  private:
+  struct Parser;  // llhttp's state, kept out of this header
   bool readOnce(std::chrono::milliseconds timeout);
-  static int onStatus(http_parser*, const char*, size_t);
-  static int onHeaderField(http_parser*, const char*, size_t);
-  static int onHeaderValue(http_parser*, const char*, size_t);
-  static int onHeadersComplete(http_parser*);
-  static int onBody(http_parser*, const char*, size_t);
-  static int onMessageComplete(http_parser*);
+  void parse(const char* data, size_t len);
+  void onHeaderField(const char* at, size_t len);
+  void onHeaderValue(const char* at, size_t len);
+  void onHeadersComplete(int status);
+  void onMessageComplete();
 
   int fd_ = -1;
   uint16_t port_ = 0;
-  http_parser parser_{};
-  http_parser_settings settings_{};
+  std::unique_ptr<Parser> parser_;
   TestResponse current_;
   std::vector<TestResponse> completed_;
   size_t responses_returned_ = 0;  // readResponse() hands them out in order
