@@ -19,6 +19,10 @@ round by round so machine drift hits all peers equally:
   E  HTTP/2 multiplexed streams (h2load) through sluice and nghttpx
   S  SSE at full speed: 5 streams x 100,000 chunks, no interval (h2load):
      proxy CPU per streamed chunk (sluice meters spend; nginx proxy_buffering off)
+  runs (--only runs) one run's cancel reaching 100 in-flight tasks (admin
+     call -> every upstream socket closed, at the mock), callgrind
+     instructions per request with runs on vs off, RSS after a flood of
+     1,000,000 distinct run ids bounded by max_runs (bench/runs_bench.py)
   R  replicas / shared state: sluice with `shared_state` (a redis-server
      started here) vs without, every answer carrying a request quota: CPU
      per request closed-loop (wrk), p50 / p99 at a fixed rate (h2load), one
@@ -1240,6 +1244,9 @@ def write_report(results, out_dir, smoke):
                   + (", ".join(f"{k} {fmt(v)}" for k, v in sorted(rr.get("shared_state_errors_by_op", {}).items()))
                      or "no series") + f"; warm-up included), sluice_shared_state_up "
                   f"{fmt(rr.get('shared_state_up'))}"]
+    if results.get("runs"):
+        import runs_bench
+        lines += runs_bench.report(results["runs"])
     lines += ["", "## Notes", ""] + [f"- {n}" for n in results["notes"]] + [""]
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write("\n".join(lines))
@@ -1268,8 +1275,9 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="seconds-long version of every scenario")
     ap.add_argument("--out", help="results directory (default bench/results, smoke: a temp dir)")
     ap.add_argument("--rounds", type=int)
-    ap.add_argument("--only", default="APBCDESR",
-                    help="scenarios to run, e.g. AB (P = A′, R = shared state on vs off)")
+    ap.add_argument("--only", default="APBCDESR,runs",
+                    help="scenarios to run, e.g. AB (P = A′, R = shared state on vs off, "
+                         "runs = run cancel fan-out, runs' CPU, a flood of run ids)")
     ap.add_argument("--conditions", default=os.environ.get("BENCH_CONDITIONS", ""),
                     help="free text recorded with the results (e.g. machine load)")
     args = ap.parse_args()
@@ -1479,6 +1487,9 @@ def main():
         # R: shared state (Redis) on vs off
         if "R" in args.only:
             results["R"] = run_scenario_r(session, rounds, r_dur, r_lat_dur, r_rtt_n, work)
+        if "runs" in args.only:
+            import runs_bench
+            results["runs"] = runs_bench.run(session, smoke, work, session.build)
         session.check_alive()
     finally:
         session.close()
@@ -1575,6 +1586,9 @@ def evaluate(res):
                             f"added p99 {fmt(added)} µs {cmp}; "
                             f"shared-state errors {fmt(errs)}, up {fmt(up)}",
                   "verdict": verdict(ok)}
+    if res.get("runs"):
+        import runs_bench
+        t["runs"] = runs_bench.evaluate(res["runs"])
     e = res.get("E", {})
     if e:
         r1 = ratio(med(e, "sluice", "rps"), med(e, "nghttpx", "rps"))

@@ -29,6 +29,10 @@ take a slot, one to report the answer's quota, README "Running several
 replicas"): the difference of the two runs is shared state's cost per
 request in sluice. Redis's own CPU is not counted (another process).
 
+--runs configures `runs:` (header x-run-id) and sends every request as a
+task of one run (x-run-id): the difference to a run without it is what runs
+cost per request (bench/run --only runs runs both).
+
 --strace runs sluice natively instead and attaches `strace -f -c` to it
 for the measured requests only (after the warm-up): system calls per
 request, by call.
@@ -63,9 +67,9 @@ def start_redis(session):
     return port
 
 
-def start_under_valgrind(session, tool, tool_args, access_log=False, redis_port=0):
+def start_under_valgrind(session, tool, tool_args, access_log=False, redis_port=0, runs=False):
     """mock-llm, then sluice (the bench's sluice.yaml, optionally with its
-    access log on, or shared state in the redis at `redis_port`) under a
+    access log on, or shared state in the redis at `redis_port`, or `runs:`) under a
     valgrind tool (or natively, tool None); returns the process and sluice's
     port once it listens."""
     session.start_mock()
@@ -79,6 +83,9 @@ def start_under_valgrind(session, tool, tool_args, access_log=False, redis_port=
         # A long timeout: valgrind slows sluice ~50x, a 50 ms call would time out.
         with open(cfg, "a") as f:
             f.write(f"\nshared_state: {{redis: \"redis://127.0.0.1:{redis_port}/0\", timeout: 2s}}\n")
+    if runs:
+        with open(cfg, "a") as f:
+            f.write("\nruns: {header: x-run-id, parent_header: x-parent-run-id}\n")
     wrapper = ["valgrind", f"--tool={tool}"] + tool_args if tool else []
     proc = bench.Proc(f"sluice-{tool or 'native'}", wrapper + [session.sluice_bin, "--config", cfg],
                       bench.PROXY_CPU, session.tmp)
@@ -119,6 +126,8 @@ def main():
                     help="answers carry a request quota: the throttle's full work per request")
     ap.add_argument("--shared-state", action="store_true",
                     help="shared_state on, through a redis-server started here (implies --quota)")
+    ap.add_argument("--runs", action="store_true",
+                    help="runs configured, every request a task of one run (x-run-id)")
     ap.add_argument("--strace", action="store_true",
                     help="system calls per request (strace -f -c) instead of callgrind")
     ap.add_argument("--peer", choices=["nginx", "haproxy", "nghttpx"],
@@ -145,7 +154,7 @@ def main():
         else:
             proc, port = start_under_valgrind(session, None if args.strace else "callgrind",
                                               [f"--callgrind-out-file={cg_out}"], args.access_log,
-                                              redis_port)
+                                              redis_port, args.runs)
         body = os.path.join(session.tmp, "body.json")
         with open(body, "wb") as f:
             f.write(bench.json_body(args.stream, 1024))
@@ -157,6 +166,8 @@ def main():
                 headers["x-mock-tokens"] = str(args.tokens)
             if args.quota:
                 headers["x-mock-quota"] = "100000000/60000"
+            if args.runs:
+                headers["x-run-id"] = "profile-run"
             for k, v in headers.items():
                 argv += ["-H", f"{k}: {v}"]
             argv += (["-c", "4", "-m", "32"] if args.h2 else ["--h1", "-c", "8", "-m", "1"])
@@ -187,6 +198,8 @@ def main():
             log = os.path.join(session.tmp, "access.log")
             lines = sum(1 for _ in open(log)) if os.path.exists(log) else 0
             mode += f", access log on ({lines} lines)"
+        if args.runs:
+            mode += ", runs on (one run)"
         if args.quota:
             mode += ", quota headers" + (", shared state on (redis)" if args.shared_state else "")
         print(f"requests ok: {ok}/{args.requests} ({mode})")
@@ -280,6 +293,7 @@ FEATURES = [
     ("request identity (x-request-id)", r"sluice::IdGenerator::|sluice::establishIdentity"),
     ("access log", r"sluice::AccessLog"),
     ("shared state (Redis replies)", r"sluice::SharedState|sluice::RedisClient"),
+    ("runs (run filter and table)", r"sluice::RunFilter::|sluice::RunTable::"),
     ("metrics outside the filters", r"prometheus::"),
 ]
 
