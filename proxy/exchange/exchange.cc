@@ -882,15 +882,17 @@ void Exchange::answer(Problem problem, ExchangeState terminal) {
 
 void Exchange::answerLocally(LocalReply reply) {
   const int status = reply.head.status;
-  if (downstream_ != nullptr && !response_started_) {
-    response_started_ = true;
-    beginResponse(reply.head, /*from_upstream=*/false);
-    record_.addBytesOut(reply.body.size());
-    downstream_->encodeHeaders(std::move(reply.head), false);
-    downstream_->encodeData(reply.body.data(), reply.body.size(), true);
-  }
+  if (downstream_ != nullptr && !response_started_) writeLocalReply(reply);
   transition(ExchangeState::Completed);
   finish(status);
+}
+
+void Exchange::writeLocalReply(LocalReply& reply) {
+  response_started_ = true;
+  beginResponse(reply.head, /*from_upstream=*/false);
+  record_.addBytesOut(reply.body.size());
+  downstream_->encodeHeaders(std::move(reply.head), false);
+  downstream_->encodeData(reply.body.data(), reply.body.size(), true);
 }
 
 void Exchange::sendProblem(Problem& problem) {
@@ -904,11 +906,7 @@ void Exchange::sendProblem(Problem& problem) {
   if (attempts_sent_ > 0) {
     reply.head.headers.set("x-sluice-attempts", std::to_string(attempts_sent_));
   }
-  response_started_ = true;
-  beginResponse(reply.head, /*from_upstream=*/false);
-  record_.addBytesOut(reply.body.size());
-  downstream_->encodeHeaders(std::move(reply.head), false);
-  downstream_->encodeData(reply.body.data(), reply.body.size(), true);
+  writeLocalReply(reply);
 }
 
 std::string Exchange::finalEventFor(const Problem& problem) {

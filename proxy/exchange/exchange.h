@@ -245,6 +245,8 @@ class Exchange final : public DeferredDeletable,
   void answer(Problem problem, ExchangeState terminal);
   /** Answers with `reply` (not a problem: sluice's own endpoint on the listeners) and completes. */
   void answerLocally(LocalReply reply);
+  /** Writes a reply of sluice's own (nothing was sent yet; the client is there). */
+  void writeLocalReply(LocalReply& reply);
   /** Passes `problem` through the filters (encodeLocalReply) and sends it if nothing was sent. */
   void sendProblem(Problem& problem);
   /** 413 body-too-large, counted in the downstream rejections. */
