@@ -544,7 +544,9 @@ TEST(SharedStateTest, ADeadSubscriptionIsReplacedAndThePeersTripApplied) {
   // replay on resubscribing reads A's open key.
   EXPECT_TRUE(waitUntil([&] { return circuitOf(*b[0]) == 1; }, std::chrono::seconds(15)))
       << b[0]->stderrText();
-  EXPECT_NE(b[0]->stderrText().find("PING"), std::string::npos) << b[0]->stderrText();
+  // The log line comes from the log's writer thread: wait for it, do not race it.
+  EXPECT_TRUE(waitUntil([&] { return b[0]->stderrText().find("PING") != std::string::npos; }))
+      << b[0]->stderrText();
 }
 
 TEST(SharedStateTest, AWrongSetupIsLoggedAndRequiredDecidesReadiness) {
