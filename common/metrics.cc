@@ -207,7 +207,13 @@ Metrics::Metrics()
                              .Name("sluice_tool_call_duration_seconds")
                              .Help("MCP tools/call duration, request head in to last byte out, by "
                                    "tool pattern.")
-                             .Register(*registry_)) {
+                             .Register(*registry_)),
+      tool_cancel_notifications(
+          BuildCounter()
+              .Name("sluice_tool_cancel_notifications_total")
+              .Help("notifications/cancelled sent to session-ful MCP servers for cancelled "
+                    "requests, by result (sent, failed, timeout, dropped).")
+              .Register(*registry_)) {
   access_log_dropped_ = &access_log_dropped.Add({});
   runs_active_ = &runs_active.Add({});
   run_endings_[0] = &run_endings.Add({{"reason", "cancelled"}});

@@ -268,6 +268,12 @@ class Metrics {
    */
   prometheus::Family<prometheus::Counter>& tool_calls;
   prometheus::Family<prometheus::Histogram>& tool_call_duration;
+  /**
+   * sluice_tool_cancel_notifications_total{route,result}: the
+   * `notifications/cancelled` sluice sent to session-ful MCP servers;
+   * `result` sent | failed | timeout | dropped.
+   */
+  prometheus::Family<prometheus::Counter>& tool_cancel_notifications;
   /** `reason`: "cancelled" or "deadline". */
   prometheus::Counter& runEndings(std::string_view reason) {
     return *run_endings_[reason == "cancelled" ? 0 : reason == "deadline" ? 1 : 2];
