@@ -449,6 +449,7 @@ prometheus::Counter& Metrics::SharedStateSeries::errors(std::string_view op) con
   if (op == "circuit") return *circuit_errors;
   if (op == "protocol") return *protocol_errors;
   if (op == "runs") return *runs_errors;
+  if (op == "sessions") return *sessions_errors;
   return *connect_errors;
 }
 
@@ -460,6 +461,7 @@ const Metrics::SharedStateSeries& Metrics::sharedState() {
     shared_state_.connect_errors = &shared_state_errors.Add({{"op", "connect"}});
     shared_state_.protocol_errors = &shared_state_errors.Add({{"op", "protocol"}});
     shared_state_.runs_errors = &shared_state_errors.Add({{"op", "runs"}});
+    shared_state_.sessions_errors = &shared_state_errors.Add({{"op", "sessions"}});
   });
   return shared_state_;
 }

@@ -286,8 +286,9 @@ class Metrics {
     prometheus::Counter* connect_errors = nullptr;
     prometheus::Counter* protocol_errors = nullptr;  // a reply past the limits, or not RESP
     prometheus::Counter* runs_errors = nullptr;      // a run cancel not published
+    prometheus::Counter* sessions_errors = nullptr;  // an MCP session not published
     /**
-     * The counter of `op` ("quota", "circuit", "protocol", "runs", anything
+     * The counter of `op` ("quota", "circuit", "protocol", "runs", "sessions", anything
      * else counts as "connect").
      */
     prometheus::Counter& errors(std::string_view op) const;

@@ -168,6 +168,11 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
     u.tool_annotations =
         before != nullptr ? before->tool_annotations : std::make_shared<ToolAnnotationTable>();
     u.mcp_sessions = before != nullptr ? before->mcp_sessions : std::make_shared<McpSessionTable>();
+    if (shared != nullptr) {  // sessions learned here reach the peers, and theirs come here
+      std::vector<std::string> names;
+      for (const auto& endpoint : up.endpoints) names.push_back(endpoint.name);
+      shared->linkSessions(u.mcp_sessions, up.name, names);
+    }
     std::vector<prometheus::Gauge*> endpoint_gauges;
     for (const auto& endpoint : up.endpoints) {
       EndpointRuntime e;

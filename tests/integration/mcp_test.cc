@@ -24,6 +24,7 @@
 
 #include "tests/support/http_client.h"
 #include "tests/support/loopback.h"
+#include "tests/support/redis_process.h"
 #include "tests/support/sluice_process.h"
 #include "tests/support/wait.h"
 
@@ -373,11 +374,15 @@ TEST_F(McpTest, ACutEventStreamEndsWithTheJsonRpcError) {
 
 // --- sessions: affinity and notifications/cancelled -------------------------------
 
-std::string sessionConfig(const std::string& a_url, const std::string& b_url) {
+std::string sessionConfig(const std::string& a_url, const std::string& b_url,
+                          const std::string& redis_url = "") {
+  const std::string shared =
+      redis_url.empty() ? "" : "shared_state: {redis: \"" + redis_url + "\", timeout: 500ms}\n";
   return R"(listen: 127.0.0.1:0
 admin: 127.0.0.1:0
 access_log: {path: off}
-upstreams:
+)" + shared +
+         R"(upstreams:
   - name: tool-server
     endpoints:
       - {name: a, url: ")" +
@@ -483,6 +488,36 @@ TEST_F(McpSessionTest, AClientThatLeavesCancelsTheCallOnTheSessionsServer) {
   EXPECT_EQ(c.body["params"]["requestId"], "call-7");
   EXPECT_EQ(c.body["params"]["reason"], "sluice client_disconnect");
   ASSERT_TRUE(waitUntil([&] { return notifications("sent") == 1; }));
+}
+
+TEST(McpSharedSessionTest, AnotherReplicaRoutesTheSessionToTheSameEndpoint) {
+  RedisProcess redis;
+  MockMcpServer a("a");
+  MockMcpServer b("b");
+  const std::string yaml = sessionConfig(a.url(), b.url(), redis.url());
+  SluiceProcess first(yaml);
+  SluiceProcess second(yaml);
+  ASSERT_TRUE(waitUntil([&] {
+    return first.metric("sluice_shared_state_up") == 1 &&
+           second.metric("sluice_shared_state_up") == 1 &&
+           redis.cli("PUBSUB NUMSUB sluice:circuit").find("2") != std::string::npos;
+  }));
+
+  const TestResponse init = post(first, R"({"jsonrpc":"2.0","id":0,"method":"initialize"})");
+  ASSERT_EQ(init.status, 200);
+  const std::string session(init.headers.get("mcp-session-id").value_or(""));
+  MockMcpServer& owner = session.rfind("a-", 0) == 0 ? a : b;
+  auto call = [&](int id) {
+    return httpRequest(second.port(), "POST", "/mcp", sessionHeaders(session),
+                       toolCall(id, "search_web"))
+        .status;
+  };
+  // The learned session reaches the other replica over pub/sub (eventually:
+  // until then its requests are placed as usual).
+  ASSERT_TRUE(waitUntil([&] { return call(1) == 200; }));
+  const int before = owner.sessionRequests(session);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(call(i + 2), 200);
+  EXPECT_EQ(owner.sessionRequests(session), before + 10);
 }
 
 TEST(McpAccessLogTest, ShowsTheMethodAndTheTool) {
