@@ -207,7 +207,13 @@ Metrics::Metrics()
                              .Name("sluice_tool_call_duration_seconds")
                              .Help("MCP tools/call duration, request head in to last byte out, by "
                                    "tool pattern.")
-                             .Register(*registry_)) {
+                             .Register(*registry_)),
+      tool_cancel_notifications(
+          BuildCounter()
+              .Name("sluice_tool_cancel_notifications_total")
+              .Help("notifications/cancelled sent to session-ful MCP servers for cancelled "
+                    "requests, by result (sent, failed, timeout, dropped).")
+              .Register(*registry_)) {
   access_log_dropped_ = &access_log_dropped.Add({});
   runs_active_ = &runs_active.Add({});
   run_endings_[0] = &run_endings.Add({{"reason", "cancelled"}});
@@ -443,6 +449,7 @@ prometheus::Counter& Metrics::SharedStateSeries::errors(std::string_view op) con
   if (op == "circuit") return *circuit_errors;
   if (op == "protocol") return *protocol_errors;
   if (op == "runs") return *runs_errors;
+  if (op == "sessions") return *sessions_errors;
   return *connect_errors;
 }
 
@@ -454,6 +461,7 @@ const Metrics::SharedStateSeries& Metrics::sharedState() {
     shared_state_.connect_errors = &shared_state_errors.Add({{"op", "connect"}});
     shared_state_.protocol_errors = &shared_state_errors.Add({{"op", "protocol"}});
     shared_state_.runs_errors = &shared_state_errors.Add({{"op", "runs"}});
+    shared_state_.sessions_errors = &shared_state_errors.Add({{"op", "sessions"}});
   });
   return shared_state_;
 }

@@ -268,6 +268,12 @@ class Metrics {
    */
   prometheus::Family<prometheus::Counter>& tool_calls;
   prometheus::Family<prometheus::Histogram>& tool_call_duration;
+  /**
+   * sluice_tool_cancel_notifications_total{route,result}: the
+   * `notifications/cancelled` sluice sent to session-ful MCP servers;
+   * `result` sent | failed | timeout | dropped.
+   */
+  prometheus::Family<prometheus::Counter>& tool_cancel_notifications;
   /** `reason`: "cancelled" or "deadline". */
   prometheus::Counter& runEndings(std::string_view reason) {
     return *run_endings_[reason == "cancelled" ? 0 : reason == "deadline" ? 1 : 2];
@@ -280,8 +286,9 @@ class Metrics {
     prometheus::Counter* connect_errors = nullptr;
     prometheus::Counter* protocol_errors = nullptr;  // a reply past the limits, or not RESP
     prometheus::Counter* runs_errors = nullptr;      // a run cancel not published
+    prometheus::Counter* sessions_errors = nullptr;  // an MCP session not published
     /**
-     * The counter of `op` ("quota", "circuit", "protocol", "runs", anything
+     * The counter of `op` ("quota", "circuit", "protocol", "runs", "sessions", anything
      * else counts as "connect").
      */
     prometheus::Counter& errors(std::string_view op) const;

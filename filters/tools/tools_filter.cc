@@ -12,13 +12,21 @@ ToolRoute::ToolRoute(const config::ToolsConfig& config, Metrics& metrics, const 
   }
 }
 
-void ToolRoute::addUpstream(std::string name, std::shared_ptr<ToolAnnotationTable> table) {
-  upstreams_.emplace_back(std::move(name), std::move(table));
+void ToolRoute::addUpstream(std::string name, std::shared_ptr<ToolAnnotationTable> table,
+                            std::shared_ptr<McpSessionTable> sessions) {
+  upstreams_.push_back({std::move(name), std::move(table), std::move(sessions)});
 }
 
 ToolAnnotationTable* ToolRoute::annotations(std::string_view upstream) const {
-  for (const auto& [name, table] : upstreams_) {
-    if (name == upstream) return table.get();
+  for (const Upstream& u : upstreams_) {
+    if (u.name == upstream) return u.annotations.get();
+  }
+  return nullptr;
+}
+
+McpSessionTable* ToolRoute::sessions(std::string_view upstream) const {
+  for (const Upstream& u : upstreams_) {
+    if (u.name == upstream) return u.sessions.get();
   }
   return nullptr;
 }
@@ -46,7 +54,15 @@ std::string ToolsFilter::outcomeLabel(int status, const std::optional<std::strin
   return "other";
 }
 
+FilterStatus ToolsFilter::decodeHeaders(RequestHead& request) {
+  post_ = request.method == "POST";
+  delete_ = request.method == "DELETE";
+  session_id_ = std::string(request.headers.get("mcp-session-id").value_or(""));
+  return FilterStatus::Continue;
+}
+
 FilterStatus ToolsFilter::decodeComplete(std::string_view body) {
+  if (!post_) return FilterStatus::Continue;  // GET (the server's stream), DELETE: no JSON-RPC
   call_ = readJsonRpcRequest(body);
   const std::optional<std::string_view> id =
       call_.id ? std::optional<std::string_view>(*call_.id) : std::nullopt;
@@ -81,8 +97,28 @@ FilterStatus ToolsFilter::beforeAttempt(RequestHead&) {
   return FilterStatus::Continue;
 }
 
+void ToolsFilter::trackSession(const ResponseHead& response) {
+  McpSessionTable* sessions = route_.sessions(callbacks_->destination().upstream);
+  if (sessions == nullptr) return;
+  if (delete_) {
+    // Ended by the client (2xx) or unknown to the server (404): forgotten.
+    // A 405 (the server does not let clients end sessions) keeps it.
+    if (!session_id_.empty() &&
+        ((response.status >= 200 && response.status < 300) || response.status == 404)) {
+      sessions->forget(sessionKey(session_id_));
+    }
+    return;
+  }
+  if (response.status < 200 || response.status >= 300) return;
+  const std::optional<std::string_view> issued = response.headers.get("mcp-session-id");
+  if (!issued || issued->empty()) return;
+  sessions->learn(sessionKey(*issued), std::string(callbacks_->destination().endpoint),
+                  callbacks_->clock().now());
+}
+
 FilterStatus ToolsFilter::encodeHeaders(ResponseHead& response, bool end_stream) {
   status_ = response.status;
+  trackSession(response);
   tools_list_.clear();
   reading_tools_list_ =
       call_.method == "tools/list" && response.status >= 200 && response.status < 300;

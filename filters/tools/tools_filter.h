@@ -13,9 +13,13 @@
 //     tools/list said about the tool;
 //   - it learns those annotations from the tools/list responses it sees;
 //   - it counts each tools/call in sluice_tool_calls_total and
-//     sluice_tool_call_duration_seconds.
+//     sluice_tool_call_duration_seconds;
+//   - it learns which endpoint issued an MCP session (a response carrying
+//     `Mcp-Session-Id`) and forgets the session once a DELETE of it was
+//     answered (the Exchange places the session's requests there).
 // Other methods (initialize, tools/list, ping, notifications) follow the
-// route's retry policy unchanged.
+// route's retry policy unchanged. Only POSTs carry JSON-RPC: a GET (the
+// server's event stream) or DELETE (the end of a session) passes through.
 
 #include <memory>
 #include <string>
@@ -26,6 +30,7 @@
 #include "common/metrics.h"
 #include "filters/filter.h"
 #include "filters/tools/jsonrpc.h"
+#include "filters/tools/mcp_sessions.h"
 #include "filters/tools/tool_annotations.h"
 #include "filters/tools/tool_policy.h"
 
@@ -40,10 +45,13 @@ class ToolRoute {
  public:
   ToolRoute(const config::ToolsConfig& config, Metrics& metrics, const std::string& route);
 
-  /** Adds an upstream of the route's chain and its annotation table. */
-  void addUpstream(std::string name, std::shared_ptr<ToolAnnotationTable> table);
+  /** Adds an upstream of the route's chain, its annotation table and its session table. */
+  void addUpstream(std::string name, std::shared_ptr<ToolAnnotationTable> table,
+                   std::shared_ptr<McpSessionTable> sessions = nullptr);
   /** The annotation table of `upstream`; null when it is not in the route's chain. */
   ToolAnnotationTable* annotations(std::string_view upstream) const;
+  /** The session table of `upstream`; null when it is not in the route's chain. */
+  McpSessionTable* sessions(std::string_view upstream) const;
 
   const ToolPolicy& policy() const { return policy_; }
   /** sluice_tool_calls_total{route,tool,outcome} for label `index`. */
@@ -56,7 +64,12 @@ class ToolRoute {
   std::string route_;
   prometheus::Family<prometheus::Counter>& calls_family_;
   std::vector<prometheus::Histogram*> durations_;
-  std::vector<std::pair<std::string, std::shared_ptr<ToolAnnotationTable>>> upstreams_;
+  struct Upstream {
+    std::string name;
+    std::shared_ptr<ToolAnnotationTable> annotations;
+    std::shared_ptr<McpSessionTable> sessions;
+  };
+  std::vector<Upstream> upstreams_;
 };
 
 class ToolsFilter final : public StreamFilter {
@@ -67,6 +80,7 @@ class ToolsFilter final : public StreamFilter {
   explicit ToolsFilter(const ToolRoute& route) : route_(route) {}
 
   std::string_view name() const override { return "tools"; }
+  FilterStatus decodeHeaders(RequestHead& request) override;
   FilterStatus decodeComplete(std::string_view body) override;
   FilterStatus beforeAttempt(RequestHead& upstream_request) override;
   FilterStatus encodeHeaders(ResponseHead& response, bool end_stream) override;
@@ -87,7 +101,13 @@ class ToolsFilter final : public StreamFilter {
  private:
   void learnToolsList();
 
+  /** Learns or forgets the request's session from the response head (see the header). */
+  void trackSession(const ResponseHead& response);
+
   const ToolRoute& route_;
+  bool post_ = true;        // a POST: one JSON-RPC message
+  bool delete_ = false;     // a DELETE: the client ends its session
+  std::string session_id_;  // the request's Mcp-Session-Id, "" without
   JsonRpcRequest call_;
   bool is_tool_call_ = false;
   ToolMatch match_;

@@ -31,7 +31,8 @@ const std::string& AttemptRouter::fallbackModel() const {
 
 AttemptRouter::Placement AttemptRouter::place(const AttemptTarget& target,
                                               const EndpointRuntime* last, bool may_replay,
-                                              const QuotaAsk& ask, const UniformRandom& random) {
+                                              const QuotaAsk& ask, const UniformRandom& random,
+                                              const EndpointRuntime* preferred) {
   const EndpointRuntime* failed = last;
   if (target.kind == AttemptTarget::Kind::NextFallback) {
     ++chain_index_;
@@ -40,7 +41,7 @@ AttemptRouter::Placement AttemptRouter::place(const AttemptTarget& target,
   }
   for (;;) {
     const UpstreamRuntime& upstream = *route_->chain[chain_index_];
-    const Choice choice = choose(upstream, failed, may_replay && hasNext(), ask, random);
+    const Choice choice = choose(upstream, failed, may_replay && hasNext(), ask, random, preferred);
     // None can take it now: spill over to the next upstream when the route
     // says so; otherwise go anyway and let the filters answer (503
     // circuit_open) or wait (the quota).
@@ -56,9 +57,18 @@ AttemptRouter::Placement AttemptRouter::place(const AttemptTarget& target,
 
 AttemptRouter::Choice AttemptRouter::choose(const UpstreamRuntime& upstream,
                                             const EndpointRuntime* failed, bool may_spill,
-                                            const QuotaAsk& ask,
-                                            const UniformRandom& random) const {
+                                            const QuotaAsk& ask, const UniformRandom& random,
+                                            const EndpointRuntime* preferred) const {
   const auto& endpoints = upstream.endpoints;
+  // An MCP session lives on one endpoint: go there while it can take the
+  // attempt (a session moved elsewhere is lost: the server answers 404 and
+  // the client initializes again).
+  if (preferred != nullptr && preferred != failed && !failedOn(*preferred) &&
+      preferred->breaker->state() != CircuitState::Open) {
+    for (const EndpointRuntime& e : endpoints) {
+      if (&e == preferred) return {preferred, nullptr};
+    }
+  }
   const bool avoid_waiting =
       may_spill && route_->config->fallback_wait == config::FallbackWait::Avoid;
   // One endpoint and nowhere else to go: nothing to choose (the common case, no cost).

@@ -50,10 +50,15 @@ class AttemptRouter {
    * skipped when the route falls back on why (circuit open, rate limited);
    * otherwise the attempt goes there anyway and its filters answer (503) or
    * wait (the quota). `last` is the previous attempt's endpoint: a retry on
-   * the same upstream prefers another. Spill-overs are counted.
+   * the same upstream prefers another. `preferred` (an MCP session's
+   * endpoint, docs/design.md §10; null: none) is taken whenever it belongs
+   * to the upstream being placed on, its circuit is not open and this
+   * request has not failed on it; otherwise the choice is the usual one.
+   * Spill-overs are counted.
    */
   Placement place(const AttemptTarget& target, const EndpointRuntime* last, bool may_replay,
-                  const QuotaAsk& ask, const UniformRandom& random);
+                  const QuotaAsk& ask, const UniformRandom& random,
+                  const EndpointRuntime* preferred = nullptr);
 
   /** A next upstream exists and the route falls back on `refusal` (a filter's refusal). */
   bool fallsBackOn(CancelReason refusal, bool may_replay) const;
@@ -89,7 +94,8 @@ class AttemptRouter {
     CancelReason refusal = CancelReason::CircuitOpen;  // why none is available
   };
   Choice choose(const UpstreamRuntime& upstream, const EndpointRuntime* failed, bool may_spill,
-                const QuotaAsk& ask, const UniformRandom& random) const;
+                const QuotaAsk& ask, const UniformRandom& random,
+                const EndpointRuntime* preferred) const;
   bool hasNext() const;
   bool failedOn(const EndpointRuntime& endpoint) const;
 

@@ -13,6 +13,7 @@
 #include "proxy/exchange/exchange_problem.h"
 #include "proxy/exchange/filter_chain.h"
 #include "proxy/exchange/request_intake.h"
+#include "proxy/exchange/tool_cancel_notifier.h"
 #include "proxy/http/header_rewrite.h"
 #include "proxy/observability/access_log.h"
 
@@ -347,9 +348,10 @@ void Exchange::startAttempt(const AttemptTarget& target) {
   const EndpointRuntime* last = attempt_.endpoint;
   attempt_ = Attempt{};
   attempt_.target = target;
+  if (attempts_ == 1) findMcpSession();
   const AttemptRouter::Placement placement =
       router_.place(target, last, mayReplay(), QuotaAsk{&request_.headers, intake_.body().prefix()},
-                    threadLocalUniform());
+                    threadLocalUniform(), mcp_session_ ? mcp_session_->endpoint : nullptr);
   attempt_.upstream = placement.upstream;
   attempt_.endpoint = placement.endpoint;
   attempt_.request = std::make_unique<RequestHead>(
@@ -375,6 +377,42 @@ void Exchange::startAttempt(const AttemptTarget& target) {
   }
   phase_ = Phase::BeforeAttempt;
   runChain(0);
+}
+
+void Exchange::findMcpSession() {
+  if (!mcpRoute()) return;
+  const std::optional<std::string_view> id = request_.headers.get("mcp-session-id");
+  if (!id || id->empty()) return;
+  mcp_session_ = std::make_unique<McpSession>();
+  mcp_session_->headers = request_.headers;
+  const std::string key = sessionKey(*id);
+  for (const UpstreamRuntime* upstream : route_->chain) {
+    const std::optional<std::string> name = upstream->mcp_sessions->lookup(key, clock().now());
+    if (!name) continue;
+    // Gone after a reload: placed as usual (the server answers 404, the client re-initializes).
+    for (const EndpointRuntime& e : upstream->endpoints) {
+      if (e.name() == *name) mcp_session_->endpoint = &e;
+    }
+    return;
+  }
+}
+
+void Exchange::notifyMcpCancel() {
+  ToolCancelNotifier* notifier = host_.toolCancels();
+  if (notifier == nullptr || !mcp_session_ || !record_.jsonRpcId() || request_.method != "POST") {
+    return;
+  }
+  ToolCancel cancel;
+  cancel.runtime = runtime_;
+  cancel.route = route_;
+  cancel.upstream = attempt_.upstream;
+  cancel.endpoint = attempt_.endpoint;
+  cancel.request.method = "POST";
+  cancel.request.path = request_.path;
+  cancel.request.headers = std::move(mcp_session_->headers);
+  cancel.request_id = *record_.jsonRpcId();
+  cancel.reason = toString(*cancel_reason_);
+  notifier->send(std::move(cancel));
 }
 
 bool Exchange::mayReplay() const {
@@ -836,12 +874,15 @@ void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_wit
     final_event = finalEventFor(problem);
   }
   if (had_attempt) {
+    const bool sent = attempt_.connected;
     // Torn down: the verdict can only be this cancel's answer (no retry).
     endAttempt(*cancel_reason_ == CancelReason::UpstreamTimeout ? AttemptOutcome::timeout()
                                                                 : AttemptOutcome::cancelled(),
                /*reuse=*/false, AttemptVerdict::fail(problem));
     attempt_.upstream->metrics->cancelPropagation().Observe(
         seconds(clock().preciseNow() - decided));
+    // A session-ful MCP server may not read the closed stream as a cancel.
+    if (sent && mcp_session_) notifyMcpCancel();
   }
   if (!cancel_counted_) {
     route_->metrics->cancellations(*cancel_reason_).Increment();

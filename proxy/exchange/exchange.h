@@ -53,6 +53,7 @@ namespace sluice {
 class AccessLogBuffer;
 class Exchange;
 class IdGenerator;
+class ToolCancelNotifier;
 
 /** What the Exchange needs from the worker that hosts it. */
 class ExchangeHost {
@@ -70,6 +71,8 @@ class ExchangeHost {
   virtual IdGenerator& ids() = 0;
   /** This worker's access log buffer; null while the access log is off. */
   virtual AccessLogBuffer* accessLog() = 0;
+  /** This worker's sender of MCP `notifications/cancelled`; null: none are sent. */
+  virtual ToolCancelNotifier* toolCancels() { return nullptr; }
 };
 
 /** A point-in-time view of an Exchange for the admin `/exchanges` endpoint. */
@@ -390,6 +393,22 @@ class Exchange final : public DeferredDeletable,
 
   // The run filter's, while the request is a task of a run.
   RunSpend* run_spend_ = nullptr;
+
+  /**
+   * An MCP request that carried `Mcp-Session-Id` (docs/design.md §10): the
+   * endpoint that issued the session (its attempts go there), and the
+   * client's headers, for the `notifications/cancelled` a cancel sends.
+   * Allocated only for such requests.
+   */
+  struct McpSession {
+    HeaderMap headers;                          // the client's request headers
+    const EndpointRuntime* endpoint = nullptr;  // where the session lives; null: unknown
+  };
+  std::unique_ptr<McpSession> mcp_session_;
+  /** Creates mcp_session_ for an MCP request with a session id, looking its endpoint up. */
+  void findMcpSession();
+  /** A cancel of a sent MCP request of a session: tells the server (ToolCancelNotifier). */
+  void notifyMcpCancel();
 
   AttemptTarget retry_target_;  // of the RetryDelay slot
   // Every timer of this request: the named slots and the filters' timers,

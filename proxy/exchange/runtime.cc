@@ -167,6 +167,12 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
                           : std::make_shared<UpstreamCircuitState>(&u.metrics->circuitState());
     u.tool_annotations =
         before != nullptr ? before->tool_annotations : std::make_shared<ToolAnnotationTable>();
+    u.mcp_sessions = before != nullptr ? before->mcp_sessions : std::make_shared<McpSessionTable>();
+    if (shared != nullptr) {  // sessions learned here reach the peers, and theirs come here
+      std::vector<std::string> names;
+      for (const auto& endpoint : up.endpoints) names.push_back(endpoint.name);
+      shared->linkSessions(u.mcp_sessions, up.name, names);
+    }
     std::vector<prometheus::Gauge*> endpoint_gauges;
     for (const auto& endpoint : up.endpoints) {
       EndpointRuntime e;
@@ -237,7 +243,7 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
     if (route.protocol == config::RouteProtocol::Mcp) {
       r.tools = std::make_unique<ToolRoute>(route.tools, metrics, route.name);
       for (const UpstreamRuntime* up : r.chain)
-        r.tools->addUpstream(up->name(), up->tool_annotations);
+        r.tools->addUpstream(up->name(), up->tool_annotations, up->mcp_sessions);
     }
     rt->routes_.push_back(std::move(r));
   }

@@ -80,6 +80,9 @@ struct UpstreamRuntime {
   // What its tools/list answers said about its tools (docs/design.md §10);
   // kept across reloads by upstream name.
   std::shared_ptr<ToolAnnotationTable> tool_annotations;
+  // Which endpoint issued each MCP session (docs/design.md §10); kept across
+  // reloads by upstream name (a session whose endpoint is gone is placed as usual).
+  std::shared_ptr<McpSessionTable> mcp_sessions;
 
   const std::string& name() const { return config->name; }
 };

@@ -49,7 +49,11 @@ Worker::Worker(size_t index, const Clock& clock, RuntimePtr runtime,
       listen_sockets_(std::move(listen_sockets)),
       // Exchange ids are unique across workers: the worker index in the top bits.
       registry_(dispatcher_, (static_cast<uint64_t>(index) << 48) + 1, &open_connections),
-      access_log_(access_log, dispatcher_.base()) {
+      access_log_(access_log, dispatcher_.base()),
+      tool_cancels_(dispatcher_,
+                    [this](const Runtime& runtime, size_t index) -> UpstreamStreamSource& {
+                      return pool(runtime, index);
+                    }) {
   for (const ListenSocket& ls : listen_sockets_) {
     listeners_.emplace_back(evconnlistener_new(dispatcher_.base(), &Worker::onAccept, this,
                                                LEV_OPT_CLOSE_ON_FREE, -1, ls.fd));
@@ -78,6 +82,7 @@ void Worker::stop() {
   // The loop is gone: destroy what is left on this (now single) thread.
   in_flight_.remove(registry_.exchangeCount());
   registry_.clear();
+  tool_cancels_.closeAll();  // before the pools their streams come from
   pools_.clear();
 }
 

@@ -18,6 +18,7 @@
 #include "proxy/exchange/exchange.h"
 #include "proxy/exchange/in_flight_gauge.h"
 #include "proxy/exchange/runtime.h"
+#include "proxy/exchange/tool_cancel_notifier.h"
 #include "proxy/http/request_id.h"
 #include "proxy/observability/access_log.h"
 #include "proxy/server/host_registry.h"
@@ -71,6 +72,7 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   bool alive(uint64_t id) const override { return registry_.alive(id); }
   IdGenerator& ids() override { return ids_; }
   AccessLogBuffer* accessLog() override { return access_log_.enabled() ? &access_log_ : nullptr; }
+  ToolCancelNotifier* toolCancels() override { return &tool_cancels_; }
 
   // DownstreamConnectionHost
   RequestDecoder& newStream(RequestHead& head, DownstreamStream& downstream,
@@ -119,6 +121,8 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   bool collect_posted_ = false;
   IdGenerator ids_;
   AccessLogBuffer access_log_;
+  // notifications/cancelled to session-ful MCP servers, on this worker's pools.
+  ToolCancelNotifier tool_cancels_;
 };
 
 }  // namespace sluice

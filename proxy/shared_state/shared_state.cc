@@ -739,7 +739,57 @@ void SharedState::setRunCancelHandler(std::function<void(const std::string&)> ha
   on_run_cancel_ = std::move(handler);
 }
 
+void SharedState::linkSessions(const std::shared_ptr<McpSessionTable>& table,
+                               std::string_view upstream,
+                               const std::vector<std::string>& endpoints) {
+  std::map<std::string, std::string> scope_of;  // endpoint name -> scope
+  {
+    std::lock_guard lock(mu_);
+    for (const std::string& endpoint : endpoints) {
+      std::string scope = sharedScope(upstream, endpoint);
+      sessions_[scope] = SessionTarget{table, endpoint};
+      scope_of.emplace(endpoint, std::move(scope));
+    }
+  }
+  table->setPublisher(
+      [this, scope_of = std::move(scope_of)](const std::string& key, const std::string& endpoint) {
+        const auto it = scope_of.find(endpoint);
+        if (it == scope_of.end()) return;
+        RedisClient* c = client();
+        if (c == nullptr) {
+          countError("sessions");
+          return;
+        }
+        c->command({"PUBLISH", channel_, "session " + instance_ + " " + it->second + " " + key},
+                   nullptr, "sessions");
+      });
+}
+
 void SharedState::onMessage(std::string_view message) {
+  // "session <instance> <scope> <key>": a peer learned which endpoint has an MCP session.
+  constexpr std::string_view kSession = "session ";
+  if (message.substr(0, kSession.size()) == kSession) {
+    const std::string_view rest = message.substr(kSession.size());
+    const size_t first = rest.find(' ');
+    if (first == std::string_view::npos || rest.substr(0, first) == instance_) return;
+    const size_t second = rest.find(' ', first + 1);
+    if (second == std::string_view::npos) return;
+    const std::string scope(rest.substr(first + 1, second - first - 1));
+    const std::string key(rest.substr(second + 1));
+    if (key.empty() || key.find(' ') != std::string::npos) return;
+    std::shared_ptr<McpSessionTable> table;
+    std::string endpoint;
+    {
+      std::lock_guard lock(mu_);
+      const auto it = sessions_.find(scope);
+      if (it == sessions_.end()) return;
+      table = it->second.table.lock();
+      endpoint = it->second.endpoint;
+    }
+    // Not published again: the peer did.
+    if (table) table->learn(key, endpoint, clock_.now(), /*publish=*/false);
+    return;
+  }
   // "run <instance> cancel <run id>": a peer cancelled a run.
   constexpr std::string_view kRun = "run ";
   if (message.substr(0, kRun.size()) == kRun) {

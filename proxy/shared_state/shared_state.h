@@ -16,8 +16,11 @@
 //   <prefix>c:<scope>:probe         the fleet's half-open probe permit
 //   <prefix>c:<scope>:open          an open circuit ("<instance> <ms>"), expiring with
 //                                   its cooldown: read back on (re)connect
-//   <prefix>circuit                 pub/sub channel of circuit transitions, and of
-//                                   run cancels ("run <instance> cancel <run id>")
+//   <prefix>circuit                 pub/sub channel of circuit transitions, of
+//                                   run cancels ("run <instance> cancel <run id>"),
+//                                   and of MCP sessions learned
+//                                   ("session <instance> <scope> <session key>":
+//                                   the key is a hash of the session id)
 // <scope> is the first 16 hex chars of SHA-256(upstream "\n" endpoint). Times
 // in Redis are Redis's own clock (TIME inside the scripts), so replicas'
 // clocks never need to agree.
@@ -38,6 +41,7 @@
 #include "filters/circuit_breaker/circuit_breaker.h"
 #include "filters/circuit_breaker/global_circuit.h"
 #include "filters/throttle/global_quota.h"
+#include "filters/tools/mcp_sessions.h"
 #include "proxy/event/dispatcher.h"
 #include "proxy/event/tls.h"
 #include "proxy/shared_state/redis_client.h"
@@ -88,6 +92,16 @@ class SharedState {
    * peer cancelled. One handler: a later call replaces it.
    */
   void setRunCancelHandler(std::function<void(const std::string&)> handler);
+
+  /**
+   * Links the MCP session table of `upstream` with the peers' (docs/design.md
+   * §10): sessions learned here are published (PUBLISH from the calling
+   * worker's client; dropped and counted as an error while it is down), and
+   * the peers' are learned into `table`, for the endpoints named in
+   * `endpoints`. Called again by a reload with the upstream's new endpoints.
+   */
+  void linkSessions(const std::shared_ptr<McpSessionTable>& table, std::string_view upstream,
+                    const std::vector<std::string>& endpoints);
 
   /** Every connection of this process (and the subscriber) is up: sluice_shared_state_up. */
   bool up() const { return down_count_.load() == 0; }
@@ -159,6 +173,12 @@ class SharedState {
   std::map<std::string, std::vector<std::weak_ptr<CircuitBreaker>>> circuits_;  // by scope
   std::map<std::string, std::string> kept_;                // observe calls (RESP), by Redis key
   std::function<void(const std::string&)> on_run_cancel_;  // guarded by mu_
+  // The MCP session tables, by the scope of each of their endpoints; guarded by mu_.
+  struct SessionTarget {
+    std::weak_ptr<McpSessionTable> table;
+    std::string endpoint;
+  };
+  std::map<std::string, SessionTarget> sessions_;
 };
 
 }  // namespace sluice

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -18,10 +19,12 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/support/http_client.h"
 #include "tests/support/loopback.h"
+#include "tests/support/redis_process.h"
 #include "tests/support/sluice_process.h"
 #include "tests/support/wait.h"
 
@@ -34,11 +37,21 @@ using nlohmann::json;
  * A scripted MCP server: tools/list names three tools with annotations;
  * tools/call answers a JSON-RPC result, or 503 once for a tool armed with
  * failNext(), or never for `hang` (and `hang_stream`, after an SSE head).
+ * Session-ful as the MCP SDKs' servers are: `initialize` issues an
+ * Mcp-Session-Id ("<name>-<n>"); a request naming a session it did not
+ * issue gets 404; DELETE ends one; notifications/cancelled are recorded.
  * One thread per connection, keep-alive.
  */
 class MockMcpServer {
  public:
-  MockMcpServer() {
+  /** A notifications/cancelled as it arrived. */
+  struct Cancelled {
+    std::string session;           // its Mcp-Session-Id
+    std::string protocol_version;  // its MCP-Protocol-Version
+    json body;
+  };
+
+  explicit MockMcpServer(std::string name = "s") : name_(std::move(name)) {
     const LoopbackListener listener = listenOnLoopback(16);
     fd_ = listener.fd;
     port_ = listener.port;
@@ -66,11 +79,26 @@ class MockMcpServer {
     std::lock_guard<std::mutex> lock(mu_);
     return calls_[tool];
   }
+  /** Requests that named session `id` (the initialize that issued it not included). */
+  int sessionRequests(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return session_requests_[id];
+  }
+  std::vector<Cancelled> cancelled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled_;
+  }
+  bool hasSession(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sessions_.count(id) > 0;
+  }
 
  private:
   struct Parse {
     MockMcpServer* self;
     std::string body;
+    std::map<std::string, std::string> headers;  // lower-case names
+    std::string field;
     bool complete = false;
   };
 
@@ -87,12 +115,23 @@ class MockMcpServer {
   void serve(int c) {
     http_parser parser;
     http_parser_init(&parser, HTTP_REQUEST);
-    Parse state{this, "", false};
+    Parse state{this, "", {}, "", false};
     parser.data = &state;
     http_parser_settings settings;
     http_parser_settings_init(&settings);
     settings.on_body = [](http_parser* p, const char* at, size_t n) {
       static_cast<Parse*>(p->data)->body.append(at, n);
+      return 0;
+    };
+    settings.on_header_field = [](http_parser* p, const char* at, size_t n) {
+      auto* st = static_cast<Parse*>(p->data);
+      st->field.assign(at, n);
+      for (char& ch : st->field) ch = static_cast<char>(std::tolower(ch));
+      return 0;
+    };
+    settings.on_header_value = [](http_parser* p, const char* at, size_t n) {
+      auto* st = static_cast<Parse*>(p->data);
+      st->headers[st->field].assign(at, n);
       return 0;
     };
     settings.on_message_complete = [](http_parser* p) {
@@ -106,8 +145,10 @@ class MockMcpServer {
       http_parser_execute(&parser, &settings, buf, static_cast<size_t>(n));
       if (!state.complete) continue;
       state.complete = false;
-      const std::string reply = answer(state.body);
+      const std::string reply = answer(http_method_str(static_cast<http_method>(parser.method)),
+                                       state.headers, state.body);
       state.body.clear();
+      state.headers.clear();
       if (reply.empty()) {  // hang: hold the call until the connection goes
         while (!stopping_ && ::recv(c, buf, sizeof(buf), 0) > 0) {
         }
@@ -120,16 +161,43 @@ class MockMcpServer {
     ::close(c);
   }
 
-  static std::string http(int status, const std::string& body) {
+  static std::string http(int status, const std::string& body, const std::string& extra = "") {
     return "HTTP/1.1 " + std::to_string(status) +
            " X\r\ncontent-type: application/json\r\ncontent-length: " +
-           std::to_string(body.size()) + "\r\n\r\n" + body;
+           std::to_string(body.size()) + "\r\n" + extra + "\r\n" + body;
   }
 
-  std::string answer(const std::string& body) {
+  std::string answer(const std::string& verb, const std::map<std::string, std::string>& headers,
+                     const std::string& body) {
+    const auto header = [&](const std::string& name) {
+      const auto it = headers.find(name);
+      return it == headers.end() ? std::string() : it->second;
+    };
+    const std::string session = header("mcp-session-id");
+    if (!session.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (sessions_.count(session) == 0) return http(404, R"({"error":"unknown session"})");
+      ++session_requests_[session];
+      if (verb == "DELETE") {
+        sessions_.erase(session);
+        return http(200, "");
+      }
+    }
     const json req = json::parse(body, nullptr, false);
     const json id = req.value("id", json(nullptr));
     const std::string method = req.value("method", "");
+    if (method == "initialize") {
+      std::lock_guard<std::mutex> lock(mu_);
+      const std::string issued = name_ + "-" + std::to_string(++issued_);
+      sessions_.insert(issued);
+      return http(200, json{{"jsonrpc", "2.0"}, {"id", id}, {"result", json::object()}}.dump(),
+                  "mcp-session-id: " + issued + "\r\n");
+    }
+    if (method == "notifications/cancelled") {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled_.push_back({session, header("mcp-protocol-version"), req});
+      return "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n";
+    }
     if (method == "tools/list") {
       const json tools = json::array({
           {{"name", "read_docs"}, {"annotations", {{"readOnlyHint", true}}}},
@@ -147,7 +215,7 @@ class MockMcpServer {
       ++calls_[tool];
       if (fail_next_.erase(tool) > 0) return http(503, R"({"error":"busy"})");
     }
-    if (tool == "hang") return "";
+    if (tool == "hang" || tool == "wait") return "";
     if (tool == "hang_stream") {
       // An SSE head and one whole event, then nothing.
       const std::string event =
@@ -163,6 +231,7 @@ class MockMcpServer {
     return http(200, json{{"jsonrpc", "2.0"}, {"id", id}, {"result", result}}.dump());
   }
 
+  const std::string name_;
   int fd_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
@@ -172,6 +241,10 @@ class MockMcpServer {
   std::vector<std::thread> threads_;
   std::set<std::string> fail_next_;
   std::map<std::string, int> calls_;
+  int issued_ = 0;
+  std::set<std::string> sessions_;
+  std::map<std::string, int> session_requests_;
+  std::vector<Cancelled> cancelled_;
 };
 
 std::string config(const std::string& upstream_url, const std::string& access_log = "{path: off}") {
@@ -297,6 +370,154 @@ TEST_F(McpTest, ACutEventStreamEndsWithTheJsonRpcError) {
   const json error = json::parse(data.substr(0, data.find('\n')));
   EXPECT_EQ(error["id"], 7);
   EXPECT_EQ(error["error"]["code"], -32001);
+}
+
+// --- sessions: affinity and notifications/cancelled -------------------------------
+
+std::string sessionConfig(const std::string& a_url, const std::string& b_url,
+                          const std::string& redis_url = "") {
+  const std::string shared =
+      redis_url.empty() ? "" : "shared_state: {redis: \"" + redis_url + "\", timeout: 500ms}\n";
+  return R"(listen: 127.0.0.1:0
+admin: 127.0.0.1:0
+access_log: {path: off}
+)" + shared +
+         R"(upstreams:
+  - name: tool-server
+    endpoints:
+      - {name: a, url: ")" +
+         a_url + R"("}
+      - {name: b, url: ")" +
+         b_url + R"("}
+routes:
+  - name: tools
+    match: {path_prefix: /mcp}
+    upstream: tool-server
+    protocol: mcp
+    tools:
+      - {name: "hang*", budget: 300ms}
+)";
+}
+
+std::vector<std::pair<std::string, std::string>> sessionHeaders(const std::string& session) {
+  return {{"content-type", "application/json"},
+          {"accept", "application/json, text/event-stream"},
+          {"mcp-session-id", session},
+          {"mcp-protocol-version", "2025-06-18"}};
+}
+
+class McpSessionTest : public ::testing::Test {
+ protected:
+  /** Opens a session through sluice; returns its id. */
+  std::string initialize() {
+    const TestResponse r = post(sluice_, R"({"jsonrpc":"2.0","id":0,"method":"initialize",)"
+                                         R"("params":{"protocolVersion":"2025-06-18"}})");
+    EXPECT_EQ(r.status, 200);
+    return std::string(r.headers.get("mcp-session-id").value_or(""));
+  }
+  TestResponse inSession(const std::string& session, const std::string& method,
+                         const std::string& body) {
+    return httpRequest(sluice_.port(), method, "/mcp", sessionHeaders(session), body);
+  }
+  MockMcpServer& owner(const std::string& session) { return session.rfind("a-", 0) == 0 ? a_ : b_; }
+  MockMcpServer& other(const std::string& session) { return session.rfind("a-", 0) == 0 ? b_ : a_; }
+  double notifications(const std::string& result) {
+    return sluice_.metric("sluice_tool_cancel_notifications_total",
+                          {{"route", "tools"}, {"result", result}});
+  }
+
+  MockMcpServer a_{"a"};
+  MockMcpServer b_{"b"};
+  SluiceProcess sluice_{sessionConfig(a_.url(), b_.url())};
+};
+
+TEST_F(McpSessionTest, ASessionsRequestsGoToTheEndpointThatIssuedIt) {
+  std::vector<std::string> sessions;
+  for (int i = 0; i < 4; ++i) sessions.push_back(initialize());
+  for (const std::string& session : sessions) {
+    ASSERT_FALSE(session.empty());
+    for (int i = 0; i < 10; ++i) {
+      // The endpoint that did not issue the session answers 404.
+      EXPECT_EQ(inSession(session, "POST", toolCall(i + 1, "search_web")).status, 200) << session;
+    }
+    EXPECT_EQ(owner(session).sessionRequests(session), 10);
+  }
+
+  // DELETE ends the session on its server (and sluice forgets it).
+  const std::string ended = sessions[0];
+  EXPECT_EQ(inSession(ended, "DELETE", "").status, 200);
+  EXPECT_FALSE(owner(ended).hasSession(ended));
+  EXPECT_EQ(inSession(ended, "POST", toolCall(99, "search_web")).status, 404);
+}
+
+TEST_F(McpSessionTest, ABudgetCancelTellsTheSessionsServer) {
+  // Without a session: nothing to tell (the closed connection is the cancel).
+  EXPECT_EQ(json::parse(post(sluice_, toolCall(41, "hang")).body)["error"]["code"], -32001);
+
+  const std::string session = initialize();
+  const TestResponse r = inSession(session, "POST", toolCall(42, "hang"));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body)["error"]["code"], -32001);
+
+  ASSERT_TRUE(waitUntil([&] { return owner(session).cancelled().size() == 1; }));
+  const MockMcpServer::Cancelled c = owner(session).cancelled()[0];
+  EXPECT_EQ(c.session, session);
+  EXPECT_EQ(c.protocol_version, "2025-06-18");
+  EXPECT_EQ(c.body["jsonrpc"], "2.0");
+  EXPECT_EQ(c.body["method"], "notifications/cancelled");
+  EXPECT_FALSE(c.body.contains("id"));
+  EXPECT_EQ(c.body["params"]["requestId"], 42);
+  EXPECT_EQ(c.body["params"]["reason"], "sluice budget_exhausted");
+  EXPECT_TRUE(other(session).cancelled().empty());
+  ASSERT_TRUE(waitUntil([&] { return notifications("sent") == 1; }));
+  EXPECT_EQ(sluice_.metric("sluice_tool_cancel_notifications_total", {}), 1);
+}
+
+TEST_F(McpSessionTest, AClientThatLeavesCancelsTheCallOnTheSessionsServer) {
+  const std::string session = initialize();
+  TestConnection conn(sluice_.port());
+  conn.sendRequest(
+      "POST", "/mcp", sessionHeaders(session),
+      R"({"jsonrpc":"2.0","id":"call-7","method":"tools/call","params":{"name":"wait"}})");
+  ASSERT_TRUE(waitUntil([&] { return owner(session).calls("wait") == 1; }));
+  conn.reset();
+
+  ASSERT_TRUE(waitUntil([&] { return owner(session).cancelled().size() == 1; }));
+  const MockMcpServer::Cancelled c = owner(session).cancelled()[0];
+  EXPECT_EQ(c.session, session);
+  EXPECT_EQ(c.body["params"]["requestId"], "call-7");
+  EXPECT_EQ(c.body["params"]["reason"], "sluice client_disconnect");
+  ASSERT_TRUE(waitUntil([&] { return notifications("sent") == 1; }));
+}
+
+TEST(McpSharedSessionTest, AnotherReplicaRoutesTheSessionToTheSameEndpoint) {
+  RedisProcess redis;
+  MockMcpServer a("a");
+  MockMcpServer b("b");
+  const std::string yaml = sessionConfig(a.url(), b.url(), redis.url());
+  SluiceProcess first(yaml);
+  SluiceProcess second(yaml);
+  ASSERT_TRUE(waitUntil([&] {
+    return first.metric("sluice_shared_state_up") == 1 &&
+           second.metric("sluice_shared_state_up") == 1 &&
+           redis.cli("PUBSUB NUMSUB sluice:circuit").find("2") != std::string::npos;
+  }));
+
+  const TestResponse init = post(first, R"({"jsonrpc":"2.0","id":0,"method":"initialize"})");
+  ASSERT_EQ(init.status, 200);
+  const std::string session(init.headers.get("mcp-session-id").value_or(""));
+  MockMcpServer& owner = session.rfind("a-", 0) == 0 ? a : b;
+  auto call = [&](int id) {
+    return httpRequest(second.port(), "POST", "/mcp", sessionHeaders(session),
+                       toolCall(id, "search_web"))
+        .status;
+  };
+  // The learned session reaches the other replica over pub/sub (eventually:
+  // until then its requests are placed as usual).
+  ASSERT_TRUE(waitUntil([&] { return call(1) == 200; }));
+  const int before = owner.sessionRequests(session);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(call(i + 2), 200);
+  EXPECT_EQ(owner.sessionRequests(session), before + 10);
 }
 
 TEST(McpAccessLogTest, ShowsTheMethodAndTheTool) {

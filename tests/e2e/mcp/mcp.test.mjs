@@ -3,10 +3,16 @@
 // route. What a reviewer checks by hand: tools/list and tools/call pass
 // through; a destructive tool answered 503 is called exactly once while a
 // read-only one is retried; a tool budget overrun reaches the agent as an
-// McpError -32001 carrying sluice's message.
+// McpError -32001 carrying sluice's message. Then a session-ful server (the
+// SDK's StreamableHTTPServerTransport with a sessionIdGenerator), two
+// instances behind one upstream: a session's requests stay on the instance
+// that issued it, and a tool handler's AbortSignal fires when sluice cancels
+// the call (its tool budget, a client that leaves), through the
+// notifications/cancelled sluice sends with the session id.
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -16,7 +22,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 
-import { metric, sleep, startSluice, stopAll } from '../openai-sdk/harness.mjs';
+import { metric, sleep, startSluice, stopAll, waitMetric } from '../openai-sdk/harness.mjs';
 
 // --- a stateless Streamable HTTP MCP server -------------------------------------
 // A fresh McpServer and transport per request (the SDK's stateless pattern).
@@ -156,5 +162,173 @@ routes:
     assert.equal(await metric(sluice.adminUrl, 'sluice_tool_calls_total',
                               { route: 'tools', tool: 'slow_report', outcome: 'budget_exhausted' }),
                  1);
+  });
+});
+
+// --- session-ful servers --------------------------------------------------------
+// The SDK's session-ful pattern: a transport per session, kept by its id; a
+// request naming a session this instance did not issue gets 404 (the MCP
+// spec's answer to an unknown session). `wait` and `budgeted_wait` record
+// their AbortSignal and end only when it fires.
+
+async function waitFor(fact, what, timeoutMs = 5_000) {
+  const until = Date.now() + timeoutMs;
+  while (!fact()) {
+    if (Date.now() > until) assert.fail(`timed out waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
+async function startSessionServer(name) {
+  const instance = { name, transports: new Map(), requests: 0, started: [], aborted: [] };
+  const build = () => {
+    const server = new McpServer({ name: `session-tools-${name}`, version: '1.0.0' });
+    const text = (t) => ({ content: [{ type: 'text', text: t }] });
+    server.registerTool('whoami', { description: 'Names the instance', inputSchema: {} },
+                        async () => text(name));
+    for (const tool of ['wait', 'budgeted_wait']) {
+      server.registerTool(tool, { description: 'Waits for its cancel', inputSchema: {} },
+                          async (_args, extra) => {
+                            instance.started.push({ tool, requestId: extra.requestId });
+                            await new Promise((resolve) => {
+                              const done = () => {
+                                instance.aborted.push({
+                                  tool, requestId: extra.requestId, reason: `${extra.signal.reason}`,
+                                });
+                                resolve();
+                              };
+                              if (extra.signal.aborted) done();
+                              else extra.signal.addEventListener('abort', done, { once: true });
+                            });
+                            return text('cancelled');
+                          });
+    }
+    return server;
+  };
+  const http = createServer(async (req, res) => {
+    const raw = req.method === 'POST' ? await readBody(req) : '';
+    const body = raw ? JSON.parse(raw) : undefined;
+    const sid = req.headers['mcp-session-id'];
+    if (sid !== undefined) {
+      const transport = instance.transports.get(sid);
+      if (!transport) {
+        res.writeHead(404, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32001, message: 'Session not found' }, id: null }));
+        return;
+      }
+      instance.requests += 1;
+      await transport.handleRequest(req, res, body);
+      return;
+    }
+    const transport = new StreamableHTTPServerTransport({
+      sessionIdGenerator: () => `${name}-${randomUUID()}`,
+      onsessioninitialized: (id) => { instance.transports.set(id, transport); },
+    });
+    transport.onclose = () => { if (transport.sessionId) instance.transports.delete(transport.sessionId); };
+    await build().connect(transport);
+    await transport.handleRequest(req, res, body);
+  });
+  await new Promise((r) => http.listen(0, '127.0.0.1', r));
+  instance.http = http;
+  instance.url = `http://127.0.0.1:${http.address().port}`;
+  return instance;
+}
+
+describe('MCP SDK session-ful servers through sluice', () => {
+  let a;
+  let b;
+  let sluice;
+  const clients = [];
+
+  before(async () => {
+    a = await startSessionServer('a');
+    b = await startSessionServer('b');
+    sluice = await startSluice(`upstreams:
+  - name: session-tools
+    endpoints:
+      - {name: a, url: "${a.url}"}
+      - {name: b, url: "${b.url}"}
+routes:
+  - name: tools
+    match: {path_prefix: /mcp}
+    upstream: session-tools
+    protocol: mcp
+    tools:
+      - {name: budgeted_wait, budget: 300ms}
+`);
+  });
+
+  after(async () => {
+    for (const c of clients) await c.close().catch(() => {});
+    for (const s of [a, b]) {
+      s?.http.closeAllConnections?.();
+      s?.http.close();
+    }
+    await stopAll();
+  });
+
+  async function connect() {
+    const client = new Client({ name: 'e2e-session-agent', version: '1.0.0' });
+    const transport = new StreamableHTTPClientTransport(new URL(`${sluice.url}/mcp`));
+    await client.connect(transport);
+    clients.push(client);
+    return { client, transport };
+  }
+  const ownerOf = (sid) => (sid.startsWith('a-') ? a : b);
+
+  test('a session stays on the instance that issued it', async () => {
+    for (let i = 0; i < 4; i += 1) {
+      const { client, transport } = await connect();
+      const sid = transport.sessionId;
+      assert.ok(sid, 'the server issued a session id');
+      for (let j = 0; j < 5; j += 1) {
+        // The other instance would answer 404 (Session not found).
+        const result = await client.callTool({ name: 'whoami', arguments: {} });
+        assert.deepEqual(result.content, [{ type: 'text', text: ownerOf(sid).name }]);
+      }
+    }
+  });
+
+  test("sluice's tool budget fires the handler's AbortSignal", async () => {
+    const { client } = await connect();
+    const err = await client.callTool({ name: 'budgeted_wait', arguments: {} }).then(
+      () => assert.fail('budgeted_wait should not succeed'), (e) => e);
+    assert.ok(err instanceof McpError, `not an McpError: ${err}`);
+    assert.equal(err.code, -32001);
+    await waitFor(() => [...a.aborted, ...b.aborted].some((x) => x.tool === 'budgeted_wait'),
+                  'the AbortSignal of budgeted_wait');
+    const aborted = [...a.aborted, ...b.aborted].find((x) => x.tool === 'budgeted_wait');
+    assert.match(aborted.reason, /sluice budget_exhausted/);
+    assert.equal(await waitMetric(sluice.adminUrl, 'sluice_tool_cancel_notifications_total',
+                                  { route: 'tools', result: 'sent' }, 1), 1);
+  });
+
+  test("a client that leaves fires the handler's AbortSignal", async () => {
+    const { transport } = await connect();
+    const sid = transport.sessionId;
+    const owner = ownerOf(sid);
+    const before = owner.started.length;
+    // A raw request, aborted: the connection closes (the SDK client would
+    // send its own notifications/cancelled; an agent that crashes does not).
+    const controller = new AbortController();
+    const pending = fetch(`${sluice.url}/mcp`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'mcp-session-id': sid,
+        'mcp-protocol-version': transport.protocolVersion ?? '2025-06-18',
+      },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 'left-1', method: 'tools/call',
+                             params: { name: 'wait', arguments: {} } }),
+      signal: controller.signal,
+    }).catch(() => {});
+    await waitFor(() => owner.started.length > before, 'the wait handler to start');
+    controller.abort();
+    await pending;
+    await waitFor(() => owner.aborted.some((x) => x.requestId === 'left-1'),
+                  'the AbortSignal of the abandoned call');
+    assert.match(owner.aborted.find((x) => x.requestId === 'left-1').reason,
+                 /sluice client_disconnect/);
   });
 });

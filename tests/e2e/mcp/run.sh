@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests: the official MCP TypeScript SDK (@modelcontextprotocol/sdk)
-# client and a stateless Streamable HTTP server through sluice (mcp.test.mjs).
+# client and a stateless Streamable HTTP server, then two session-ful ones,
+# through sluice (mcp.test.mjs).
 # Needs Node >= 20, npm, and a C++ build with `sluice` (default
 # ../../../build; override with SLUICE_BUILD_DIR). Extra arguments go to
 # `node --test`. Reuses the openai-sdk tests' harness (starting sluice, metrics).

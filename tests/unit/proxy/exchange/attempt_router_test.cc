@@ -209,5 +209,48 @@ TEST_F(AttemptRouterTest, CountedFallbacksAreTheRoutesMetric) {
   EXPECT_EQ(route_->metrics->fallbacks("primary", "backup", "circuit_open").Value(), 1);
 }
 
+// --- an MCP session's endpoint (preferred) ------------------------------------------
+
+TEST_F(AttemptRouterTest, ThePreferredEndpointTakesEveryAttemptWhileItCan) {
+  AttemptRouter router(route_);
+  for (int i = 0; i < 20; ++i) {
+    const auto p = router.place(AttemptTarget::sameUpstream(), nullptr, true,
+                                QuotaAsk{&headers_, ""}, uniformFrom(engine_), &b());
+    EXPECT_EQ(p.upstream, &primary());
+    EXPECT_EQ(p.endpoint, &b());
+  }
+}
+
+TEST_F(AttemptRouterTest, APreferredEndpointThatCannotTakeItIsChosenAsUsual) {
+  struct Row {
+    const char* what;
+    bool open_b;
+    bool b_failed;
+    bool elsewhere;  // the preferred endpoint is not of this upstream (gone after a reload)
+  };
+  for (const Row& row :
+       {Row{"circuit open", true, false, false}, Row{"failed for this request", false, true, false},
+        Row{"of another upstream", false, false, true}}) {
+    SetUp();  // a fresh runtime: closed circuits
+    if (row.open_b) open(b());
+    AttemptRouter router(route_);
+    const EndpointRuntime* preferred = row.elsewhere ? &backup().endpoints[0] : &b();
+    const EndpointRuntime* last = row.b_failed ? &b() : nullptr;
+    int on_a = 0;
+    for (int i = 0; i < 20; ++i) {
+      const auto p = router.place(AttemptTarget::sameUpstream(), last, true,
+                                  QuotaAsk{&headers_, ""}, uniformFrom(engine_), preferred);
+      EXPECT_EQ(p.upstream, &primary()) << row.what;
+      on_a += p.endpoint == &a() ? 1 : 0;
+    }
+    if (row.elsewhere) {
+      EXPECT_GT(on_a, 0) << row.what;  // the usual spread over a and b
+      EXPECT_LT(on_a, 20) << row.what;
+    } else {
+      EXPECT_EQ(on_a, 20) << row.what;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sluice
