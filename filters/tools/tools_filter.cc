@@ -38,7 +38,8 @@ prometheus::Counter& ToolRoute::calls(size_t index, std::string_view outcome) co
                             {"outcome", std::string(outcome)}});
 }
 
-std::string ToolsFilter::outcomeLabel(int status, const std::optional<std::string>& local_slug,
+std::string ToolsFilter::outcomeLabel(int status, ToolAnswer answer,
+                                      const std::optional<std::string>& local_slug,
                                       std::optional<CancelReason> cancel_reason) {
   if (cancel_reason) return std::string(toString(*cancel_reason));
   if (local_slug) {
@@ -48,7 +49,11 @@ std::string ToolsFilter::outcomeLabel(int status, const std::optional<std::strin
     }
     return label;
   }
-  if (status >= 200 && status < 300) return "ok";
+  if (status >= 200 && status < 300) {
+    if (answer == ToolAnswer::JsonRpcError) return "jsonrpc_error";
+    if (answer == ToolAnswer::ToolError) return "tool_error";
+    return "ok";
+  }
   if (status >= 400 && status < 500) return "http_4xx";
   if (status >= 500) return "http_5xx";
   return "other";
@@ -119,18 +124,28 @@ void ToolsFilter::trackSession(const ResponseHead& response) {
 FilterStatus ToolsFilter::encodeHeaders(ResponseHead& response, bool end_stream) {
   status_ = response.status;
   trackSession(response);
+  const std::string_view type = response.headers.get("content-type").value_or("");
+  const bool event_stream = type.find("text/event-stream") != std::string_view::npos;
+  answer_.reset();
+  if (is_tool_call_ && response.status >= 200 && response.status < 300 && !end_stream) {
+    answer_ = std::make_unique<ToolAnswerReader>(event_stream);
+  }
   tools_list_.clear();
   reading_tools_list_ =
       call_.method == "tools/list" && response.status >= 200 && response.status < 300;
   if (reading_tools_list_) {
-    const std::string_view type = response.headers.get("content-type").value_or("");
-    event_stream_ = type.find("text/event-stream") != std::string_view::npos;
+    event_stream_ = event_stream;
     if (end_stream) learnToolsList();
   }
   return FilterStatus::Continue;
 }
 
 void ToolsFilter::encodeData(const char* data, size_t len, bool end_stream) {
+  if (answer_) {
+    answer_->feed(data, len);
+    if (end_stream) answer_->finish();
+    return;
+  }
   if (!reading_tools_list_) return;
   if (tools_list_.size() + len > kMaxToolsListBytes) {
     // Too big to read: the tools stay as they were known.
@@ -156,7 +171,8 @@ void ToolsFilter::encodeLocalReply(Problem& problem) {
 
 void ToolsFilter::onDestroy() {
   if (!is_tool_call_) return;
-  route_.calls(match_.index, outcomeLabel(status_, local_slug_, callbacks_->cancelReason()))
+  const ToolAnswer answer = answer_ ? answer_->answer() : ToolAnswer::Unknown;
+  route_.calls(match_.index, outcomeLabel(status_, answer, local_slug_, callbacks_->cancelReason()))
       .Increment();
   route_.duration(match_.index)
       .Observe(std::chrono::duration<double>(callbacks_->clock().now() - callbacks_->startTime())

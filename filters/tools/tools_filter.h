@@ -32,6 +32,7 @@
 #include "filters/tools/jsonrpc.h"
 #include "filters/tools/mcp_sessions.h"
 #include "filters/tools/tool_annotations.h"
+#include "filters/tools/tool_answer.h"
 #include "filters/tools/tool_policy.h"
 
 namespace sluice {
@@ -90,12 +91,15 @@ class ToolsFilter final : public StreamFilter {
 
   /**
    * The `outcome` label of a finished tools/call: `ok` (a 2xx answer from
-   * the server), `http_4xx` / `http_5xx` (the server's error status),
+   * the server with a result), `tool_error` (a result the tool marked
+   * `isError`), `jsonrpc_error` (a JSON-RPC error from the server),
+   * `http_4xx` / `http_5xx` (the server's error status),
    * the cancel_reason of a request sluice cancelled (`budget_exhausted`,
    * `client_disconnect`, ...), or, when sluice answered for another reason,
    * its problem's slug with '_' for '-' (`upstream_connect_error`).
    */
-  static std::string outcomeLabel(int status, const std::optional<std::string>& local_slug,
+  static std::string outcomeLabel(int status, ToolAnswer answer,
+                                  const std::optional<std::string>& local_slug,
                                   std::optional<CancelReason> cancel_reason);
 
  private:
@@ -117,6 +121,7 @@ class ToolsFilter final : public StreamFilter {
   std::string tools_list_;
   // How the call ended, for the metrics.
   int status_ = 0;
+  std::unique_ptr<ToolAnswerReader> answer_;  // a 2xx tools/call answer being read
   std::optional<std::string> local_slug_;
 };
 

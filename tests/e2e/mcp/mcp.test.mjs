@@ -1,14 +1,19 @@
 // The official MCP TypeScript SDK through sluice: its Client over Streamable
 // HTTP, to a stateless Streamable HTTP McpServer behind a `protocol: mcp`
-// route. What a reviewer checks by hand: tools/list and tools/call pass
-// through; a destructive tool answered 503 is called exactly once while a
-// read-only one is retried; a tool budget overrun reaches the agent as an
-// McpError -32001 carrying sluice's message. Then a session-ful server (the
-// SDK's StreamableHTTPServerTransport with a sessionIdGenerator), two
-// instances behind one upstream: a session's requests stay on the instance
-// that issued it, and a tool handler's AbortSignal fires when sluice cancels
-// the call (its tool budget, a client that leaves), through the
-// notifications/cancelled sluice sends with the session id.
+// route, once answering in event streams and once in application/json
+// bodies. What a reviewer checks by hand: tools/list and tools/call pass
+// through, a streamed call's progress notifications too; a tool's own error
+// counts as `tool_error`; a destructive tool answered 503 is called exactly
+// once while a read-only one is retried; a tool budget overrun reaches the
+// agent as an McpError -32001 carrying sluice's message; the budget and a
+// client that leaves both fire the tool handler's AbortSignal (closing the
+// stream is the cancel). Then a session-ful server (the SDK's
+// StreamableHTTPServerTransport with a sessionIdGenerator), two instances
+// behind one upstream: a session's requests stay on the instance that issued
+// it, and a tool handler's AbortSignal fires when sluice cancels the call
+// (its tool budget, a client that leaves), through the
+// notifications/cancelled sluice sends with the session id. The time from
+// the cancel to the AbortSignal is printed (`# ...`), not asserted.
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -25,37 +30,12 @@ import { z } from 'zod';
 import { metric, sleep, startSluice, stopAll, waitMetric } from '../openai-sdk/harness.mjs';
 
 // --- a stateless Streamable HTTP MCP server -------------------------------------
-// A fresh McpServer and transport per request (the SDK's stateless pattern).
+// A fresh McpServer and transport per request (the SDK's stateless pattern:
+// closing the response stream is the cancel, and the transport's close fires
+// the handler's AbortSignal). It answers in an event stream, or with
+// `json: true` in one application/json body (the SDK's enableJsonResponse).
 // In front of it, a test hook: tools/call is counted per tool, and a tool
 // armed with failNext() gets one plain HTTP 503 instead of an answer.
-
-const calls = new Map();
-const failNext = new Set();
-
-function buildServer() {
-  const server = new McpServer({ name: 'e2e-tools', version: '1.0.0' });
-  const text = (t) => ({ content: [{ type: 'text', text: t }] });
-  server.registerTool('echo', {
-    description: 'Echoes its input',
-    inputSchema: { message: z.string() },
-  }, async ({ message }) => text(`echo: ${message}`));
-  server.registerTool('read_docs', {
-    description: 'Reads documentation',
-    inputSchema: { topic: z.string() },
-    annotations: { readOnlyHint: true },
-  }, async ({ topic }) => text(`docs about ${topic}`));
-  server.registerTool('drop_table', {
-    description: 'Drops a table',
-    inputSchema: { table: z.string() },
-    annotations: { readOnlyHint: false, destructiveHint: true },
-  }, async ({ table }) => text(`dropped ${table}`));
-  server.registerTool('slow_report', {
-    description: 'Takes its time',
-    inputSchema: {},
-    annotations: { readOnlyHint: true },
-  }, async () => { await sleep(3_000); return text('late'); });
-  return server;
-}
 
 async function readBody(req) {
   const chunks = [];
@@ -63,7 +43,71 @@ async function readBody(req) {
   return Buffer.concat(chunks).toString('utf8');
 }
 
-async function startMcpServer() {
+async function waitFor(fact, what, timeoutMs = 5_000) {
+  const until = Date.now() + timeoutMs;
+  while (!fact()) {
+    if (Date.now() > until) assert.fail(`timed out waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
+async function startMcpServer({ json }) {
+  const state = { calls: new Map(), failNext: new Set(), started: [], aborted: [] };
+  const text = (t) => ({ content: [{ type: 'text', text: t }] });
+  // Ends only when its AbortSignal fires; records when it started and when it fired.
+  const untilCancelled = (tool) => async (_args, extra) => {
+    const entry = { tool, requestId: extra.requestId, startedAt: Date.now() };
+    state.started.push(entry);
+    await new Promise((resolve) => {
+      const done = () => {
+        state.aborted.push({ ...entry, abortedAt: Date.now(), reason: `${extra.signal.reason}` });
+        resolve();
+      };
+      if (extra.signal.aborted) done();
+      else extra.signal.addEventListener('abort', done, { once: true });
+    });
+    return text('cancelled');
+  };
+  const buildServer = () => {
+    const server = new McpServer({ name: 'e2e-tools', version: '1.0.0' });
+    server.registerTool('echo', {
+      description: 'Echoes its input',
+      inputSchema: { message: z.string() },
+    }, async ({ message }) => text(`echo: ${message}`));
+    server.registerTool('read_docs', {
+      description: 'Reads documentation',
+      inputSchema: { topic: z.string() },
+      annotations: { readOnlyHint: true },
+    }, async ({ topic }) => text(`docs about ${topic}`));
+    server.registerTool('drop_table', {
+      description: 'Drops a table',
+      inputSchema: { table: z.string() },
+      annotations: { readOnlyHint: false, destructiveHint: true },
+    }, async ({ table }) => text(`dropped ${table}`));
+    server.registerTool('slow_report', {
+      description: 'Takes its time',
+      inputSchema: {},
+      annotations: { readOnlyHint: true },
+    }, untilCancelled('slow_report'));
+    server.registerTool('wait', { description: 'Waits for its cancel', inputSchema: {} },
+                        untilCancelled('wait'));
+    server.registerTool('count', {
+      description: 'Counts to three, reporting progress',
+      inputSchema: {},
+    }, async (_args, extra) => {
+      for (let i = 1; i <= 3; i += 1) {
+        await extra.sendNotification({
+          method: 'notifications/progress',
+          params: { progressToken: extra._meta?.progressToken, progress: i, total: 3 },
+        });
+        await sleep(20);
+      }
+      return text('three');
+    });
+    server.registerTool('failing', { description: 'Always fails', inputSchema: {} },
+                        async () => { throw new Error('the disk is full'); });
+    return server;
+  };
   const http = createServer(async (req, res) => {
     if (req.method !== 'POST') {
       res.writeHead(405).end();
@@ -73,32 +117,39 @@ async function startMcpServer() {
     const body = JSON.parse(raw);
     if (body.method === 'tools/call') {
       const name = body.params?.name;
-      calls.set(name, (calls.get(name) ?? 0) + 1);
-      if (failNext.delete(name)) {
+      state.calls.set(name, (state.calls.get(name) ?? 0) + 1);
+      if (state.failNext.delete(name)) {
         res.writeHead(503, { 'content-type': 'text/plain' }).end('busy');
         return;
       }
     }
     const server = buildServer();
-    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
+    const transport = new StreamableHTTPServerTransport({
+      sessionIdGenerator: undefined,
+      enableJsonResponse: json,
+    });
     res.on('close', () => { transport.close(); server.close(); });
     await server.connect(transport);
     await transport.handleRequest(req, res, body);
   });
   await new Promise((r) => http.listen(0, '127.0.0.1', r));
-  return { http, url: `http://127.0.0.1:${http.address().port}` };
+  return { ...state, http, url: `http://127.0.0.1:${http.address().port}` };
 }
 
 // --- the tests ------------------------------------------------------------------
 
-describe('MCP SDK client and server through sluice', () => {
-  let upstream;
-  let sluice;
-  let client;
+for (const json of [false, true]) {
+  const answers = json ? 'application/json answers' : 'event-stream answers';
+  describe(`MCP SDK client and a stateless server through sluice (${answers})`, () => {
+    let upstream;
+    let sluice;
+    let client;
+    const toolCalls = (tool, outcome) =>
+      metric(sluice.adminUrl, 'sluice_tool_calls_total', { route: 'tools', tool, outcome });
 
-  before(async () => {
-    upstream = await startMcpServer();
-    sluice = await startSluice(`upstreams:
+    before(async () => {
+      upstream = await startMcpServer({ json });
+      sluice = await startSluice(`upstreams:
   - name: tool-server
     url: ${upstream.url}
 routes:
@@ -111,73 +162,118 @@ routes:
       - {name: slow_report, budget: 300ms}
     tool_retry: annotations
 `);
-    client = new Client({ name: 'e2e-agent', version: '1.0.0' });
-    await client.connect(new StreamableHTTPClientTransport(new URL(`${sluice.url}/mcp`)));
-  });
+      client = new Client({ name: 'e2e-agent', version: '1.0.0' });
+      await client.connect(new StreamableHTTPClientTransport(new URL(`${sluice.url}/mcp`)));
+    });
 
-  after(async () => {
-    await client?.close().catch(() => {});
-    upstream?.http.closeAllConnections?.();
-    upstream?.http.close();
-    await stopAll();
-  });
+    after(async () => {
+      await client?.close().catch(() => {});
+      upstream?.http.closeAllConnections?.();
+      upstream?.http.close();
+      await stopAll();
+    });
 
-  test('tools/list passes through with the annotations', async () => {
-    const { tools } = await client.listTools();
-    const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
-    assert.deepEqual(Object.keys(byName).sort(), ['drop_table', 'echo', 'read_docs', 'slow_report']);
-    assert.equal(byName.read_docs.annotations.readOnlyHint, true);
-    assert.equal(byName.drop_table.annotations.destructiveHint, true);
-  });
+    test('tools/list passes through with the annotations', async () => {
+      const { tools } = await client.listTools();
+      const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
+      assert.deepEqual(Object.keys(byName).sort(),
+                       ['count', 'drop_table', 'echo', 'failing', 'read_docs', 'slow_report', 'wait']);
+      assert.equal(byName.read_docs.annotations.readOnlyHint, true);
+      assert.equal(byName.drop_table.annotations.destructiveHint, true);
+    });
 
-  test('tools/call passes through', async () => {
-    const result = await client.callTool({ name: 'echo', arguments: { message: 'hi' } });
-    assert.deepEqual(result.content, [{ type: 'text', text: 'echo: hi' }]);
-    assert.equal(await metric(sluice.adminUrl, 'sluice_tool_calls_total',
-                              { route: 'tools', tool: 'other', outcome: 'ok' }), 1);
-  });
+    test('tools/call passes through', async () => {
+      const result = await client.callTool({ name: 'echo', arguments: { message: 'hi' } });
+      assert.deepEqual(result.content, [{ type: 'text', text: 'echo: hi' }]);
+      assert.equal(await toolCalls('other', 'ok'), 1);
+    });
 
-  test('a destructive tool answered 503 is called exactly once', async () => {
-    failNext.add('drop_table');
-    // The server's own 503 reaches the client (the SDK's transport error carries its body).
-    await assert.rejects(client.callTool({ name: 'drop_table', arguments: { table: 'users' } }),
-                         (e) => e.code === 503 && /busy/.test(e.message));
-    assert.equal(calls.get('drop_table'), 1);
-  });
+    if (!json) {
+      test('a streamed tools/call passes its progress notifications through as they come', async () => {
+        const progress = [];
+        const result = await client.callTool({ name: 'count', arguments: {} }, undefined, {
+          onprogress: (p) => progress.push(p.progress),
+        });
+        assert.deepEqual(result.content, [{ type: 'text', text: 'three' }]);
+        assert.deepEqual(progress, [1, 2, 3]);
+      });
+    }
 
-  test('a read-only tool answered 503 is retried', async () => {
-    failNext.add('read_docs');
-    const result = await client.callTool({ name: 'read_docs', arguments: { topic: 'sluice' } });
-    assert.deepEqual(result.content, [{ type: 'text', text: 'docs about sluice' }]);
-    assert.equal(calls.get('read_docs'), 2);
-  });
+    test("a tool's own error is counted as tool_error, not ok", async () => {
+      const result = await client.callTool({ name: 'failing', arguments: {} });
+      assert.equal(result.isError, true);
+      assert.match(result.content[0].text, /the disk is full/);
+      assert.equal(await toolCalls('other', 'tool_error'), 1);
+    });
 
-  test('a tool budget overrun is McpError -32001 with sluice\'s message', async () => {
-    const err = await client.callTool({ name: 'slow_report', arguments: {} }).then(
-      () => assert.fail('slow_report should not succeed'), (e) => e);
-    assert.ok(err instanceof McpError, `not an McpError: ${err}`);
-    assert.equal(err.code, -32001);
-    assert.match(err.message, /sluice budget-exhausted: /);
-    assert.equal(err.data?.cancel_reason, 'budget_exhausted');
-    assert.equal(await metric(sluice.adminUrl, 'sluice_tool_calls_total',
-                              { route: 'tools', tool: 'slow_report', outcome: 'budget_exhausted' }),
-                 1);
+    test('a destructive tool answered 503 is called exactly once', async () => {
+      upstream.failNext.add('drop_table');
+      // The server's own 503 reaches the client (the SDK's transport error carries its body).
+      await assert.rejects(client.callTool({ name: 'drop_table', arguments: { table: 'users' } }),
+                           (e) => e.code === 503 && /busy/.test(e.message));
+      assert.equal(upstream.calls.get('drop_table'), 1);
+    });
+
+    test('a read-only tool answered 503 is retried', async () => {
+      upstream.failNext.add('read_docs');
+      const result = await client.callTool({ name: 'read_docs', arguments: { topic: 'sluice' } });
+      assert.deepEqual(result.content, [{ type: 'text', text: 'docs about sluice' }]);
+      assert.equal(upstream.calls.get('read_docs'), 2);
+    });
+
+    test("a tool budget overrun is McpError -32001 with sluice's message and fires the handler's AbortSignal", async () => {
+      const err = await client.callTool({ name: 'slow_report', arguments: {} }).then(
+        () => assert.fail('slow_report should not succeed'), (e) => e);
+      const answeredAt = Date.now();
+      assert.ok(err instanceof McpError, `not an McpError: ${err}`);
+      assert.equal(err.code, -32001);
+      assert.match(err.message, /sluice budget-exhausted: /);
+      assert.equal(err.data?.cancel_reason, 'budget_exhausted');
+      assert.equal(await toolCalls('slow_report', 'budget_exhausted'), 1);
+      // Closing the upstream stream is the cancel (no session, no notification).
+      await waitFor(() => upstream.aborted.some((x) => x.tool === 'slow_report'),
+                    'the AbortSignal of slow_report');
+      const aborted = upstream.aborted.find((x) => x.tool === 'slow_report');
+      console.log(`${answers}: the budget fired the tool's AbortSignal ` +
+                  `${aborted.abortedAt - aborted.startedAt} ms after the call started ` +
+                  `(budget 300 ms; the client had its error ${answeredAt - aborted.startedAt} ms after)`);
+    });
+
+    test("a client that leaves fires the handler's AbortSignal", async () => {
+      const before = upstream.started.length;
+      const controller = new AbortController();
+      const pending = fetch(`${sluice.url}/mcp`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+          'mcp-protocol-version': '2025-06-18',
+        },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 'left-1', method: 'tools/call',
+                               params: { name: 'wait', arguments: {} } }),
+        signal: controller.signal,
+      }).then((r) => r.body?.cancel()).catch(() => {});
+      await waitFor(() => upstream.started.length > before, 'the wait handler to start');
+      const leftAt = Date.now();
+      controller.abort();
+      await pending;
+      await waitFor(() => upstream.aborted.some((x) => x.requestId === 'left-1'),
+                    'the AbortSignal of the abandoned call');
+      const aborted = upstream.aborted.find((x) => x.requestId === 'left-1');
+      console.log(`${answers}: a client that left fired the tool's AbortSignal ` +
+                  `${aborted.abortedAt - leftAt} ms after it closed its connection`);
+      assert.equal(await waitMetric(sluice.adminUrl, 'sluice_tool_calls_total',
+                                    { route: 'tools', tool: 'other', outcome: 'client_disconnect' },
+                                    1), 1);
+    });
   });
-});
+}
 
 // --- session-ful servers --------------------------------------------------------
 // The SDK's session-ful pattern: a transport per session, kept by its id; a
 // request naming a session this instance did not issue gets 404 (the MCP
 // spec's answer to an unknown session). `wait` and `budgeted_wait` record
 // their AbortSignal and end only when it fires.
-
-async function waitFor(fact, what, timeoutMs = 5_000) {
-  const until = Date.now() + timeoutMs;
-  while (!fact()) {
-    if (Date.now() > until) assert.fail(`timed out waiting for ${what}`);
-    await sleep(10);
-  }
-}
 
 async function startSessionServer(name) {
   const instance = { name, transports: new Map(), requests: 0, started: [], aborted: [] };

@@ -353,14 +353,118 @@ TEST_F(ToolsFilterTest, CountsEachCallByPatternAndOutcome) {
   EXPECT_EQ(counter("other", "budget_exhausted"), 1);
 }
 
+TEST_F(ToolsFilterTest, AToolErrorAndAJsonRpcErrorFromTheServerAreNotOk) {
+  const auto answer = [&](const std::string& content_type, const std::string& body) {
+    test::FakeFilterCallbacks cb(clock_);
+    ToolsFilter f(route_);
+    f.setCallbacks(cb);
+    f.decodeComplete(call("search_docs"));
+    ResponseHead head;
+    head.status = 200;
+    head.headers.add("content-type", content_type);
+    f.encodeHeaders(head, false);
+    f.encodeData(body.data(), body.size() / 2, false);
+    f.encodeData(body.data() + body.size() / 2, body.size() - body.size() / 2, false);
+    f.encodeData(nullptr, 0, true);
+    f.onDestroy();
+  };
+  answer("application/json", R"({"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}})");
+  EXPECT_EQ(counter("search_*", "tool_error"), 1);
+  answer("text/event-stream",
+         "event: message\ndata: "
+         R"({"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"Unknown tool"}})"
+         "\n\n");
+  EXPECT_EQ(counter("search_*", "jsonrpc_error"), 1);
+  answer("text/event-stream",
+         "event: message\ndata: "
+         R"({"jsonrpc":"2.0","id":1,"result":{"content":[]}})"
+         "\n\n");
+  EXPECT_EQ(counter("search_*", "ok"), 1);
+}
+
 TEST(ToolsFilterOutcomeTest, Labels) {
-  EXPECT_EQ(ToolsFilter::outcomeLabel(200, std::nullopt, std::nullopt), "ok");
-  EXPECT_EQ(ToolsFilter::outcomeLabel(404, std::nullopt, std::nullopt), "http_4xx");
-  EXPECT_EQ(ToolsFilter::outcomeLabel(503, std::nullopt, std::nullopt), "http_5xx");
-  EXPECT_EQ(ToolsFilter::outcomeLabel(0, std::string("upstream-connect-error"), std::nullopt),
+  const auto label = [](int status, ToolAnswer answer = ToolAnswer::Unknown,
+                        std::optional<std::string> slug = std::nullopt,
+                        std::optional<CancelReason> reason = std::nullopt) {
+    return ToolsFilter::outcomeLabel(status, answer, slug, reason);
+  };
+  EXPECT_EQ(label(200), "ok");
+  EXPECT_EQ(label(200, ToolAnswer::Result), "ok");
+  EXPECT_EQ(label(200, ToolAnswer::ToolError), "tool_error");
+  EXPECT_EQ(label(200, ToolAnswer::JsonRpcError), "jsonrpc_error");
+  EXPECT_EQ(label(404), "http_4xx");
+  EXPECT_EQ(label(503, ToolAnswer::JsonRpcError), "http_5xx");
+  EXPECT_EQ(label(0, ToolAnswer::Unknown, std::string("upstream-connect-error")),
             "upstream_connect_error");
-  EXPECT_EQ(ToolsFilter::outcomeLabel(200, std::nullopt, CancelReason::ClientDisconnect),
+  EXPECT_EQ(label(200, ToolAnswer::Result, std::nullopt, CancelReason::ClientDisconnect),
             "client_disconnect");
+}
+
+TEST(ToolAnswerTest, ClassifiesTheServersResponse) {
+  EXPECT_EQ(classifyToolAnswer(R"({"jsonrpc":"2.0","id":1,"result":{"content":[]}})"),
+            ToolAnswer::Result);
+  EXPECT_EQ(
+      classifyToolAnswer(
+          R"({"result":{"content":[{"type":"text","text":"no"}],"isError":true},"jsonrpc":"2.0","id":"a"})"),
+      ToolAnswer::ToolError);
+  EXPECT_EQ(classifyToolAnswer(R"({"jsonrpc":"2.0","id":1,"result":{"isError":false}})"),
+            ToolAnswer::Result);
+  // An isError nested deeper (in the tool's own content) is not the result's.
+  EXPECT_EQ(
+      classifyToolAnswer(
+          R"({"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","isError":true}]}})"),
+      ToolAnswer::Result);
+  EXPECT_EQ(classifyToolAnswer(
+                R"({"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"Unknown tool"}})"),
+            ToolAnswer::JsonRpcError);
+  // The server's notifications and requests on the stream are not the answer.
+  EXPECT_EQ(
+      classifyToolAnswer(R"({"jsonrpc":"2.0","method":"notifications/progress","params":{}})"),
+      ToolAnswer::Unknown);
+  EXPECT_EQ(classifyToolAnswer("not json"), ToolAnswer::Unknown);
+  EXPECT_EQ(classifyToolAnswer(""), ToolAnswer::Unknown);
+}
+
+TEST(ToolAnswerTest, ReadsAJsonAnswerSplitAnywhere) {
+  const std::string body = R"({"jsonrpc":"2.0","id":3,"result":{"content":[],"isError":true}})"
+                           "\n";
+  for (size_t cut = 0; cut <= body.size(); ++cut) {
+    ToolAnswerReader reader(/*event_stream=*/false);
+    reader.feed(body.data(), cut);
+    reader.feed(body.data() + cut, body.size() - cut);
+    EXPECT_EQ(reader.answer(), ToolAnswer::Unknown) << "read before the body ended";
+    reader.finish();
+    EXPECT_EQ(reader.answer(), ToolAnswer::ToolError) << "cut at " << cut;
+  }
+}
+
+TEST(ToolAnswerTest, ReadsTheResponseEventOfAStreamPastItsNotifications) {
+  const std::string stream =
+      "event: message\n"
+      R"(data: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}})"
+      "\n\n"
+      "event: message\n"
+      R"(data: {"jsonrpc":"2.0","id":9,"error":{"code":-32603,"message":"boom"}})"
+      "\n\n";
+  for (size_t cut = 0; cut <= stream.size(); ++cut) {
+    ToolAnswerReader reader(/*event_stream=*/true);
+    reader.feed(stream.data(), cut);
+    reader.feed(stream.data() + cut, stream.size() - cut);
+    reader.finish();
+    EXPECT_EQ(reader.answer(), ToolAnswer::JsonRpcError) << "cut at " << cut;
+  }
+}
+
+TEST(ToolAnswerTest, AnAnswerTooLargeToReadIsUnknown) {
+  std::string body = R"({"jsonrpc":"2.0","id":1,"result":{"isError":true,"content":[{"text":")";
+  body.append(ToolAnswerReader::kMaxMessageBytes, 'x');
+  body += R"("}]}})";
+  ToolAnswerReader reader(/*event_stream=*/false);
+  for (size_t at = 0; at < body.size(); at += 4096) {
+    reader.feed(body.data() + at, std::min<size_t>(4096, body.size() - at));
+  }
+  reader.finish();
+  EXPECT_EQ(reader.answer(), ToolAnswer::Unknown);
 }
 
 }  // namespace
