@@ -23,6 +23,9 @@ round by round so machine drift hits all peers equally:
      call -> every upstream socket closed, at the mock), callgrind
      instructions per request with runs on vs off, RSS after a flood of
      1,000,000 distinct run ids bounded by max_runs (bench/runs_bench.py)
+  tools (--only tools) callgrind instructions per MCP tools/call through a
+     `protocol: mcp` route vs the same POST through a plain route
+     (bench/tools_bench.py)
   R  replicas / shared state: sluice with `shared_state` (a redis-server
      started here) vs without, every answer carrying a request quota: CPU
      per request closed-loop (wrk), p50 / p99 at a fixed rate (h2load), one
@@ -1247,6 +1250,9 @@ def write_report(results, out_dir, smoke):
     if results.get("runs"):
         import runs_bench
         lines += runs_bench.report(results["runs"])
+    if results.get("tools"):
+        import tools_bench
+        lines += tools_bench.report(results["tools"])
     lines += ["", "## Notes", ""] + [f"- {n}" for n in results["notes"]] + [""]
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write("\n".join(lines))
@@ -1275,9 +1281,10 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="seconds-long version of every scenario")
     ap.add_argument("--out", help="results directory (default bench/results, smoke: a temp dir)")
     ap.add_argument("--rounds", type=int)
-    ap.add_argument("--only", default="APBCDESR,runs",
+    ap.add_argument("--only", default="APBCDESR,runs,tools",
                     help="scenarios to run, e.g. AB (P = A′, R = shared state on vs off, "
-                         "runs = run cancel fan-out, runs' CPU, a flood of run ids)")
+                         "runs = run cancel fan-out, runs' CPU, a flood of run ids, "
+                         "tools = what an MCP tools/call costs)")
     ap.add_argument("--conditions", default=os.environ.get("BENCH_CONDITIONS", ""),
                     help="free text recorded with the results (e.g. machine load)")
     args = ap.parse_args()
@@ -1490,6 +1497,9 @@ def main():
         if "runs" in args.only:
             import runs_bench
             results["runs"] = runs_bench.run(session, smoke, work, session.build)
+        if "tools" in args.only:
+            import tools_bench
+            results["tools"] = tools_bench.run(session, smoke, work, session.build)
         session.check_alive()
     finally:
         session.close()
@@ -1589,6 +1599,9 @@ def evaluate(res):
     if res.get("runs"):
         import runs_bench
         t["runs"] = runs_bench.evaluate(res["runs"])
+    if res.get("tools"):
+        import tools_bench
+        t["tools"] = tools_bench.evaluate(res["tools"])
     e = res.get("E", {})
     if e:
         r1 = ratio(med(e, "sluice", "rps"), med(e, "nghttpx", "rps"))

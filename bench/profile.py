@@ -33,6 +33,14 @@ request in sluice. Redis's own CPU is not counted (another process).
 task of one run (x-run-id): the difference to a run without it is what runs
 cost per request (bench/run --only runs runs both).
 
+--mcp off|on sends an MCP `tools/call` (a JSON-RPC request padded to the
+same 1 KiB) to mock-llm's echo endpoint through a route with a budget and a
+retry policy: with `off` a plain route (a POST like any other), with `on`
+the same route with `protocol: mcp` and a tool policy (the JSON-RPC read, the tool match,
+its budget, the retry decision, the answer read for the outcome, the tool
+metrics): the difference of the two runs is what sluice's MCP handling costs
+per tool call (bench/run --only tools runs both).
+
 --strace runs sluice natively instead and attaches `strace -f -c` to it
 for the measured requests only (after the warm-up): system calls per
 request, by call.
@@ -67,7 +75,31 @@ def start_redis(session):
     return port
 
 
-def start_under_valgrind(session, tool, tool_args, access_log=False, redis_port=0, runs=False):
+# The route --mcp puts before the bench's catch-all route: the same retry
+# and budget both ways; `on` adds what makes it an MCP route.
+TOOLS_ROUTE = """  - name: tools
+    match: {path_prefix: /echo/mcp, methods: [POST]}
+    upstream: mock
+    budget: {default: 60s}
+    retry: {attempts: 3, backoff: {base: 100ms, max: 2s}}
+"""
+MCP_POLICY = """    protocol: mcp
+    tools:
+      - {name: "search_*", budget: 30s, retry: safe}
+      - {name: "*", retry: never}
+    tool_retry: annotations
+"""
+
+
+def mcp_body(size=1024):
+    """A tools/call JSON-RPC request padded to exactly `size` bytes."""
+    head = '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"search_docs","arguments":{"q":"'
+    tail = '"}}}'
+    return (head + "x" * (size - len(head) - len(tail)) + tail).encode()
+
+
+def start_under_valgrind(session, tool, tool_args, access_log=False, redis_port=0, runs=False,
+                         mcp=None):
     """mock-llm, then sluice (the bench's sluice.yaml, optionally with its
     access log on, or shared state in the redis at `redis_port`, or `runs:`) under a
     valgrind tool (or natively, tool None); returns the process and sluice's
@@ -86,6 +118,13 @@ def start_under_valgrind(session, tool, tool_args, access_log=False, redis_port=
     if runs:
         with open(cfg, "a") as f:
             f.write("\nruns: {header: x-run-id, parent_header: x-parent-run-id}\n")
+    if mcp:
+        with open(cfg) as f:
+            text = f.read()
+        assert "  - name: default\n" in text, "the bench's sluice.yaml lost its catch-all route"
+        route = TOOLS_ROUTE + (MCP_POLICY if mcp == "on" else "") + "\n"
+        with open(cfg, "w") as f:
+            f.write(text.replace("  - name: default\n", route + "  - name: default\n", 1))
     wrapper = ["valgrind", f"--tool={tool}"] + tool_args if tool else []
     proc = bench.Proc(f"sluice-{tool or 'native'}", wrapper + [session.sluice_bin, "--config", cfg],
                       bench.PROXY_CPU, session.tmp)
@@ -128,6 +167,8 @@ def main():
                     help="shared_state on, through a redis-server started here (implies --quota)")
     ap.add_argument("--runs", action="store_true",
                     help="runs configured, every request a task of one run (x-run-id)")
+    ap.add_argument("--mcp", choices=["off", "on"],
+                    help="an MCP tools/call to the echo endpoint, plain route (off) or protocol: mcp (on)")
     ap.add_argument("--strace", action="store_true",
                     help="system calls per request (strace -f -c) instead of callgrind")
     ap.add_argument("--peer", choices=["nginx", "haproxy", "nghttpx"],
@@ -154,10 +195,10 @@ def main():
         else:
             proc, port = start_under_valgrind(session, None if args.strace else "callgrind",
                                               [f"--callgrind-out-file={cg_out}"], args.access_log,
-                                              redis_port, args.runs)
+                                              redis_port, args.runs, args.mcp)
         body = os.path.join(session.tmp, "body.json")
         with open(body, "wb") as f:
-            f.write(bench.json_body(args.stream, 1024))
+            f.write(mcp_body(1024) if args.mcp else bench.json_body(args.stream, 1024))
 
         def load(n):
             argv = ["h2load", "-n", str(n), "-d", body]
@@ -168,10 +209,13 @@ def main():
                 headers["x-mock-quota"] = "100000000/60000"
             if args.runs:
                 headers["x-run-id"] = "profile-run"
+            if args.mcp:
+                headers["accept"] = "application/json, text/event-stream"
             for k, v in headers.items():
                 argv += ["-H", f"{k}: {v}"]
             argv += (["-c", "4", "-m", "32"] if args.h2 else ["--h1", "-c", "8", "-m", "1"])
-            argv.append(f"http://127.0.0.1:{port}/v1/chat/completions")
+            path = "/echo/mcp" if args.mcp else "/v1/chat/completions"
+            argv.append(f"http://127.0.0.1:{port}{path}")
             out = subprocess.run(argv, capture_output=True, text=True, timeout=600).stdout
             m = re.search(r"(\d+) succeeded", out)
             return int(m.group(1)) if m else 0
@@ -200,6 +244,8 @@ def main():
             mode += f", access log on ({lines} lines)"
         if args.runs:
             mode += ", runs on (one run)"
+        if args.mcp:
+            mode += ", MCP tools/call, " + ("protocol: mcp route" if args.mcp == "on" else "plain route")
         if args.quota:
             mode += ", quota headers" + (", shared state on (redis)" if args.shared_state else "")
         print(f"requests ok: {ok}/{args.requests} ({mode})")
@@ -294,6 +340,9 @@ FEATURES = [
     ("access log", r"sluice::AccessLog"),
     ("shared state (Redis replies)", r"sluice::SharedState|sluice::RedisClient"),
     ("runs (run filter and table)", r"sluice::RunFilter::|sluice::RunTable::"),
+    ("tools (MCP: JSON-RPC envelope, tool policy, answer read, tool metrics)",
+     r"sluice::ToolsFilter::|sluice::ToolRoute::|sluice::readJsonRpcRequest|sluice::ToolAnswer|"
+     r"sluice::classifyToolAnswer|sluice::McpSessionTable::|sluice::ToolAnnotationTable::"),
     ("metrics outside the filters", r"prometheus::"),
 ]
 

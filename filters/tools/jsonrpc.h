@@ -2,8 +2,13 @@
 
 // Reading the one JSON-RPC 2.0 message an MCP request body carries
 // (docs/design.md §10): its `method`, its `id` and, for `tools/call`, the
-// tool's name. MCP bodies are small (a call's arguments), so the body is
-// parsed whole with nlohmann::json.
+// tool's name. The envelope is read the way Envoy's MCP filter reads it:
+// those members are located and decoded, the rest (a call's `arguments`,
+// which can be a whole file) is skipped without decoding; the body's framing
+// (strings, nesting) is checked, its scalars inside `arguments` are the
+// server's to parse. Anything unusual in the envelope (escapes, an id that is
+// not a plain string or integer) is decided by a full parse
+// (nlohmann::json), which also tells a parse error from an invalid request.
 
 #include <optional>
 #include <string>

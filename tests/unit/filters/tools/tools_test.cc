@@ -75,6 +75,39 @@ TEST(JsonRpcRequestTest, InvalidRequests) {
   EXPECT_EQ(no_name.id, "3");  // answered to its id
 }
 
+// The envelope is read without decoding the arguments; what it reads is what
+// a full parse reads, for every spelling the fast reading hands over.
+TEST(JsonRpcRequestTest, ReadsTheEnvelopeAsTheFullParseDoes) {
+  const std::string big_argument(64 * 1024, 'x');
+  const auto r = readJsonRpcRequest(
+      R"({"params":{"arguments":{"sql":"select \"a\" from t","blob":")" + big_argument +
+      R"("},"name":"execute_sql"},"method":"tools/call","id":"call-1","jsonrpc":"2.0"})");
+  EXPECT_EQ(r.status, Status::Ok);
+  EXPECT_EQ(r.method, "tools/call");
+  EXPECT_EQ(r.id, R"("call-1")");
+  EXPECT_EQ(r.tool, "execute_sql");
+  // An escaped tool name, a negative id, whitespace: the full parse decides.
+  const auto escaped = readJsonRpcRequest(
+      R"( { "jsonrpc" : "2.0", "id" : -4, "method" : "tools/call", "params" : { "name" : "drop\u005ftable" } } )");
+  EXPECT_EQ(escaped.status, Status::Ok);
+  EXPECT_EQ(escaped.id, "-4");
+  EXPECT_EQ(escaped.tool, "drop_table");
+  // The last of a repeated member, as the full parse (and JavaScript) keep it.
+  EXPECT_EQ(
+      readJsonRpcRequest(
+          R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read_docs","name":"drop_table"}})")
+          .tool,
+      "drop_table");
+  // Broken framing anywhere is still a parse error.
+  EXPECT_EQ(
+      readJsonRpcRequest(
+          R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"a":"b}})")
+          .status,
+      Status::ParseError);
+  EXPECT_EQ(readJsonRpcRequest(R"({"jsonrpc":"2.0","id":1,"method":"ping"} trailing)").status,
+            Status::ParseError);
+}
+
 // --- ToolAnnotationTable ------------------------------------------------------------
 
 constexpr const char* kToolsList = R"({"jsonrpc":"2.0","id":2,"result":{"tools":[
