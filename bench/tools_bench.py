@@ -85,7 +85,7 @@ def report(r):
             f"| {cg['ir_per_request_off']:,} | {cg['ir_per_request_on']:,} | {cg['ir_added']:+,} | "
             f"{cg['us_added_at_1_ir_per_ns']:+.1f} | {cg['ir_ratio']:.3f}× | "
             f"{cg.get('ir_in_tools_code_on', 0):,} | {cg.get('ir_in_spend_code_off', 0):,} |", "",
-            "An MCP route meters no spend (tool calls are not billed per token): on the plain route the spend "
-            "filter reads the JSON-RPC body and the answer looking for an LLM's `model` and `usage`, which "
-            "costs more than everything the MCP route does. The MCP code's own cost is the inclusive cost of "
-            "the tools filter and the JSON-RPC envelope read (bench/profile.py's feature groups)."]
+            "An MCP route meters no spend (tool calls are not billed per token); the plain route's spend "
+            "filter scans the JSON-RPC body and the answer for an LLM's `model` and `usage`. The MCP code's "
+            "own cost is the inclusive cost of the tools filter and the JSON-RPC envelope read "
+            "(bench/profile.py's feature groups)."]

@@ -670,16 +670,24 @@ void UsageMeter::finishJson() {
   std::optional<UsageCounts> counts;
   AnswerMembers members;  // the last `model` and `usage`, as in a full parse
   std::optional<uint64_t> usage_values[kUsageKeyCount];
+  bool scanned = false;
   if (json_overflowed_) {
     const json usage = trailingUsageObject(json_body_);
     if (usage.is_object()) counts = readUsage(usage);
-  } else if (scanAnswerMembers(json_body_, kPlainUsageDepth, kUsageKeys, kUsageKeyCount,
-                               usage_values, members) &&
+  } else if ((scanned = scanAnswerMembers(json_body_, kPlainUsageDepth, kUsageKeys, kUsageKeyCount,
+                                          usage_values, members)) &&
              (counts = usageFromText(members.usage, members.usage_plain, usage_values))) {
     // The provider reported usage: decode only it and the model; the
     // generated text is needed only for an estimate when usage is missing.
     // (`usage` was read as the scan passed it: readUsageText() of its text.)
     // The answer's model is only ever used when the request named none (model()).
+    if (request_.model.empty()) {
+      if (const auto model = readStringText(members.model)) noteResponseModel(*model);
+    }
+  } else if (scanned && members.usage.empty() && request_.kind == ApiKind::Generic) {
+    // Not an LLM API and no usage: nothing to estimate from, the model is all
+    // there is to read. A JSON API that is not an LLM's (a tool's, an echo)
+    // costs a scan, not a parse (~145,000 instructions for a 1.5 KiB answer).
     if (request_.model.empty()) {
       if (const auto model = readStringText(members.model)) noteResponseModel(*model);
     }

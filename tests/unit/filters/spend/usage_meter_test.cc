@@ -449,6 +449,24 @@ TEST(UsageMeterTest, GenericJsonOnlyCountsReportedUsage) {
   EXPECT_EQ(count_tokens.outputTokens(), 0u);
 }
 
+// A JSON API that is not an LLM's (a tool's, an echo): no usage, nothing to
+// estimate from; the answer's model is still read when the request had none.
+TEST(UsageMeterTest, GenericJsonWithoutUsageReadsOnlyTheModel) {
+  UsageMeter tool(ApiKind::Generic, R"({"jsonrpc":"2.0","id":1,"method":"tools/call"})");
+  feed(tool, 200, kJson,
+       R"({"jsonrpc":"2.0","id":1,"model":"answer-model","result":{"content":[{"type":"text",)"
+       R"("text":"a long answer with \"usage\" in it"}]}})");
+  EXPECT_EQ(tool.inputTokens(), 0u);
+  EXPECT_EQ(tool.outputTokens(), 0u);
+  EXPECT_FALSE(tool.inputReported());
+  EXPECT_EQ(tool.model(), "answer-model");
+
+  UsageMeter named(ApiKind::Generic, R"({"model":"request-model"})");
+  feed(named, 200, kJson, R"({"model":"answer-model","data":[1,2,3]})");
+  EXPECT_EQ(named.model(), "request-model");
+  EXPECT_EQ(named.outputTokens(), 0u);
+}
+
 // ---- non-streaming JSON -----------------------------------------------------------
 
 struct JsonCase {
