@@ -6,7 +6,9 @@
 // the Host header of a server bound to 127.0.0.1).
 //
 // startConformanceServer() listens on 127.0.0.1 port 0 and returns
-// { url, answers, close }; url is the MCP endpoint (…/mcp), answers one
+// { url, answers, origins, close }; url is the MCP endpoint (…/mcp), origins
+// the Host and Origin of each POST with an Origin that passed the Host check,
+// answers one
 // { tool, answered } per sampling/elicitation request its tools sent (the
 // suite only checks that the request was made and the call returned content,
 // not that the client's answer reached the server).
@@ -339,11 +341,13 @@ function buildServer(transports, answers) {
 export async function startConformanceServer() {
   const transports = new Map(); // session id -> transport
   const answers = [];
+  const origins = []; // { host, origin } of each POST with an Origin that passed the Host check
   const app = createMcpExpressApp({ host: '127.0.0.1' });
   const noSession = (res) =>
     res.status(400).json({ jsonrpc: '2.0', error: { code: -32000, message: 'Invalid or missing session ID' }, id: null });
 
   app.post('/mcp', async (req, res) => {
+    if (req.headers.origin) origins.push({ host: req.headers.host, origin: req.headers.origin });
     const sessionId = req.headers['mcp-session-id'];
     let transport = sessionId ? transports.get(sessionId) : undefined;
     if (!transport) {
@@ -382,6 +386,7 @@ export async function startConformanceServer() {
   return {
     url: `http://127.0.0.1:${http.address().port}/mcp`,
     answers,
+    origins,
     async close() {
       for (const t of transports.values()) await t.close().catch(() => {});
       http.closeAllConnections?.();

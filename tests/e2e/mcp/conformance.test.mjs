@@ -48,6 +48,7 @@ const NOT_COMPARED = new Map([
 // sampling/elicitation request of the server's tools get the client's answer.
 async function runSuite(url, label) {
   server.answers.length = 0;
+  server.origins.length = 0;
   const out = mkdtempSync(join(tmpdir(), `sluice-conformance-${label}-`));
   const { code, stdout, stderr } = await new Promise((resolve) => {
     execFile(NODE22, [CLI, 'server', '--url', url, '--suite', 'all', '-o', out],
@@ -113,6 +114,12 @@ after(async () => {
 test('the conformance server scenarios pass through sluice as they pass direct', async () => {
   const direct = await runSuite(server.url, 'direct');
   const via = await runSuite(`${sluice.url}/mcp`, 'sluice');
+  // What the server saw of dns-rebinding-protection's request through sluice:
+  // Host is sluice's upstream authority, Origin the client's, unchanged.
+  const rebinding = server.origins.filter((o) => o.origin === 'http://evil.example.com');
+  assert.deepEqual(rebinding, [{ host: new URL(server.url).host, origin: 'http://evil.example.com' }],
+                   'what sluice passes on of a request with a foreign Host changed: ' +
+                   'review dns-rebinding-protection in NOT_COMPARED and the docs');
 
   const scenarios = [...new Set([...direct.results.keys(), ...via.results.keys()])];
   const width = Math.max(...scenarios.map((s) => s.length));
