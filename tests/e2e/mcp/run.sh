@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end tests: the official MCP TypeScript SDK (@modelcontextprotocol/sdk)
 # client and a stateless Streamable HTTP server, then two session-ful ones,
-# through sluice (mcp.test.mjs).
+# through sluice (mcp.test.mjs); then the MCP conformance suite's server
+# scenarios against a session-ful SDK server, direct and through sluice, with
+# the results compared (conformance.test.mjs).
 # Needs Node >= 20, npm, and a C++ build with `sluice` (default
 # ../../../build; override with SLUICE_BUILD_DIR). Extra arguments go to
 # `node --test`. Reuses the openai-sdk tests' harness (starting sluice, metrics).
@@ -25,4 +27,4 @@ if [[ ! node_modules/.package-lock.json -nt package-lock.json ||
   npm ci --no-audit --no-fund
 fi
 
-exec node --test --test-concurrency=1 "$@" mcp.test.mjs
+exec node --test --test-concurrency=1 "$@" mcp.test.mjs conformance.test.mjs
