@@ -11,6 +11,12 @@ bool isJsonRpcProblem(const Problem& p) {
          p.slug == problems::kJsonRpcInvalidRequest.slug;
 }
 
+// Refusals of the HTTP request itself, before any JSON-RPC was read: their
+// status stays (a client that checks for a 4xx sees one).
+bool keepsItsStatus(const Problem& p) {
+  return isJsonRpcProblem(p) || p.slug == problems::kHostNotAllowed.slug;
+}
+
 }  // namespace
 
 int jsonRpcErrorCode(const Problem& p) {
@@ -35,10 +41,10 @@ std::string jsonRpcErrorResponse(const Problem& p, std::optional<std::string_vie
 }
 
 LocalReply makeMcpReply(const Problem& p, std::optional<std::string_view> id) {
-  const bool jsonrpc_problem = isJsonRpcProblem(p);
-  if (!id && !jsonrpc_problem) return makeProblemReply(p);
+  const bool keeps_status = keepsItsStatus(p);
+  if (!id && !keeps_status) return makeProblemReply(p);
   LocalReply reply;
-  reply.head.status = jsonrpc_problem ? p.status : 200;
+  reply.head.status = keeps_status ? p.status : 200;
   reply.body = jsonRpcErrorResponse(p, id);
   reply.body.push_back('\n');
   reply.head.headers.add("content-type", "application/json");

@@ -41,8 +41,9 @@ std::string jsonRpcErrorResponse(const Problem& p, std::optional<std::string_vie
 
 /**
  * The whole answer in the MCP dialect: 400 for the JSON-RPC problems
- * (parse error, invalid request), 200 with the JSON-RPC error when the
- * request has an `id`, else (a notification) makeProblemReply(p).
+ * (parse error, invalid request) and 403 for host-not-allowed, each with a
+ * JSON-RPC error body; 200 with the JSON-RPC error when the request has an
+ * `id`; else (a notification) makeProblemReply(p).
  */
 LocalReply makeMcpReply(const Problem& p, std::optional<std::string_view> id);
 

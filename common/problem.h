@@ -52,6 +52,9 @@ inline constexpr ProblemKind kJsonRpcParseError{400, "jsonrpc-parse-error", "JSO
 inline constexpr ProblemKind kJsonRpcInvalidRequest{400, "jsonrpc-invalid-request",
                                                     "JSON-RPC invalid request", false};
 inline constexpr ProblemKind kUnauthorized{401, "unauthorized", "Unauthorized", false};
+// An MCP route's request whose Host or Origin names a host the route does not
+// know (DNS rebinding, docs/guide/tools.md): answered 403 with a JSON-RPC error.
+inline constexpr ProblemKind kHostNotAllowed{403, "host-not-allowed", "Host not allowed", false};
 inline constexpr ProblemKind kNoRoute{404, "no-route", "No route", false};
 inline constexpr ProblemKind kMethodNotAllowed{405, "method-not-allowed", "Method not allowed",
                                                false};

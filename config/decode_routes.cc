@@ -56,10 +56,16 @@ RouteConfig Decoder::route(const Field& f) {
              r.tools.tool_retry = decodeToolRetry(*this, v);
              tools_field.emplace(v);
            }},
+          {"allowed_hosts",
+           [&](const Field& v) {
+             r.tools.allowed_hosts = hostNames(v);
+             tools_field.emplace(v);
+           }},
       },
       {"name", "match", "upstream"});
   if (tools_field && r.protocol != RouteProtocol::Mcp) {
-    fail(*tools_field, "only a route with protocol: mcp has tools");
+    const std::string& path = tools_field->path;
+    fail(*tools_field, "only a route with protocol: mcp has " + path.substr(path.rfind('.') + 1));
   }
   const auto [it, inserted] = route_lines_.emplace(r.name, name_field->mark.line + 1);
   if (!inserted) {

@@ -153,6 +153,7 @@ void addProtocol(const RouteConfig& r, json& out) {
   }
   out["tools"] = std::move(tools);
   out["tool_retry"] = toolRetryName(r.tools.tool_retry);
+  out["allowed_hosts"] = r.tools.allowed_hosts;
 }
 
 json routeToJson(const RouteConfig& r) {

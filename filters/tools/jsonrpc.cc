@@ -26,15 +26,18 @@ JsonRpcRequest invalid(std::string detail, std::optional<std::string> id = std::
 // byte, this scan a few.
 std::optional<JsonRpcRequest> readEnvelope(std::string_view body) {
   std::string_view version, method, id, params;
+  bool answer = false;  // a `result` or an `error`: a response, left to the full parse
   if (!scanTopLevelMembers(body, [&](std::string_view key, std::string_view value) {
         if (key == "jsonrpc") version = value;
         if (key == "method") method = value;
         if (key == "id") id = value;
         if (key == "params") params = value;
+        if (key == "result" || key == "error") answer = true;
         return true;
       })) {
     return std::nullopt;
   }
+  if (answer) return std::nullopt;
   if (plainString(version) != std::optional<std::string_view>("2.0")) return std::nullopt;
   const std::optional<std::string_view> method_text = plainString(method);
   if (!method_text) return std::nullopt;
@@ -59,6 +62,26 @@ std::optional<JsonRpcRequest> readEnvelope(std::string_view body) {
   return r;
 }
 
+// A message without a method that carries `result` or `error`: the
+// client's answer to a request of the server's.
+JsonRpcRequest readResponse(const nlohmann::json& j) {
+  const auto id = j.find("id");
+  const bool has_error = j.contains("error");
+  if (j.contains("result") && has_error) {
+    return invalid("a JSON-RPC response carries \"result\" or \"error\", not both");
+  }
+  if (id == j.end() || !(id->is_string() || id->is_number() || (has_error && id->is_null()))) {
+    return invalid("a JSON-RPC response needs the \"id\" of the request it answers");
+  }
+  const auto version = j.find("jsonrpc");
+  if (version == j.end() || !version->is_string() || version->get<std::string>() != "2.0") {
+    return invalid("\"jsonrpc\" must be \"2.0\"");
+  }
+  JsonRpcRequest r;
+  r.is_response = true;
+  return r;
+}
+
 }  // namespace
 
 JsonRpcRequest readJsonRpcRequest(std::string_view body) {
@@ -73,6 +96,9 @@ JsonRpcRequest readJsonRpcRequest(std::string_view body) {
   if (j.is_array()) return invalid("JSON-RPC batches are not part of MCP; send one message");
   if (!j.is_object()) return invalid("a JSON-RPC message is an object");
 
+  if (j.find("method") == j.end() && (j.contains("result") || j.contains("error"))) {
+    return readResponse(j);
+  }
   std::optional<std::string> id;
   const auto id_it = j.find("id");
   if (id_it != j.end()) {

@@ -31,17 +31,23 @@ struct JsonRpcRequest {
   std::optional<std::string> id;
   std::string tool;    // tools/call params.name; "" otherwise
   std::string detail;  // why it is invalid, for the error's message
+  // A JSON-RPC response (`result` or `error`, no `method`): the client's
+  // answer to a request the server sent it on a stream (sampling,
+  // elicitation, roots). It passes through; `method` is "" and `id` nullopt
+  // (sluice never answers it in its stead: a failure gets problem+json).
+  bool is_response = false;
 
-  bool isNotification() const { return status == Status::Ok && !id; }
+  bool isNotification() const { return status == Status::Ok && !id && !is_response; }
 };
 
 /**
  * Reads `body` as one JSON-RPC 2.0 message: an object with "jsonrpc":"2.0"
  * and a string `method`; `id`, when present, a string or a number (null is
  * refused as MCP does). A JSON array (a batch, dropped from MCP in
- * 2025-06-18) is an invalid request. A JSON-RPC response (no method, a
- * `result` or `error`) is invalid here too: a client POSTs requests and
- * notifications. A `tools/call` needs `params.name` as a string.
+ * 2025-06-18) is an invalid request. A JSON-RPC response (no method, one of
+ * `result` or `error`, an id that is a string or a number, or null for an
+ * error) is fine: MCP clients POST their answers to the server's requests
+ * (Streamable HTTP). A `tools/call` needs `params.name` as a string.
  */
 JsonRpcRequest readJsonRpcRequest(std::string_view body);
 

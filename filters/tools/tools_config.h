@@ -41,6 +41,9 @@ struct ToolRule {
 struct ToolsConfig {
   std::vector<ToolRule> tools;  // first match wins
   ToolRetry tool_retry = ToolRetry::Annotations;
+  // `allowed_hosts`: host names (lower-case, no port) the route accepts in
+  // `Host` and `Origin` besides localhost and IP literals (DNS rebinding).
+  std::vector<std::string> allowed_hosts;
 };
 
 /** Decodes `protocol: http | mcp`. */

@@ -2,10 +2,15 @@
 
 #include <chrono>
 
+#include "common/host_names.h"
+
 namespace sluice {
 
 ToolRoute::ToolRoute(const config::ToolsConfig& config, Metrics& metrics, const std::string& route)
-    : policy_(config), route_(route), calls_family_(metrics.tool_calls) {
+    : policy_(config),
+      route_(route),
+      allowed_hosts_(config.allowed_hosts),
+      calls_family_(metrics.tool_calls) {
   for (size_t i = 0; i < policy_.labelCount(); ++i) {
     durations_.push_back(&metrics.tool_call_duration.Add(
         {{"route", route_}, {"tool", std::string(policy_.label(i))}}, Metrics::durationBuckets()));
@@ -59,7 +64,36 @@ std::string ToolsFilter::outcomeLabel(int status, ToolAnswer answer,
   return "other";
 }
 
+std::optional<std::string> ToolsFilter::refuseHost(const RequestHead& request,
+                                                   const std::vector<std::string>& allowed) {
+  const auto shown = [](std::string_view v) {
+    return "\"" + std::string(v.substr(0, 100)) + (v.size() > 100 ? "...\"" : "\"");
+  };
+  const std::optional<std::string_view> host_header = request.headers.get("host");
+  if (host_header) {
+    const std::optional<HostName> host = hostOfAuthority(*host_header);
+    if (!host || !isAllowedHost(*host, allowed)) {
+      return "Host " + shown(*host_header) +
+             " is not one this MCP route serves (accepted: localhost, an IP address and the "
+             "route's allowed_hosts; this stops DNS rebinding)";
+    }
+  }
+  if (const std::optional<std::string_view> origin = request.headers.get("origin")) {
+    const std::optional<HostName> host = hostOfOrigin(*origin);
+    if (!host || !isAllowedHost(*host, allowed)) {
+      return "Origin " + shown(*origin) +
+             " is not one this MCP route serves (accepted: localhost, an IP address and the "
+             "route's allowed_hosts; this stops DNS rebinding)";
+    }
+  }
+  return std::nullopt;
+}
+
 FilterStatus ToolsFilter::decodeHeaders(RequestHead& request) {
+  if (std::optional<std::string> refusal = refuseHost(request, route_.allowedHosts())) {
+    callbacks_->sendLocalReply(makeProblem(problems::kHostNotAllowed, *refusal));
+    return FilterStatus::StopIteration;
+  }
   post_ = request.method == "POST";
   delete_ = request.method == "DELETE";
   session_id_ = std::string(request.headers.get("mcp-session-id").value_or(""));

@@ -22,6 +22,7 @@
 // server's event stream) or DELETE (the end of a session) passes through.
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -55,6 +56,8 @@ class ToolRoute {
   McpSessionTable* sessions(std::string_view upstream) const;
 
   const ToolPolicy& policy() const { return policy_; }
+  /** The route's `allowed_hosts`, besides localhost and IP literals. */
+  const std::vector<std::string>& allowedHosts() const { return allowed_hosts_; }
   /** sluice_tool_calls_total{route,tool,outcome} for label `index`. */
   prometheus::Counter& calls(size_t index, std::string_view outcome) const;
   /** sluice_tool_call_duration_seconds{route,tool} for label `index`. */
@@ -63,6 +66,7 @@ class ToolRoute {
  private:
   ToolPolicy policy_;
   std::string route_;
+  std::vector<std::string> allowed_hosts_;
   prometheus::Family<prometheus::Counter>& calls_family_;
   std::vector<prometheus::Histogram*> durations_;
   struct Upstream {
@@ -98,6 +102,14 @@ class ToolsFilter final : public StreamFilter {
    * `client_disconnect`, ...), or, when sluice answered for another reason,
    * its problem's slug with '_' for '-' (`upstream_connect_error`).
    */
+  /**
+   * Why the request must be refused before anything else (DNS rebinding): a
+   * `Host`, or an `Origin` when there is one, that is neither localhost, an
+   * IP literal nor one of `allowed`. nullopt when it may pass.
+   */
+  static std::optional<std::string> refuseHost(const RequestHead& request,
+                                               const std::vector<std::string>& allowed);
+
   static std::string outcomeLabel(int status, ToolAnswer answer,
                                   const std::optional<std::string>& local_slug,
                                   std::optional<CancelReason> cancel_reason);

@@ -1,45 +1,13 @@
 #include "proxy/server/admin_access.h"
 
-#include <arpa/inet.h>
-
 #include <algorithm>
 
+#include "common/host_names.h"
 #include "common/http_headers.h"
 
 namespace sluice {
 
 namespace {
-
-bool isIpLiteral(const std::string& host, bool bracketed) {
-  unsigned char buf[sizeof(in6_addr)];
-  if (bracketed) return inet_pton(AF_INET6, host.substr(0, host.find('%')).c_str(), buf) == 1;
-  return inet_pton(AF_INET, host.c_str(), buf) == 1;
-}
-
-// The host of a Host field value, lower-case, without brackets or port; nullopt if malformed.
-std::optional<std::string> hostOf(std::string_view value, bool& bracketed) {
-  std::string_view host = value;
-  std::string_view port;
-  bracketed = !value.empty() && value.front() == '[';
-  if (bracketed) {
-    const size_t close = value.find(']');
-    if (close == std::string_view::npos) return std::nullopt;
-    host = value.substr(1, close - 1);
-    const std::string_view rest = value.substr(close + 1);
-    if (!rest.empty() && rest.front() != ':') return std::nullopt;
-    if (!rest.empty()) port = rest.substr(1);
-  } else if (const size_t colon = value.rfind(':'); colon != std::string_view::npos) {
-    host = value.substr(0, colon);
-    port = value.substr(colon + 1);
-    if (port.empty()) return std::nullopt;
-  }
-  const bool port_ok = port.size() <= 5 && std::all_of(port.begin(), port.end(),
-                                                       [](char c) { return c >= '0' && c <= '9'; });
-  if (host.empty() || !port_ok || (!bracketed && host.find(':') != std::string_view::npos)) {
-    return std::nullopt;
-  }
-  return toLower(host);
-}
 
 // At most 100 bytes of a client's header value, for a message.
 std::string quoted(std::string_view value) {
@@ -56,13 +24,10 @@ bool isJson(std::string_view content_type) {
 }  // namespace
 
 bool isAllowedAdminHost(const AdminAccessPolicy& policy, std::string_view host_header) {
-  bool bracketed = false;
-  const std::optional<std::string> host = hostOf(host_header, bracketed);
+  const std::optional<HostName> host = hostOfAuthority(host_header);
   if (!host) return false;
-  if (*host == "localhost" || isIpLiteral(*host, bracketed)) return true;
-  if (*host == toLower(policy.admin_host)) return true;
-  return std::find(policy.allowed_hosts.begin(), policy.allowed_hosts.end(), *host) !=
-         policy.allowed_hosts.end();
+  if (host->name == toLower(policy.admin_host)) return true;
+  return isAllowedHost(*host, policy.allowed_hosts);
 }
 
 std::optional<std::string> refuseAdminRequest(const AdminAccessPolicy& policy,

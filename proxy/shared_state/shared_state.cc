@@ -540,8 +540,10 @@ void SharedState::attach(const std::vector<Dispatcher*>& loops) {
           {"SCRIPT", "LOAD", std::string(kObserveScript)}};
       RedisClient::Hooks hooks;
       hooks.on_error = [this](std::string_view op) { countError(op); };
-      hooks.on_state = [this, loop](bool up, std::string_view reason) {
-        onClientState(loop->client.get(), up, reason);
+      // Called on this loop only: it reads this loop's client, never
+      // another's (worker 0 may still be creating its own).
+      hooks.on_state = [this, loop, with_subscriber](bool up, std::string_view reason) {
+        onClientState(loop->client.get(), up, reason, /*replays_circuits=*/with_subscriber);
       };
       hooks.on_connect_failed = [this](std::string_view reason) { onConnectFailed(reason); };
       loop->client = std::make_unique<RedisClient>(*loop->dispatcher, config_.redis, ssl_ctx_.get(),
@@ -552,7 +554,7 @@ void SharedState::attach(const std::vector<Dispatcher*>& loops) {
         RedisClient::Hooks sub_hooks;
         sub_hooks.on_error = [this](std::string_view op) { countError(op); };
         sub_hooks.on_state = [this](bool up, std::string_view reason) {
-          onClientState(nullptr, up, reason);
+          onClientState(nullptr, up, reason, /*replays_circuits=*/false);
         };
         sub_hooks.on_connect_failed = [this](std::string_view reason) { onConnectFailed(reason); };
         // What was published before the subscription took effect is in the
@@ -589,7 +591,8 @@ RedisClient* SharedState::client() const {
 
 void SharedState::countError(std::string_view op) const { series_.errors(op).Increment(); }
 
-void SharedState::onClientState(RedisClient* client, bool up, std::string_view reason) {
+void SharedState::onClientState(RedisClient* client, bool up, std::string_view reason,
+                                bool replays_circuits) {
   int down = 0;
   {
     // Count, gauge and log together: two workers coming up at once must not
@@ -614,9 +617,7 @@ void SharedState::onClientState(RedisClient* client, bool up, std::string_view r
     }
   }
   if (up && client != nullptr) flushKept(*client);
-  if (up && client != nullptr && !loops_.empty() && client == loops_[0].client.get()) {
-    replayCircuits(*client);
-  }
+  if (up && client != nullptr && replays_circuits) replayCircuits(*client);
 }
 
 void SharedState::onConnectFailed(std::string_view reason) {

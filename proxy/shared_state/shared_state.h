@@ -139,7 +139,12 @@ class SharedState {
     std::unique_ptr<RedisClient> subscriber;  // loops[0] only
   };
 
-  void onClientState(RedisClient* client, bool up, std::string_view reason);
+  /**
+   * A client came up or went down (`client` null: the subscriber). The
+   * command client of worker 0 (`replays_circuits`) also reads the open
+   * circuits when it comes up.
+   */
+  void onClientState(RedisClient* client, bool up, std::string_view reason, bool replays_circuits);
   /** A connect failed: logged when it is the first, or its reason is new, while down. */
   void onConnectFailed(std::string_view reason);
   /** The registered breakers still alive, by scope (all scopes, or only `only_scope`). */

@@ -60,8 +60,10 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::stri
     ::close(errpipe[1]);
     stderr_fd_ = errpipe[0];
   }
-  // Read the announcement line (poll with a deadline: a broken binary must not hang the test).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // Read the announcement line (poll with a deadline: a binary that hangs must
+  // not hang the test; one that exits ends the wait at once, its pipe closed).
+  // Generous: under ThreadSanitizer on two loaded cores a start took over 10 s.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   std::string buf;
   while (std::chrono::steady_clock::now() < deadline) {
     pollfd pfd{stdout_fd_, POLLIN, 0};

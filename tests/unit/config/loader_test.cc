@@ -1731,6 +1731,21 @@ TEST(ConfigLoaderMcpTest, DefaultsAreHttpAndAnnotations) {
   EXPECT_EQ(r.config->routes.at(0).tools.tool_retry, ToolRetry::Annotations);
 }
 
+TEST(ConfigLoaderMcpTest, AllowedHosts) {
+  const LoadResult r = load(std::string(kMcpBase) +
+                            "    protocol: mcp\n    allowed_hosts: [Sluice, tools.internal]\n");
+  ASSERT_TRUE(r.ok()) << r.error->message;
+  EXPECT_EQ(r.config->routes.at(0).tools.allowed_hosts,
+            (std::vector<std::string>{"sluice", "tools.internal"}));
+  const LoadResult http = load(std::string(kMcpBase) + "    allowed_hosts: [sluice]\n");
+  ASSERT_FALSE(http.ok());
+  EXPECT_EQ(http.error->message, "only a route with protocol: mcp has allowed_hosts");
+  const LoadResult port =
+      load(std::string(kMcpBase) + "    protocol: mcp\n    allowed_hosts: [sluice:8080]\n");
+  ASSERT_FALSE(port.ok());
+  EXPECT_EQ(port.error->key_path, "routes[0].allowed_hosts[0]");
+}
+
 TEST(ConfigLoaderMcpTest, Errors) {
   const LoadResult no_mcp = load(std::string(kMcpBase) + "    tools: [{name: x}]\n");
   ASSERT_FALSE(no_mcp.ok());

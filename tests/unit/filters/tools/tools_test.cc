@@ -50,6 +50,37 @@ TEST(JsonRpcRequestTest, NotificationHasNoId) {
   EXPECT_EQ(r.method, "notifications/initialized");
 }
 
+// MCP clients POST their answers to the server's requests (sampling,
+// elicitation): a response passes, with no id sluice would answer to.
+TEST(JsonRpcRequestTest, AClientsResponseToTheServerPasses) {
+  const auto sampled = readJsonRpcRequest(
+      R"({"jsonrpc":"2.0","id":0,"result":{"role":"assistant","content":{"type":"text","text":"yo"},"model":"m"}})");
+  EXPECT_EQ(sampled.status, Status::Ok);
+  EXPECT_TRUE(sampled.is_response);
+  EXPECT_FALSE(sampled.isNotification());
+  EXPECT_EQ(sampled.method, "");
+  EXPECT_EQ(sampled.id, std::nullopt);
+  const auto declined = readJsonRpcRequest(
+      R"({"jsonrpc":"2.0","id":"e-1","error":{"code":-1,"message":"User declined"}})");
+  EXPECT_EQ(declined.status, Status::Ok);
+  EXPECT_TRUE(declined.is_response);
+  EXPECT_EQ(readJsonRpcRequest(R"({"jsonrpc":"2.0","id":null,"error":{"code":-32700}})").status,
+            Status::Ok);
+  // Not a response: both, no id, a null id for a result, another version.
+  EXPECT_EQ(readJsonRpcRequest(R"({"jsonrpc":"2.0","id":1,"result":{},"error":{}})").status,
+            Status::InvalidRequest);
+  EXPECT_EQ(readJsonRpcRequest(R"({"jsonrpc":"2.0","result":{}})").status, Status::InvalidRequest);
+  EXPECT_EQ(readJsonRpcRequest(R"({"jsonrpc":"2.0","id":null,"result":{}})").status,
+            Status::InvalidRequest);
+  EXPECT_EQ(readJsonRpcRequest(R"({"jsonrpc":"1.0","id":1,"result":{}})").status,
+            Status::InvalidRequest);
+  // A request that also carries `result` is a request.
+  const auto odd = readJsonRpcRequest(R"({"jsonrpc":"2.0","id":2,"method":"ping","result":{}})");
+  EXPECT_EQ(odd.status, Status::Ok);
+  EXPECT_FALSE(odd.is_response);
+  EXPECT_EQ(odd.method, "ping");
+}
+
 TEST(JsonRpcRequestTest, NotJsonIsAParseError) {
   EXPECT_EQ(readJsonRpcRequest("{\"jsonrpc\":").status, Status::ParseError);
   EXPECT_EQ(readJsonRpcRequest("").status, Status::ParseError);
@@ -413,6 +444,46 @@ TEST_F(ToolsFilterTest, AToolErrorAndAJsonRpcErrorFromTheServerAreNotOk) {
          R"({"jsonrpc":"2.0","id":1,"result":{"content":[]}})"
          "\n\n");
   EXPECT_EQ(counter("search_*", "ok"), 1);
+}
+
+// DNS rebinding: a page on attacker.example re-resolved to 127.0.0.1 sends
+// `Host: attacker.example` (and its Origin); sluice, in front of the server,
+// refuses what it does not know, before reading the body.
+TEST(ToolsFilterHostTest, RefusesAHostOrOriginItDoesNotKnow) {
+  const std::vector<std::string> allowed = {"sluice"};
+  const auto refused = [&](std::vector<std::pair<std::string, std::string>> headers) {
+    RequestHead head;
+    head.method = "POST";
+    for (auto& [k, v] : headers) head.headers.add(k, v);
+    return ToolsFilter::refuseHost(head, allowed).has_value();
+  };
+  EXPECT_FALSE(refused({{"host", "127.0.0.1:8080"}}));
+  EXPECT_FALSE(refused({{"host", "localhost:8080"}, {"origin", "http://localhost:6274"}}));
+  EXPECT_FALSE(refused({{"host", "[::1]:8080"}}));
+  EXPECT_FALSE(refused({{"host", "10.1.2.3"}}));
+  EXPECT_FALSE(refused({{"host", "Sluice:8080"}, {"origin", "https://sluice"}}));
+  EXPECT_FALSE(refused({}));  // HTTP/1.0 without Host: nothing a browser sends
+  EXPECT_TRUE(refused({{"host", "evil.example.com"}}));
+  EXPECT_TRUE(refused({{"host", "127.0.0.1:8080"}, {"origin", "http://evil.example.com"}}));
+  EXPECT_TRUE(refused({{"host", "127.0.0.1:8080"}, {"origin", "null"}}));
+  EXPECT_TRUE(refused({{"host", "localhost.evil.example.com"}}));
+  EXPECT_TRUE(refused({{"host", "a:b:c"}}));
+
+  ToolsConfig config;
+  Metrics metrics;
+  ToolRoute route(config, metrics, "tools");
+  ManualClock clock;
+  test::FakeFilterCallbacks cb(clock);
+  ToolsFilter filter(route);
+  filter.setCallbacks(cb);
+  RequestHead head;
+  head.method = "POST";
+  head.headers.add("host", "evil.example.com:8080");
+  head.headers.add("origin", "http://evil.example.com:8080");
+  EXPECT_EQ(filter.decodeHeaders(head), FilterStatus::StopIteration);
+  ASSERT_EQ(cb.local_replies.size(), 1u);
+  EXPECT_EQ(cb.local_replies[0].slug, problems::kHostNotAllowed.slug);
+  EXPECT_EQ(cb.local_replies[0].status, 403);
 }
 
 TEST(ToolsFilterOutcomeTest, Labels) {
