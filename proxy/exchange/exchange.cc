@@ -238,17 +238,16 @@ void Exchange::runChain(size_t from) {
       case Phase::DecodeComplete:
         status = filter.decodeComplete(intake_.body().prefix());
         break;
-      case Phase::BeforeAttempt:
-        ++chain_depth_;
-        status = filter.beforeAttempt(*attempt_.request);
-        --chain_depth_;
-        if (spill_requested_) {
-          // The filter refused the attempt (refuseAttempt): the next upstream takes it.
-          spill_requested_ = false;
-          startAttempt(AttemptTarget::nextFallback());
+      case Phase::BeforeAttempt: {
+        const Admission admission = filter.beforeAttempt(
+            *attempt_.request, AttemptContext{attempts_, attempt_.destination});
+        if (admission.refuses() && !finished_ && state_ != ExchangeState::Cancelling) {
+          refuseAttempt(admission.reason, admission.retry_after);
           return;
         }
+        status = admission.waits() ? FilterStatus::StopIteration : FilterStatus::Continue;
         break;
+      }
       case Phase::Done:
         return;
     }
@@ -294,10 +293,6 @@ void Exchange::refuseAttempt(CancelReason reason,
   for (auto& filter : filters_) filter->onAttemptDone(end, verdict);
   router_.countFallback(cause);
   --attempts_;
-  if (chain_depth_ > 0) {
-    spill_requested_ = true;  // runChain() starts it once the filter returned
-    return;
-  }
   startAttempt(AttemptTarget::nextFallback());
 }
 
@@ -305,6 +300,16 @@ void Exchange::continueDecoding() {
   if (finished_ || !held_) return;
   held_ = false;
   runChain(resume_index_);
+}
+
+void Exchange::resolveAttempt(const Admission& admission) {
+  if (finished_ || !held_ || phase_ != Phase::BeforeAttempt || admission.waits()) return;
+  if (admission.proceeds()) {
+    continueDecoding();
+    return;
+  }
+  held_ = false;
+  refuseAttempt(admission.reason, admission.retry_after);
 }
 
 // --- attempts ---------------------------------------------------------------------

@@ -138,6 +138,7 @@ class Exchange final : public DeferredDeletable,
 
   // --- FilterCallbacks ------------------------------------------------------------
   void continueDecoding() override;
+  void resolveAttempt(const Admission& admission) override;
   void sendLocalReply(const Problem& problem) override;
   void cancel(CancelReason reason,
               std::optional<std::chrono::milliseconds> retry_after = std::nullopt) override;
@@ -149,11 +150,7 @@ class Exchange final : public DeferredDeletable,
   void lowerDeadline(MonotonicTime deadline, CancelReason reason) override;
   MonotonicTime startTime() const override { return start_; }
   const RequestHead& request() const override { return request_; }
-  const RouteRuntime& route() const override { return *route_; }
   uint32_t attemptNumber() const override { return attempts_; }
-  const AttemptDestination& destination() const override { return attempt_.destination; }
-  void refuseAttempt(CancelReason reason,
-                     std::optional<std::chrono::milliseconds> retry_after) override;
   bool requestBodyReplayable() const override { return intake_.body().replayable(); }
   std::function<void()> crossThreadWaker(std::function<void()> fn) override;
 
@@ -196,6 +193,12 @@ class Exchange final : public DeferredDeletable,
    */
   void routeOnModel();
   void runChain(size_t from);
+  /**
+   * The attempt being prepared was refused (Admission::refuse): the next
+   * fallback upstream takes the request when the route falls back on
+   * `reason` and it may be sent again; otherwise the exchange is cancelled.
+   */
+  void refuseAttempt(CancelReason reason, std::optional<std::chrono::milliseconds> retry_after);
   /** Pauses or resumes the client's upload around the body watermarks. */
   void applyBodyBackpressure();
   /** 503 `overloaded`: the body does not fit under `limits.max_buffered_body_bytes`. */
@@ -340,9 +343,6 @@ class Exchange final : public DeferredDeletable,
   AttemptRouter router_;  // where each attempt goes: the chain position, failed endpoints
   // The body naming the current fallback's `model`, when it has one.
   std::unique_ptr<RequestBody> rewritten_body_;
-  // refuseAttempt() during runChain(): the spill-over waits for the chain to unwind.
-  int chain_depth_ = 0;
-  bool spill_requested_ = false;
   PendingSlot connect_wait_;  // a max_pending slot while the attempt waits for a connection
   bool discarding_ = false;   // finish mode: client gone, drain and discard
   uint64_t response_bytes_ = 0;
