@@ -325,8 +325,13 @@ void Exchange::startAttempt(const AttemptTarget& target) {
   relay_.resetAttempt();
   attempt_.target = target;
   if (attempts_ == 1) findMcpSession();
+  // The quota key as the throttle filter will compute it: from the head rewritten per endpoint.
+  const ClientInfo* client = downstream_ != nullptr ? &downstream_->clientInfo() : nullptr;
+  const auto key_for = [this, client](const UpstreamRuntime& up, const EndpointRuntime& e) {
+    return quotaKeyAt(request_, up, e, client != nullptr ? *client : ClientInfo{});
+  };
   const AttemptRouter::Placement placement =
-      router_.place(target, last, mayReplay(), QuotaAsk{&request_.headers, intake_.body().prefix()},
+      router_.place(target, last, mayReplay(), QuotaAsk{key_for, intake_.body().prefix()},
                     threadLocalUniform(), mcp_session_ ? mcp_session_->endpoint : nullptr);
   attempt_.upstream = placement.upstream;
   attempt_.endpoint = placement.endpoint;
