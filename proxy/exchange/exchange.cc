@@ -698,6 +698,8 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
   if (discarding_ || downstream_ == nullptr) return;
   record_.addBytesOut(len);
   relay_.sendBody(*downstream_, data, len, false);
+  // Handing bytes over may have ended the exchange or lost the client.
+  if (finished_ || discarding_ || downstream_ == nullptr) return;
   if (attempt_.stream != nullptr && relay_.pauseIfClientSlow(*downstream_)) {
     // The client is slower than the upstream: stop reading the upstream until
     // the client drains (onDownstreamWritable). Memory per stream stays bounded.
