@@ -36,5 +36,5 @@ EXPOSE 8080 9901 9000
 # No curl in the image: sluice probes itself (exit 0 on 2xx). /ready turns 503
 # while draining. A config with another admin port needs --health-cmd.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
-  CMD ["sluice", "--probe", "http://127.0.0.1:9901/ready"]
+  CMD ["sluice", "--health-check", "http://127.0.0.1:9901/ready"]
 CMD ["sluice", "--config", "/etc/sluice/sluice.yaml"]

@@ -9,7 +9,7 @@
 //
 // Order of calls for one request (docs/design.md §1):
 //   decodeHeaders → decodeComplete                  once per request
-//   { beforeAttempt → encodeHeaders → encodeData*
+//   { beforeAttempt (an Admission) → encodeHeaders → encodeData*
 //     → decideAttempt (each filter, table order) → onAttemptDone }   per attempt
 //   encodeLocalReply                                when sluice answers itself
 //   onDestroy                                       once, always last
@@ -41,7 +41,6 @@ struct RateLimitConfig;
 class CircuitBreaker;
 class GlobalQuota;
 class QuotaTracker;
-struct RouteRuntime;
 
 /**
  * Where one attempt goes (docs/design.md §5): an endpoint of an upstream, and the
@@ -66,6 +65,43 @@ struct AttemptDestination {
 
 /** What a filter returns: go on to the next filter, or stop here until resumed. */
 enum class FilterStatus { Continue, StopIteration };
+
+/** The facts of one attempt, handed to every filter's beforeAttempt. */
+struct AttemptContext {
+  uint32_t number = 1;             // 1 for the first attempt (a refused one is not counted)
+  AttemptDestination destination;  // where it goes: its endpoint, circuit and quota
+};
+
+/**
+ * A filter's answer to an attempt about to go upstream (beforeAttempt):
+ *  - Continue: the next filter is asked (after the last, the attempt is sent);
+ *  - Wait: the attempt waits until the filter resolves it, once, with
+ *    FilterCallbacks::resolveAttempt (Continue or Refuse) from a later
+ *    event: a timer, a waker, a permit;
+ *  - Refuse{reason, retry_after}: the attempt cannot go to its upstream
+ *    now — its circuit is open (`circuit_open`), its quota is spent beyond
+ *    the budget (`rate_limited`), it is full (`overloaded`), the budget ran
+ *    out while it waited (`budget_exhausted`). The Exchange moves the
+ *    request to the route's next fallback upstream when one remains and
+ *    the route falls back on `reason`; otherwise it cancels with `reason`
+ *    (answering its problem, with `retry_after` as its Retry-After).
+ */
+struct Admission {
+  enum class Kind { Continue, Wait, Refuse };
+  Kind kind = Kind::Continue;
+  CancelReason reason = CancelReason::Overloaded;  // of a Refuse
+  std::optional<std::chrono::milliseconds> retry_after;
+
+  static Admission proceed() { return {}; }
+  static Admission wait() { return {Kind::Wait, CancelReason::Overloaded, std::nullopt}; }
+  static Admission refuse(CancelReason reason,
+                          std::optional<std::chrono::milliseconds> retry_after) {
+    return {Kind::Refuse, reason, retry_after};
+  }
+  bool proceeds() const { return kind == Kind::Continue; }
+  bool waits() const { return kind == Kind::Wait; }
+  bool refuses() const { return kind == Kind::Refuse; }
+};
 
 /** Identifies a timer armed through FilterCallbacks::armTimer. 0 is never used. */
 using TimerId = uint64_t;
@@ -98,8 +134,15 @@ class FilterCallbacks {
  public:
   virtual ~FilterCallbacks() = default;
 
-  /** Resumes the chain after a filter returned StopIteration. */
+  /** Resumes the request's chain after a filter returned StopIteration. */
   virtual void continueDecoding() = 0;
+  /**
+   * Resolves the attempt a filter's beforeAttempt answered Admission::wait()
+   * for: Continue resumes the chain after that filter, Refuse refuses the
+   * attempt (see Admission). Call once, from a later event than
+   * beforeAttempt itself; a Wait changes nothing.
+   */
+  virtual void resolveAttempt(const Admission& admission) = 0;
   /** Answers the client with `problem` and ends the exchange (no upstream call). */
   virtual void sendLocalReply(const Problem& problem) = 0;
   /**
@@ -137,22 +180,12 @@ class FilterCallbacks {
    * retry can replay it then); the method and path stay.
    */
   virtual const RequestHead& request() const = 0;
-  virtual const RouteRuntime& route() const = 0;
-  /** 1 for the first attempt. */
-  virtual uint32_t attemptNumber() const = 0;
-  /** The destination of the attempt being prepared or in flight (beforeAttempt onwards). */
-  virtual const AttemptDestination& destination() const = 0;
   /**
-   * The attempt being prepared cannot go to its upstream now: its circuit
-   * is open (`circuit_open`), its quota is spent beyond the budget
-   * (`rate_limited`), or it is full (`overloaded`). The Exchange moves the
-   * request to the route's next fallback upstream when one remains and the
-   * route falls back on `reason`; otherwise it cancels with `reason`
-   * (answering its problem, with `retry_after`). Call from beforeAttempt
-   * (then return StopIteration) or while the attempt is held there.
+   * Attempts started so far: the current (or last) one's number, 0 before
+   * the first. A filter's own attempt facts come in beforeAttempt's
+   * AttemptContext; this is for the request-wide answers (encodeLocalReply).
    */
-  virtual void refuseAttempt(CancelReason reason,
-                             std::optional<std::chrono::milliseconds> retry_after) = 0;
+  virtual uint32_t attemptNumber() const = 0;
 
   /**
    * True while another attempt could send the request body again: always
@@ -229,9 +262,14 @@ class StreamFilter {
   virtual FilterStatus decodeComplete(std::string_view /*body*/) { return FilterStatus::Continue; }
   /**
    * Per attempt, before it goes upstream, with the request as the upstream
-   * will see it. StopIteration holds the attempt until continueDecoding().
+   * will see it and the attempt's facts (its number, its destination):
+   * whether it may go (Admission). A filter that needs the destination
+   * later in the attempt keeps it from here.
    */
-  virtual FilterStatus beforeAttempt(RequestHead&) { return FilterStatus::Continue; }
+  virtual Admission beforeAttempt(RequestHead& /*upstream_request*/,
+                                  const AttemptContext& /*attempt*/) {
+    return Admission::proceed();
+  }
   /**
    * Per attempt: the upstream's response head, before it goes to the client.
    * StopIteration holds the response back (the retry filter does this for

@@ -34,16 +34,16 @@ FilterStatus BudgetFilter::decodeHeaders(RequestHead& request) {
   return FilterStatus::Continue;
 }
 
-FilterStatus BudgetFilter::beforeAttempt(RequestHead& upstream_request) {
+Admission BudgetFilter::beforeAttempt(RequestHead& upstream_request, const AttemptContext&) {
   if (!config_.propagate) {
     upstream_request.headers.remove(config_.header);
-    return FilterStatus::Continue;
+    return Admission::proceed();
   }
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       callbacks_->deadline() - callbacks_->clock().now());
   upstream_request.headers.set(config_.header,
                                std::to_string(std::max<long long>(1, left.count())));
-  return FilterStatus::Continue;
+  return Admission::proceed();
 }
 
 }  // namespace sluice

@@ -28,7 +28,7 @@ class BudgetFilter final : public StreamFilter {
 
   std::string_view name() const override { return "budget"; }
   FilterStatus decodeHeaders(RequestHead& request) override;
-  FilterStatus beforeAttempt(RequestHead& upstream_request) override;
+  Admission beforeAttempt(RequestHead& upstream_request, const AttemptContext& attempt) override;
 
  private:
   const config::BudgetConfig& config_;

@@ -2,9 +2,9 @@
 
 namespace sluice {
 
-FilterStatus CircuitBreakerFilter::beforeAttempt(RequestHead&) {
-  breaker_ = callbacks_->destination().breaker;
-  if (breaker_ == nullptr) return FilterStatus::Continue;
+Admission CircuitBreakerFilter::beforeAttempt(RequestHead&, const AttemptContext& attempt) {
+  breaker_ = attempt.destination.breaker;
+  if (breaker_ == nullptr) return Admission::proceed();
   if (!alive_) alive_ = std::make_shared<bool>(true);
   const CircuitAdmission admission =
       breaker_->admit([this, alive = alive_, breaker = breaker_](const CircuitAdmission& answer) {
@@ -19,18 +19,16 @@ FilterStatus CircuitBreakerFilter::beforeAttempt(RequestHead&) {
   switch (admission.result) {
     case CircuitAdmission::Result::Deferred:
       waiting_ = true;
-      return FilterStatus::StopIteration;
+      return Admission::wait();
     case CircuitAdmission::Result::Admitted:
       admission_ = admission;
-      return FilterStatus::Continue;
+      return Admission::proceed();
     case CircuitAdmission::Result::Rejected:
-      callbacks_->refuseAttempt(CancelReason::CircuitOpen, admission.retry_after);
-      return FilterStatus::StopIteration;
+      return Admission::refuse(CancelReason::CircuitOpen, admission.retry_after);
     case CircuitAdmission::Result::Overloaded:
-      callbacks_->refuseAttempt(CancelReason::Overloaded, kOverloadedRetryAfter);
-      return FilterStatus::StopIteration;
+      return Admission::refuse(CancelReason::Overloaded, kOverloadedRetryAfter);
   }
-  return FilterStatus::Continue;
+  return Admission::proceed();
 }
 
 void CircuitBreakerFilter::onPermit(const CircuitAdmission& answer) {
@@ -41,9 +39,9 @@ void CircuitBreakerFilter::onPermit(const CircuitAdmission& answer) {
   waiting_ = false;
   if (answer.admitted()) {
     admission_ = answer;  // the probe
-    callbacks_->continueDecoding();
+    callbacks_->resolveAttempt(Admission::proceed());
   } else {
-    callbacks_->refuseAttempt(CancelReason::CircuitOpen, answer.retry_after);
+    callbacks_->resolveAttempt(Admission::refuse(CancelReason::CircuitOpen, answer.retry_after));
   }
 }
 

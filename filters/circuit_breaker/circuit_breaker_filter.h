@@ -2,7 +2,7 @@
 
 // The circuit breaker filter (docs/design.md §3 "Circuit breakers"): asks the
 // shared CircuitBreaker of the attempt's endpoint (docs/design.md §5: state is kept
-// per endpoint; FilterCallbacks::destination()) before every attempt and
+// per endpoint; beforeAttempt's AttemptContext) before every attempt and
 // reports how the attempt ended. An open circuit refuses the attempt
 // (`circuit_open`): the Exchange moves it to the route's next fallback
 // upstream, or answers 503 at once with Retry-After = the cooldown left, and
@@ -26,7 +26,7 @@ class CircuitBreakerFilter final : public StreamFilter {
   CircuitBreakerFilter() = default;
 
   std::string_view name() const override { return "circuit_breaker"; }
-  FilterStatus beforeAttempt(RequestHead& upstream_request) override;
+  Admission beforeAttempt(RequestHead& upstream_request, const AttemptContext& attempt) override;
   FilterStatus encodeHeaders(ResponseHead& response, bool end_stream) override;
   void onAttemptDone(const AttemptEnd& end, const AttemptVerdict& verdict) override;
   void onDestroy() override;

@@ -120,12 +120,12 @@ FilterStatus RunFilter::decodeHeaders(RequestHead& request) {
   return FilterStatus::Continue;
 }
 
-FilterStatus RunFilter::beforeAttempt(RequestHead& upstream_request) {
+Admission RunFilter::beforeAttempt(RequestHead& upstream_request, const AttemptContext&) {
   // The run's budget header is sluice's: it never goes upstream. The run id
   // does (a tool server, or another sluice behind this one, may use it).
   upstream_request.headers.remove(config_.budget_header);
   upstream_request.headers.remove(config_.max_usd_header);
-  return FilterStatus::Continue;
+  return Admission::proceed();
 }
 
 void RunFilter::addRunSpend(double usd) {

@@ -35,7 +35,7 @@ class RunFilter final : public StreamFilter, public RunSpend {
   RunFilter(const config::RunsConfig& config, RunTable& table) : config_(config), table_(table) {}
   std::string_view name() const override { return "runs"; }
   FilterStatus decodeHeaders(RequestHead& request) override;
-  FilterStatus beforeAttempt(RequestHead& upstream_request) override;
+  Admission beforeAttempt(RequestHead& upstream_request, const AttemptContext& attempt) override;
   void onDestroy() override;
   void addRunSpend(double usd) override;
 

@@ -19,9 +19,9 @@ FilterStatus SpendFilter::decodeComplete(std::string_view body) {
   return FilterStatus::Continue;
 }
 
-FilterStatus SpendFilter::beforeAttempt(RequestHead&) {
-  if (!request_) return FilterStatus::Continue;
-  const std::string_view model = callbacks_->destination().model;
+Admission SpendFilter::beforeAttempt(RequestHead&, const AttemptContext& attempt) {
+  if (!request_) return Admission::proceed();
+  const std::string_view model = attempt.destination.model;
   if (model.empty()) {
     meter_ = std::make_unique<UsageMeter>(*request_);
   } else {
@@ -30,7 +30,7 @@ FilterStatus SpendFilter::beforeAttempt(RequestHead&) {
     rewritten.model = std::string(model);
     meter_ = std::make_unique<UsageMeter>(rewritten);
   }
-  return FilterStatus::Continue;
+  return Admission::proceed();
 }
 
 FilterStatus SpendFilter::encodeHeaders(ResponseHead& response, bool) {

@@ -36,7 +36,7 @@ class SpendFilter final : public StreamFilter {
 
   std::string_view name() const override { return "spend"; }
   FilterStatus decodeComplete(std::string_view body) override;
-  FilterStatus beforeAttempt(RequestHead& upstream_request) override;
+  Admission beforeAttempt(RequestHead& upstream_request, const AttemptContext& attempt) override;
   FilterStatus encodeHeaders(ResponseHead& response, bool end_stream) override;
   void encodeData(const char* data, size_t len, bool end_stream) override;
   void onAttemptDone(const AttemptEnd& end, const AttemptVerdict& verdict) override;

@@ -72,12 +72,13 @@ FilterStatus ThrottleFilter::decodeComplete(std::string_view body) {
   return FilterStatus::Continue;
 }
 
-FilterStatus ThrottleFilter::beforeAttempt(RequestHead& upstream_request) {
+Admission ThrottleFilter::beforeAttempt(RequestHead& upstream_request,
+                                        const AttemptContext& attempt) {
   // Each attempt's endpoint has its own quota (docs/design.md §5); the previous
   // attempt's ticket ended in onAttemptDone.
-  const AttemptDestination& to = callbacks_->destination();
+  const AttemptDestination& to = attempt.destination;
   tracker_ = to.quota;
-  if (tracker_ == nullptr) return FilterStatus::Continue;
+  if (tracker_ == nullptr) return Admission::proceed();
   config_ = to.rate_limit;
   breaker_ = to.breaker;
   metrics_ = to.metrics;
@@ -93,7 +94,7 @@ FilterStatus ThrottleFilter::beforeAttempt(RequestHead& upstream_request) {
   return apply(tracker_->admit(key_, token_need_, callbacks_->deadline(), std::move(waker)));
 }
 
-FilterStatus ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
+Admission ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
   using Kind = QuotaTracker::Admission::Kind;
   callbacks_->disarmTimer(wake_timer_);
   wake_timer_ = 0;
@@ -114,16 +115,14 @@ FilterStatus ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
       queued_ = false;
       pending_.release();
       updateGauges();
-      reject(admission.retry_after);
-      return FilterStatus::StopIteration;
+      return reject(admission.retry_after);
     case Kind::Queued:
       if (!pending_.acquire(*breaker_)) {
         // max_pending requests already wait for this upstream: not one more.
         tracker_->abandon(admission.ticket);
         queued_ = false;
         updateGauges();
-        callbacks_->refuseAttempt(CancelReason::Overloaded, kOverloadedRetryAfter);
-        return FilterStatus::StopIteration;
+        return Admission::refuse(CancelReason::Overloaded, kOverloadedRetryAfter);
       }
       if (!queued_) queued_at_ = callbacks_->clock().now();
       queued_ = true;
@@ -140,13 +139,17 @@ FilterStatus ThrottleFilter::apply(const QuotaTracker::Admission& admission) {
         });
       }
       updateGauges();
-      return FilterStatus::StopIteration;
+      return Admission::wait();
   }
-  return FilterStatus::StopIteration;
+  return Admission::wait();
 }
 
-FilterStatus ThrottleFilter::confirmGlobally() {
-  if (global_ == nullptr || tracker_->unthrottled(key_)) return FilterStatus::Continue;
+void ThrottleFilter::resolve(const Admission& admission) {
+  if (!admission.waits()) callbacks_->resolveAttempt(admission);
+}
+
+Admission ThrottleFilter::confirmGlobally() {
+  if (global_ == nullptr || tracker_->unthrottled(key_)) return Admission::proceed();
   // The answer comes on this worker's own loop, on a later turn (GlobalQuota's
   // contract): no cross-thread post is needed, only to drop it if this filter
   // is gone by then (the post was ~7k instructions per admitted request).
@@ -157,9 +160,9 @@ FilterStatus ThrottleFilter::confirmGlobally() {
       });
   // Redis down: the local decision stands, the fleet will not count it.
   tracker_->awaitingFleet(ticket_, asked);
-  if (!asked) return FilterStatus::Continue;
+  if (!asked) return Admission::proceed();
   confirming_ = true;
-  return FilterStatus::StopIteration;
+  return Admission::wait();
 }
 
 void ThrottleFilter::onGlobalAnswer(const GlobalQuota::Answer& answer) {
@@ -168,7 +171,7 @@ void ThrottleFilter::onGlobalAnswer(const GlobalQuota::Answer& answer) {
   tracker_->awaitingFleet(ticket_, false);
   if (answer.kind != GlobalQuota::Answer::Kind::Wait) {
     fleet_probe_ = answer.kind == GlobalQuota::Answer::Kind::Probe;
-    callbacks_->continueDecoding();
+    callbacks_->resolveAttempt(Admission::proceed());
     return;
   }
   const MonotonicTime now = callbacks_->clock().now();
@@ -182,7 +185,7 @@ void ThrottleFilter::onGlobalAnswer(const GlobalQuota::Answer& answer) {
     wake_timer_ = callbacks_->armTimer(now + kGlobalQuotaPoll, [this] {
       wake_timer_ = 0;
       confirming_ = false;
-      if (confirmGlobally() == FilterStatus::Continue) callbacks_->continueDecoding();
+      resolve(confirmGlobally());
     });
     return;
   }
@@ -192,25 +195,22 @@ void ThrottleFilter::onGlobalAnswer(const GlobalQuota::Answer& answer) {
   admitted_ = false;
   if (now + wait >= callbacks_->deadline()) {
     tracker_->abandon(ticket_);
-    reject(wait);
+    resolve(reject(wait));
     return;
   }
-  if (apply(tracker_->deferAdmitted(ticket_, now + wait)) == FilterStatus::Continue) {
-    callbacks_->continueDecoding();
-  }
+  resolve(apply(tracker_->deferAdmitted(ticket_, now + wait)));
 }
 
-void ThrottleFilter::reject(std::chrono::milliseconds retry_after) {
+Admission ThrottleFilter::reject(std::chrono::milliseconds retry_after) {
   // A request whose budget ran out while it waited (the wake-up that found it
   // late ran before the Exchange's deadline timer in the same loop turn) ends
   // as the budget's end, exactly as that timer would have ended it: 504
   // budget_exhausted, not a quota verdict. Only a wait known to outlast the
   // budget, or a full queue, is 429 rate_limited.
   if (callbacks_->clock().now() >= callbacks_->deadline()) {
-    callbacks_->cancel(CancelReason::BudgetExhausted, std::nullopt);
-    return;
+    return Admission::refuse(CancelReason::BudgetExhausted, std::nullopt);
   }
-  callbacks_->refuseAttempt(CancelReason::RateLimited, retry_after);
+  return Admission::refuse(CancelReason::RateLimited, retry_after);
 }
 
 void ThrottleFilter::endFleetProbe(bool answered_without_quota) {
@@ -249,7 +249,7 @@ void ThrottleFilter::reportGlobally(const QuotaObservation& observation) {
 
 void ThrottleFilter::poll() {
   if (!queued_) return;
-  if (apply(tracker_->poll(ticket_)) == FilterStatus::Continue) callbacks_->continueDecoding();
+  resolve(apply(tracker_->poll(ticket_)));
 }
 
 FilterStatus ThrottleFilter::encodeHeaders(ResponseHead& response, bool) {

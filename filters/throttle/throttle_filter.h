@@ -2,7 +2,7 @@
 
 // The throttle filter (docs/design.md §3 "Rate-limit throttling"): before each
 // attempt it asks the shared QuotaTracker of the attempt's endpoint
-// (FilterCallbacks::destination(); none when its upstream has no
+// (beforeAttempt's AttemptContext; none when its upstream has no
 // `rate_limit`) for admission, so
 // sluice holds requests *before* the provider's own 429 when its reported
 // quota is nearly spent. A held request waits FIFO, on a timer of its
@@ -47,22 +47,24 @@ class ThrottleFilter final : public StreamFilter {
 
   std::string_view name() const override { return "throttle"; }
   FilterStatus decodeComplete(std::string_view body) override;
-  FilterStatus beforeAttempt(RequestHead& upstream_request) override;
+  Admission beforeAttempt(RequestHead& upstream_request, const AttemptContext& attempt) override;
   FilterStatus encodeHeaders(ResponseHead& response, bool end_stream) override;
   void onAttemptDone(const AttemptEnd& end, const AttemptVerdict& verdict) override;
   void onDestroy() override;
   ~ThrottleFilter() override;
 
  private:
-  /** Acts on an admission: go, keep waiting (re-armed), or answer 429. */
-  FilterStatus apply(const QuotaTracker::Admission& admission);
+  /** Acts on the quota's admission: go, keep waiting (re-armed), or refuse (429). */
+  Admission apply(const QuotaTracker::Admission& admission);
+  /** A later event resolved the waiting attempt (anything but a Wait): tells the Exchange. */
+  void resolve(const Admission& admission);
   void poll();
-  /** Admitted locally: asks the fleet (StopIteration while asking), or Continue. */
-  FilterStatus confirmGlobally();
+  /** Admitted locally: asks the fleet (Wait while asking), or Continue. */
+  Admission confirmGlobally();
   void onGlobalAnswer(const GlobalQuota::Answer& answer);
   void reportGlobally(const QuotaObservation& observation);
   void endFleetProbe(bool answered_without_quota);
-  void reject(std::chrono::milliseconds retry_after);
+  Admission reject(std::chrono::milliseconds retry_after);
   void updateGauges();
 
   // The attempt's endpoint (bound in beforeAttempt; tracker_ null = not throttled).

@@ -126,18 +126,20 @@ FilterStatus ToolsFilter::decodeComplete(std::string_view body) {
   return FilterStatus::Continue;
 }
 
-FilterStatus ToolsFilter::beforeAttempt(RequestHead&) {
-  if (!is_tool_call_) return FilterStatus::Continue;
+Admission ToolsFilter::beforeAttempt(RequestHead&, const AttemptContext& attempt) {
+  upstream_ = attempt.destination.upstream;
+  endpoint_ = attempt.destination.endpoint;
+  if (!is_tool_call_) return Admission::proceed();
   std::optional<ToolHints> hints;
-  if (const ToolAnnotationTable* table = route_.annotations(callbacks_->destination().upstream)) {
+  if (const ToolAnnotationTable* table = route_.annotations(upstream_)) {
     hints = table->lookup(call_.tool);
   }
   callbacks_->setSentResendable(maySendAgain(route_.policy().retryFor(match_), hints));
-  return FilterStatus::Continue;
+  return Admission::proceed();
 }
 
 void ToolsFilter::trackSession(const ResponseHead& response) {
-  McpSessionTable* sessions = route_.sessions(callbacks_->destination().upstream);
+  McpSessionTable* sessions = route_.sessions(upstream_);
   if (sessions == nullptr) return;
   if (delete_) {
     // Ended by the client (2xx) or unknown to the server (404): forgotten.
@@ -151,8 +153,7 @@ void ToolsFilter::trackSession(const ResponseHead& response) {
   if (response.status < 200 || response.status >= 300) return;
   const std::optional<std::string_view> issued = response.headers.get("mcp-session-id");
   if (!issued || issued->empty()) return;
-  sessions->learn(sessionKey(*issued), std::string(callbacks_->destination().endpoint),
-                  callbacks_->clock().now());
+  sessions->learn(sessionKey(*issued), std::string(endpoint_), callbacks_->clock().now());
 }
 
 FilterStatus ToolsFilter::encodeHeaders(ResponseHead& response, bool end_stream) {
@@ -193,7 +194,7 @@ void ToolsFilter::encodeData(const char* data, size_t len, bool end_stream) {
 
 void ToolsFilter::learnToolsList() {
   reading_tools_list_ = false;
-  if (ToolAnnotationTable* table = route_.annotations(callbacks_->destination().upstream)) {
+  if (ToolAnnotationTable* table = route_.annotations(upstream_)) {
     table->learnFromToolsList(tools_list_, event_stream_);
   }
   tools_list_ = std::string();

@@ -87,7 +87,7 @@ class ToolsFilter final : public StreamFilter {
   std::string_view name() const override { return "tools"; }
   FilterStatus decodeHeaders(RequestHead& request) override;
   FilterStatus decodeComplete(std::string_view body) override;
-  FilterStatus beforeAttempt(RequestHead& upstream_request) override;
+  Admission beforeAttempt(RequestHead& upstream_request, const AttemptContext& attempt) override;
   FilterStatus encodeHeaders(ResponseHead& response, bool end_stream) override;
   void encodeData(const char* data, size_t len, bool end_stream) override;
   void encodeLocalReply(Problem& problem) override;
@@ -127,6 +127,10 @@ class ToolsFilter final : public StreamFilter {
   JsonRpcRequest call_;
   bool is_tool_call_ = false;
   ToolMatch match_;
+  // The attempt's upstream and endpoint (beforeAttempt's AttemptContext):
+  // its tool annotations, the session it issues.
+  std::string_view upstream_;
+  std::string_view endpoint_;
   // A tools/list answer being read for annotations.
   bool reading_tools_list_ = false;
   bool event_stream_ = false;

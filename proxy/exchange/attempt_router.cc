@@ -9,6 +9,14 @@
 
 namespace sluice {
 
+std::string quotaKeyAt(const RequestHead& client, const UpstreamRuntime& upstream,
+                       const EndpointRuntime& endpoint, const ClientInfo& info) {
+  if (!upstream.config->rate_limit) return "";
+  const RequestHead rewritten =
+      requestForUpstream(client, *upstream.config, endpoint.config->url, info);
+  return quotaKeyFor(*upstream.config->rate_limit, rewritten.headers);
+}
+
 void AttemptRouter::reroute(const RouteRuntime* route) {
   route_ = route;
   chain_index_ = 0;
@@ -76,23 +84,9 @@ AttemptRouter::Choice AttemptRouter::choose(const UpstreamRuntime& upstream,
 
   // The quota matters to the choice only among several endpoints, or when the
   // route would rather spill over than wait.
-  const bool check_quota = upstream.config->rate_limit && (endpoints.size() > 1 || avoid_waiting);
-  std::string key;
-  uint64_t need = 0;
-  if (check_quota && ask.headers != nullptr) {
-    // The key as the provider will see it: the upstream's `headers:` replace the client's.
-    const config::RateLimitConfig& rate_limit = *upstream.config->rate_limit;
-    const HeaderMap* headers = ask.headers;
-    HeaderMap configured;
-    for (const auto& [name, value] : upstream.config->headers) {
-      if (name == rate_limit.key.header) {
-        configured.add(name, value);
-        headers = &configured;
-      }
-    }
-    key = quotaKeyFor(rate_limit, *headers);
-    need = estimateTokenNeed(ask.body);
-  }
+  const bool check_quota = upstream.config->rate_limit && (endpoints.size() > 1 || avoid_waiting) &&
+                           static_cast<bool>(ask.key_for);
+  const uint64_t need = check_quota ? estimateTokenNeed(ask.body) : 0;
   std::vector<EndpointView> views(endpoints.size());
   std::vector<bool> circuit_ok(endpoints.size());
   std::optional<size_t> avoid;
@@ -104,8 +98,9 @@ AttemptRouter::Choice AttemptRouter::choose(const UpstreamRuntime& upstream,
     views[i].priority = e.config->priority;
     views[i].outstanding = e.breaker->activeRequests();
     views[i].failed = failedOn(e);
-    views[i].available =
-        circuit_ok[i] && (!check_quota || e.quota == nullptr || e.quota->admitsNow(key, need));
+    // The key as the provider will see it, as the throttle filter computes it.
+    views[i].available = circuit_ok[i] && (!check_quota || e.quota == nullptr ||
+                                           e.quota->admitsNow(ask.key_for(upstream, e), need));
   }
   if (const auto pick = pickEndpoint(views, avoid, random)) return {&endpoints[*pick], nullptr};
 

@@ -13,23 +13,45 @@
 // left) is the Exchange's to know: it passes that as `may_replay`.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/attempt.h"
 #include "common/cancel_reason.h"
-#include "common/http_headers.h"
 #include "common/random.h"
 #include "proxy/exchange/runtime.h"
+#include "proxy/http/header_rewrite.h"
 
 namespace sluice {
 
-/** The request as a quota weighs it: its headers (the key) and body (the token need). */
+/**
+ * The request as a quota weighs it: its key at an endpoint and its body (the
+ * token need).
+ */
 struct QuotaAsk {
-  const HeaderMap* headers = nullptr;
+  /**
+   * The request's quota key at `endpoint` of `upstream`: the key the
+   * throttle filter computes, from the request head as rewritten for that
+   * endpoint (the upstream's `headers:` replace the client's, hop-by-hop and
+   * sluice's own headers are gone). Asked only for an upstream with
+   * `rate_limit` whose quota matters to the choice; empty: no quota is
+   * consulted.
+   */
+  std::function<std::string(const UpstreamRuntime& upstream, const EndpointRuntime& endpoint)>
+      key_for;
   std::string_view body;
 };
+
+/**
+ * The quota key the throttle filter computes for `client`'s request at
+ * `endpoint` of `upstream`: from the head as rewritten for that endpoint
+ * (requestForUpstream), so what the router weighs is what the provider
+ * will see.
+ */
+std::string quotaKeyAt(const RequestHead& client, const UpstreamRuntime& upstream,
+                       const EndpointRuntime& endpoint, const ClientInfo& info);
 
 class AttemptRouter {
  public:

@@ -27,36 +27,6 @@ double seconds(std::chrono::steady_clock::duration d) {
 
 constexpr int kClientClosedRequest = 499;  // nginx's code for "the client went away"
 
-// Whether a client that sees its response cut for `reason` is still there to
-// read a final error event. client_disconnect: it left; client_stalled: it
-// stopped reading.
-bool clientStillListening(CancelReason reason) {
-  switch (reason) {
-    case CancelReason::ClientDisconnect:
-    case CancelReason::ClientStalled:
-      return false;
-    case CancelReason::BudgetExhausted:
-    case CancelReason::CircuitOpen:
-    case CancelReason::RateLimited:
-    case CancelReason::Overloaded:
-    case CancelReason::UpstreamTimeout:
-    case CancelReason::Draining:
-    case CancelReason::UpstreamReset:
-    case CancelReason::RunCancelled:
-    case CancelReason::RunDeadline:
-    case CancelReason::RunSpendCap:
-      return true;
-  }
-  return false;
-}
-
-// The last bytes of an SSE stream that ends on an event boundary: a blank
-// line after LF, CR or CRLF line ends. The tail holds the last four bytes.
-bool atEventBoundary(uint32_t tail) {
-  const uint32_t last2 = tail & 0xffff;
-  return tail == 0 || last2 == 0x0a0a || last2 == 0x0d0d || tail == 0x0d0a0d0a;
-}
-
 }  // namespace
 
 Exchange::Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const RouteRuntime* route,
@@ -268,17 +238,16 @@ void Exchange::runChain(size_t from) {
       case Phase::DecodeComplete:
         status = filter.decodeComplete(intake_.body().prefix());
         break;
-      case Phase::BeforeAttempt:
-        ++chain_depth_;
-        status = filter.beforeAttempt(*attempt_.request);
-        --chain_depth_;
-        if (spill_requested_) {
-          // The filter refused the attempt (refuseAttempt): the next upstream takes it.
-          spill_requested_ = false;
-          startAttempt(AttemptTarget::nextFallback());
+      case Phase::BeforeAttempt: {
+        const Admission admission = filter.beforeAttempt(
+            *attempt_.request, AttemptContext{attempts_, attempt_.destination});
+        if (admission.refuses() && !finished_ && state_ != ExchangeState::Cancelling) {
+          refuseAttempt(admission.reason, admission.retry_after);
           return;
         }
+        status = admission.waits() ? FilterStatus::StopIteration : FilterStatus::Continue;
         break;
+      }
       case Phase::Done:
         return;
     }
@@ -324,10 +293,6 @@ void Exchange::refuseAttempt(CancelReason reason,
   for (auto& filter : filters_) filter->onAttemptDone(end, verdict);
   router_.countFallback(cause);
   --attempts_;
-  if (chain_depth_ > 0) {
-    spill_requested_ = true;  // runChain() starts it once the filter returned
-    return;
-  }
   startAttempt(AttemptTarget::nextFallback());
 }
 
@@ -335,6 +300,16 @@ void Exchange::continueDecoding() {
   if (finished_ || !held_) return;
   held_ = false;
   runChain(resume_index_);
+}
+
+void Exchange::resolveAttempt(const Admission& admission) {
+  if (finished_ || !held_ || phase_ != Phase::BeforeAttempt || admission.waits()) return;
+  if (admission.proceeds()) {
+    continueDecoding();
+    return;
+  }
+  held_ = false;
+  refuseAttempt(admission.reason, admission.retry_after);
 }
 
 // --- attempts ---------------------------------------------------------------------
@@ -347,10 +322,16 @@ void Exchange::startAttempt(const AttemptTarget& target) {
   // A retry prefers another endpoint than the one the last attempt failed on.
   const EndpointRuntime* last = attempt_.endpoint;
   attempt_ = Attempt{};
+  relay_.resetAttempt();
   attempt_.target = target;
   if (attempts_ == 1) findMcpSession();
+  // The quota key as the throttle filter will compute it: from the head rewritten per endpoint.
+  const ClientInfo* client = downstream_ != nullptr ? &downstream_->clientInfo() : nullptr;
+  const auto key_for = [this, client](const UpstreamRuntime& up, const EndpointRuntime& e) {
+    return quotaKeyAt(request_, up, e, client != nullptr ? *client : ClientInfo{});
+  };
   const AttemptRouter::Placement placement =
-      router_.place(target, last, mayReplay(), QuotaAsk{&request_.headers, intake_.body().prefix()},
+      router_.place(target, last, mayReplay(), QuotaAsk{key_for, intake_.body().prefix()},
                     threadLocalUniform(), mcp_session_ ? mcp_session_->endpoint : nullptr);
   attempt_.upstream = placement.upstream;
   attempt_.endpoint = placement.endpoint;
@@ -418,7 +399,7 @@ void Exchange::notifyMcpCancel() {
 bool Exchange::mayReplay() const {
   // The rules of a retry (docs/design.md §5): nothing reached the client yet, the
   // body can be sent again, and the request is safe to repeat.
-  return route_->config != nullptr && !finished_ && !response_started_ && !discarding_ &&
+  return route_->config != nullptr && !finished_ && !relay_.started() && !discarding_ &&
          state_ != ExchangeState::Cancelling && intake_.requestComplete() &&
          !intake_.body().streaming() && intake_.body().replayable() && clock().now() < deadline_ &&
          isRetrySafe(route_->config->retry.idempotent, request_.method,
@@ -454,7 +435,7 @@ AttemptVerdict Exchange::endAttempt(AttemptOutcome outcome, bool reuse, AttemptV
   timers_.disarm(ExchangeSlot::FirstByte);
   timers_.disarm(ExchangeSlot::Idle);
   attempt_.endpoint->metrics->attempts(attemptResultFor(outcome)).Increment();
-  attempt_.cut = !outcome.isStatus();
+  relay_.markCut(!outcome.isStatus());
   attempt_.outcome = outcome;
   const AttemptEnd end = describeAttempt(outcome);
   AttemptVerdict verdict = proposed;
@@ -476,7 +457,7 @@ AttemptVerdict Exchange::endAttempt(AttemptOutcome outcome, bool reuse, AttemptV
       stream->reset();  // closes the connection / resets the stream now: generation stops
     }
   }
-  attempt_.upstream_paused = false;
+  relay_.clearPaused();
   return verdict;
 }
 
@@ -485,13 +466,13 @@ AttemptEnd Exchange::describeAttempt(const AttemptOutcome& outcome) const {
   end.outcome = outcome;
   end.attempt = attempts_;
   end.status = attempt_.status;
-  end.held_response = attempt_.held ? &attempt_.held->head : nullptr;
-  if (attempt_.held) end.held_body = attempt_.held->body;
-  end.response_started = response_started_;
+  end.held_response = relay_.heldHead();
+  end.held_body = relay_.heldBody();
+  end.response_started = relay_.started();
   // Never connected: not a byte of the request reached the upstream.
   end.unprocessed =
       attempt_.unprocessed || outcome.kind == OutcomeKind::ConnectError || !attempt_.connected;
-  end.delivered_body_bytes = deliveredBodyBytes();
+  end.delivered_body_bytes = relay_.deliveredBodyBytes(downstream_);
   end.cancel_reason = cancel_reason_;
   end.finish_draining = discarding_;
   return end;
@@ -501,11 +482,11 @@ bool Exchange::mayRetry(const AttemptOutcome& outcome) const {
   // Not an attempt sluice tore down itself, not while cancelling, and never
   // once something of the response went to the client.
   return outcome.kind != OutcomeKind::Cancelled && !finished_ && state_ == ExchangeState::Running &&
-         !response_started_;
+         !relay_.started();
 }
 
 void Exchange::scheduleRetry(const AttemptVerdict::Retry& retry) {
-  attempt_.held.reset();  // the answer this retry replaces is never sent
+  relay_.dropHeld();  // the answer this retry replaces is never sent
   if (retry.target.kind == AttemptTarget::Kind::NextFallback) {
     router_.countFallback(retry.cause);  // a spill-over, not a retry of this upstream
   } else {
@@ -524,11 +505,11 @@ void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
   if (finished_) return;
   // A response under way is never retried: it will be cut, after one final
   // error event if the client can take it (decided before the spend meter reads).
-  const std::string final_event = response_started_ ? finalEventFor(problem) : std::string();
+  const std::string final_event = relay_.started() ? finalEventFor(problem) : std::string();
   // The upstream broke the response the client is reading: the request ends
   // cut (its status stays the one the client saw), with a reason the spend
   // meter, the access log and sluice_cancellations_total all see.
-  if (response_started_ && outcome.kind == OutcomeKind::Reset && !cancel_reason_) {
+  if (relay_.started() && outcome.kind == OutcomeKind::Reset && !cancel_reason_) {
     cancel_reason_ = CancelReason::UpstreamReset;
   }
   const AttemptVerdict verdict = endAttempt(outcome, false, AttemptVerdict::fail(problem));
@@ -537,7 +518,7 @@ void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
     scheduleRetry(*retry);
     return;
   }
-  if (response_started_) {
+  if (relay_.started()) {
     if (cancel_reason_ == CancelReason::UpstreamReset && !cancel_counted_) {
       route_->metrics->cancellations(*cancel_reason_).Increment();
       cancel_counted_ = true;
@@ -558,7 +539,7 @@ void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
 
 void Exchange::onAttemptTimeout() {
   if (finished_) return;
-  if (response_started_ || discarding_ || attempt_.held) {
+  if (relay_.started() || discarding_ || relay_.holding()) {
     cancel(CancelReason::UpstreamTimeout);
     return;
   }
@@ -589,7 +570,7 @@ void Exchange::armFirstByteTimer() {
 
 void Exchange::armIdleTimer() {
   // Nor is a stalled upload a stalled upstream (body_read_timeout is the client's).
-  if (route_->config == nullptr || attempt_.upstream_paused || attempt_.stream == nullptr ||
+  if (route_->config == nullptr || relay_.paused() || attempt_.stream == nullptr ||
       !intake_.requestComplete()) {
     return;
   }
@@ -613,7 +594,7 @@ void Exchange::onUpstreamBodySent(uint64_t offset) {
   intake_.body().discardBefore(offset);  // a streamed body frees what the upstream took
   applyBodyBackpressure();
   // The upstream answered before it took the whole body: the rest goes once it has.
-  if (response_started_ && attempt_.body_sent == attemptBody().size()) releaseReplayState();
+  if (relay_.started() && attempt_.body_sent == attemptBody().size()) releaseReplayState();
 }
 
 void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
@@ -634,8 +615,7 @@ void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
       hold || router_.fallsBackOn(AttemptOutcome::fromStatus(head.status), attempts_, mayReplay());
   if (hold) {
     // Held back until the attempt ends: maybe retried, maybe released.
-    attempt_.held = std::make_unique<HeldResponse>();
-    attempt_.held->head = std::move(head);
+    relay_.hold(std::move(head));
     armIdleTimer();
     return;
   }
@@ -647,16 +627,11 @@ void Exchange::sendResponseHead(ResponseHead& head) {
   head.headers.set("x-sluice-attempts", std::to_string(attempts_sent_));
   head.headers.set("x-sluice-upstream", attempt_.upstream->name());
   if (!discarding_ && downstream_ != nullptr) {
-    response_started_ = true;
     beginResponse(head, /*from_upstream=*/true);
-    const std::string_view content_type = head.headers.get("content-type").value_or("");
-    attempt_.sse_dialect = sseDialectFor(request_.pathOnly(), content_type);
-    if (mcpRoute()) {  // a JSON-RPC stream: its final event answers the request's id
-      const bool stream = content_type.find("text/event-stream") != std::string_view::npos;
-      attempt_.sse_dialect = stream && record_.jsonRpcId() ? SseDialect::Mcp : SseDialect::None;
-    }
-    attempt_.forwarded_tail = 0;
-    downstream_->encodeHeaders(std::move(head), false);  // not read after: handed over
+    const SseDialect dialect =
+        responseDialect(request_.pathOnly(), head.headers.get("content-type").value_or(""),
+                        mcpRoute(), record_.jsonRpcId().has_value());
+    relay_.sendHead(*downstream_, std::move(head), dialect);  // not read after: handed over
     releaseReplayState();
   }
 }
@@ -694,25 +669,12 @@ void Exchange::beginResponse(ResponseHead& head, bool from_upstream) {
 }
 
 void Exchange::releaseHeldResponse(bool end_stream) {
-  const std::unique_ptr<HeldResponse> held = std::move(attempt_.held);
-  ResponseHead& head = held->head;
-  const std::string& body = held->body;
-  sendResponseHead(head);
+  const std::unique_ptr<ResponseRelay::Held> held = relay_.takeHeld();
+  sendResponseHead(held->head);
   if (!discarding_ && downstream_ != nullptr) {
-    noteForwarded(body.data(), body.size());
-    const bool trailers = end_stream && attempt_.trailers != nullptr;
-    downstream_->encodeData(body.data(), body.size(), end_stream && !trailers);
-    if (trailers) endResponse();
+    record_.addBytesOut(held->body.size());
+    relay_.sendBody(*downstream_, held->body.data(), held->body.size(), end_stream);
   }
-}
-
-void Exchange::endResponse() {
-  if (attempt_.trailers == nullptr) {
-    downstream_->encodeData(nullptr, 0, true);
-    return;
-  }
-  const std::unique_ptr<HeaderMap> trailers = std::move(attempt_.trailers);
-  downstream_->encodeTrailers(std::move(*trailers));
 }
 
 void Exchange::onUpstreamTrailers(HeaderMap&& trailers) {
@@ -721,7 +683,7 @@ void Exchange::onUpstreamTrailers(HeaderMap&& trailers) {
   if (finished_ || !client_takes_trailers_) return;
   rewriteTrailersForDownstream(trailers);
   if (trailers.empty()) return;
-  attempt_.trailers = std::make_unique<HeaderMap>(std::move(trailers));
+  relay_.keepTrailers(std::move(trailers));
 }
 
 void Exchange::onUpstreamData(const char* data, size_t len) {
@@ -729,26 +691,18 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
   attempt_.last_upstream_byte = clock().now();
   response_bytes_ += len;
   for (auto& filter : filters_) filter->encodeData(data, len, false);
-  if (attempt_.held) {
-    if (attempt_.held->body.size() + len <= kMaxHeldBody) {
-      attempt_.held->body.append(data, len);
-      return;
-    }
+  if (relay_.holding()) {
+    if (relay_.holdData(data, len)) return;
     releaseHeldResponse(false);  // too big to be an error worth retrying: stream it
   }
   if (discarding_ || downstream_ == nullptr) return;
-  noteForwarded(data, len);
-  downstream_->encodeData(data, len, false);
-  pauseUpstreamIfClientSlow();
-}
-
-void Exchange::pauseUpstreamIfClientSlow() {
-  if (discarding_ || downstream_ == nullptr) return;
-  if (!attempt_.upstream_paused && attempt_.stream != nullptr &&
-      downstream_->aboveHighWatermark()) {
+  record_.addBytesOut(len);
+  relay_.sendBody(*downstream_, data, len, false);
+  // Handing bytes over may have ended the exchange or lost the client.
+  if (finished_ || discarding_ || downstream_ == nullptr) return;
+  if (attempt_.stream != nullptr && relay_.pauseIfClientSlow(*downstream_)) {
     // The client is slower than the upstream: stop reading the upstream until
     // the client drains (onDownstreamWritable). Memory per stream stays bounded.
-    attempt_.upstream_paused = true;
     attempt_.stream->pauseReading();
     timers_.disarm(ExchangeSlot::Idle);
   }
@@ -764,15 +718,15 @@ void Exchange::onUpstreamComplete() {
     scheduleRetry(*retry);
     return;
   }
-  if (attempt_.held) {
+  if (relay_.holding()) {
     if (const auto* fail = verdict.asFail()) {
       // A filter refused the held answer: the client gets its problem instead.
-      attempt_.held.reset();
+      relay_.dropHeld();
       answer(fail->problem, ExchangeState::Failed);
       return;
     }
     if (verdict.asDeliver()->discourage_client_retry) {
-      attempt_.held->head.headers.set("x-should-retry", "false");
+      relay_.heldHead()->headers.set("x-should-retry", "false");
     }
     releaseHeldResponse(true);
     transition(ExchangeState::Completed);
@@ -784,7 +738,7 @@ void Exchange::onUpstreamComplete() {
     finish(kClientClosedRequest);
     return;
   }
-  endResponse();
+  relay_.end(*downstream_);
   transition(ExchangeState::Completed);
   finish(attempt_.status);
 }
@@ -815,7 +769,7 @@ void Exchange::onUpstreamError(UpstreamError error, const std::string& detail) {
 // --- downstream events ----------------------------------------------------------------
 
 void Exchange::onDownstreamDisconnect(CancelReason reason) {
-  if (downstream_ != nullptr) undelivered_at_disconnect_ = downstream_->bufferedBytes();
+  if (downstream_ != nullptr) relay_.clientLeft(downstream_->bufferedBytes());
   downstream_ = nullptr;  // never write to the client again
   if (finished_) return;
   const bool finish_mode = route_->config != nullptr && route_->config->on_client_disconnect ==
@@ -828,8 +782,7 @@ void Exchange::onDownstreamDisconnect(CancelReason reason) {
     if (!cancel_reason_) cancel_reason_ = reason;
     route_->metrics->cancellations(*cancel_reason_).Increment();
     cancel_counted_ = true;
-    if (attempt_.upstream_paused) {
-      attempt_.upstream_paused = false;
+    if (relay_.resume()) {
       attempt_.stream->resumeReading();
       attempt_.last_upstream_byte = clock().now();
       armIdleTimer();
@@ -844,8 +797,7 @@ void Exchange::onDownstreamDisconnect(CancelReason reason) {
 }
 
 void Exchange::onDownstreamWritable() {
-  if (finished_ || !attempt_.upstream_paused || attempt_.stream == nullptr) return;
-  attempt_.upstream_paused = false;
+  if (finished_ || attempt_.stream == nullptr || !relay_.resume()) return;
   attempt_.stream->resumeReading();
   attempt_.last_upstream_byte = clock().now();
   armIdleTimer();
@@ -870,7 +822,7 @@ void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_wit
   std::string final_event;
   // Decided before the attempt ends: the spend meter must know whether what
   // is buffered for the client will still be delivered.
-  if (downstream_ != nullptr && response_started_ && clientStillListening(*cancel_reason_)) {
+  if (downstream_ != nullptr && relay_.started() && clientStillListening(*cancel_reason_)) {
     final_event = finalEventFor(problem);
   }
   if (had_attempt) {
@@ -890,7 +842,7 @@ void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_wit
   }
   int code = kClientClosedRequest;
   if (downstream_ != nullptr) {
-    if (!response_started_) {
+    if (!relay_.started()) {
       sendProblem(problem);
       code = problem.status;
     } else {
@@ -923,22 +875,20 @@ void Exchange::answer(Problem problem, ExchangeState terminal) {
 
 void Exchange::answerLocally(LocalReply reply) {
   const int status = reply.head.status;
-  if (downstream_ != nullptr && !response_started_) writeLocalReply(reply);
+  if (downstream_ != nullptr && !relay_.started()) writeLocalReply(reply);
   transition(ExchangeState::Completed);
   finish(status);
 }
 
 void Exchange::writeLocalReply(LocalReply& reply) {
-  response_started_ = true;
   beginResponse(reply.head, /*from_upstream=*/false);
   record_.addBytesOut(reply.body.size());
-  downstream_->encodeHeaders(std::move(reply.head), false);
-  downstream_->encodeData(reply.body.data(), reply.body.size(), true);
+  relay_.sendReply(*downstream_, std::move(reply.head), reply.body);
 }
 
 void Exchange::sendProblem(Problem& problem) {
   for (auto& filter : filters_) filter->encodeLocalReply(problem);
-  if (downstream_ == nullptr || response_started_) return;
+  if (downstream_ == nullptr || relay_.started()) return;
   LocalReply reply =
       mcpRoute() ? makeMcpReply(problem, record_.jsonRpcId()
                                              ? std::optional<std::string_view>(*record_.jsonRpcId())
@@ -951,34 +901,12 @@ void Exchange::sendProblem(Problem& problem) {
 }
 
 std::string Exchange::finalEventFor(const Problem& problem) {
-  if (downstream_ == nullptr || discarding_ || attempt_.sse_dialect == SseDialect::None ||
-      !atEventBoundary(attempt_.forwarded_tail)) {
-    return "";  // an event appended inside another would garble both
-  }
-  std::string event = attempt_.sse_dialect == SseDialect::Mcp
-                          ? mcpErrorEvent(problem, *record_.jsonRpcId())
-                          : sseErrorEvent(attempt_.sse_dialect, problem);
-  if (!downstream_->canWriteWithoutWaiting(event.size())) return "";
-  attempt_.cut_flushes = true;
-  return event;
+  if (downstream_ == nullptr || discarding_) return "";
+  return relay_.finalEventFor(*downstream_, problem, record_.jsonRpcId());
 }
 
 void Exchange::cutResponse(const std::string& final_event) {
-  if (downstream_ == nullptr) return;
-  if (final_event.empty()) {
-    downstream_->resetStream();
-  } else {
-    downstream_->resetStreamAfter(final_event);
-  }
-}
-
-void Exchange::noteForwarded(const char* data, size_t len) {
-  attempt_.forwarded_bytes += len;
-  record_.addBytesOut(len);
-  if (attempt_.sse_dialect == SseDialect::None) return;
-  for (size_t i = len > 4 ? len - 4 : 0; i < len; ++i) {
-    attempt_.forwarded_tail = attempt_.forwarded_tail << 8 | static_cast<uint8_t>(data[i]);
-  }
+  if (downstream_ != nullptr) ResponseRelay::cut(*downstream_, final_event);
 }
 
 Problem Exchange::problemFor(CancelReason reason,
@@ -1019,19 +947,6 @@ void Exchange::finish(int status_code) {
     d->onExchangeDone();
   }
   host_.retire(*this);
-}
-
-uint64_t Exchange::deliveredBodyBytes() const {
-  // While the client is attached everything handed over counts (what is still
-  // buffered will be written) unless the attempt was cut: then the response is
-  // cut too and its buffer dropped — except when a final SSE error event goes
-  // out first, after what is buffered. Once the client left, what was stuck in
-  // sluice did not reach it.
-  uint64_t stuck = undelivered_at_disconnect_;
-  if (downstream_ != nullptr) {
-    stuck = attempt_.cut && !attempt_.cut_flushes ? downstream_->bufferedBytes() : 0;
-  }
-  return attempt_.forwarded_bytes > stuck ? attempt_.forwarded_bytes - stuck : 0;
 }
 
 std::function<void()> Exchange::crossThreadWaker(std::function<void()> fn) {
@@ -1121,7 +1036,7 @@ void Exchange::onSlot(ExchangeSlot slot) {
       onAttemptTimeout();
       return;
     case ExchangeSlot::Idle: {
-      if (attempt_.upstream_paused || attempt_.stream == nullptr) return;
+      if (relay_.paused() || attempt_.stream == nullptr) return;
       const MonotonicTime due = attempt_.last_upstream_byte + route_->config->idle_timeout;
       if (clock().now() >= due) {
         onAttemptTimeout();
@@ -1160,7 +1075,7 @@ ExchangeSnapshot Exchange::snapshot() const {
   s.age_seconds = seconds(now - start_);
   s.budget_left_seconds = deadline_ == MonotonicTime::max() ? -1 : seconds(deadline_ - now);
   s.client_attached = downstream_ != nullptr;
-  s.upstream_paused = attempt_.upstream_paused;
+  s.upstream_paused = relay_.paused();
   s.downstream_buffered_bytes = downstream_ != nullptr ? downstream_->bufferedBytes() : 0;
   s.response_bytes = response_bytes_;
   return s;

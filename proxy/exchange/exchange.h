@@ -43,6 +43,7 @@
 #include "proxy/exchange/exchange_timers.h"
 #include "proxy/exchange/filter_chain.h"
 #include "proxy/exchange/request_intake.h"
+#include "proxy/exchange/response_relay.h"
 #include "proxy/exchange/runtime.h"
 #include "proxy/http/request_body.h"
 #include "proxy/http/request_id.h"
@@ -137,6 +138,7 @@ class Exchange final : public DeferredDeletable,
 
   // --- FilterCallbacks ------------------------------------------------------------
   void continueDecoding() override;
+  void resolveAttempt(const Admission& admission) override;
   void sendLocalReply(const Problem& problem) override;
   void cancel(CancelReason reason,
               std::optional<std::chrono::milliseconds> retry_after = std::nullopt) override;
@@ -148,11 +150,7 @@ class Exchange final : public DeferredDeletable,
   void lowerDeadline(MonotonicTime deadline, CancelReason reason) override;
   MonotonicTime startTime() const override { return start_; }
   const RequestHead& request() const override { return request_; }
-  const RouteRuntime& route() const override { return *route_; }
   uint32_t attemptNumber() const override { return attempts_; }
-  const AttemptDestination& destination() const override { return attempt_.destination; }
-  void refuseAttempt(CancelReason reason,
-                     std::optional<std::chrono::milliseconds> retry_after) override;
   bool requestBodyReplayable() const override { return intake_.body().replayable(); }
   std::function<void()> crossThreadWaker(std::function<void()> fn) override;
 
@@ -195,6 +193,12 @@ class Exchange final : public DeferredDeletable,
    */
   void routeOnModel();
   void runChain(size_t from);
+  /**
+   * The attempt being prepared was refused (Admission::refuse): the next
+   * fallback upstream takes the request when the route falls back on
+   * `reason` and it may be sent again; otherwise the exchange is cancelled.
+   */
+  void refuseAttempt(CancelReason reason, std::optional<std::chrono::milliseconds> retry_after);
   /** Pauses or resumes the client's upload around the body watermarks. */
   void applyBodyBackpressure();
   /** 503 `overloaded`: the body does not fit under `limits.max_buffered_body_bytes`. */
@@ -258,18 +262,10 @@ class Exchange final : public DeferredDeletable,
   Problem problemFor(CancelReason reason,
                      std::optional<std::chrono::milliseconds> retry_after) const;
   void armFirstByteTimer();
-  /**
-   * The one SSE error event that precedes a cut of the response under way
-   * (docs/design.md §8), or "" when none can be written: not an event stream of a
-   * known dialect, the forwarded bytes end inside an event, or the client
-   * cannot take it without waiting. Sets cut_flushes_ when there is one, so
-   * the spend meter counts what is buffered as delivered.
-   */
+  /** The final SSE error event before a cut (ResponseRelay::finalEventFor), "" when none. */
   std::string finalEventFor(const Problem& problem);
   /** Ends the response under way truncated, after `final_event` if there is one. */
   void cutResponse(const std::string& final_event);
-  /** Body bytes of this attempt handed to the client (spend; SSE event boundaries). */
-  void noteForwarded(const char* data, size_t len);
   void armIdleTimer();
   void sendResponseHead(ResponseHead& head);
   /**
@@ -281,16 +277,6 @@ class Exchange final : public DeferredDeletable,
   /** One access log line for the finished request, when the log is on. */
   void logAccess(int status_code, MonotonicTime now) const;
   void releaseHeldResponse(bool end_stream);
-  /** Ends the response to the client: with the upstream's trailers when it takes them. */
-  void endResponse();
-  /**
-   * Response body bytes of the attempt that reached the client: what was
-   * handed to the client connection, minus what was still buffered in sluice
-   * when the client left (or what a cut drops).
-   */
-  uint64_t deliveredBodyBytes() const;
-  /** The client is slower than the upstream: stop reading the upstream. */
-  void pauseUpstreamIfClientSlow();
   /**
    * Once the upstream's response is under way no retry or fallback can
    * replay the request: frees what only a replay reads (the request
@@ -327,16 +313,6 @@ class Exchange final : public DeferredDeletable,
   bool awaiting_model_ = false;  // routeOnModel() runs once the body (or its start) is in
   FilterChain filters_;
 
-  /**
-   * A response held back (a filter's StopIteration, or one a fallback may
-   * replace). Allocated only then: most attempts hold nothing, and every
-   * held stream keeps its Exchange (~130 bytes inline).
-   */
-  struct HeldResponse {
-    ResponseHead head;
-    std::string body;  // at most kMaxHeldBody; past that the response streams
-  };
-
   // The attempt in flight (or the last one, until the next starts). Plain
   // values, reset in one place: startAttempt(). Its live resources — the
   // stream, the timers — are torn down by endAttempt().
@@ -350,22 +326,14 @@ class Exchange final : public DeferredDeletable,
     // response is under way (releaseReplayState). Out of line: a held stream
     // keeps its Exchange, not this (~130 bytes inline).
     std::unique_ptr<RequestHead> request;
-    bool unprocessed = false;            // the upstream said it did not process the attempt
-    bool connected = false;              // onUpstreamConnected: the request went on the wire
-    bool upstream_paused = false;        // a slow client holds the upstream (backpressure)
-    int status = 0;                      // the response head's status; 0 until it arrived
-    std::unique_ptr<HeldResponse> held;  // a response a filter is holding back
-    // The response's trailers, for a client that takes them (client_takes_trailers_).
-    std::unique_ptr<HeaderMap> trailers;
-    uint64_t forwarded_bytes = 0;  // body bytes handed to the client
-    bool cut = false;              // ended without its response's end (cancel, reset, stall)
-    bool cut_flushes = false;      // the cut delivers what is buffered, then a final event
-    SseDialect sse_dialect = SseDialect::None;  // of the response under way (text/event-stream)
-    uint32_t forwarded_tail = 0;  // its last four body bytes: is it at an SSE event boundary?
-    uint64_t body_sent = 0;       // attemptBody() bytes the transport took (onUpstreamBodySent)
-    AttemptOutcome outcome;       // how it ended (endAttempt)
+    bool unprocessed = false;  // the upstream said it did not process the attempt
+    bool connected = false;    // onUpstreamConnected: the request went on the wire
+    int status = 0;            // the response head's status; 0 until it arrived
+    uint64_t body_sent = 0;    // attemptBody() bytes the transport took (onUpstreamBodySent)
+    AttemptOutcome outcome;    // how it ended (endAttempt)
     MonotonicTime last_upstream_byte{};
-    // Its timers are the slots Connect, FirstByte and Idle (below).
+    // Its timers are the slots Connect, FirstByte and Idle (below); its
+    // response's held head, trailers, forwarded bytes and pause are relay_'s.
   };
   uint32_t attempts_ = 0;  // attempts started; the current one's number
   // Attempts handed to an upstream connection (x-sluice-attempts, the access
@@ -375,14 +343,11 @@ class Exchange final : public DeferredDeletable,
   AttemptRouter router_;  // where each attempt goes: the chain position, failed endpoints
   // The body naming the current fallback's `model`, when it has one.
   std::unique_ptr<RequestBody> rewritten_body_;
-  // refuseAttempt() during runChain(): the spill-over waits for the chain to unwind.
-  int chain_depth_ = 0;
-  bool spill_requested_ = false;
-  PendingSlot connect_wait_;       // a max_pending slot while the attempt waits for a connection
-  bool response_started_ = false;  // something went to the client
-  bool discarding_ = false;        // finish mode: client gone, drain and discard
+  PendingSlot connect_wait_;  // a max_pending slot while the attempt waits for a connection
+  bool discarding_ = false;   // finish mode: client gone, drain and discard
   uint64_t response_bytes_ = 0;
-  uint64_t undelivered_at_disconnect_ = 0;  // still buffered in sluice when the client left
+  // The response to the client: held head, SSE tail, backpressure, delivered bytes.
+  ResponseRelay relay_;
 
   // For the access log (docs/design.md §7): ttfb, retry causes, bytes out,
   // usage, the run, the JSON-RPC call (whose id sluice's own answers use).

@@ -56,7 +56,7 @@ constexpr FilterEntry kFilterTable[] = {
        return new (at) ToolsFilter(*r.tools);
      }},
     // Circuit and quota are per endpoint: each attempt's come from its
-    // destination (FilterCallbacks::destination()).
+    // destination (beforeAttempt's AttemptContext).
     {"circuit_breaker", slotOf<CircuitBreakerFilter>(), always,
      [](void* at, const RouteRuntime&) -> StreamFilter* {
        return new (at) CircuitBreakerFilter();

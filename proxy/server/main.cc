@@ -2,7 +2,8 @@
 //
 //   sluice --config FILE          run
 //   sluice --check-config FILE    validate FILE and exit (0 ok, 2 invalid)
-//   sluice --probe URL            GET URL once: exit 0 on 2xx (container health checks)
+//   sluice --health-check URL     GET URL once: exit 0 on 2xx (container health checks;
+//                                 `--probe` is the same)
 //   sluice --version | --help     print to stdout and exit 0
 //
 // Exit codes: 0 clean shutdown, 1 runtime failure (cannot bind, ...),
@@ -26,7 +27,7 @@
 #include "common/build_info.h"
 #include "config/loader.h"
 #include "proxy/observability/log.h"
-#include "proxy/server/probe.h"
+#include "proxy/server/health_check.h"
 #include "proxy/server/server.h"
 
 namespace {
@@ -38,7 +39,8 @@ void usage(std::ostream& out) {
   out << "usage: sluice --config FILE        run (SIGTERM/SIGINT drain, SIGHUP reloads FILE)\n"
          "       sluice --check-config FILE  validate FILE: exit 0, or 2 with FILE:LINE:COL: "
          "message\n"
-         "       sluice --probe URL          GET an http:// URL once (5 s): exit 0 on 2xx, else 1\n"
+         "       sluice --health-check URL   GET an http:// URL once (5 s): exit 0 on 2xx, else 1\n"
+         "                                   (--probe URL: the same)\n"
          "       sluice --version            print the version\n"
          "       sluice --help               print this help\n";
 }
@@ -72,8 +74,8 @@ int main(int argc, char** argv) {
     } else if (arg == "--check-config" && i + 1 < argc) {
       config_path = argv[++i];
       check_only = true;
-    } else if (arg == "--probe" && i + 2 == argc) {
-      return sluice::probeUrl(argv[i + 1], std::chrono::seconds(5), std::cout, std::cerr);
+    } else if ((arg == "--health-check" || arg == "--probe") && i + 2 == argc) {
+      return sluice::checkHealth(argv[i + 1], std::chrono::seconds(5), std::cout, std::cerr);
     } else if (arg == "--version" && argc == 2) {
       std::cout << "sluice " << sluice::buildVersion() << " (commit " << sluice::buildCommit()
                 << ", allocator " << allocatorName() << ")\n";

@@ -1,7 +1,7 @@
 // The sluice binary's command line: --check-config validates and exits 0 or
 // 2 with the exact FILE:LINE:COL: key.path error (values as written, never
 // an expanded secret) and prints warnings; --config refuses to start on an
-// invalid file the same way; SIGTERM drains and exits 0; --probe, --version,
+// invalid file the same way; SIGTERM drains and exits 0; --health-check (alias --probe), --version,
 // --help; a taken admin address names the reason.
 
 #include <arpa/inet.h>
@@ -176,7 +176,8 @@ TEST(CliTest, VersionAndHelpGoToStdoutAndExitZero) {
   EXPECT_NE(out.find(", allocator " SLUICE_EXPECTED_ALLOCATOR), std::string::npos) << out;
   auto [help_code, help] = runCommand("(" + sluicePath() + " --help 2>/dev/null)");
   EXPECT_EQ(help_code, 0);
-  for (const char* flag : {"--config", "--check-config", "--probe", "--version"}) {
+  for (const char* flag :
+       {"--config", "--check-config", "--health-check", "--probe", "--version"}) {
     EXPECT_NE(help.find(flag), std::string::npos) << flag << " in: " << help;
   }
   auto [bad_code, bad] = runCommand("(" + sluicePath() + " --frobnicate 2>/dev/null)");
@@ -185,23 +186,26 @@ TEST(CliTest, VersionAndHelpGoToStdoutAndExitZero) {
 }
 
 // The container HEALTHCHECK, with no curl in the image.
-TEST(CliTest, ProbeExitsZeroOnlyOnA2xxAnswer) {
+TEST(CliTest, HealthCheckExitsZeroOnlyOnA2xxAnswer) {
   SluiceProcess sluice(
       "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nworkers: 1\nupstreams:\n"
       "  - {name: a, url: \"http://127.0.0.1:1\"}\n");
   ASSERT_TRUE(sluice.running());
   const std::string admin = "http://127.0.0.1:" + std::to_string(sluice.adminPort());
-  auto [ready, ready_out] = runCommand(sluicePath() + " --probe " + admin + "/ready");
+  auto [ready, ready_out] = runCommand(sluicePath() + " --health-check " + admin + "/ready");
   EXPECT_EQ(ready, 0) << ready_out;
   EXPECT_NE(ready_out.find("HTTP/1.1 200"), std::string::npos) << ready_out;
-  EXPECT_EQ(runCommand(sluicePath() + " --probe " + admin + "/nope").first, 1);
+  EXPECT_EQ(runCommand(sluicePath() + " --health-check " + admin + "/nope").first, 1);
   // 405 is an answer, not a success.
-  EXPECT_EQ(runCommand(sluicePath() + " --probe " + admin + "/drain").first, 1);
-  EXPECT_EQ(runCommand(sluicePath() + " --probe https://127.0.0.1:1/ready").first, 2);
-  EXPECT_EQ(runCommand(sluicePath() + " --probe not-a-url").first, 2);
+  EXPECT_EQ(runCommand(sluicePath() + " --health-check " + admin + "/drain").first, 1);
+  EXPECT_EQ(runCommand(sluicePath() + " --health-check https://127.0.0.1:1/ready").first, 2);
+  EXPECT_EQ(runCommand(sluicePath() + " --health-check not-a-url").first, 2);
+  // `--probe` is the same check, kept for existing health check commands.
+  EXPECT_EQ(runCommand(sluicePath() + " --probe " + admin + "/ready").first, 0);
+  EXPECT_EQ(runCommand(sluicePath() + " --probe " + admin + "/nope").first, 1);
   EXPECT_EQ(sluice.stop(), 0);
   // Nothing listening any more: refused.
-  auto [gone, gone_out] = runCommand(sluicePath() + " --probe " + admin + "/ready");
+  auto [gone, gone_out] = runCommand(sluicePath() + " --health-check " + admin + "/ready");
   EXPECT_EQ(gone, 1);
   EXPECT_NE(gone_out.find("Connection refused"), std::string::npos) << gone_out;
 }

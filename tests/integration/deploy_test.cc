@@ -177,15 +177,15 @@ TEST(DeployTest, KubernetesManifestIsAValidDeploymentWithItsConfigMap) {
   EXPECT_EQ(ports["http"], cfg.listeners.at(0).address.port);
   EXPECT_EQ(ports["admin"], cfg.admin.port);
   // The admin port (metrics, config, exchanges, POST /drain) stays inside the
-  // pod: the probes exec `sluice --probe` there (README "Security").
+  // pod: the probes exec `sluice --health-check` there (README "Security").
   EXPECT_EQ(cfg.admin.host, "127.0.0.1") << "admin is not exposed by default";
   EXPECT_EQ(cfg.listeners.at(0).address.host, "0.0.0.0");
   const auto probe = [&](const std::string& name, const std::string& path) {
     const YAML::Node exec =
         need(need(c, name, YAML::NodeType::Map, "container"), "exec", YAML::NodeType::Map, name);
-    EXPECT_EQ(
-        exec["command"].as<std::vector<std::string>>(std::vector<std::string>{}),
-        (std::vector<std::string>{"sluice", "--probe", "http://" + cfg.admin.toString() + path}))
+    EXPECT_EQ(exec["command"].as<std::vector<std::string>>(std::vector<std::string>{}),
+              (std::vector<std::string>{"sluice", "--health-check",
+                                        "http://" + cfg.admin.toString() + path}))
         << name << " must probe the admin port";
   };
   probe("readinessProbe", "/ready");
@@ -262,7 +262,7 @@ TEST(DeployTest, ImageDefaultConfigStartsWithoutMockAndTheHealthcheckProbesIt) {
   const std::string dockerfile = readSource("Dockerfile");
   EXPECT_NE(dockerfile.find("COPY config/examples/container.yaml /etc/sluice/sluice.yaml"),
             std::string::npos);
-  EXPECT_NE(dockerfile.find(R"(CMD ["sluice", "--probe", "http://127.0.0.1:9901/ready"])"),
+  EXPECT_NE(dockerfile.find(R"(CMD ["sluice", "--health-check", "http://127.0.0.1:9901/ready"])"),
             std::string::npos);
   const config::LoadResult loaded = config::loadConfigFile(
       sourceDir() + "/config/examples/container.yaml", [](const std::string&) {

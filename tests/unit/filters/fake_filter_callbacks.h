@@ -22,6 +22,19 @@ class FakeFilterCallbacks : public FilterCallbacks {
   explicit FakeFilterCallbacks(ManualClock& clock) : clock_(clock), start_(clock.now()) {}
 
   void continueDecoding() override { ++continue_calls; }
+  /**
+   * Recorded, then acted on as the Exchange does when no fallback is left:
+   * Continue resumes the chain (continue_calls), Refuse cancels (cancels,
+   * refusals).
+   */
+  void resolveAttempt(const Admission& admission) override {
+    resolutions.push_back(admission);
+    if (admission.proceeds()) ++continue_calls;
+    if (admission.refuses()) {
+      ++refusals;
+      cancels.emplace_back(admission.reason, admission.retry_after);
+    }
+  }
   void sendLocalReply(const Problem& problem) override { local_replies.push_back(problem); }
   void cancel(CancelReason reason, std::optional<std::chrono::milliseconds> retry_after) override {
     cancels.emplace_back(reason, retry_after);
@@ -45,15 +58,9 @@ class FakeFilterCallbacks : public FilterCallbacks {
   }
   MonotonicTime startTime() const override { return start_; }
   const RequestHead& request() const override { return request_head; }
-  const RouteRuntime& route() const override { return route_; }
   uint32_t attemptNumber() const override { return attempt; }
-  const AttemptDestination& destination() const override { return destination_value; }
-  /** Recorded with the cancels (what the Exchange does when no fallback is left). */
-  void refuseAttempt(CancelReason reason,
-                     std::optional<std::chrono::milliseconds> retry_after) override {
-    ++refusals;
-    cancels.emplace_back(reason, retry_after);
-  }
+  /** The AttemptContext the Exchange hands beforeAttempt: `attempt` to `destination_value`. */
+  AttemptContext attemptContext() const { return AttemptContext{attempt, destination_value}; }
   bool requestBodyReplayable() const override { return body_replayable; }
   std::function<void()> crossThreadWaker(std::function<void()> fn) override { return fn; }
   std::optional<CancelReason> cancelReason() const override { return cancel_reason; }
@@ -103,7 +110,8 @@ class FakeFilterCallbacks : public FilterCallbacks {
   int timers_disarmed = 0;
   std::vector<Problem> local_replies;
   std::vector<std::pair<CancelReason, std::optional<std::chrono::milliseconds>>> cancels;
-  int refusals = 0;  // of the cancels, those that came through refuseAttempt
+  std::vector<Admission> resolutions;  // resolveAttempt's, in order
+  int refusals = 0;                    // of the cancels, those that came through resolveAttempt
   AttemptDestination destination_value;
   std::vector<AttemptUsage> usages;
   std::string jsonrpc_method;
@@ -124,7 +132,6 @@ class FakeFilterCallbacks : public FilterCallbacks {
   ManualClock& clock_;
   MonotonicTime start_;
   MonotonicTime deadline_ = MonotonicTime::max();
-  RouteRuntime route_;
   std::vector<Pending> timers_;
 };
 

@@ -270,13 +270,15 @@ TEST_F(BudgetFilterTest, PropagateSendsTheRemainingMilliseconds) {
   // Attempt 1 after 250ms of queueing.
   clock_.advance(250ms);
   RequestHead upstream1 = req;
-  EXPECT_EQ(filter_->beforeAttempt(upstream1), FilterStatus::Continue);
+  EXPECT_EQ(filter_->beforeAttempt(upstream1, callbacks_->attemptContext()).kind,
+            Admission::Kind::Continue);
   EXPECT_EQ(upstream1.headers.getAll("x-budget-ms"), std::vector<std::string_view>{"750"});
 
   // Attempt 2 after another 400ms (first attempt + backoff): the header shrinks.
   clock_.advance(400ms);
   RequestHead upstream2 = req;
-  EXPECT_EQ(filter_->beforeAttempt(upstream2), FilterStatus::Continue);
+  EXPECT_EQ(filter_->beforeAttempt(upstream2, callbacks_->attemptContext()).kind,
+            Admission::Kind::Continue);
   EXPECT_EQ(upstream2.headers.getAll("x-budget-ms"), std::vector<std::string_view>{"350"});
 
   EXPECT_TRUE(callbacks_->local_replies.empty());
@@ -290,7 +292,7 @@ TEST_F(BudgetFilterTest, PropagateNeverPromisesMoreThanIsLeft) {
   ASSERT_EQ(filter_->decodeHeaders(req), FilterStatus::Continue);
   clock_.advance(250ms + std::chrono::microseconds(400));  // 749.6ms left
   RequestHead upstream = req;
-  filter_->beforeAttempt(upstream);
+  filter_->beforeAttempt(upstream, callbacks_->attemptContext());
   EXPECT_EQ(upstream.headers.getAll("x-budget-ms"), std::vector<std::string_view>{"749"});
 }
 
@@ -300,7 +302,8 @@ TEST_F(BudgetFilterTest, PropagateAddsTheHeaderWhenTheClientSentNone) {
   ASSERT_EQ(filter_->decodeHeaders(req), FilterStatus::Continue);
   clock_.advance(500ms);
   RequestHead upstream = req;
-  EXPECT_EQ(filter_->beforeAttempt(upstream), FilterStatus::Continue);
+  EXPECT_EQ(filter_->beforeAttempt(upstream, callbacks_->attemptContext()).kind,
+            Admission::Kind::Continue);
   EXPECT_EQ(upstream.headers.getAll("x-budget-ms"), std::vector<std::string_view>{"1500"});
 }
 
@@ -311,7 +314,7 @@ TEST_F(BudgetFilterTest, PropagateReplacesEveryClientCopy) {
   EXPECT_EQ(deadlineOffset(), 10s);  // the first copy, clamped
   clock_.advance(1s);
   RequestHead upstream = req;
-  filter_->beforeAttempt(upstream);
+  filter_->beforeAttempt(upstream, callbacks_->attemptContext());
   EXPECT_EQ(upstream.headers.getAll("x-budget-ms"), std::vector<std::string_view>{"9000"});
   EXPECT_EQ(upstream.headers.getAll("accept"), std::vector<std::string_view>{"*/*"});
 }
@@ -323,7 +326,8 @@ TEST_F(BudgetFilterTest, PropagateAfterTheDeadlineSendsOneNotZero) {
   for (auto step : {100ms, 5000ms}) {  // exactly at, then well past, the deadline
     clock_.advance(step);
     RequestHead upstream = req;
-    EXPECT_EQ(filter_->beforeAttempt(upstream), FilterStatus::Continue);
+    EXPECT_EQ(filter_->beforeAttempt(upstream, callbacks_->attemptContext()).kind,
+              Admission::Kind::Continue);
     // 0 or a negative number would be an invalid budget for a downstream sluice.
     EXPECT_EQ(upstream.headers.getAll("x-budget-ms"), std::vector<std::string_view>{"1"});
   }
@@ -336,7 +340,8 @@ TEST_F(BudgetFilterTest, WithoutPropagateTheHeaderIsRemoved) {
   EXPECT_EQ(deadlineOffset(), 800ms);
   clock_.advance(100ms);
   RequestHead upstream = req;
-  EXPECT_EQ(filter_->beforeAttempt(upstream), FilterStatus::Continue);
+  EXPECT_EQ(filter_->beforeAttempt(upstream, callbacks_->attemptContext()).kind,
+            Admission::Kind::Continue);
   EXPECT_FALSE(upstream.headers.has("x-budget-ms"));
   EXPECT_EQ(upstream.headers.entries(), (std::vector<HeaderMap::Entry>{{"accept", "*/*"}}));
   // The client's request as received is untouched.
@@ -349,7 +354,8 @@ TEST_F(BudgetFilterTest, WithoutPropagateAndNoHeaderNothingIsAdded) {
   auto req = requestWith({{"accept", "*/*"}});
   ASSERT_EQ(filter_->decodeHeaders(req), FilterStatus::Continue);
   RequestHead upstream = req;
-  EXPECT_EQ(filter_->beforeAttempt(upstream), FilterStatus::Continue);
+  EXPECT_EQ(filter_->beforeAttempt(upstream, callbacks_->attemptContext()).kind,
+            Admission::Kind::Continue);
   EXPECT_EQ(upstream.headers.entries(), req.headers.entries());
 }
 

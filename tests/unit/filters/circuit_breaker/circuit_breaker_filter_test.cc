@@ -18,42 +18,42 @@ using test::FakeFilterCallbacks;
 class CircuitBreakerFilterTest : public AttemptFiltersTest {
  protected:
   CircuitBreakerFilter& breakerFilter() { return wire(std::make_unique<CircuitBreakerFilter>()); }
-  FilterStatus admit(CircuitBreakerFilter& f) {
+  Admission admit(CircuitBreakerFilter& f) {
     RequestHead upstream_request = callbacks_.request_head;
-    return f.beforeAttempt(upstream_request);
+    return f.beforeAttempt(upstream_request, callbacks_.attemptContext());
   }
 };
 
 TEST_F(CircuitBreakerFilterTest, ReportsEachOutcomeAndOpensOnFailures) {
   CircuitBreakerFilter& f = breakerFilter();
   for (int i = 0; i < 2; ++i) {
-    ASSERT_EQ(admit(f), FilterStatus::Continue);
+    ASSERT_EQ(admit(f).kind, Admission::Kind::Continue);
     f.onAttemptDone(ended(AttemptOutcome::fromStatus(503)), AttemptVerdict::deliver());
   }
-  EXPECT_EQ(admit(f), FilterStatus::StopIteration);  // consecutive_failures: 2
-  ASSERT_EQ(callbacks_.cancels.size(), 1u);
-  EXPECT_EQ(callbacks_.cancels[0].first, CancelReason::CircuitOpen);
-  EXPECT_EQ(callbacks_.cancels[0].second, milliseconds(10s));
-  EXPECT_EQ(callbacks_.refusals, 1) << "a refusal: the Exchange may fall back";
+  const Admission refused = admit(f);  // consecutive_failures: 2
+  EXPECT_EQ(refused.kind, Admission::Kind::Refuse);
+  EXPECT_EQ(refused.reason, CancelReason::CircuitOpen);
+  EXPECT_EQ(refused.retry_after, milliseconds(10s));
+  EXPECT_TRUE(callbacks_.cancels.empty()) << "a refusal, not a cancel: the Exchange may fall back";
 }
 
 TEST_F(CircuitBreakerFilterTest, SuccessAndTeardownDoNotCountAsFailures) {
   CircuitBreakerFilter& f = breakerFilter();
-  ASSERT_EQ(admit(f), FilterStatus::Continue);
+  ASSERT_EQ(admit(f).kind, Admission::Kind::Continue);
   f.onAttemptDone(ended(AttemptOutcome::fromStatus(503)), AttemptVerdict::deliver());
-  ASSERT_EQ(admit(f), FilterStatus::Continue);
+  ASSERT_EQ(admit(f).kind, Admission::Kind::Continue);
   f.onAttemptDone(ended(AttemptOutcome::cancelled()), AttemptVerdict::fail(Problem{}));
-  ASSERT_EQ(admit(f), FilterStatus::Continue);
+  ASSERT_EQ(admit(f).kind, Admission::Kind::Continue);
   f.onAttemptDone(ended(AttemptOutcome::fromStatus(200)), AttemptVerdict::deliver());
-  ASSERT_EQ(admit(f), FilterStatus::Continue);
+  ASSERT_EQ(admit(f).kind, Admission::Kind::Continue);
   f.onAttemptDone(ended(AttemptOutcome::fromStatus(503)), AttemptVerdict::deliver());
-  EXPECT_EQ(admit(f), FilterStatus::Continue);  // never two failures in a row
+  EXPECT_EQ(admit(f).kind, Admission::Kind::Continue);  // never two failures in a row
   EXPECT_TRUE(callbacks_.cancels.empty());
 }
 
 TEST_F(CircuitBreakerFilterTest, AnAdmissionNeverReportedIsFreedOnDestroy) {
   CircuitBreakerFilter& f = breakerFilter();
-  ASSERT_EQ(admit(f), FilterStatus::Continue);
+  ASSERT_EQ(admit(f).kind, Admission::Kind::Continue);
   EXPECT_EQ(endpoint().breaker->activeRequests(), 1u);
   f.onDestroy();
   EXPECT_EQ(endpoint().breaker->activeRequests(), 0u);

@@ -130,7 +130,8 @@ TEST_F(RunFilterTest, TheRunsLimitHeadersNeverGoUpstreamButTheRunIdDoes) {
   upstream.headers.add("x-run-id", "r1");
   upstream.headers.add("x-run-budget-ms", "5000");
   upstream.headers.add("x-run-max-usd", "2");
-  EXPECT_EQ(t.filter->beforeAttempt(upstream), FilterStatus::Continue);
+  EXPECT_EQ(t.filter->beforeAttempt(upstream, t.callbacks->attemptContext()).kind,
+            Admission::Kind::Continue);
   EXPECT_EQ(upstream.headers.get("x-run-id"), "r1");
   EXPECT_FALSE(upstream.headers.has("x-run-budget-ms"));
   EXPECT_FALSE(upstream.headers.has("x-run-max-usd"));

@@ -44,7 +44,7 @@ class SpendFilterTest : public AttemptFiltersTest {
     auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
     f.decodeComplete(R"({"model":"gpt-4o","messages":[]})");
     RequestHead upstream_request = callbacks_.request_head;
-    f.beforeAttempt(upstream_request);
+    f.beforeAttempt(upstream_request, callbacks_.attemptContext());
     ResponseHead head;
     head.status = 200;
     head.headers.add("content-type", "application/json");
@@ -78,7 +78,7 @@ TEST_F(SpendFilterTest, ARunIsFedAsTheStreamsTokensArriveThenTheBookedSpend) {
   const std::string body = R"({"model":"gpt-4o","stream":true,"messages":[]})";
   f.decodeComplete(body);
   RequestHead upstream_request = callbacks_.request_head;
-  f.beforeAttempt(upstream_request);
+  f.beforeAttempt(upstream_request, callbacks_.attemptContext());
   ResponseHead head;
   head.status = 200;
   head.headers.add("content-type", "text/event-stream");
@@ -112,7 +112,7 @@ TEST_F(SpendFilterTest, AnUnbilledAttemptTakesBackWhatItsRunWasTold) {
   auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
   f.decodeComplete(R"({"model":"gpt-4o","messages":[]})");
   RequestHead upstream_request = callbacks_.request_head;
-  f.beforeAttempt(upstream_request);
+  f.beforeAttempt(upstream_request, callbacks_.attemptContext());
   ResponseHead head;
   head.status = 200;
   head.headers.add("content-type", "application/json");
@@ -165,7 +165,7 @@ TEST_F(SpendFilterTest, AnAttemptNeverSentBillsNothing) {
   auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
   f.decodeComplete(R"({"model":"gpt-4o","messages":[{"role":"user","content":"hello there"}]})");
   RequestHead upstream_request = callbacks_.request_head;
-  f.beforeAttempt(upstream_request);
+  f.beforeAttempt(upstream_request, callbacks_.attemptContext());
   callbacks_.cancel_reason = CancelReason::Overloaded;
   f.onDestroy();
   ASSERT_EQ(callbacks_.usages.size(), 1u) << "the model is still told";
@@ -181,7 +181,7 @@ TEST_F(SpendFilterTest, AnAttemptTheUpstreamNeverProcessedBillsNothing) {
   auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
   f.decodeComplete(R"({"model":"gpt-4o","messages":[{"role":"user","content":"hello there"}]})");
   RequestHead upstream_request = callbacks_.request_head;
-  f.beforeAttempt(upstream_request);
+  f.beforeAttempt(upstream_request, callbacks_.attemptContext());
   AttemptEnd end = ended(AttemptOutcome::connectError());
   end.unprocessed = true;
   f.onAttemptDone(end, AttemptVerdict::retry(0ms, "connect_error"));

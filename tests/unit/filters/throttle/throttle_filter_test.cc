@@ -5,6 +5,8 @@
 
 #include "filters/throttle/throttle_filter.h"
 
+#include <map>
+
 #include "filters/throttle/global_quota.h"
 #include "tests/unit/filters/attempt_filter_fixture.h"
 
@@ -25,21 +27,24 @@ class ThrottleFilterTest : public AttemptFiltersTest {
     filter->setCallbacks(callbacks);
     ThrottleFilter& f = *filter;
     filters_.push_back(std::move(filter));
+    attempts_[&f] = callbacks.attemptContext();
     f.decodeComplete("{}");
     return f;
   }
-  static FilterStatus admit(ThrottleFilter& f) {
+  /** Its beforeAttempt, with the attempt its callbacks describe. */
+  Admission admit(ThrottleFilter& f) {
     RequestHead upstream_request;
-    return f.beforeAttempt(upstream_request);
+    return f.beforeAttempt(upstream_request, attempts_.at(&f));
   }
+  std::map<const ThrottleFilter*, AttemptContext> attempts_;
 };
 
 TEST_F(ThrottleFilterTest, TheProbeGoesTheNextWaitsForItsHeaders) {
   ThrottleFilter& probe = throttle(callbacks_);
   FakeFilterCallbacks waiter_callbacks(clock_);
   ThrottleFilter& waiter = throttle(waiter_callbacks);
-  ASSERT_EQ(admit(probe), FilterStatus::Continue);
-  EXPECT_EQ(admit(waiter), FilterStatus::StopIteration);  // queued: no cancel
+  ASSERT_EQ(admit(probe).kind, Admission::Kind::Continue);
+  EXPECT_EQ(admit(waiter).kind, Admission::Kind::Wait);  // queued: no cancel
   EXPECT_TRUE(waiter_callbacks.cancels.empty());
   EXPECT_EQ(endpoint().quota->queueDepth(), 1u);
 
@@ -60,12 +65,13 @@ TEST_F(ThrottleFilterTest, AFullQueueSlotAnswersOverloaded) {
   FakeFilterCallbacks second_callbacks(clock_);
   ThrottleFilter& first = throttle(first_callbacks);
   ThrottleFilter& second = throttle(second_callbacks);
-  ASSERT_EQ(admit(probe), FilterStatus::Continue);
-  EXPECT_EQ(admit(first), FilterStatus::StopIteration);   // holds the one max_pending slot
-  EXPECT_EQ(admit(second), FilterStatus::StopIteration);  // none left
-  ASSERT_EQ(second_callbacks.cancels.size(), 1u);
-  EXPECT_EQ(second_callbacks.cancels[0].first, CancelReason::Overloaded);
-  EXPECT_EQ(second_callbacks.refusals, 1);
+  ASSERT_EQ(admit(probe).kind, Admission::Kind::Continue);
+  EXPECT_EQ(admit(first).kind, Admission::Kind::Wait);  // holds the one max_pending slot
+  const Admission refused = admit(second);              // none left
+  EXPECT_EQ(refused.kind, Admission::Kind::Refuse);
+  EXPECT_EQ(refused.reason, CancelReason::Overloaded);
+  EXPECT_TRUE(second_callbacks.cancels.empty())
+      << "refused, not cancelled: the Exchange may fall back";
   first.onDestroy();  // a client that left while queued is never sent
   EXPECT_EQ(endpoint().quota->queueDepth(), 0u);
 }
@@ -75,11 +81,11 @@ TEST_F(ThrottleFilterTest, AWaiterWhoseBudgetRanOutIsTheBudgetsEndNot429) {
   // ended by its deadline. When the probe's news wakes it after that deadline
   // (before the Exchange's own deadline timer ran), it is budget_exhausted.
   ThrottleFilter& probe = throttle(callbacks_);
-  ASSERT_EQ(admit(probe), FilterStatus::Continue);
+  ASSERT_EQ(admit(probe).kind, Admission::Kind::Continue);
   FakeFilterCallbacks waiter_callbacks(clock_);
   waiter_callbacks.setDeadline(clock_.now() + 50ms);
   ThrottleFilter& waiter = throttle(waiter_callbacks);
-  EXPECT_EQ(admit(waiter), FilterStatus::StopIteration);
+  EXPECT_EQ(admit(waiter).kind, Admission::Kind::Wait);
   clock_.advance(60ms);
   probe.onAttemptDone(ended(AttemptOutcome::connectError()), AttemptVerdict::deliver());
   ASSERT_EQ(waiter_callbacks.cancels.size(), 1u);
@@ -89,7 +95,7 @@ TEST_F(ThrottleFilterTest, AWaiterWhoseBudgetRanOutIsTheBudgetsEndNot429) {
 
 TEST_F(ThrottleFilterTest, AnExhaustedQuotaWaitsForItsResetOnATimer) {
   ThrottleFilter& probe = throttle(callbacks_);
-  ASSERT_EQ(admit(probe), FilterStatus::Continue);
+  ASSERT_EQ(admit(probe).kind, Admission::Kind::Continue);
   ResponseHead head;
   head.status = 200;
   head.headers.add("x-ratelimit-limit-requests", "10");
@@ -100,7 +106,7 @@ TEST_F(ThrottleFilterTest, AnExhaustedQuotaWaitsForItsResetOnATimer) {
 
   FakeFilterCallbacks waiter_callbacks(clock_);
   ThrottleFilter& waiter = throttle(waiter_callbacks);
-  EXPECT_EQ(admit(waiter), FilterStatus::StopIteration);
+  EXPECT_EQ(admit(waiter).kind, Admission::Kind::Wait);
   EXPECT_EQ(waiter_callbacks.armedTimers(), 1u);  // the reset, on the Exchange's timer
   clock_.advance(1s);
   waiter_callbacks.fireDueTimers();
@@ -158,7 +164,7 @@ class GlobalThrottleFilterTest : public ThrottleFilterTest {
 TEST_F(GlobalThrottleFilterTest, TheFleetsProbeEndingBeforeHeadersReleasesItsPermit) {
   global_.next.kind = GlobalQuota::Answer::Kind::Probe;
   ThrottleFilter& probe = throttle(callbacks_);
-  EXPECT_EQ(admit(probe), FilterStatus::StopIteration);  // asks the fleet
+  EXPECT_EQ(admit(probe).kind, Admission::Kind::Wait);  // asks the fleet
   global_.answer();
   EXPECT_EQ(callbacks_.continue_calls, 1);  // and goes: it is the probe
   probe.onAttemptDone(ended(AttemptOutcome::connectError()), AttemptVerdict::deliver());
@@ -259,7 +265,7 @@ TEST_F(GlobalThrottleFilterTest, ARequestAwaitingItsReservationIsNotReportedAsIn
   ThrottleFilter& asking = throttle(asking_callbacks);
   const std::string asking_body = R"({"max_tokens":151,"messages":[]})";
   asking.decodeComplete(asking_body);
-  EXPECT_EQ(admit(asking), FilterStatus::StopIteration) << "admitted locally, asks the fleet";
+  EXPECT_EQ(admit(asking).kind, Admission::Kind::Wait) << "admitted locally, asks the fleet";
 
   ResponseHead sent_head = tokens_head("167");
   sent.encodeHeaders(sent_head, false);  // reported while `asking` awaits Redis
@@ -287,7 +293,7 @@ TEST_F(GlobalThrottleFilterTest, ARequestAwaitingItsReservationIsNotReportedAsIn
 TEST_F(GlobalThrottleFilterTest, AnAnswerForARequestThatIsGoneIsDropped) {
   global_.next.kind = GlobalQuota::Answer::Kind::Admit;
   ThrottleFilter& f = throttle(callbacks_);
-  EXPECT_EQ(admit(f), FilterStatus::StopIteration);
+  EXPECT_EQ(admit(f).kind, Admission::Kind::Wait);
   f.onDestroy();     // the client left while the fleet was asked
   global_.answer();  // Redis answers on a later loop turn
   EXPECT_EQ(callbacks_.continue_calls, 0);
@@ -300,7 +306,7 @@ TEST_F(GlobalThrottleFilterTest, AnUnknownFleetWaitNeverAnswers429BeforeTheDeadl
   callbacks_.setDeadline(clock_.now() + 50ms);
   global_.next.kind = GlobalQuota::Answer::Kind::Wait;
   ThrottleFilter& waiter = throttle(callbacks_);
-  EXPECT_EQ(admit(waiter), FilterStatus::StopIteration);
+  EXPECT_EQ(admit(waiter).kind, Admission::Kind::Wait);
   global_.answer();
   EXPECT_TRUE(callbacks_.cancels.empty());
   EXPECT_EQ(callbacks_.continue_calls, 0);

@@ -121,7 +121,7 @@ class ToolsFilterSessionTest : public ::testing::Test {
     route_.addUpstream("tool-server", std::make_shared<ToolAnnotationTable>(), sessions_);
   }
 
-  /** One request through a filter: its head, body (POST), the response head. */
+  /** One request through a filter: its head, body (POST), its attempt, the response head. */
   void exchange(const std::string& method, const std::string& session, int status,
                 const std::string& issued, const std::string& endpoint = "a") {
     test::FakeFilterCallbacks cb(clock_);
@@ -138,6 +138,8 @@ class ToolsFilterSessionTest : public ::testing::Test {
         method == "POST" ? R"({"jsonrpc":"2.0","id":1,"method":"initialize","params":{}})" : "";
     EXPECT_EQ(filter.decodeComplete(body), FilterStatus::Continue) << method;
     EXPECT_TRUE(cb.local_replies.empty()) << method;
+    RequestHead upstream_request = head;
+    EXPECT_TRUE(filter.beforeAttempt(upstream_request, cb.attemptContext()).proceeds());
     ResponseHead response;
     response.status = status;
     if (!issued.empty()) response.headers.add("mcp-session-id", issued);

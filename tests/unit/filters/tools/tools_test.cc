@@ -328,14 +328,14 @@ TEST_F(ToolsFilterTest, AToolBudgetLowersTheDeadlineNeverRaisesIt) {
 
 TEST_F(ToolsFilterTest, NonToolMethodsKeepTheRoutePolicy) {
   filter_.decodeComplete(R"({"jsonrpc":"2.0","id":1,"method":"tools/list"})");
-  filter_.beforeAttempt(upstream_request_);
+  filter_.beforeAttempt(upstream_request_, cb_.attemptContext());
   EXPECT_EQ(cb_.sent_resendable, std::nullopt);
   EXPECT_EQ(cb_.deadline(), MonotonicTime::max());
 }
 
 TEST_F(ToolsFilterTest, ResendableByConfig) {
   filter_.decodeComplete(call("execute_sql"));
-  filter_.beforeAttempt(upstream_request_);
+  filter_.beforeAttempt(upstream_request_, cb_.attemptContext());
   EXPECT_EQ(cb_.sent_resendable, false);
 
   test::FakeFilterCallbacks cb2(clock_);
@@ -343,14 +343,14 @@ TEST_F(ToolsFilterTest, ResendableByConfig) {
   ToolsFilter f(route_);
   f.setCallbacks(cb2);
   f.decodeComplete(call("search_docs"));
-  f.beforeAttempt(upstream_request_);
+  f.beforeAttempt(upstream_request_, cb2.attemptContext());
   EXPECT_EQ(cb2.sent_resendable, true);
 }
 
 TEST_F(ToolsFilterTest, ResendableByAnnotationsLearnedFromToolsList) {
   // Unknown: never once sent.
   filter_.decodeComplete(call("search"));  // "other": tool_retry annotations
-  filter_.beforeAttempt(upstream_request_);
+  filter_.beforeAttempt(upstream_request_, cb_.attemptContext());
   EXPECT_EQ(cb_.sent_resendable, false);
 
   // A tools/list answer passes through.
@@ -359,6 +359,7 @@ TEST_F(ToolsFilterTest, ResendableByAnnotationsLearnedFromToolsList) {
   ToolsFilter list(route_);
   list.setCallbacks(list_cb);
   list.decodeComplete(R"({"jsonrpc":"2.0","id":2,"method":"tools/list"})");
+  list.beforeAttempt(upstream_request_, list_cb.attemptContext());
   ResponseHead head;
   head.status = 200;
   head.headers.add("content-type", "application/json");
@@ -369,7 +370,7 @@ TEST_F(ToolsFilterTest, ResendableByAnnotationsLearnedFromToolsList) {
   list.encodeData(nullptr, 0, true);
   EXPECT_EQ(table_->size(), 4u);
 
-  filter_.beforeAttempt(upstream_request_);  // the next attempt asks again
+  filter_.beforeAttempt(upstream_request_, cb_.attemptContext());  // the next attempt asks again
   EXPECT_EQ(cb_.sent_resendable, true);
 
   test::FakeFilterCallbacks cb3(clock_);
@@ -377,12 +378,12 @@ TEST_F(ToolsFilterTest, ResendableByAnnotationsLearnedFromToolsList) {
   ToolsFilter drop(route_);
   drop.setCallbacks(cb3);
   drop.decodeComplete(call("drop_table"));
-  drop.beforeAttempt(upstream_request_);
+  drop.beforeAttempt(upstream_request_, cb3.attemptContext());
   EXPECT_EQ(cb3.sent_resendable, false);
 
   // Another upstream (not in the route's chain) knows nothing.
   cb_.destination_value.upstream = "elsewhere";
-  filter_.beforeAttempt(upstream_request_);
+  filter_.beforeAttempt(upstream_request_, cb_.attemptContext());
   EXPECT_EQ(cb_.sent_resendable, false);
 }
 

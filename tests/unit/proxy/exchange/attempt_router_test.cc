@@ -7,11 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <set>
 #include <string>
 
 #include "common/metrics.h"
 #include "config/loader.h"
+#include "filters/throttle/quota_tracker.h"
 
 namespace sluice {
 namespace {
@@ -58,7 +61,7 @@ class AttemptRouterTest : public ::testing::Test {
 
   AttemptRouter::Placement place(AttemptRouter& router, const AttemptTarget& target,
                                  const EndpointRuntime* last = nullptr, bool may_replay = true) {
-    return router.place(target, last, may_replay, QuotaAsk{&headers_, ""}, uniformFrom(engine_));
+    return router.place(target, last, may_replay, QuotaAsk{nullptr, ""}, uniformFrom(engine_));
   }
 
   static AttemptEnd ended(AttemptOutcome outcome) {
@@ -71,7 +74,6 @@ class AttemptRouterTest : public ::testing::Test {
   Metrics metrics_;
   std::shared_ptr<const Runtime> runtime_;
   const RouteRuntime* route_ = nullptr;
-  HeaderMap headers_;
   std::mt19937_64 engine_{42};
 };
 
@@ -214,8 +216,8 @@ TEST_F(AttemptRouterTest, CountedFallbacksAreTheRoutesMetric) {
 TEST_F(AttemptRouterTest, ThePreferredEndpointTakesEveryAttemptWhileItCan) {
   AttemptRouter router(route_);
   for (int i = 0; i < 20; ++i) {
-    const auto p = router.place(AttemptTarget::sameUpstream(), nullptr, true,
-                                QuotaAsk{&headers_, ""}, uniformFrom(engine_), &b());
+    const auto p = router.place(AttemptTarget::sameUpstream(), nullptr, true, QuotaAsk{nullptr, ""},
+                                uniformFrom(engine_), &b());
     EXPECT_EQ(p.upstream, &primary());
     EXPECT_EQ(p.endpoint, &b());
   }
@@ -238,8 +240,8 @@ TEST_F(AttemptRouterTest, APreferredEndpointThatCannotTakeItIsChosenAsUsual) {
     const EndpointRuntime* last = row.b_failed ? &b() : nullptr;
     int on_a = 0;
     for (int i = 0; i < 20; ++i) {
-      const auto p = router.place(AttemptTarget::sameUpstream(), last, true,
-                                  QuotaAsk{&headers_, ""}, uniformFrom(engine_), preferred);
+      const auto p = router.place(AttemptTarget::sameUpstream(), last, true, QuotaAsk{nullptr, ""},
+                                  uniformFrom(engine_), preferred);
       EXPECT_EQ(p.upstream, &primary()) << row.what;
       on_a += p.endpoint == &a() ? 1 : 0;
     }
@@ -250,6 +252,129 @@ TEST_F(AttemptRouterTest, APreferredEndpointThatCannotTakeItIsChosenAsUsual) {
       EXPECT_EQ(on_a, 20) << row.what;
     }
   }
+}
+
+// --- the quota key: the one the throttle filter computes ----------------------------
+
+// Upstream `metered` has two endpoints (a, b) and a quota per API key; its
+// `headers:` replace the client's key with the provider's.
+constexpr const char* kQuotaConfig = R"(
+listen: 127.0.0.1:0
+upstreams:
+  - name: metered
+    headers: {authorization: "Bearer provider-key"}
+    rate_limit: {key: header:authorization, reserve: 0}
+    endpoints:
+      - {name: a, url: "http://127.0.0.1:1"}
+      - {name: b, url: "http://127.0.0.1:2"}
+  - name: open
+    rate_limit: {key: header:authorization, reserve: 0}
+    endpoints:
+      - {name: c, url: "http://127.0.0.1:3"}
+      - {name: d, url: "http://127.0.0.1:4"}
+routes:
+  - name: metered
+    match: {path_prefix: /v1}
+    upstream: metered
+  - name: open
+    match: {path_prefix: /open}
+    upstream: open
+)";
+
+class AttemptRouterQuotaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto r = config::loadConfigString(kQuotaConfig, "attempt_router_quota_test.yaml");
+    ASSERT_TRUE(r.ok()) << (r.error ? r.error->toString() : "no error");
+    std::string error;
+    runtime_ = Runtime::build(r.config, metrics_, clock_, &error);
+    ASSERT_NE(runtime_, nullptr) << error;
+    client_.method = "POST";
+    client_.path = "/v1/chat/completions";
+  }
+
+  const RouteRuntime& route(std::string_view path) const { return *runtime_->match("POST", path); }
+  /** `key`'s quota at `e` is spent for a minute (as a response reporting 0 left says). */
+  void spend(const EndpointRuntime& e, const std::string& key) {
+    QuotaObservation spent;
+    spent.requests = Quota{100, 0, clock_.now() + 60s};
+    e.quota->observe(key, spent);
+  }
+  /** The endpoints 40 placements choose with `key_for`. */
+  std::set<std::string> chosen(const RouteRuntime& route, const QuotaAsk& ask) {
+    std::set<std::string> names;
+    for (int i = 0; i < 40; ++i) {
+      AttemptRouter router(&route);
+      const auto p =
+          router.place(AttemptTarget::sameUpstream(), nullptr, true, ask, uniformFrom(engine_));
+      names.insert(p.endpoint->name());
+    }
+    return names;
+  }
+
+  ManualClock clock_;
+  Metrics metrics_;
+  std::shared_ptr<const Runtime> runtime_;
+  RequestHead client_;
+  std::mt19937_64 engine_{42};
+};
+
+TEST_F(AttemptRouterQuotaTest, TheKeyIsTheRewrittenHeadsAsTheThrottleComputesIt) {
+  const RouteRuntime& metered = route("/v1/chat/completions");
+  const UpstreamRuntime& up = *metered.upstream;
+  const config::RateLimitConfig& rate_limit = *up.config->rate_limit;
+  const auto keyOf = [&](std::string_view value) {
+    HeaderMap h;
+    h.add("authorization", std::string(value));
+    return quotaKeyFor(rate_limit, h);
+  };
+  // Row: the upstream's `headers:` replace the client's key.
+  client_.headers.add("authorization", "Bearer client-dummy");
+  EXPECT_EQ(quotaKeyAt(client_, up, up.endpoints[0], ClientInfo{}), keyOf("Bearer provider-key"));
+
+  const RouteRuntime& open = route("/open/chat/completions");
+  const UpstreamRuntime& plain = *open.upstream;
+  // Row: no `headers:` for it: the client's own key goes upstream.
+  EXPECT_EQ(quotaKeyAt(client_, plain, plain.endpoints[0], ClientInfo{}),
+            keyOf("Bearer client-dummy"));
+  // Row: a key the client named in Connection is hop-by-hop: the provider
+  // never sees it, the request counts as keyless ("-"), as in the throttle.
+  client_.headers.add("connection", "authorization");
+  EXPECT_EQ(quotaKeyAt(client_, plain, plain.endpoints[0], ClientInfo{}), "-");
+}
+
+TEST_F(AttemptRouterQuotaTest, AnEndpointWhoseQuotaIsSpentForTheKeyIsAvoided) {
+  const RouteRuntime& open = route("/open/chat/completions");
+  const UpstreamRuntime& up = *open.upstream;
+  spend(up.endpoints[0], "k1");  // c is spent for k1
+  std::vector<std::string> asked;
+  const QuotaAsk k1{[&](const UpstreamRuntime& u, const EndpointRuntime& e) {
+                      EXPECT_EQ(&u, &up);
+                      asked.push_back(e.name());
+                      return std::string("k1");
+                    },
+                    ""};
+  EXPECT_EQ(chosen(open, k1), std::set<std::string>{"d"});
+  EXPECT_NE(std::find(asked.begin(), asked.end(), "c"), asked.end()) << "asked per endpoint";
+  // Another key has c's quota whole: both are chosen.
+  const QuotaAsk k2{[](const UpstreamRuntime&, const EndpointRuntime&) { return "k2"; }, ""};
+  EXPECT_EQ(chosen(open, k2), (std::set<std::string>{"c", "d"}));
+  // No key function: the quota is not consulted.
+  EXPECT_EQ(chosen(open, QuotaAsk{nullptr, ""}), (std::set<std::string>{"c", "d"}));
+}
+
+TEST_F(AttemptRouterQuotaTest, TheRouterWeighsTheKeyTheProviderSeesNotTheClients) {
+  // The client's key is spent nowhere; the provider's key (from `headers:`)
+  // is spent on a: the router avoids a, as the throttle there would wait.
+  const RouteRuntime& metered = route("/v1/chat/completions");
+  const UpstreamRuntime& up = *metered.upstream;
+  client_.headers.add("authorization", "Bearer client-dummy");
+  spend(up.endpoints[0], quotaKeyAt(client_, up, up.endpoints[0], ClientInfo{}));
+  const QuotaAsk ask{[&](const UpstreamRuntime& u, const EndpointRuntime& e) {
+                       return quotaKeyAt(client_, u, e, ClientInfo{});
+                     },
+                     ""};
+  EXPECT_EQ(chosen(metered, ask), std::set<std::string>{"b"});
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "proxy/server/probe.h"
+#include "proxy/server/health_check.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -75,23 +75,23 @@ int connectTo(const std::string& host, uint16_t port, Clock::time_point deadline
 
 }  // namespace
 
-int probeUrl(const std::string& url_text, std::chrono::milliseconds timeout, std::ostream& out,
-             std::ostream& err) {
+int checkHealth(const std::string& url_text, std::chrono::milliseconds timeout, std::ostream& out,
+                std::ostream& err) {
   std::string why;
   const std::optional<config::UpstreamUrl> url = config::parseUpstreamUrl(url_text, &why);
   if (!url || url->isTls()) {
-    err << "sluice --probe: " << (url ? "only http:// URLs can be probed" : why) << "\n";
+    err << "sluice --health-check: " << (url ? "only http:// URLs can be checked" : why) << "\n";
     return 2;
   }
   const auto deadline = Clock::now() + timeout;
   const int fd = connectTo(url->host, url->port, deadline, why);
   if (fd < 0) {
-    err << "sluice --probe: " << url_text << ": " << why << "\n";
+    err << "sluice --health-check: " << url_text << ": " << why << "\n";
     return 1;
   }
   const std::string request = "GET " + (url->path_prefix.empty() ? "/" : url->path_prefix) +
                               " HTTP/1.1\r\nHost: " + url->authority() +
-                              "\r\nUser-Agent: sluice-probe\r\nx-sluice-admin: 1\r\n"
+                              "\r\nUser-Agent: sluice-health-check\r\nx-sluice-admin: 1\r\n"
                               "Connection: close\r\n\r\n";
   size_t sent = 0;
   while (sent < request.size()) {
@@ -123,7 +123,7 @@ int probeUrl(const std::string& url_text, std::chrono::milliseconds timeout, std
   const bool http = eol != std::string::npos && status_line.rfind("HTTP/1.", 0) == 0 &&
                     status_line.size() >= 12 && status_line[8] == ' ';
   if (!http) {
-    err << "sluice --probe: " << url_text << ": "
+    err << "sluice --health-check: " << url_text << ": "
         << (sent < request.size() ? "could not send the request"
             : head.empty()        ? "no answer within the timeout"
                                   : "the answer is not HTTP/1.x")
