@@ -78,24 +78,44 @@ FilterStatus RunFilter::decodeHeaders(RequestHead& request) {
     }
   }
   run_id_ = std::string(run);
-  callbacks_->recordRun(run_id_, parent);
+  parent_ = std::move(parent);
+  budget_ = budget;
+  max_usd_ = max_usd;
+  callbacks_->recordRun(run_id_, parent_);
+  return admit();
+}
+
+FilterStatus RunFilter::admit() {
   FilterCallbacks* callbacks = callbacks_;
-  // Each cause reaches the task on its own worker with its own reason.
-  std::function<void()> cancelled =
-      callbacks_->crossThreadWaker([callbacks] { callbacks->cancel(CancelReason::RunCancelled); });
-  std::function<void()> capped =
-      callbacks_->crossThreadWaker([callbacks] { callbacks->cancel(CancelReason::RunSpendCap); });
-  const RunTable::Join join = table_.join(
-      run_id_, parent, budget,
-      [cancelled = std::move(cancelled), capped = std::move(capped)](RunTable::Ending why) {
-        if (why == RunTable::Ending::SpendCap) {
-          capped();
-        } else {
-          cancelled();
-        }
-      },
-      max_usd);
+  RunTable::Join join;
+  for (;;) {
+    // Each cause reaches the task on its own worker with its own reason.
+    std::function<void()> cancelled =
+        callbacks->crossThreadWaker([callbacks] { callbacks->cancel(CancelReason::RunCancelled); });
+    std::function<void()> capped =
+        callbacks->crossThreadWaker([callbacks] { callbacks->cancel(CancelReason::RunSpendCap); });
+    join = table_.join(
+        run_id_, parent_, budget_,
+        [cancelled = std::move(cancelled), capped = std::move(capped)](RunTable::Ending why) {
+          if (why == RunTable::Ending::SpendCap) {
+            capped();
+          } else {
+            cancelled();
+          }
+        },
+        max_usd_);
+    if (join.kind != RunTable::Join::Kind::Pending) break;
+    // The run is new here and the fleet is asked about it (shared_state):
+    // held until it answered, then admitted or refused as it says.
+    if (table_.awaitFleet(run_id_, callbacks->crossThreadWaker([this] {
+          if (admit() == FilterStatus::Continue) callbacks_->continueDecoding();
+        }))) {
+      return FilterStatus::StopIteration;
+    }
+  }
   switch (join.kind) {
+    case RunTable::Join::Kind::Pending:  // (not reached: the loop waits or joins again)
+      return FilterStatus::StopIteration;
     case RunTable::Join::Kind::Joined:
       task_ = join.task;
       callbacks_->lowerDeadline(join.deadline, CancelReason::RunDeadline);
