@@ -89,20 +89,14 @@ FilterStatus RunFilter::admit() {
   FilterCallbacks* callbacks = callbacks_;
   RunTable::Join join;
   for (;;) {
-    // Each cause reaches the task on its own worker with its own reason.
-    std::function<void()> cancelled =
-        callbacks->crossThreadWaker([callbacks] { callbacks->cancel(CancelReason::RunCancelled); });
-    std::function<void()> capped =
-        callbacks->crossThreadWaker([callbacks] { callbacks->cancel(CancelReason::RunSpendCap); });
+    // The cause reaches the task on its own worker: the run's state says
+    // which (the run is held while this task is in flight). One waker per
+    // task, whichever the cause.
     join = table_.join(
-        run_id_, parent_, budget_,
-        [cancelled = std::move(cancelled), capped = std::move(capped)](RunTable::Ending why) {
-          if (why == RunTable::Ending::SpendCap) {
-            capped();
-          } else {
-            cancelled();
-          }
-        },
+        run_id_, parent_, budget_, [wake = callbacks->crossThreadWaker([this] {
+          callbacks_->cancel(table_.spendExhausted(run_id_) ? CancelReason::RunSpendCap
+                                                            : CancelReason::RunCancelled);
+        })](RunTable::Ending) { wake(); },
         max_usd_);
     if (join.kind != RunTable::Join::Kind::Pending) break;
     // The run is new here and the fleet is asked about it (shared_state):
@@ -143,8 +137,9 @@ FilterStatus RunFilter::admit() {
 FilterStatus RunFilter::beforeAttempt(RequestHead& upstream_request) {
   // The run's budget header is sluice's: it never goes upstream. The run id
   // does (a tool server, or another sluice behind this one, may use it).
-  upstream_request.headers.remove(config_.budget_header);
-  upstream_request.headers.remove(config_.max_usd_header);
+  // (A task's were read in decodeHeaders: absent there, absent here.)
+  if (run_id_.empty() || budget_) upstream_request.headers.remove(config_.budget_header);
+  if (run_id_.empty() || max_usd_) upstream_request.headers.remove(config_.max_usd_header);
   return FilterStatus::Continue;
 }
 

@@ -483,6 +483,12 @@ std::optional<RunTable::Snapshot> RunTable::snapshot(const std::string& id) {
   return snapshotLocked(it->second, now);
 }
 
+bool RunTable::spendExhausted(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  const auto it = runs_.find(id);
+  return it != runs_.end() && it->second.state == State::SpendExhausted;
+}
+
 size_t RunTable::active() const {
   std::lock_guard lock(mutex_);
   return active_;

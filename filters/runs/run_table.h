@@ -197,6 +197,8 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
   std::vector<Snapshot> snapshot(size_t max = 1000);
   std::optional<Snapshot> snapshot(const std::string& id);
 
+  /** Run `id` ended at its spend cap (false when it did not, or is unknown). */
+  bool spendExhausted(const std::string& id) const;
   /** Runs with tasks in flight (sluice_runs_active). */
   size_t active() const;
   /** Runs held (running, idle or tombstones). */
