@@ -808,10 +808,13 @@ class RedisRunFleet final : public RunTable::Fleet {
 
   void addSpend(const std::string& id, double usd, std::chrono::milliseconds ttl,
                 std::function<void(std::optional<double>)> done) override {
-    shared_.onWorker0([this, key = key(id, "spend"), usd, ttl,
+    // (The posted work holds the shared state, never this: the table that
+    // owns this may be gone by the time worker 0 runs it.)
+    SharedState* shared = &shared_;
+    shared_.onWorker0([shared, key = key(id, "spend"), usd, ttl,
                        done = std::move(done)](RedisClient* client) mutable {
       if (client == nullptr) {
-        shared_.countError("runs");
+        shared->countError("runs");
         done(std::nullopt);
         return;
       }
@@ -824,19 +827,19 @@ class RedisRunFleet final : public RunTable::Fleet {
   }
 
   void ended(const std::string& id, RunTable::Ending why, std::chrono::milliseconds ttl) override {
-    shared_.onWorker0([this, id, why, ttl](RedisClient* client) {
+    SharedState* shared = &shared_;
+    const bool capped = why == RunTable::Ending::SpendCap;
+    shared_.onWorker0([shared, key = key(id, "ended"), capped, ttl,
+                       message = "run " + shared_.instance_ +
+                                 (capped ? " spend_cap " : " cancel ") + id](RedisClient* client) {
       if (client == nullptr) {
-        shared_.countError("runs");
+        shared->countError("runs");
         return;
       }
-      const std::string_view verb = why == RunTable::Ending::SpendCap ? "spend_cap" : "cancel";
-      client->command(
-          {"SET", key(id, "ended"), why == RunTable::Ending::SpendCap ? "spend_cap" : "cancelled",
-           "PX", std::to_string(std::max<int64_t>(1, ttl.count()))},
-          nullptr, "runs");
-      client->command({"PUBLISH", shared_.channel_,
-                       "run " + shared_.instance_ + " " + std::string(verb) + " " + id},
+      client->command({"SET", key, capped ? "spend_cap" : "cancelled", "PX",
+                       std::to_string(std::max<int64_t>(1, ttl.count()))},
                       nullptr, "runs");
+      client->command({"PUBLISH", shared->channel_, message}, nullptr, "runs");
     });
   }
 
