@@ -78,24 +78,38 @@ FilterStatus RunFilter::decodeHeaders(RequestHead& request) {
     }
   }
   run_id_ = std::string(run);
-  callbacks_->recordRun(run_id_, parent);
+  parent_ = std::move(parent);
+  budget_ = budget;
+  max_usd_ = max_usd;
+  callbacks_->recordRun(run_id_, parent_);
+  return admit();
+}
+
+FilterStatus RunFilter::admit() {
   FilterCallbacks* callbacks = callbacks_;
-  // Each cause reaches the task on its own worker with its own reason.
-  std::function<void()> cancelled =
-      callbacks_->crossThreadWaker([callbacks] { callbacks->cancel(CancelReason::RunCancelled); });
-  std::function<void()> capped =
-      callbacks_->crossThreadWaker([callbacks] { callbacks->cancel(CancelReason::RunSpendCap); });
-  const RunTable::Join join = table_.join(
-      run_id_, parent, budget,
-      [cancelled = std::move(cancelled), capped = std::move(capped)](RunTable::Ending why) {
-        if (why == RunTable::Ending::SpendCap) {
-          capped();
-        } else {
-          cancelled();
-        }
-      },
-      max_usd);
+  RunTable::Join join;
+  for (;;) {
+    // The cause reaches the task on its own worker: the run's state says
+    // which (the run is held while this task is in flight). One waker per
+    // task, whichever the cause.
+    join = table_.join(
+        run_id_, parent_, budget_, [wake = callbacks->crossThreadWaker([this] {
+          callbacks_->cancel(table_.spendExhausted(run_id_) ? CancelReason::RunSpendCap
+                                                            : CancelReason::RunCancelled);
+        })](RunTable::Ending) { wake(); },
+        max_usd_);
+    if (join.kind != RunTable::Join::Kind::Pending) break;
+    // The run is new here and the fleet is asked about it (shared_state):
+    // held until it answered, then admitted or refused as it says.
+    if (table_.awaitFleet(run_id_, callbacks->crossThreadWaker([this] {
+          if (admit() == FilterStatus::Continue) callbacks_->continueDecoding();
+        }))) {
+      return FilterStatus::StopIteration;
+    }
+  }
   switch (join.kind) {
+    case RunTable::Join::Kind::Pending:  // (not reached: the loop waits or joins again)
+      return FilterStatus::StopIteration;
     case RunTable::Join::Kind::Joined:
       task_ = join.task;
       callbacks_->lowerDeadline(join.deadline, CancelReason::RunDeadline);
@@ -123,8 +137,9 @@ FilterStatus RunFilter::decodeHeaders(RequestHead& request) {
 Admission RunFilter::beforeAttempt(RequestHead& upstream_request, const AttemptContext&) {
   // The run's budget header is sluice's: it never goes upstream. The run id
   // does (a tool server, or another sluice behind this one, may use it).
-  upstream_request.headers.remove(config_.budget_header);
-  upstream_request.headers.remove(config_.max_usd_header);
+  // (A task's were read in decodeHeaders: absent there, absent here.)
+  if (run_id_.empty() || budget_) upstream_request.headers.remove(config_.budget_header);
+  if (run_id_.empty() || max_usd_) upstream_request.headers.remove(config_.max_usd_header);
   return Admission::proceed();
 }
 

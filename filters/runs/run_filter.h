@@ -40,9 +40,15 @@ class RunFilter final : public StreamFilter, public RunSpend {
   void addRunSpend(double usd) override;
 
  private:
+  /** Joins the task to its run (again, once the fleet answered about a run new here). */
+  FilterStatus admit();
+
   const config::RunsConfig& config_;
   RunTable& table_;
   std::string run_id_;
+  std::string parent_;
+  std::optional<std::chrono::milliseconds> budget_;
+  std::optional<double> max_usd_;
   uint64_t task_ = 0;  // 0 = not a task of any run
 };
 

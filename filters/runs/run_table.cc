@@ -1,6 +1,7 @@
 #include "filters/runs/run_table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <unordered_set>
 
 namespace sluice {
@@ -28,6 +29,11 @@ void RunTable::setCancelBroadcaster(std::function<void(const std::string&)> broa
   broadcaster_ = std::move(broadcaster);
 }
 
+void RunTable::setFleet(std::shared_ptr<Fleet> fleet) {
+  std::lock_guard lock(mutex_);
+  fleet_ = std::move(fleet);
+}
+
 void RunTable::setActiveListener(std::function<void(size_t)> listener) {
   std::lock_guard lock(mutex_);
   on_active_ = std::move(listener);
@@ -48,7 +54,7 @@ RunTable::Run& RunTable::createLocked(const std::string& id, MonotonicTime now) 
   }
   Run& run = runs_[id];
   run.id = id;
-  run.created = run.last_active = now;
+  run.created = run.last_active = run.last_flush = now;
   run.deadline = now + limits_.budget;
   run.max_usd = limits_.max_usd;
   touchIdleLocked(run);
@@ -64,7 +70,8 @@ void RunTable::checkDeadlineLocked(Run& run, MonotonicTime now, std::vector<Endi
 
 void RunTable::touchIdleLocked(Run& run) {
   dropFromIdleLocked(run);
-  if (!run.tasks.empty()) return;
+  // A run whose tasks wait for the fleet's answer is never forgotten meanwhile.
+  if (!run.tasks.empty() || run.checking) return;
   run.lru = idle_.insert(idle_.end(), run.id);
   run.in_lru = true;
 }
@@ -115,6 +122,8 @@ RunTable::Join RunTable::join(const std::string& id, const std::string& parent,
                               std::optional<double> max_usd) {
   std::vector<Ending> endings;
   Join out;
+  std::shared_ptr<Fleet> lookup;  // set: this join created the run, ask the fleet about it
+  std::string lookup_parent;
   {
     std::lock_guard lock(mutex_);
     const MonotonicTime now = clock_.now();
@@ -148,11 +157,19 @@ RunTable::Join RunTable::join(const std::string& id, const std::string& parent,
         }
       }
       it = runs_.find(id);
+      if (fleet_) {
+        // New here: its tasks wait for one lookup in the fleet.
+        it->second.checking = true;
+        lookup = fleet_;
+        lookup_parent = it->second.parent;
+      }
     }
     Run& run = it->second;
     run.last_active = now;
     checkDeadlineLocked(run, now, endings);
-    if (run.state == State::Running) {
+    if (run.checking) {
+      out.kind = Join::Kind::Pending;
+    } else if (run.state == State::Running) {
       out.task = next_task_++;
       out.deadline = run.deadline;
       if (run.tasks.empty()) setActiveLocked(active_ + 1);
@@ -166,18 +183,149 @@ RunTable::Join RunTable::join(const std::string& id, const std::string& parent,
     touchIdleLocked(run);
   }
   notify(endings);
+  if (lookup) {
+    lookup->lookup(id, lookup_parent, [weak = weak_from_this(), id](const Fleet::Known& known) {
+      if (const auto self = weak.lock()) self->onLookup(id, known);
+    });
+  }
   return out;
 }
 
-void RunTable::leave(const std::string& id, uint64_t task) {
+bool RunTable::awaitFleet(const std::string& id, std::function<void()> waiter) {
   std::lock_guard lock(mutex_);
   const auto it = runs_.find(id);
-  if (it == runs_.end()) return;
-  Run& run = it->second;
-  if (run.tasks.erase(task) == 0) return;
-  run.last_active = clock_.now();
-  if (run.tasks.empty()) setActiveLocked(active_ - 1);
-  touchIdleLocked(run);
+  if (it == runs_.end() || !it->second.checking) return false;
+  it->second.waiters.push_back(std::move(waiter));
+  return true;
+}
+
+void RunTable::onLookup(const std::string& id, const Fleet::Known& known) {
+  std::vector<std::pair<Canceller, Ending>> cancellers;
+  std::vector<Ending> endings;
+  std::vector<std::function<void()>> waiters;
+  {
+    std::lock_guard lock(mutex_);
+    const MonotonicTime now = clock_.now();
+    const auto found = runs_.find(id);
+    if (found == runs_.end() || !found->second.checking) return;
+    const auto stateOf = [](Ending e) {
+      return e == Ending::SpendCap ? State::SpendExhausted : State::Cancelled;
+    };
+    // (The run is not forgotten while it is checking: endSubtreeLocked may
+    // create and evict runs, never this one.)
+    const std::string parent = found->second.parent;
+    if (known.parent_ended && !parent.empty()) {
+      endSubtreeLocked(parent, stateOf(*known.parent_ended), *known.parent_ended, now, cancellers,
+                       endings);
+    }
+    if (known.ended)
+      endSubtreeLocked(id, stateOf(*known.ended), *known.ended, now, cancellers, endings);
+    Run& run = runs_.at(id);
+    run.checking = false;
+    waiters.swap(run.waiters);
+    if (fleetCountsLocked(run)) {
+      run.fleet_usd = known.spend_usd;
+      run.spend_usd = std::max(0.0, run.fleet_usd + run.sent_usd + run.unflushed_usd);
+      if (run.state == State::Running && run.spend_usd >= run.max_usd) {
+        endSubtreeLocked(id, State::SpendExhausted, Ending::SpendCap, now, cancellers, endings);
+      }
+    }
+    touchIdleLocked(runs_.at(id));
+  }
+  notify(endings);
+  for (auto& [canceller, ending] : cancellers) canceller(ending);
+  for (auto& waiter : waiters) waiter();
+}
+
+void RunTable::collectFlushLocked(Run& run, MonotonicTime now, bool force,
+                                  std::vector<Flush>& flushes) {
+  if (run.unflushed_usd == 0) return;
+  const double threshold = run.max_usd * kFleetFlushShare;
+  if (!force && std::abs(run.unflushed_usd) < threshold &&
+      now - run.last_flush < kFleetFlushInterval) {
+    return;
+  }
+  flushes.push_back(Flush{run.id, run.unflushed_usd});
+  run.sent_usd += run.unflushed_usd;
+  run.unflushed_usd = 0;
+  run.last_flush = now;
+}
+
+void RunTable::sendFlushes(std::vector<Flush>& flushes) {
+  if (flushes.empty()) return;
+  std::shared_ptr<Fleet> fleet;
+  std::chrono::milliseconds ttl{};
+  {
+    std::lock_guard lock(mutex_);
+    fleet = fleet_;
+    ttl = limits_.idle_expiry;
+  }
+  if (!fleet) return;
+  for (Flush& f : flushes) {
+    const double usd = f.usd;
+    fleet->addSpend(f.id, usd, ttl,
+                    [weak = weak_from_this(), id = f.id, usd](std::optional<double> total) {
+                      if (const auto self = weak.lock()) self->onFlushed(id, usd, total);
+                    });
+  }
+}
+
+void RunTable::onFlushed(const std::string& id, double usd, std::optional<double> total) {
+  std::vector<std::pair<Canceller, Ending>> cancellers;
+  std::vector<Ending> endings;
+  std::shared_ptr<Fleet> tell;
+  std::chrono::milliseconds ttl{};
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = runs_.find(id);
+    if (it == runs_.end()) return;
+    Run& run = it->second;
+    run.sent_usd -= usd;
+    if (total) {
+      // One connection carries this process's additions in order: the total
+      // counts every one answered so far, this one included.
+      run.fleet_usd = *total;
+    } else {
+      run.unflushed_usd += usd;  // not added: sent again with the next flush
+    }
+    if (!fleetCountsLocked(run)) return;
+    run.spend_usd = std::max(0.0, run.fleet_usd + run.sent_usd + run.unflushed_usd);
+    if (run.state == State::Running && run.spend_usd >= run.max_usd) {
+      endSubtreeLocked(id, State::SpendExhausted, Ending::SpendCap, clock_.now(), cancellers,
+                       endings);
+      tell = fleet_;
+      ttl = limits_.tombstone;
+    }
+  }
+  notify(endings);
+  for (auto& [canceller, ending] : cancellers) canceller(ending);
+  if (tell) tell->ended(id, Ending::SpendCap, ttl);
+}
+
+void RunTable::leave(const std::string& id, uint64_t task) {
+  std::vector<Flush> flushes;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = runs_.find(id);
+    if (it == runs_.end()) return;
+    Run& run = it->second;
+    if (run.tasks.erase(task) == 0) return;
+    const MonotonicTime now = clock_.now();
+    run.last_active = now;
+    if (run.tasks.empty()) setActiveLocked(active_ - 1);
+    touchIdleLocked(run);
+    if (fleet_) {
+      // A task ended: what it spent goes to the fleet now (the run's and its ancestors').
+      std::string current = id;
+      for (size_t steps = 0; steps <= limits_.max_runs && !current.empty(); ++steps) {
+        const auto r = runs_.find(current);
+        if (r == runs_.end()) break;
+        if (fleetCountsLocked(r->second)) collectFlushLocked(r->second, now, true, flushes);
+        current = r->second.parent;
+      }
+    }
+  }
+  sendFlushes(flushes);
 }
 
 void RunTable::endSubtreeLocked(const std::string& id, State state, Ending ending,
@@ -212,18 +360,33 @@ void RunTable::endSubtreeLocked(const std::string& id, State state, Ending endin
 }
 
 size_t RunTable::cancel(const std::string& id, bool from_peer) {
+  return end(id, State::Cancelled, Ending::Cancelled, !from_peer);
+}
+
+size_t RunTable::capFromPeer(const std::string& id) {
+  return end(id, State::SpendExhausted, Ending::SpendCap, false);
+}
+
+size_t RunTable::end(const std::string& id, State state, Ending ending, bool tell_fleet) {
   std::vector<std::pair<Canceller, Ending>> cancellers;
   std::vector<Ending> endings;
   std::function<void(const std::string&)> broadcaster;
+  std::shared_ptr<Fleet> fleet;
+  std::chrono::milliseconds ttl{};
   {
     std::lock_guard lock(mutex_);
-    if (!from_peer) broadcaster = broadcaster_;
+    if (tell_fleet) {
+      fleet = fleet_;
+      if (!fleet) broadcaster = broadcaster_;
+      ttl = limits_.tombstone;
+    }
     const MonotonicTime now = clock_.now();
     sweepLocked(now, false);
-    endSubtreeLocked(id, State::Cancelled, Ending::Cancelled, now, cancellers, endings);
+    endSubtreeLocked(id, state, ending, now, cancellers, endings);
   }
   notify(endings);
-  for (auto& [canceller, ending] : cancellers) canceller(ending);
+  for (auto& [canceller, why] : cancellers) canceller(why);
+  if (fleet) fleet->ended(id, ending, ttl);
   if (broadcaster) broadcaster(id);
   return cancellers.size();
 }
@@ -232,9 +395,14 @@ void RunTable::addSpend(const std::string& id, double usd) {
   if (usd == 0) return;
   std::vector<std::pair<Canceller, Ending>> cancellers;
   std::vector<Ending> endings;
+  std::vector<Flush> flushes;
+  std::shared_ptr<Fleet> tell;
+  std::string capped_id;
+  std::chrono::milliseconds ttl{};
   {
     std::lock_guard lock(mutex_);
     const MonotonicTime now = clock_.now();
+    bool task_ended = false;  // spend booked after the run's last task left: flush now
     // The run, then its ancestors (bounded: parents never form a cycle, and
     // the walk stops at max_runs steps regardless).
     std::vector<std::string> capped;
@@ -243,7 +411,14 @@ void RunTable::addSpend(const std::string& id, double usd) {
       const auto it = runs_.find(current);
       if (it == runs_.end()) break;
       Run& run = it->second;
-      run.spend_usd = std::max(0.0, run.spend_usd + usd);
+      if (steps == 0) task_ended = run.tasks.empty();
+      if (fleetCountsLocked(run)) {
+        run.unflushed_usd += usd;
+        run.spend_usd = std::max(0.0, run.fleet_usd + run.sent_usd + run.unflushed_usd);
+        collectFlushLocked(run, now, task_ended, flushes);
+      } else {
+        run.spend_usd = std::max(0.0, run.spend_usd + usd);
+      }
       if (run.state == State::Running && run.max_usd > 0 && run.spend_usd >= run.max_usd) {
         capped.push_back(run.id);
       }
@@ -253,10 +428,15 @@ void RunTable::addSpend(const std::string& id, double usd) {
     if (!capped.empty()) {
       endSubtreeLocked(capped.back(), State::SpendExhausted, Ending::SpendCap, now, cancellers,
                        endings);
+      tell = fleet_;
+      capped_id = capped.back();
+      ttl = limits_.tombstone;
     }
   }
   notify(endings);
   for (auto& [canceller, ending] : cancellers) canceller(ending);
+  if (tell) tell->ended(capped_id, Ending::SpendCap, ttl);
+  sendFlushes(flushes);
 }
 
 RunTable::Snapshot RunTable::snapshotLocked(const Run& run, MonotonicTime now) const {
@@ -301,6 +481,12 @@ std::optional<RunTable::Snapshot> RunTable::snapshot(const std::string& id) {
   const auto it = runs_.find(id);
   if (it == runs_.end()) return std::nullopt;
   return snapshotLocked(it->second, now);
+}
+
+bool RunTable::spendExhausted(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  const auto it = runs_.find(id);
+  return it != runs_.end() && it->second.state == State::SpendExhausted;
 }
 
 size_t RunTable::active() const {

@@ -24,11 +24,22 @@
 //
 // No timers: time comes from the injected Clock, expiry is applied lazily
 // (a sweep at most once a second, and on the way when the table is full).
+//
+// With a Fleet (shared_state, across replicas): a run new to this process
+// is looked up once, before its first task is admitted (the fleet's
+// tombstone, its parent's, and the fleet's spend of the run): the tasks
+// that arrive meanwhile wait (Join::Kind::Pending, awaitFleet). A capped
+// run's spend goes to the fleet's counter in batches (1% of its cap,
+// kFleetFlushInterval, or when a task of the run ends), never per chunk; its spend is then the
+// fleet's last known total plus what this process has not yet had acknowledged, and the cap is
+// checked against it. A cancel or a spend cap reached here is stored as the fleet's tombstone and
+// told to the peers (Fleet::ended).
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -39,7 +50,7 @@
 
 namespace sluice {
 
-class RunTable {
+class RunTable : public std::enable_shared_from_this<RunTable> {
  public:
   struct Limits {
     std::chrono::milliseconds budget{std::chrono::minutes(30)};
@@ -65,6 +76,41 @@ class RunTable {
   /** Told once per run that ends (outside the lock). */
   using EndingListener = std::function<void(Ending)>;
 
+  /** A capped run's unflushed spend goes to the fleet once it reaches this share of its cap, */
+  static constexpr double kFleetFlushShare = 0.01;
+  /** or once its last flush is this old (checked as its spend grows), or when a task of it ends. */
+  static constexpr std::chrono::milliseconds kFleetFlushInterval{100};
+
+  /**
+   * The runs of the other replicas (shared_state). Any thread may call it;
+   * each `done` is called exactly once, on any thread, maybe before the
+   * call returns (never under the table's lock). The table answers results
+   * only while it is owned by a shared_ptr (weak_from_this).
+   */
+  class Fleet {
+   public:
+    virtual ~Fleet() = default;
+    /** What the fleet holds of a run new to this process. */
+    struct Known {
+      std::optional<Ending> ended;         // the run's tombstone
+      std::optional<Ending> parent_ended;  // its parent's (when a parent was named)
+      double spend_usd = 0;                // the fleet's spend counter of the run
+    };
+    /** One lookup of run `id` (and `parent`, may be empty); `done` with nothing known when Redis is
+     * down. */
+    virtual void lookup(const std::string& id, const std::string& parent,
+                        std::function<void(const Known&)> done) = 0;
+    /**
+     * Adds `usd` to the fleet's spend counter of run `id`, which expires
+     * `ttl` after its last change; `done` with the fleet's total, or
+     * nullopt when it could not be added.
+     */
+    virtual void addSpend(const std::string& id, double usd, std::chrono::milliseconds ttl,
+                          std::function<void(std::optional<double>)> done) = 0;
+    /** Run `id` ended here (Cancelled or SpendCap): its tombstone for `ttl`, told to the peers. */
+    virtual void ended(const std::string& id, Ending why, std::chrono::milliseconds ttl) = 0;
+  };
+
   RunTable(const Clock& clock, Limits limits) : clock_(clock), limits_(limits) {}
 
   /** New limits (a reload): they apply to runs created from now on, and to expiry. */
@@ -76,12 +122,17 @@ class RunTable {
    * the lock, on the cancelling thread.
    */
   void setCancelBroadcaster(std::function<void(const std::string&)> broadcaster);
+  /** Links the table with the other replicas' (replaces the cancel broadcaster). Call once, before
+   * use. */
+  void setFleet(std::shared_ptr<Fleet> fleet);
   /** Told the number of active runs whenever it changes (under the lock: keep it cheap). */
   void setActiveListener(std::function<void(size_t)> listener);
 
   /** A task's admission. */
   struct Join {
-    enum class Kind { Joined, Cancelled, DeadlineExceeded, SpendExhausted };
+    // Pending: the run is new here and the fleet is being asked about it;
+    // awaitFleet(), then join again.
+    enum class Kind { Joined, Cancelled, DeadlineExceeded, SpendExhausted, Pending };
     Kind kind = Kind::Joined;
     uint64_t task = 0;         // Joined: leave(task) when it is done
     MonotonicTime deadline{};  // Joined: the run's deadline
@@ -99,6 +150,13 @@ class RunTable {
   Join join(const std::string& id, const std::string& parent,
             std::optional<std::chrono::milliseconds> budget, Canceller canceller,
             std::optional<double> max_usd = std::nullopt);
+
+  /**
+   * After a Pending join: `waiter` is called (once, on any thread, outside
+   * the lock) when the fleet answered about run `id`; join again then.
+   * False when it already has (join again now).
+   */
+  bool awaitFleet(const std::string& id, std::function<void()> waiter);
 
   /**
    * Adds `usd` (negative: a correction, as an estimate gives way to the
@@ -120,6 +178,8 @@ class RunTable {
    * replica, and is not broadcast again.
    */
   size_t cancel(const std::string& id, bool from_peer = false);
+  /** A peer's run `id` reached its spend cap: ends it here as SpendCap (not told again). */
+  size_t capFromPeer(const std::string& id);
 
   /** What admin GET /runs shows of a run. */
   struct Snapshot {
@@ -137,6 +197,8 @@ class RunTable {
   std::vector<Snapshot> snapshot(size_t max = 1000);
   std::optional<Snapshot> snapshot(const std::string& id);
 
+  /** Run `id` ended at its spend cap (false when it did not, or is unknown). */
+  bool spendExhausted(const std::string& id) const;
   /** Runs with tasks in flight (sluice_runs_active). */
   size_t active() const;
   /** Runs held (running, idle or tombstones). */
@@ -159,6 +221,18 @@ class RunTable {
     std::unordered_map<uint64_t, Canceller> tasks;  // in flight
     std::list<std::string>::iterator lru;           // position in idle_ (valid when tasks is empty)
     bool in_lru = false;
+    // With a fleet: the lookup of a run new here is out; its tasks wait.
+    bool checking = false;
+    std::vector<std::function<void()>> waiters;
+    // With a fleet, for a capped run: spend_usd = fleet_usd + sent_usd + unflushed_usd.
+    double fleet_usd = 0;      // the fleet's total, as its last answer said
+    double sent_usd = 0;       // added to the fleet, not yet answered
+    double unflushed_usd = 0;  // not yet sent
+    MonotonicTime last_flush{};
+  };
+  struct Flush {
+    std::string id;
+    double usd;
   };
 
   Run& createLocked(const std::string& id, MonotonicTime now);
@@ -178,6 +252,14 @@ class RunTable {
   void eraseLocked(const std::string& id);
   Snapshot snapshotLocked(const Run& run, MonotonicTime now) const;
   void notify(const std::vector<Ending>& endings);
+  bool fleetCountsLocked(const Run& run) const { return fleet_ && run.max_usd > 0; }
+  /** Moves the run's unflushed spend to `flushes` (force, or past the threshold or the interval).
+   */
+  void collectFlushLocked(Run& run, MonotonicTime now, bool force, std::vector<Flush>& flushes);
+  void sendFlushes(std::vector<Flush>& flushes);
+  void onLookup(const std::string& id, const Fleet::Known& known);
+  void onFlushed(const std::string& id, double usd, std::optional<double> total);
+  size_t end(const std::string& id, State state, Ending ending, bool tell_fleet);
   void setActiveLocked(size_t active);
 
   const Clock& clock_;
@@ -186,6 +268,7 @@ class RunTable {
   EndingListener on_ending_;
   std::function<void(const std::string&)> broadcaster_;
   std::function<void(size_t)> on_active_;
+  std::shared_ptr<Fleet> fleet_;
   std::unordered_map<std::string, Run> runs_;
   std::list<std::string> idle_;  // runs with nothing in flight, least recently active first
   size_t active_ = 0;            // runs with tasks in flight

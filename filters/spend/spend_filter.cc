@@ -30,6 +30,7 @@ Admission SpendFilter::beforeAttempt(RequestHead&, const AttemptContext& attempt
     rewritten.model = std::string(model);
     meter_ = std::make_unique<UsageMeter>(rewritten);
   }
+  run_price_ = nullptr;  // a new attempt: its first metered spend is fed whatever it is
   return Admission::proceed();
 }
 
@@ -49,9 +50,23 @@ void SpendFilter::encodeData(const char* data, size_t len, bool end_stream) {
 }
 
 void SpendFilter::feedRunMetered() {
-  if (callbacks_->runSpend() == nullptr || !meter_) return;
-  const ModelPrice& price = prices_.match(meter_->model());
-  feedRun(price.inputUsd(meter_->inputTokens()) + price.outputUsd(meter_->outputTokens()));
+  // A stream feeds its run as its tokens arrive; any other answer once it
+  // is booked (account): its usage comes with its end anyway.
+  if (!meter_ || !meter_->streaming() || callbacks_->runSpend() == nullptr) return;
+  const uint64_t input = meter_->inputTokens();
+  const uint64_t output = meter_->outputTokens();
+  const std::string& model = meter_->model();
+  if (run_price_ != nullptr && input == run_input_ && output == run_output_ &&
+      model == run_model_) {
+    return;  // (a chunk without tokens: nothing new for the run)
+  }
+  if (run_price_ == nullptr || model != run_model_) {
+    run_price_ = &prices_.match(model);
+    run_model_ = model;
+  }
+  run_input_ = input;
+  run_output_ = output;
+  feedRun(run_price_->inputUsd(input) + run_price_->outputUsd(output));
 }
 
 void SpendFilter::feedRun(double attempt_usd) {

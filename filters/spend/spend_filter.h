@@ -11,8 +11,10 @@
 // spend as the attempt's tokens arrive, a chunk at a time, and corrects it to
 // the booked USD when the attempt ends (docs/design.md §9).
 
+#include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "common/metrics.h"
 #include "filters/filter.h"
@@ -58,6 +60,11 @@ class SpendFilter final : public StreamFilter {
   std::unique_ptr<UsageMeter> meter_;      // the attempt in flight
   bool named_model_ = false;               // the Exchange was told a model (recordUsage)
   double run_usd_ = 0;                     // the current attempt's spend told to its run
+  // What feedRunMetered last priced: a chunk that adds no token is not fed again.
+  const ModelPrice* run_price_ = nullptr;
+  std::string run_model_;
+  uint64_t run_input_ = 0;
+  uint64_t run_output_ = 0;
 };
 
 }  // namespace sluice

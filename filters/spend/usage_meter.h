@@ -192,6 +192,8 @@ class UsageMeter {
   bool billable() const { return billable_; }
   /** onResponseEnd() was called. */
   bool responseComplete() const { return complete_; }
+  /** The response is an SSE stream (known from its headers). */
+  bool streaming() const { return sse_.has_value(); }
   /** Body bytes fed so far. */
   uint64_t bodyBytesSeen() const { return body_bytes_; }
 

@@ -113,11 +113,17 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
       if (shared != nullptr) {
         // A cancel here reaches the peers; theirs reach this table (the
         // shared state outlives the runtimes: it is the server's).
-        rt->runs_->setCancelBroadcaster(
-            [shared](const std::string& id) { shared->publishRunCancel(id); });
+        // Tombstones and capped runs' spend are kept in Redis for the fleet.
+        rt->runs_->setFleet(shared->runFleet());
         std::weak_ptr<RunTable> table = rt->runs_;
-        shared->setRunCancelHandler([table](const std::string& id) {
-          if (const auto runs = table.lock()) runs->cancel(id, /*from_peer=*/true);
+        shared->setRunCancelHandler([table](const std::string& id, RunTable::Ending why) {
+          const auto runs = table.lock();
+          if (!runs) return;
+          if (why == RunTable::Ending::SpendCap) {
+            runs->capFromPeer(id);
+          } else {
+            runs->cancel(id, /*from_peer=*/true);
+          }
         });
       }
     }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "filters/throttle/quota_headers.h"
@@ -722,22 +724,135 @@ std::shared_ptr<GlobalCircuit> SharedState::circuit(const std::shared_ptr<Circui
   return std::make_shared<RedisCircuit>(*this, std::move(scope), channel_);
 }
 
-void SharedState::publishRunCancel(const std::string& id) {
-  if (loops_.empty() || loops_[0].dispatcher == nullptr) return;
+void SharedState::setRunCancelHandler(
+    std::function<void(const std::string&, RunTable::Ending)> handler) {
+  std::lock_guard lock(mu_);
+  on_run_cancel_ = std::move(handler);
+}
+
+void SharedState::onWorker0(std::function<void(RedisClient*)> fn) {
+  if (loops_.empty() || loops_[0].dispatcher == nullptr) {
+    fn(nullptr);
+    return;
+  }
   Loop* loop = &loops_[0];
-  loop->dispatcher->post([this, loop, id] {
-    if (loop->client == nullptr || !loop->client->up()) {
-      countError("runs");
-      return;
-    }
-    loop->client->command({"PUBLISH", channel_, "run " + instance_ + " cancel " + id}, nullptr,
-                          "runs");
+  loop->dispatcher->post([loop, fn = std::move(fn)] {
+    fn(loop->client != nullptr && loop->client->up() ? loop->client.get() : nullptr);
   });
 }
 
-void SharedState::setRunCancelHandler(std::function<void(const std::string&)> handler) {
-  std::lock_guard lock(mu_);
-  on_run_cancel_ = std::move(handler);
+namespace {
+
+// A run's spend counter: KEYS[1], ARGV[1] the USD to add, ARGV[2] its expiry in ms.
+constexpr std::string_view kRunSpendScript = R"lua(
+local total = redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return total
+)lua";
+
+std::optional<RunTable::Ending> endingOf(const redisReply* r) {
+  if (r == nullptr || r->type != REDIS_REPLY_STRING) return std::nullopt;
+  const std::string_view v(r->str, r->len);
+  if (v == "spend_cap") return RunTable::Ending::SpendCap;
+  return RunTable::Ending::Cancelled;  // "cancelled" (or a value a newer version wrote)
+}
+
+std::optional<double> usdOf(const redisReply* r) {
+  if (r == nullptr || r->type != REDIS_REPLY_STRING || r->len == 0 || r->len > 64) {
+    return std::nullopt;
+  }
+  const std::string text(r->str, r->len);
+  char* end = nullptr;
+  const double usd = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || !std::isfinite(usd)) return std::nullopt;
+  return usd;
+}
+
+std::string usdText(double usd) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", usd);
+  return buf;
+}
+
+}  // namespace
+
+class RedisRunFleet final : public RunTable::Fleet {
+ public:
+  explicit RedisRunFleet(SharedState& shared) : shared_(shared) {}
+
+  void lookup(const std::string& id, const std::string& parent,
+              std::function<void(const Known&)> done) override {
+    RedisClient* client = shared_.client();
+    if (client == nullptr) {
+      shared_.countError("runs");
+      done(Known{});
+      return;
+    }
+    const std::string ended = key(id, "ended");
+    const std::string spend = key(id, "spend");
+    const std::string parent_ended = parent.empty() ? std::string() : key(parent, "ended");
+    auto reply = [done = std::move(done)](const redisReply* r) {
+      Known known;
+      if (r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
+        known.ended = endingOf(r->element[0]);
+        known.spend_usd = usdOf(r->element[1]).value_or(0);
+        if (r->elements >= 3) known.parent_ended = endingOf(r->element[2]);
+      }
+      done(known);
+    };
+    const bool sent =
+        parent.empty()
+            ? client->command({"MGET", ended, spend}, std::move(reply), "runs")
+            : client->command({"MGET", ended, spend, parent_ended}, std::move(reply), "runs");
+    if (!sent) done(Known{});
+  }
+
+  void addSpend(const std::string& id, double usd, std::chrono::milliseconds ttl,
+                std::function<void(std::optional<double>)> done) override {
+    // (The posted work holds the shared state, never this: the table that
+    // owns this may be gone by the time worker 0 runs it.)
+    SharedState* shared = &shared_;
+    shared_.onWorker0([shared, key = key(id, "spend"), usd, ttl,
+                       done = std::move(done)](RedisClient* client) mutable {
+      if (client == nullptr) {
+        shared->countError("runs");
+        done(std::nullopt);
+        return;
+      }
+      const std::string ms = std::to_string(std::max<int64_t>(1, ttl.count()));
+      auto reply = [done](const redisReply* r) { done(usdOf(r)); };
+      if (!client->command({"EVAL", kRunSpendScript, "1", key, usdText(usd), ms}, reply, "runs")) {
+        done(std::nullopt);
+      }
+    });
+  }
+
+  void ended(const std::string& id, RunTable::Ending why, std::chrono::milliseconds ttl) override {
+    SharedState* shared = &shared_;
+    const bool capped = why == RunTable::Ending::SpendCap;
+    shared_.onWorker0([shared, key = key(id, "ended"), capped, ttl,
+                       message = "run " + shared_.instance_ +
+                                 (capped ? " spend_cap " : " cancel ") + id](RedisClient* client) {
+      if (client == nullptr) {
+        shared->countError("runs");
+        return;
+      }
+      client->command({"SET", key, capped ? "spend_cap" : "cancelled", "PX",
+                       std::to_string(std::max<int64_t>(1, ttl.count()))},
+                      nullptr, "runs");
+      client->command({"PUBLISH", shared->channel_, message}, nullptr, "runs");
+    });
+  }
+
+ private:
+  std::string key(const std::string& id, std::string_view what) const {
+    return shared_.config_.prefix + "r:" + id + ":" + std::string(what);
+  }
+  SharedState& shared_;
+};
+
+std::shared_ptr<RunTable::Fleet> SharedState::runFleet() {
+  return std::make_shared<RedisRunFleet>(*this);
 }
 
 void SharedState::linkSessions(const std::shared_ptr<McpSessionTable>& table,
@@ -791,22 +906,32 @@ void SharedState::onMessage(std::string_view message) {
     if (table) table->learn(key, endpoint, clock_.now(), /*publish=*/false);
     return;
   }
-  // "run <instance> cancel <run id>": a peer cancelled a run.
+  // "run <instance> cancel|spend_cap <run id>": a peer cancelled a run, or
+  // it reached its spend cap there.
   constexpr std::string_view kRun = "run ";
   if (message.substr(0, kRun.size()) == kRun) {
     const std::string_view rest = message.substr(kRun.size());
     const size_t space = rest.find(' ');
     if (space == std::string_view::npos || rest.substr(0, space) == instance_) return;
     constexpr std::string_view kCancel = "cancel ";
+    constexpr std::string_view kSpendCap = "spend_cap ";
     const std::string_view tail = rest.substr(space + 1);
-    if (tail.substr(0, kCancel.size()) != kCancel) return;
-    const std::string id(tail.substr(kCancel.size()));
-    std::function<void(const std::string&)> handler;
+    std::string id;
+    RunTable::Ending why = RunTable::Ending::Cancelled;
+    if (tail.substr(0, kCancel.size()) == kCancel) {
+      id = std::string(tail.substr(kCancel.size()));
+    } else if (tail.substr(0, kSpendCap.size()) == kSpendCap) {
+      id = std::string(tail.substr(kSpendCap.size()));
+      why = RunTable::Ending::SpendCap;
+    } else {
+      return;
+    }
+    std::function<void(const std::string&, RunTable::Ending)> handler;
     {
       std::lock_guard lock(mu_);
       handler = on_run_cancel_;
     }
-    if (handler && !id.empty()) handler(id);
+    if (handler && !id.empty()) handler(id, why);
     return;
   }
   // "<scope> <instance> open|closed <open_ms>"

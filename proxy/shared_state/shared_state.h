@@ -16,8 +16,13 @@
 //   <prefix>c:<scope>:probe         the fleet's half-open probe permit
 //   <prefix>c:<scope>:open          an open circuit ("<instance> <ms>"), expiring with
 //                                   its cooldown: read back on (re)connect
+//   <prefix>r:<run id>:spend        a capped run's spend in USD across the fleet
+//                                   (INCRBYFLOAT), expiring runs.idle_expiry after its last change
+//   <prefix>r:<run id>:ended        a cancelled run's tombstone ("cancelled" or
+//                                   "spend_cap"), expiring after runs.tombstone
 //   <prefix>circuit                 pub/sub channel of circuit transitions, of
-//                                   run cancels ("run <instance> cancel <run id>"),
+//                                   run endings ("run <instance> cancel <run id>",
+//                                   "run <instance> spend_cap <run id>"),
 //                                   and of MCP sessions learned
 //                                   ("session <instance> <scope> <session key>":
 //                                   the key is a hash of the session id)
@@ -40,6 +45,7 @@
 #include "config/config.h"
 #include "filters/circuit_breaker/circuit_breaker.h"
 #include "filters/circuit_breaker/global_circuit.h"
+#include "filters/runs/run_table.h"
 #include "filters/throttle/global_quota.h"
 #include "filters/tools/mcp_sessions.h"
 #include "proxy/event/dispatcher.h"
@@ -82,16 +88,19 @@ class SharedState {
 
   const config::SharedStateConfig& config() const { return config_; }
   /**
-   * Tells the peers run `id` was cancelled here (PUBLISH, from worker 0's
-   * client; any thread may call). Dropped, and counted as an error, when
-   * Redis is down: the replicas that miss it keep the run going.
-   */
-  void publishRunCancel(const std::string& id);
-  /**
    * `handler` is called (on worker 0's thread) with the id of each run a
-   * peer cancelled. One handler: a later call replaces it.
+   * peer ended and why (Cancelled or SpendCap). One handler: a later call
+   * replaces it.
    */
-  void setRunCancelHandler(std::function<void(const std::string&)> handler);
+  void setRunCancelHandler(std::function<void(const std::string&, RunTable::Ending)> handler);
+  /**
+   * The runs' link with the fleet (RunTable::Fleet): lookups of a run new
+   * here (one MGET on the calling worker's client), spend counters and
+   * tombstones (worker 0's client: one connection keeps a process's
+   * additions in order). Redis down: nothing known, nothing added (the
+   * table counts locally), endings counted as errors (op="runs").
+   */
+  std::shared_ptr<RunTable::Fleet> runFleet();
 
   /**
    * Links the MCP session table of `upstream` with the peers' (docs/design.md
@@ -157,6 +166,9 @@ class SharedState {
   void replayCircuits(RedisClient& client);
   void applyStoredOpen(const std::string& scope, const redisReply* reply);
   void onMessage(std::string_view message);
+  friend class RedisRunFleet;
+  /** Runs `fn` on worker 0's loop with its client (null when down or detached: then at once). */
+  void onWorker0(std::function<void(RedisClient*)> fn);
   void flushKept(RedisClient& client);
 
   const config::SharedStateConfig config_;
@@ -176,8 +188,8 @@ class SharedState {
 
   std::mutex mu_;  // guards circuits_ and kept_
   std::map<std::string, std::vector<std::weak_ptr<CircuitBreaker>>> circuits_;  // by scope
-  std::map<std::string, std::string> kept_;                // observe calls (RESP), by Redis key
-  std::function<void(const std::string&)> on_run_cancel_;  // guarded by mu_
+  std::map<std::string, std::string> kept_;  // observe calls (RESP), by Redis key
+  std::function<void(const std::string&, RunTable::Ending)> on_run_cancel_;  // guarded by mu_
   // The MCP session tables, by the scope of each of their endpoints; guarded by mu_.
   struct SessionTarget {
     std::weak_ptr<McpSessionTable> table;

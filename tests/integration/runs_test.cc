@@ -397,5 +397,108 @@ TEST(RunsTest, ACancelOnOneReplicaCutsTheRunsTaskOnAnotherAndItsTombstoneIsShare
   EXPECT_EQ(mock.ledger().size(), calls);
 }
 
+/** How many times Redis ran `command` (INFO commandstats; commands a script ran count too). */
+int64_t redisCalls(const RedisProcess& redis, const std::string& command) {
+  const std::string stats = redis.cli("INFO commandstats");
+  const std::string tag = "cmdstat_" + command + ":calls=";
+  const size_t at = stats.find(tag);
+  return at == std::string::npos ? 0 : std::stoll(stats.substr(at + tag.size()));
+}
+
+TEST(RunsTest, WithSharedStateTheSpendCapBoundsTheFleetsSumAndReachingItEndsTheRunEverywhere) {
+  MockLlm mock;
+  RedisProcess redis;
+  // $0.001 an output token; the run's cap $0.5: 500 tokens. Each task
+  // streams 400 (under the cap alone), the two together 800.
+  const std::string yaml = config(mock.url(), true, "runs: {tombstone: 5m, max_usd: 0.5}",
+                                  std::string(kPricing) + "\nshared_state: {redis: \"" +
+                                      redis.url() + "\", prefix: \"spend:\", timeout: 500ms}");
+  SluiceProcess a(yaml);
+  SluiceProcess b(yaml);
+  ASSERT_TRUE(waitUntil([&] {
+    return a.metric("sluice_shared_state_up") == 1 && b.metric("sluice_shared_state_up") == 1;
+  })) << a.stderrText()
+      << b.stderrText();
+
+  const auto start = [&](uint16_t port, const std::string& id) {
+    auto conn = std::make_unique<TestConnection>(port);
+    conn->sendRequest("POST", "/v1/chat/completions",
+                      {{"x-run-id", "shared-cap"},
+                       {"x-mock-request-id", id},
+                       {"x-mock-tokens", "400"},
+                       {"x-mock-token-interval-ms", "3"}},
+                      kStream);
+    return conn;
+  };
+  auto on_a = start(a.port(), "sa");
+  auto on_b = start(b.port(), "sb");
+  const TestResponse ra = on_a->readResponse();
+  const TestResponse rb = on_b->readResponse();
+  // Both cut: each replica's share alone stayed under the cap.
+  EXPECT_NE(ra.body.find("run-spend-exhausted"), std::string::npos) << ra.body.substr(0, 300);
+  EXPECT_NE(rb.body.find("run-spend-exhausted"), std::string::npos) << rb.body.substr(0, 300);
+  const int delivered = deltasIn(ra.body) + deltasIn(rb.body);
+  EXPECT_LT(delivered, 800);
+  EXPECT_GE(delivered, 500) << "not cut before the fleet reached the cap";
+
+  // Later tasks are refused on both, before any upstream call.
+  const size_t calls = mock.ledger().size();
+  for (SluiceProcess* p : {&a, &b}) {
+    const TestResponse late =
+        httpRequest(p->port(), "POST", "/v1/chat/completions", {{"x-run-id", "shared-cap"}}, kJson);
+    EXPECT_EQ(late.status, 402) << late.body;
+    EXPECT_EQ(late.headers.get("x-should-retry"), "false");
+  }
+  EXPECT_EQ(mock.ledger().size(), calls);
+
+  // One counter for the fleet, added to in batches: far fewer additions
+  // than the chunks the run's spend was fed from.
+  EXPECT_TRUE(waitUntil([&] {
+    const std::string total = redis.cli("GET spend:r:shared-cap:spend");
+    return !total.empty() && std::stod(total) >= 0.5;
+  })) << redis.cli("GET spend:r:shared-cap:spend");
+  const int64_t additions = redisCalls(redis, "incrbyfloat");
+  EXPECT_GT(additions, 0);
+  EXPECT_LT(additions, delivered / 3) << "batched, never per chunk";
+  EXPECT_EQ(redis.cli("GET spend:r:shared-cap:ended"), "spend_cap");
+}
+
+TEST(RunsTest, AReplicaThatStartsAfterACancelRefusesTheRunFromTheFleetsTombstone) {
+  MockLlm mock;
+  RedisProcess redis;
+  const std::string yaml =
+      config(mock.url(), true, "runs: {tombstone: 5m}",
+             "shared_state: {redis: \"" + redis.url() + "\", prefix: \"tomb:\", timeout: 500ms}");
+  SluiceProcess a(yaml);
+  ASSERT_TRUE(waitUntil([&] { return a.metric("sluice_shared_state_up") == 1; })) << a.stderrText();
+  // Cancelled on A before B existed: B never hears the published cancel.
+  ASSERT_EQ(adminPost(a.adminPort(), "/runs/before-b/cancel").status, 202);
+  EXPECT_TRUE(waitUntil([&] { return !redis.cli("GET tomb:r:before-b:ended").empty(); }));
+
+  SluiceProcess b(yaml);
+  ASSERT_TRUE(waitUntil([&] { return b.metric("sluice_shared_state_up") == 1; })) << b.stderrText();
+  const size_t calls = mock.ledger().size();
+  const TestResponse late =
+      httpRequest(b.port(), "POST", "/v1/chat/completions", {{"x-run-id", "before-b"}}, kJson);
+  EXPECT_EQ(late.status, 409) << late.body;
+  EXPECT_NE(late.body.find("run-cancelled"), std::string::npos) << late.body;
+  EXPECT_EQ(late.headers.get("x-should-retry"), "false");
+  // A child run of it is refused too (its parent's tombstone).
+  const TestResponse child =
+      httpRequest(b.port(), "POST", "/v1/chat/completions",
+                  {{"x-run-id", "child-of-before-b"}, {"x-parent-run-id", "before-b"}}, kJson);
+  EXPECT_EQ(child.status, 409) << child.body;
+  EXPECT_EQ(mock.ledger().size(), calls) << "refused before any upstream call";
+
+  // A run the fleet knows nothing of goes through (looked up once).
+  const int64_t lookups = redisCalls(redis, "mget");
+  for (int i = 0; i < 3; ++i) {
+    const TestResponse ok =
+        httpRequest(b.port(), "POST", "/v1/chat/completions", {{"x-run-id", "fresh"}}, kJson);
+    EXPECT_EQ(ok.status, 200) << ok.body;
+  }
+  EXPECT_EQ(redisCalls(redis, "mget"), lookups + 1) << "one lookup per run new here, not per task";
+}
+
 }  // namespace
 }  // namespace sluice::test

@@ -138,5 +138,17 @@ TEST_F(RunFilterTest, TheRunsLimitHeadersNeverGoUpstreamButTheRunIdDoes) {
   t.filter->onDestroy();
 }
 
+TEST_F(RunFilterTest, WithoutTheRunHeaderTheRunsLimitHeadersStillNeverGoUpstream) {
+  Task t = start({{"x-run-budget-ms", "5000"}, {"x-run-max-usd", "2"}});
+  RequestHead upstream;
+  upstream.headers.add("x-run-budget-ms", "5000");
+  upstream.headers.add("x-run-max-usd", "2");
+  EXPECT_EQ(t.filter->beforeAttempt(upstream, t.callbacks->attemptContext()).kind,
+            Admission::Kind::Continue);
+  EXPECT_FALSE(upstream.headers.has("x-run-budget-ms"));
+  EXPECT_FALSE(upstream.headers.has("x-run-max-usd"));
+  t.filter->onDestroy();
+}
+
 }  // namespace
 }  // namespace sluice

@@ -220,6 +220,140 @@ TEST_F(RunTableTest, AChildsOwnCapEndsOnlyTheChild) {
   table_.leave("child", c.task);
 }
 
+/** A fleet that answers when the test says so. */
+class FakeFleet final : public RunTable::Fleet {
+ public:
+  void lookup(const std::string& id, const std::string& parent,
+              std::function<void(const Known&)> done) override {
+    lookups.emplace_back(id, parent);
+    if (answer_lookups_at_once) {
+      done(Known{});
+    } else {
+      lookup_done.push_back(std::move(done));
+    }
+  }
+  void addSpend(const std::string& id, double usd, std::chrono::milliseconds ttl,
+                std::function<void(std::optional<double>)> done) override {
+    additions.push_back({id, usd, ttl});
+    addition_done.push_back(std::move(done));
+  }
+  void ended(const std::string& id, RunTable::Ending why, std::chrono::milliseconds) override {
+    endings.emplace_back(id, why);
+  }
+  struct Addition {
+    std::string id;
+    double usd;
+    std::chrono::milliseconds ttl;
+  };
+  bool answer_lookups_at_once = true;
+  std::vector<std::pair<std::string, std::string>> lookups;
+  std::vector<std::function<void(const Known&)>> lookup_done;
+  std::vector<Addition> additions;
+  std::vector<std::function<void(std::optional<double>)>> addition_done;
+  std::vector<std::pair<std::string, RunTable::Ending>> endings;
+};
+
+/** join(), and again after the fleet answered (as the run filter does). */
+RunTable::Join joinNow(RunTable& table, const std::string& id, RunTable::Canceller canceller,
+                       std::optional<double> max_usd = std::nullopt) {
+  RunTable::Join join = table.join(id, "", std::nullopt, canceller, max_usd);
+  if (join.kind == RunTable::Join::Kind::Pending && !table.awaitFleet(id, [] {})) {
+    join = table.join(id, "", std::nullopt, canceller, max_usd);
+  }
+  return join;
+}
+
+TEST_F(RunTableTest, WithAFleetSpendGoesToItsCounterInBatchesAndTheCapIsTheFleets) {
+  auto fleet = std::make_shared<FakeFleet>();
+  RunTable::Limits l = limits();
+  l.max_usd = 1.0;
+  auto table = std::make_shared<RunTable>(clock_, l);
+  table->setFleet(fleet);
+  int told = 0;
+  const auto task = joinNow(*table, "run", [&](RunTable::Ending) { ++told; });
+  ASSERT_EQ(task.kind, RunTable::Join::Kind::Joined);
+  EXPECT_EQ(fleet->lookups.size(), 1u);
+  // Chunks below 1% of the cap (0.01) and within 100 ms: nothing sent.
+  for (int i = 0; i < 5; ++i) table->addSpend("run", 0.001);
+  EXPECT_TRUE(fleet->additions.empty()) << "never per chunk";
+  table->addSpend("run", 0.006);  // 0.011 unflushed: one addition
+  ASSERT_EQ(fleet->additions.size(), 1u);
+  EXPECT_NEAR(fleet->additions[0].usd, 0.011, 1e-12);
+  EXPECT_EQ(fleet->additions[0].ttl, l.idle_expiry);
+  clock_.advance(100ms);
+  table->addSpend("run", 0.001);  // the interval passed: sent however small
+  ASSERT_EQ(fleet->additions.size(), 2u);
+  table->addSpend("run", 0.002);  // unflushed
+  // The fleet answers the first: the peers spent 0.98 meanwhile.
+  fleet->addition_done[0](0.991);
+  EXPECT_NEAR(table->snapshot("run")->spend_usd, 0.991 + 0.001 + 0.002, 1e-12);
+  EXPECT_EQ(told, 0);
+  // The second answer takes the fleet to its cap: the run ends here, and the
+  // fleet is told (tombstone, peers).
+  fleet->addition_done[1](1.0);
+  EXPECT_EQ(told, 1);
+  EXPECT_EQ(table->snapshot("run")->state, "spend_exhausted");
+  ASSERT_EQ(fleet->endings.size(), 1u);
+  EXPECT_EQ(fleet->endings[0], std::make_pair(std::string("run"), RunTable::Ending::SpendCap));
+  EXPECT_EQ(table->join("run", "", std::nullopt, nullptr).kind,
+            RunTable::Join::Kind::SpendExhausted);
+  // The task's end sends what is left.
+  table->leave("run", task.task);
+  ASSERT_EQ(fleet->additions.size(), 3u);
+  EXPECT_NEAR(fleet->additions[2].usd, 0.002, 1e-12);
+}
+
+TEST_F(RunTableTest, WithAFleetAnAdditionThatFailsIsSentAgainAndCountsLocally) {
+  auto fleet = std::make_shared<FakeFleet>();
+  auto table = std::make_shared<RunTable>(clock_, limits());
+  table->setFleet(fleet);
+  int told = 0;
+  const auto task = joinNow(
+      *table, "run", [&](RunTable::Ending) { ++told; }, 0.1);
+  table->addSpend("run", 0.05);
+  ASSERT_EQ(fleet->additions.size(), 1u);
+  fleet->addition_done[0](std::nullopt);  // Redis down
+  EXPECT_NEAR(table->snapshot("run")->spend_usd, 0.05, 1e-12) << "kept locally";
+  table->addSpend("run", 0.05);  // the local spend alone reaches the cap
+  EXPECT_EQ(told, 1);
+  ASSERT_EQ(fleet->additions.size(), 2u);
+  EXPECT_NEAR(fleet->additions[1].usd, 0.1, 1e-12) << "the failed addition goes again";
+  table->leave("run", task.task);
+}
+
+TEST_F(RunTableTest, WithAFleetARunNewHereWaitsForOneLookupAndItsTombstoneRefusesIt) {
+  auto fleet = std::make_shared<FakeFleet>();
+  fleet->answer_lookups_at_once = false;
+  auto table = std::make_shared<RunTable>(clock_, limits());
+  table->setFleet(fleet);
+  EXPECT_EQ(table->join("gone", "", std::nullopt, nullptr).kind, RunTable::Join::Kind::Pending);
+  EXPECT_EQ(table->join("gone", "", std::nullopt, nullptr).kind, RunTable::Join::Kind::Pending);
+  int woken = 0;
+  EXPECT_TRUE(table->awaitFleet("gone", [&] { ++woken; }));
+  EXPECT_TRUE(table->awaitFleet("gone", [&] { ++woken; }));
+  ASSERT_EQ(fleet->lookups.size(), 1u) << "one lookup per run new here, not per task";
+  // Waiting runs are never forgotten, however full the table.
+  for (int i = 0; i < 10; ++i) table->cancel("filler-" + std::to_string(i));
+  fleet->endings.clear();
+  RunTable::Fleet::Known known;
+  known.ended = RunTable::Ending::Cancelled;
+  fleet->lookup_done[0](known);
+  EXPECT_EQ(woken, 2);
+  EXPECT_EQ(table->join("gone", "", std::nullopt, nullptr).kind, RunTable::Join::Kind::Cancelled);
+  EXPECT_TRUE(fleet->endings.empty()) << "the fleet's own tombstone is not told again";
+  EXPECT_FALSE(table->awaitFleet("gone", [] {}));
+
+  // A child of a run the fleet capped is refused as its parent is.
+  EXPECT_EQ(table->join("child", "capped", std::nullopt, nullptr).kind,
+            RunTable::Join::Kind::Pending);
+  EXPECT_EQ(fleet->lookups.back(), std::make_pair(std::string("child"), std::string("capped")));
+  RunTable::Fleet::Known parent_capped;
+  parent_capped.parent_ended = RunTable::Ending::SpendCap;
+  fleet->lookup_done.back()(parent_capped);
+  EXPECT_EQ(table->join("child", "", std::nullopt, nullptr).kind,
+            RunTable::Join::Kind::SpendExhausted);
+}
+
 TEST(RunMaxUsdHeader, TakesAPositiveDecimalNumberOnly) {
   EXPECT_EQ(parseRunMaxUsd("2.5"), 2.5);
   EXPECT_EQ(parseRunMaxUsd(" 10 "), 10.0);

@@ -115,13 +115,30 @@ TEST_F(SpendFilterTest, AnUnbilledAttemptTakesBackWhatItsRunWasTold) {
   f.beforeAttempt(upstream_request, callbacks_.attemptContext());
   ResponseHead head;
   head.status = 200;
-  head.headers.add("content-type", "application/json");
+  head.headers.add("content-type", "text/event-stream");
   f.encodeHeaders(head, false);
-  EXPECT_GT(run.total(), 0);
+  EXPECT_GT(run.total(), 0) << "a stream feeds its run as it goes: the input at once";
   AttemptEnd end = ended(AttemptOutcome::fromStatus(200));
   end.unprocessed = true;
   f.onAttemptDone(end, AttemptVerdict::retry(1ms, "refused"));
   EXPECT_DOUBLE_EQ(run.total(), 0);
+}
+
+TEST_F(SpendFilterTest, AJsonAnswerFeedsItsRunOnceBooked) {
+  RecordedRunSpend run;
+  callbacks_.run_spend = &run;
+  auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
+  f.decodeComplete(R"({"model":"gpt-4o","messages":[]})");
+  RequestHead upstream_request = callbacks_.request_head;
+  f.beforeAttempt(upstream_request, callbacks_.attemptContext());
+  ResponseHead head;
+  head.status = 200;
+  head.headers.add("content-type", "application/json");
+  f.encodeHeaders(head, false);
+  EXPECT_DOUBLE_EQ(run.total(), 0) << "its usage comes with its end";
+  AttemptEnd end = ended(AttemptOutcome::fromStatus(200));
+  f.onAttemptDone(end, AttemptVerdict::deliver());
+  EXPECT_GT(run.total(), 0);
 }
 
 TEST_F(SpendFilterTest, ADeliveredAttemptIsBookedDelivered) {
