@@ -51,23 +51,55 @@ async function waitFor(fact, what, timeoutMs = 5_000) {
   }
 }
 
+const text = (t) => ({ content: [{ type: 'text', text: t }] });
+
+// A tool handler that ends only when its AbortSignal fires; it records in
+// `record.started` / `record.aborted` when it started and when (and why) the
+// signal fired.
+const untilCancelled = (record, tool) => async (_args, extra) => {
+  const entry = { tool, requestId: extra.requestId, startedAt: Date.now() };
+  record.started.push(entry);
+  await new Promise((resolve) => {
+    const done = () => {
+      record.aborted.push({ ...entry, abortedAt: Date.now(), reason: `${extra.signal.reason}` });
+      resolve();
+    };
+    if (extra.signal.aborted) done();
+    else extra.signal.addEventListener('abort', done, { once: true });
+  });
+  return text('cancelled');
+};
+
+// A raw tools/call of `wait` (id `id`) that the client abandons once the
+// handler started: the connection closes (the SDK client would send its own
+// notifications/cancelled; an agent that crashes does not). Resolves when the
+// handler's AbortSignal fired, with that record and the time the client left.
+async function leaveMidCall(url, record, id, headers = {}) {
+  const before = record.started.length;
+  const controller = new AbortController();
+  const pending = fetch(url, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      'mcp-protocol-version': '2025-06-18',
+      ...headers,
+    },
+    body: JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call',
+                           params: { name: 'wait', arguments: {} } }),
+    signal: controller.signal,
+  }).catch(() => {});  // the abort below also ends a body under way
+  await waitFor(() => record.started.length > before, 'the wait handler to start');
+  const leftAt = Date.now();
+  controller.abort();
+  await pending;
+  await waitFor(() => record.aborted.some((x) => x.requestId === id),
+                'the AbortSignal of the abandoned call');
+  return { aborted: record.aborted.find((x) => x.requestId === id), leftAt };
+}
+
 async function startMcpServer({ json }) {
   const state = { calls: new Map(), failNext: new Set(), started: [], aborted: [] };
-  const text = (t) => ({ content: [{ type: 'text', text: t }] });
-  // Ends only when its AbortSignal fires; records when it started and when it fired.
-  const untilCancelled = (tool) => async (_args, extra) => {
-    const entry = { tool, requestId: extra.requestId, startedAt: Date.now() };
-    state.started.push(entry);
-    await new Promise((resolve) => {
-      const done = () => {
-        state.aborted.push({ ...entry, abortedAt: Date.now(), reason: `${extra.signal.reason}` });
-        resolve();
-      };
-      if (extra.signal.aborted) done();
-      else extra.signal.addEventListener('abort', done, { once: true });
-    });
-    return text('cancelled');
-  };
   const buildServer = () => {
     const server = new McpServer({ name: 'e2e-tools', version: '1.0.0' });
     server.registerTool('echo', {
@@ -88,9 +120,9 @@ async function startMcpServer({ json }) {
       description: 'Takes its time',
       inputSchema: {},
       annotations: { readOnlyHint: true },
-    }, untilCancelled('slow_report'));
+    }, untilCancelled(state, 'slow_report'));
     server.registerTool('wait', { description: 'Waits for its cancel', inputSchema: {} },
-                        untilCancelled('wait'));
+                        untilCancelled(state, 'wait'));
     server.registerTool('count', {
       description: 'Counts to three, reporting progress',
       inputSchema: {},
@@ -240,26 +272,7 @@ routes:
     });
 
     test("a client that leaves fires the handler's AbortSignal", async () => {
-      const before = upstream.started.length;
-      const controller = new AbortController();
-      const pending = fetch(`${sluice.url}/mcp`, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          accept: 'application/json, text/event-stream',
-          'mcp-protocol-version': '2025-06-18',
-        },
-        body: JSON.stringify({ jsonrpc: '2.0', id: 'left-1', method: 'tools/call',
-                               params: { name: 'wait', arguments: {} } }),
-        signal: controller.signal,
-      }).then((r) => r.body?.cancel()).catch(() => {});
-      await waitFor(() => upstream.started.length > before, 'the wait handler to start');
-      const leftAt = Date.now();
-      controller.abort();
-      await pending;
-      await waitFor(() => upstream.aborted.some((x) => x.requestId === 'left-1'),
-                    'the AbortSignal of the abandoned call');
-      const aborted = upstream.aborted.find((x) => x.requestId === 'left-1');
+      const { aborted, leftAt } = await leaveMidCall(`${sluice.url}/mcp`, upstream, 'left-1');
       console.log(`${answers}: a client that left fired the tool's AbortSignal ` +
                   `${aborted.abortedAt - leftAt} ms after it closed its connection`);
       assert.equal(await waitMetric(sluice.adminUrl, 'sluice_tool_calls_total',
@@ -279,25 +292,11 @@ async function startSessionServer(name) {
   const instance = { name, transports: new Map(), requests: 0, started: [], aborted: [] };
   const build = () => {
     const server = new McpServer({ name: `session-tools-${name}`, version: '1.0.0' });
-    const text = (t) => ({ content: [{ type: 'text', text: t }] });
     server.registerTool('whoami', { description: 'Names the instance', inputSchema: {} },
                         async () => text(name));
     for (const tool of ['wait', 'budgeted_wait']) {
       server.registerTool(tool, { description: 'Waits for its cancel', inputSchema: {} },
-                          async (_args, extra) => {
-                            instance.started.push({ tool, requestId: extra.requestId });
-                            await new Promise((resolve) => {
-                              const done = () => {
-                                instance.aborted.push({
-                                  tool, requestId: extra.requestId, reason: `${extra.signal.reason}`,
-                                });
-                                resolve();
-                              };
-                              if (extra.signal.aborted) done();
-                              else extra.signal.addEventListener('abort', done, { once: true });
-                            });
-                            return text('cancelled');
-                          });
+                          untilCancelled(instance, tool));
     }
     return server;
   };
@@ -403,28 +402,10 @@ routes:
     const { transport } = await connect();
     const sid = transport.sessionId;
     const owner = ownerOf(sid);
-    const before = owner.started.length;
-    // A raw request, aborted: the connection closes (the SDK client would
-    // send its own notifications/cancelled; an agent that crashes does not).
-    const controller = new AbortController();
-    const pending = fetch(`${sluice.url}/mcp`, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        accept: 'application/json, text/event-stream',
-        'mcp-session-id': sid,
-        'mcp-protocol-version': transport.protocolVersion ?? '2025-06-18',
-      },
-      body: JSON.stringify({ jsonrpc: '2.0', id: 'left-1', method: 'tools/call',
-                             params: { name: 'wait', arguments: {} } }),
-      signal: controller.signal,
-    }).catch(() => {});
-    await waitFor(() => owner.started.length > before, 'the wait handler to start');
-    controller.abort();
-    await pending;
-    await waitFor(() => owner.aborted.some((x) => x.requestId === 'left-1'),
-                  'the AbortSignal of the abandoned call');
-    assert.match(owner.aborted.find((x) => x.requestId === 'left-1').reason,
-                 /sluice client_disconnect/);
+    const { aborted } = await leaveMidCall(`${sluice.url}/mcp`, owner, 'left-1', {
+      'mcp-session-id': sid,
+      'mcp-protocol-version': transport.protocolVersion ?? '2025-06-18',
+    });
+    assert.match(aborted.reason, /sluice client_disconnect/);
   });
 });

@@ -39,16 +39,22 @@ TEST(SpendDispositionTest, FromTheEndAndTheVerdict) {
 
 class SpendFilterTest : public AttemptFiltersTest {
  protected:
-  /** One attempt of a chat completion whose response reports 1000 in, 500 out. */
-  SpendFilter& attempt() {
+  /** An attempt of `request` answered 200 with `content_type`, its head passed, no body yet. */
+  SpendFilter& answering(std::string_view content_type,
+                         std::string_view request = R"({"model":"gpt-4o","messages":[]})") {
     auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
-    f.decodeComplete(R"({"model":"gpt-4o","messages":[]})");
+    f.decodeComplete(request);
     RequestHead upstream_request = callbacks_.request_head;
     f.beforeAttempt(upstream_request, callbacks_.attemptContext());
     ResponseHead head;
     head.status = 200;
-    head.headers.add("content-type", "application/json");
+    head.headers.add("content-type", content_type);
     f.encodeHeaders(head, false);
+    return f;
+  }
+  /** One attempt of a chat completion whose response reports 1000 in, 500 out. */
+  SpendFilter& attempt() {
+    SpendFilter& f = answering("application/json");
     f.encodeData(kBody.data(), kBody.size(), false);
     f.encodeData(nullptr, 0, true);
     return f;
@@ -74,15 +80,8 @@ struct RecordedRunSpend final : RunSpend {
 TEST_F(SpendFilterTest, ARunIsFedAsTheStreamsTokensArriveThenTheBookedSpend) {
   RecordedRunSpend run;
   callbacks_.run_spend = &run;
-  auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
   const std::string body = R"({"model":"gpt-4o","stream":true,"messages":[]})";
-  f.decodeComplete(body);
-  RequestHead upstream_request = callbacks_.request_head;
-  f.beforeAttempt(upstream_request, callbacks_.attemptContext());
-  ResponseHead head;
-  head.status = 200;
-  head.headers.add("content-type", "text/event-stream");
-  f.encodeHeaders(head, false);
+  SpendFilter& f = answering("text/event-stream", body);
   const double input_usd = ((body.size() + 3) / 4) * 2.50 / 1e6;  // the input estimate
   ASSERT_EQ(run.calls.size(), 1u);
   EXPECT_DOUBLE_EQ(run.calls[0], input_usd);
@@ -109,14 +108,7 @@ TEST_F(SpendFilterTest, ARunIsFedAsTheStreamsTokensArriveThenTheBookedSpend) {
 TEST_F(SpendFilterTest, AnUnbilledAttemptTakesBackWhatItsRunWasTold) {
   RecordedRunSpend run;
   callbacks_.run_spend = &run;
-  auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
-  f.decodeComplete(R"({"model":"gpt-4o","messages":[]})");
-  RequestHead upstream_request = callbacks_.request_head;
-  f.beforeAttempt(upstream_request, callbacks_.attemptContext());
-  ResponseHead head;
-  head.status = 200;
-  head.headers.add("content-type", "text/event-stream");
-  f.encodeHeaders(head, false);
+  SpendFilter& f = answering("text/event-stream");
   EXPECT_GT(run.total(), 0) << "a stream feeds its run as it goes: the input at once";
   AttemptEnd end = ended(AttemptOutcome::fromStatus(200));
   end.unprocessed = true;
@@ -127,14 +119,7 @@ TEST_F(SpendFilterTest, AnUnbilledAttemptTakesBackWhatItsRunWasTold) {
 TEST_F(SpendFilterTest, AJsonAnswerFeedsItsRunOnceBooked) {
   RecordedRunSpend run;
   callbacks_.run_spend = &run;
-  auto& f = wire(std::make_unique<SpendFilter>(runtime_->prices(), *route().metrics));
-  f.decodeComplete(R"({"model":"gpt-4o","messages":[]})");
-  RequestHead upstream_request = callbacks_.request_head;
-  f.beforeAttempt(upstream_request, callbacks_.attemptContext());
-  ResponseHead head;
-  head.status = 200;
-  head.headers.add("content-type", "application/json");
-  f.encodeHeaders(head, false);
+  SpendFilter& f = answering("application/json");
   EXPECT_DOUBLE_EQ(run.total(), 0) << "its usage comes with its end";
   AttemptEnd end = ended(AttemptOutcome::fromStatus(200));
   f.onAttemptDone(end, AttemptVerdict::deliver());
