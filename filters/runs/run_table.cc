@@ -391,6 +391,27 @@ size_t RunTable::end(const std::string& id, State state, Ending ending, bool tel
   return cancellers.size();
 }
 
+std::vector<std::string> RunTable::running(size_t max) const {
+  std::vector<std::string> out;
+  std::lock_guard lock(mutex_);
+  const MonotonicTime now = clock_.now();
+  for (const auto& [id, run] : runs_) {
+    if (out.size() >= max) break;
+    if (run.state == State::Running && !run.checking && now < run.deadline) out.push_back(id);
+  }
+  return out;
+}
+
+size_t RunTable::endedInFleet(const std::string& id, Ending why) {
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = runs_.find(id);
+    // Ended here already (a cancel heard meanwhile): its tasks were told.
+    if (it == runs_.end() || it->second.state != State::Running) return 0;
+  }
+  return why == Ending::SpendCap ? capFromPeer(id) : cancel(id, /*from_peer=*/true);
+}
+
 void RunTable::addSpend(const std::string& id, double usd) {
   if (usd == 0) return;
   std::vector<std::pair<Canceller, Ending>> cancellers;

@@ -181,6 +181,21 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
   /** A peer's run `id` reached its spend cap: ends it here as SpendCap (not told again). */
   size_t capFromPeer(const std::string& id);
 
+  /**
+   * The runs held here still running and not waiting for the fleet's
+   * answer (in flight or idle), at most `max`: what a re-check against the
+   * fleet's tombstones reads (a cancel published while this process could
+   * not hear it).
+   */
+  std::vector<std::string> running(size_t max) const;
+  /**
+   * The fleet holds run `id`'s tombstone (`why`: Cancelled or SpendCap):
+   * a run held here still running ends as a peer's cancel or cap ends it
+   * (not told again); a run already ended, or not held, is left as it is.
+   * Returns the number of tasks told to stop.
+   */
+  size_t endedInFleet(const std::string& id, Ending why);
+
   /** What admin GET /runs shows of a run. */
   struct Snapshot {
     std::string id;
