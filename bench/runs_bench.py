@@ -186,9 +186,14 @@ def fleet_cancel(session, tasks, repeats, rtt_n):
     try:
         for i in range(3):
             tags.append(session.start_peer("sluice", f"-fleet{i}", extra_config=runs_config(100000) + shared))
+        def up(tag):
+            try:
+                return bench.scrape_metrics(session.peers[tag]["admin_port"]).get("sluice_shared_state_up") == 1
+            except OSError:  # the admin listener not yet open
+                return False
+
         deadline = time.monotonic() + 20
-        while not all(bench.scrape_metrics(session.peers[t]["admin_port"]).get("sluice_shared_state_up") == 1
-                      for t in tags):
+        while not all(up(t) for t in tags):
             if time.monotonic() > deadline:
                 raise RuntimeError("runs: the replicas' shared state is not up after 20 s")
             time.sleep(0.05)  # the bench waiting for start-up, not a test
