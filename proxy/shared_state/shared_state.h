@@ -19,7 +19,8 @@
 //   <prefix>r:<run id>:spend        a capped run's spend in USD across the fleet
 //                                   (INCRBYFLOAT), expiring runs.idle_expiry after its last change
 //   <prefix>r:<run id>:ended        a cancelled run's tombstone ("cancelled" or
-//                                   "spend_cap"), expiring after runs.tombstone
+//                                   "spend_cap"), expiring after runs.tombstone:
+//                                   read for the runs held on (re)subscribing
 //   <prefix>circuit                 pub/sub channel of circuit transitions, of
 //                                   run endings ("run <instance> cancel <run id>",
 //                                   "run <instance> spend_cap <run id>"),
