@@ -31,7 +31,10 @@ request in sluice. Redis's own CPU is not counted (another process).
 
 --runs configures `runs:` (header x-run-id) and sends every request as a
 task of one run (x-run-id): the difference to a run without it is what runs
-cost per request (bench/run --only runs runs both).
+cost per request (bench/run --only runs runs both). --run-header sends the
+same x-run-id without `runs:` configured (one more header, forwarded like
+any other): the difference of --runs to it is what turning runs on costs a
+client that sends the header either way.
 
 --mcp off|on sends an MCP `tools/call` (a JSON-RPC request padded to the
 same 1 KiB) to mock-llm's echo endpoint through a route with a budget and a
@@ -167,6 +170,9 @@ def main():
                     help="shared_state on, through a redis-server started here (implies --quota)")
     ap.add_argument("--runs", action="store_true",
                     help="runs configured, every request a task of one run (x-run-id)")
+    ap.add_argument("--run-header", action="store_true",
+                    help="every request carries x-run-id, runs not configured (a header like any "
+                         "other): with --runs' count, what turning runs on costs")
     ap.add_argument("--mcp", choices=["off", "on"],
                     help="an MCP tools/call to the echo endpoint, plain route (off) or protocol: mcp (on)")
     ap.add_argument("--strace", action="store_true",
@@ -207,7 +213,7 @@ def main():
                 headers["x-mock-tokens"] = str(args.tokens)
             if args.quota:
                 headers["x-mock-quota"] = "100000000/60000"
-            if args.runs:
+            if args.runs or args.run_header:
                 headers["x-run-id"] = "profile-run"
             if args.mcp:
                 headers["accept"] = "application/json, text/event-stream"
@@ -244,6 +250,8 @@ def main():
             mode += f", access log on ({lines} lines)"
         if args.runs:
             mode += ", runs on (one run)"
+        elif args.run_header:
+            mode += ", x-run-id sent, runs off"
         if args.mcp:
             mode += ", MCP tools/call, " + ("protocol: mcp route" if args.mcp == "on" else "plain route")
         if args.quota:

@@ -62,14 +62,14 @@ def admin_cancel(admin_port, run_id):
     return t0
 
 
-def open_streams(port, run_id, n, timeout_s=20.0):
-    """n SSE streams of run `run_id`, slow (a token per 50 ms, far more tokens
-    than the repeat lasts); returns the sockets once every one has its
-    response headers."""
+def open_streams(port, run_id, n, timeout_s=20.0, first=0):
+    """n SSE streams of run `run_id` (mock request ids `run_id`-`first`…),
+    slow (a token per 50 ms, far more tokens than the repeat lasts); returns
+    the sockets once every one has its response headers."""
     sel = selectors.DefaultSelector()
     socks, pending = [], {}
     body = bench.json_body(True, 256)
-    for i in range(n):
+    for i in range(first, first + n):
         s = socket.socket()
         s.connect(("127.0.0.1", port))
         head = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
@@ -102,12 +102,19 @@ def open_streams(port, run_id, n, timeout_s=20.0):
     return socks
 
 
-def cancel_fanout(session, tag, tasks, repeats):
-    port, admin = session.port(tag), session.peers[tag]["admin_port"]
+def cancel_fanout(session, tags, tasks, repeats):
+    """`tasks` streams of one run spread evenly over the replicas `tags`
+    (one: the one-process fan-out); the cancel goes to the first one's admin
+    port. The time to the last upstream socket closed at the mock."""
+    admin = session.peers[tags[0]]["admin_port"]
     last, per_task, admin_call = [], [], []
     for r in range(repeats):
         run_id = f"fanout-{r}-{time.monotonic_ns()}"
-        socks = open_streams(port, run_id, tasks)
+        socks, first = [], 0
+        for k, tag in enumerate(tags):
+            n = tasks // len(tags) + (1 if k < tasks % len(tags) else 0)
+            socks += open_streams(session.port(tag), run_id, n, first=first)
+            first += n
         t0 = admin_cancel(admin, run_id)
         admin_call.append(bench.now_us() - t0)
         deadline = time.monotonic() + 10
@@ -131,6 +138,72 @@ def cancel_fanout(session, tag, tasks, repeats):
             "last_close_max_us": max(last), "per_task_p50_us": bench.pct(per_task, 50),
             "per_task_p99_us": bench.pct(per_task, 99),
             "admin_call_p50_us": bench.pct(admin_call, 50)}
+
+
+def pubsub_rtt(redis_port, n):
+    """PUBLISH on one connection to the message read at a subscriber on
+    another, n times one at a time (after 20 to warm up): what a cancel's
+    crossing between replicas takes at least. Microseconds."""
+    def resp(*args):
+        return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+    lat = []
+    with socket.create_connection(("127.0.0.1", redis_port), timeout=10) as sub, \
+            socket.create_connection(("127.0.0.1", redis_port), timeout=10) as pub:
+        for c in (sub, pub):
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sub.sendall(resp(b"SUBSCRIBE", b"bench-rtt"))
+        buf = b""
+        while b"subscribe" not in buf or not buf.endswith(b"\r\n"):
+            buf += sub.recv(4096)
+        for i in range(n + 20):
+            tag = b"m-%d" % i
+            t0 = time.perf_counter_ns()
+            pub.sendall(resp(b"PUBLISH", b"bench-rtt", tag))
+            got = b""
+            while tag + b"\r\n" not in got:
+                chunk = sub.recv(4096)
+                if not chunk:
+                    raise RuntimeError("runs: redis closed the subscriber")
+                got += chunk
+            t1 = time.perf_counter_ns()
+            answer = b""
+            while not answer.endswith(b"\r\n"):
+                answer += pub.recv(64)
+            if i >= 20:
+                lat.append((t1 - t0) / 1000.0)
+    return {"samples": len(lat), "p50_us": bench.pct(lat, 50), "p99_us": bench.pct(lat, 99)}
+
+
+def fleet_cancel(session, tasks, repeats, rtt_n):
+    """Three replicas with shared_state on one redis-server, a run's tasks
+    spread over them, the cancel on the first: the cancel fan-out across the
+    fleet, next to the measured pub/sub round trip."""
+    redis_port, _ = session.start_redis()
+    shared = (f'shared_state: {{redis: "redis://127.0.0.1:{redis_port}/0", prefix: "bench:", '
+              f'timeout: {bench.R_REDIS_TIMEOUT}}}\n')
+    tags = []
+    try:
+        for i in range(3):
+            tags.append(session.start_peer("sluice", f"-fleet{i}", extra_config=runs_config(100000) + shared))
+        def up(tag):
+            try:
+                return bench.scrape_metrics(session.peers[tag]["admin_port"]).get("sluice_shared_state_up") == 1
+            except OSError:  # the admin listener not yet open
+                return False
+
+        deadline = time.monotonic() + 20
+        while not all(up(t) for t in tags):
+            if time.monotonic() > deadline:
+                raise RuntimeError("runs: the replicas' shared state is not up after 20 s")
+            time.sleep(0.05)  # the bench waiting for start-up, not a test
+        out = cancel_fanout(session, tags, tasks, repeats)
+        out["replicas"] = len(tags)
+        out["pubsub"] = pubsub_rtt(redis_port, rtt_n)
+        return out
+    finally:
+        for t in tags:
+            session.stop_peer(t)
 
 
 def callgrind(build_dir, requests):
@@ -197,18 +270,24 @@ def flood(session, tag, flood_ids, max_runs, chunk_s, tmp):
 
 def run(session, smoke, work, build_dir):
     """The whole scenario; returns its results (bench.py's results["runs"])."""
-    tasks, repeats = (10, 2) if smoke else (100, 20)
+    tasks, repeats = (10, 2) if smoke else (100, 50)
     max_runs, flood_ids, chunk_s = (1000, 3000, 1) if smoke else (100000, 1000000, 2)
     res = {"smoke": smoke,
            "params": {"tasks": tasks, "repeats": repeats, "max_runs": max_runs, "flood_ids": flood_ids}}
     tag = session.start_peer("sluice", "-runs", extra_config=runs_config(max_runs))
     try:
-        res["cancel"] = cancel_fanout(session, tag, tasks, repeats)
+        res["cancel"] = cancel_fanout(session, [tag], tasks, repeats)
         c = res["cancel"]
         bench.log(f"runs cancel: {tasks} tasks, last upstream close p50 {c['last_close_p50_us']}us "
                   f"p99 {c['last_close_p99_us']}us (admin call p50 {c['admin_call_p50_us']}us)")
     finally:
         session.stop_peer(tag)
+    res["fleet_cancel"] = fleet_cancel(session, tasks, 2 if smoke else 30, 200 if smoke else 2000)
+    fc = res["fleet_cancel"]
+    bench.log(f"runs fleet cancel: {tasks} tasks over {fc['replicas']} replicas, last upstream close "
+              f"p50 {fc['last_close_p50_us']}us p99 {fc['last_close_p99_us']}us; pub/sub round trip "
+              f"p50 {fc['pubsub']['p50_us']:.0f}us p99 {fc['pubsub']['p99_us']:.0f}us")
+    res["load_average"] = os.getloadavg()
     if session.static_port is None:
         session.start_static_upstream()
     tag = session.start_peer("sluice", "-flood", upstream_port=session.static_port,
@@ -225,11 +304,17 @@ def run(session, smoke, work, build_dir):
     return res
 
 
+def fleet_bound_us(fc):
+    """The across-replicas target: one pub/sub round trip (its measured p99) + 5 ms."""
+    return fc["pubsub"]["p99_us"] + 5000
+
+
 def evaluate(r):
-    c, f, cg = r["cancel"], r["flood"], r.get("callgrind")
+    c, f, cg, fc = r["cancel"], r["flood"], r.get("callgrind"), r.get("fleet_cancel")
     bounded = f["rss_end_kib"] <= f["bound_kib"]
     ok = (c["tasks"] >= 100 and c["last_close_p99_us"] <= 5000 and bounded
-          and (cg is None or cg["ir_ratio"] <= 1.05))
+          and (cg is None or cg["ir_ratio"] <= 1.05)
+          and (fc is None or fc["last_close_p99_us"] <= fleet_bound_us(fc)))
     cg_text = ("callgrind not run (smoke)" if cg is None else
                f"Ir per request on / off {cg['ir_per_request_on']:,} / {cg['ir_per_request_off']:,} = "
                f"{cg['ir_ratio']:.3f}×")
@@ -237,11 +322,30 @@ def evaluate(r):
                       "socket closed ≤ 5 ms (100 tasks); CPU per request with runs on ≤ 1.05× off "
                       f"(callgrind); {f['run_ids']:,} distinct run ids keep RSS ≤ base + max_runs × "
                       f"{RUN_BYTES_DOCUMENTED} B",
-            "result": f"p99 {c['last_close_p99_us']:,} µs (p50 {c['last_close_p50_us']:,}); {cg_text}; "
+            "result": f"p99 {c['last_close_p99_us']:,} µs (p50 {c['last_close_p50_us']:,}); "
+                      + (f"across {fc['replicas']} replicas p99 {fc['last_close_p99_us']:,} µs against "
+                         f"{fleet_bound_us(fc):,.0f} (pub/sub round trip p99 {fc['pubsub']['p99_us']:,.0f} "
+                         "+ 5 ms); " if fc else "") + f"{cg_text}; "
                       f"RSS {f['rss_end_kib']:,} KiB after the flood, bound {f['bound_kib']:,.0f} KiB "
                       f"({f['bytes_per_run']:.0f} B per run while filling, "
                       f"{f['growth_after_full_kib']:+,} KiB after the table was full)",
             "verdict": "met" if ok and not r.get("smoke") else ("MISSED" if not ok else "–")}
+
+
+def fleet_report(fc):
+    ps = fc["pubsub"]
+    return [f"Across replicas: {fc['replicas']} sluice replicas with `shared_state` on one redis-server, "
+            f"one run's {fc['tasks']} SSE streams spread evenly over them, the cancel on the first "
+            f"replica's admin port ({fc['repeats']} repeats); the peers cut their tasks when the "
+            f"published cancel reaches them. Pub/sub round trip: PUBLISH on one connection to the "
+            f"message read at a subscriber on another ({ps['samples']} one at a time).", "",
+            "| last of the tasks closed p50 µs | p99 µs | max µs | per task p50 µs | per task p99 µs | "
+            "pub/sub round trip p50 µs | p99 µs | target: round trip p99 + 5 ms |",
+            "|---|---|---|---|---|---|---|---|",
+            f"| {bench.fmt(fc['last_close_p50_us'])} | {bench.fmt(fc['last_close_p99_us'])} | "
+            f"{bench.fmt(fc['last_close_max_us'])} | {bench.fmt(fc['per_task_p50_us'])} | "
+            f"{bench.fmt(fc['per_task_p99_us'])} | {ps['p50_us']:,.0f} | {ps['p99_us']:,.0f} | "
+            f"{fleet_bound_us(fc):,.0f} |", ""]
 
 
 def report(r):
@@ -256,6 +360,9 @@ def report(r):
              f"| {bench.fmt(c['last_close_p50_us'])} | {bench.fmt(c['last_close_p99_us'])} | "
              f"{bench.fmt(c['last_close_max_us'])} | {bench.fmt(c['per_task_p50_us'])} | "
              f"{bench.fmt(c['per_task_p99_us'])} | {bench.fmt(c['admin_call_p50_us'])} |", ""]
+    fc = r.get("fleet_cancel")
+    if fc:
+        lines += fleet_report(fc)
     if cg:
         lines += [f"callgrind, the A′ request (HTTP/1.1 1 KiB JSON POST, every filter on), runs off / on "
                   f"(`runs:` configured, every request a task of one run, 8 in flight): "
@@ -274,3 +381,59 @@ def report(r):
               f"{f['rss_end_kib']:,} | {f['bytes_per_run']:.0f} | {f['growth_after_full_kib']:+,} KiB | "
               f"{f['bound_kib']:,.0f} KiB |"]
     return lines
+
+
+def cancel_only():
+    """`python3 bench/runs_bench.py [--build-dir build] [--out DIR]`: only the
+    two cancel measurements (one process, and across three replicas), for a
+    quick re-run; writes cancel.json and cancel.md (with the load average)."""
+    import argparse
+    import json
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", default=os.environ.get("SLUICE_BUILD_DIR", "build"))
+    ap.add_argument("--out", default=os.path.join(bench.ROOT, "bench", "results", "runs"))
+    ap.add_argument("--tasks", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--fleet-repeats", type=int, default=30)
+    args = ap.parse_args()
+    session = bench.Session(args)
+    load_before = os.getloadavg()
+    try:
+        session.start_mock()
+        tag = session.start_peer("sluice", "-runs", extra_config=runs_config(100000))
+        try:
+            one = cancel_fanout(session, [tag], args.tasks, args.repeats)
+        finally:
+            session.stop_peer(tag)
+        fleet = fleet_cancel(session, args.tasks, args.fleet_repeats, 2000)
+    finally:
+        session.close()
+    load_after = os.getloadavg()
+    res = {"cancel": one, "fleet_cancel": fleet, "load_average_before": load_before,
+           "load_average_after": load_after,
+           "commit": subprocess.run(["git", "-C", bench.ROOT, "rev-parse", "--short", "HEAD"],
+                                    capture_output=True, text=True).stdout.strip()}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "cancel.json"), "w") as f:
+        json.dump(res, f, indent=2)
+    c = one
+    lines = [f"# Runs: a run's cancel, one process and across replicas ({res['commit']})", "",
+             f"Load average (1 / 5 / 15 min) before: {' / '.join(f'{x:.2f}' for x in load_before)}, "
+             f"after: {' / '.join(f'{x:.2f}' for x in load_after)} (2-core machine shared with other "
+             "sessions).", "",
+             f"One process: one run with {c['tasks']} SSE streams in flight, `POST /runs/{{id}}/cancel` "
+             f"on the admin port, the time from just before that call until mock-llm saw each "
+             f"upstream socket close ({c['repeats']} repeats):", "",
+             "| last of the tasks closed p50 µs | p99 µs | max µs | per task p50 µs | per task p99 µs | "
+             "admin call p50 µs |", "|---|---|---|---|---|---|",
+             f"| {bench.fmt(c['last_close_p50_us'])} | {bench.fmt(c['last_close_p99_us'])} | "
+             f"{bench.fmt(c['last_close_max_us'])} | {bench.fmt(c['per_task_p50_us'])} | "
+             f"{bench.fmt(c['per_task_p99_us'])} | {bench.fmt(c['admin_call_p50_us'])} |", ""]
+    lines += fleet_report(fleet)
+    with open(os.path.join(args.out, "cancel.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    cancel_only()

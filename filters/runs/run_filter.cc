@@ -1,6 +1,7 @@
 #include "filters/runs/run_filter.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 
 #include "filters/budget/budget_filter.h"
@@ -38,7 +39,33 @@ std::optional<double> parseRunMaxUsd(std::string_view value) {
 }
 
 FilterStatus RunFilter::decodeHeaders(RequestHead& request) {
-  const auto id = request.headers.get(config_.header);
+  // The four run headers in one pass over the request's (names are stored
+  // lower case, the configured ones are lower case): the first of each.
+  std::optional<std::string_view> id;
+  std::optional<std::string_view> parent_value;
+  std::optional<std::string_view> budget_value;
+  std::optional<std::string_view> max_usd_value;
+  const auto take = [](std::optional<std::string_view>& slot, const HeaderMap::Field& f,
+                       const std::string& name) {
+    if (slot || f.name.size() != name.size() ||
+        std::memcmp(f.name.data(), name.data(), name.size()) != 0) {
+      return false;
+    }
+    slot = f.value;
+    return true;
+  };
+  // Most fields are skipped by their name's length alone.
+  uint64_t lengths = 0;
+  for (const std::string* name :
+       {&config_.header, &config_.parent_header, &config_.budget_header, &config_.max_usd_header}) {
+    if (name->size() < 64) lengths |= uint64_t{1} << name->size();
+  }
+  for (const HeaderMap::Field f : request.headers) {
+    if (f.name.size() < 64 && (lengths >> f.name.size() & 1) == 0) continue;
+    take(id, f, config_.header) || take(parent_value, f, config_.parent_header) ||
+        take(budget_value, f, config_.budget_header) ||
+        take(max_usd_value, f, config_.max_usd_header);
+  }
   if (!id) return FilterStatus::Continue;
   const std::string_view run = trimOws(*id);
   const auto refuse = [&](const std::string& detail) {
@@ -49,14 +76,14 @@ FilterStatus RunFilter::decodeHeaders(RequestHead& request) {
     return refuse(config_.header + " must be 1 to 128 visible ASCII characters");
   }
   std::string parent;
-  if (const auto p = request.headers.get(config_.parent_header)) {
+  if (const auto& p = parent_value) {
     parent = std::string(trimOws(*p));
     if (!validRunId(parent)) {
       return refuse(config_.parent_header + " must be 1 to 128 visible ASCII characters");
     }
   }
   std::optional<std::chrono::milliseconds> budget;
-  if (const auto raw = request.headers.get(config_.budget_header)) {
+  if (const auto& raw = budget_value) {
     budget = parseBudgetMs(*raw);
     if (!budget) {
       callbacks_->sendLocalReply(makeProblem(
@@ -67,7 +94,7 @@ FilterStatus RunFilter::decodeHeaders(RequestHead& request) {
     }
   }
   std::optional<double> max_usd;
-  if (const auto raw = request.headers.get(config_.max_usd_header)) {
+  if (const auto& raw = max_usd_value) {
     max_usd = parseRunMaxUsd(*raw);
     if (!max_usd) {
       callbacks_->sendLocalReply(makeProblem(

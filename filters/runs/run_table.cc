@@ -47,9 +47,9 @@ void RunTable::setActiveLocked(size_t active) {
 
 RunTable::Run& RunTable::createLocked(const std::string& id, MonotonicTime now) {
   if (runs_.size() >= limits_.max_runs) sweepLocked(now, true);
-  while (runs_.size() >= limits_.max_runs && !idle_.empty()) {
+  while (runs_.size() >= limits_.max_runs && idle_head_ != nullptr) {
     // Full: the longest-idle run without tasks in flight is forgotten first.
-    const std::string victim = idle_.front();
+    const std::string victim = idle_head_->id;
     eraseLocked(victim);
   }
   Run& run = runs_[id];
@@ -72,13 +72,18 @@ void RunTable::touchIdleLocked(Run& run) {
   dropFromIdleLocked(run);
   // A run whose tasks wait for the fleet's answer is never forgotten meanwhile.
   if (!run.tasks.empty() || run.checking) return;
-  run.lru = idle_.insert(idle_.end(), run.id);
+  run.idle_prev = idle_tail_;
+  run.idle_next = nullptr;
+  (idle_tail_ != nullptr ? idle_tail_->idle_next : idle_head_) = &run;
+  idle_tail_ = &run;
   run.in_lru = true;
 }
 
 void RunTable::dropFromIdleLocked(Run& run) {
   if (!run.in_lru) return;
-  idle_.erase(run.lru);
+  (run.idle_prev != nullptr ? run.idle_prev->idle_next : idle_head_) = run.idle_next;
+  (run.idle_next != nullptr ? run.idle_next->idle_prev : idle_tail_) = run.idle_prev;
+  run.idle_prev = run.idle_next = nullptr;
   run.in_lru = false;
 }
 
@@ -95,10 +100,9 @@ void RunTable::sweepLocked(MonotonicTime now, bool force) {
   last_sweep_ = now;
   // Oldest activity first; stops at the first run still wanted (an expired
   // run behind it goes on a later sweep, or when the table is full).
-  while (!idle_.empty()) {
-    const auto it = runs_.find(idle_.front());
-    if (it == runs_.end() || !expiredLocked(it->second, now)) break;
-    eraseLocked(it->first);
+  while (idle_head_ != nullptr && expiredLocked(*idle_head_, now)) {
+    const std::string id = idle_head_->id;
+    eraseLocked(id);
   }
 }
 
@@ -173,7 +177,7 @@ RunTable::Join RunTable::join(const std::string& id, const std::string& parent,
       out.task = next_task_++;
       out.deadline = run.deadline;
       if (run.tasks.empty()) setActiveLocked(active_ + 1);
-      run.tasks.emplace(out.task, std::move(canceller));
+      run.tasks.emplace_back(out.task, std::move(canceller));
       ++run.tasks_total;
     } else {
       out.kind = run.state == State::Cancelled        ? Join::Kind::Cancelled
@@ -309,7 +313,11 @@ void RunTable::leave(const std::string& id, uint64_t task) {
     const auto it = runs_.find(id);
     if (it == runs_.end()) return;
     Run& run = it->second;
-    if (run.tasks.erase(task) == 0) return;
+    const auto t = std::find_if(run.tasks.begin(), run.tasks.end(),
+                                [task](const auto& entry) { return entry.first == task; });
+    if (t == run.tasks.end()) return;
+    if (t != run.tasks.end() - 1) *t = std::move(run.tasks.back());
+    run.tasks.pop_back();
     const MonotonicTime now = clock_.now();
     run.last_active = now;
     if (run.tasks.empty()) setActiveLocked(active_ - 1);
@@ -389,6 +397,27 @@ size_t RunTable::end(const std::string& id, State state, Ending ending, bool tel
   if (fleet) fleet->ended(id, ending, ttl);
   if (broadcaster) broadcaster(id);
   return cancellers.size();
+}
+
+std::vector<std::string> RunTable::running(size_t max) const {
+  std::vector<std::string> out;
+  std::lock_guard lock(mutex_);
+  const MonotonicTime now = clock_.now();
+  for (const auto& [id, run] : runs_) {
+    if (out.size() >= max) break;
+    if (run.state == State::Running && !run.checking && now < run.deadline) out.push_back(id);
+  }
+  return out;
+}
+
+size_t RunTable::endedInFleet(const std::string& id, Ending why) {
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = runs_.find(id);
+    // Ended here already (a cancel heard meanwhile): its tasks were told.
+    if (it == runs_.end() || it->second.state != State::Running) return 0;
+  }
+  return why == Ending::SpendCap ? capFromPeer(id) : cancel(id, /*from_peer=*/true);
 }
 
 void RunTable::addSpend(const std::string& id, double usd) {

@@ -38,7 +38,6 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -181,6 +180,21 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
   /** A peer's run `id` reached its spend cap: ends it here as SpendCap (not told again). */
   size_t capFromPeer(const std::string& id);
 
+  /**
+   * The runs held here still running and not waiting for the fleet's
+   * answer (in flight or idle), at most `max`: what a re-check against the
+   * fleet's tombstones reads (a cancel published while this process could
+   * not hear it).
+   */
+  std::vector<std::string> running(size_t max) const;
+  /**
+   * The fleet holds run `id`'s tombstone (`why`: Cancelled or SpendCap):
+   * a run held here still running ends as a peer's cancel or cap ends it
+   * (not told again); a run already ended, or not held, is left as it is.
+   * Returns the number of tasks told to stop.
+   */
+  size_t endedInFleet(const std::string& id, Ending why);
+
   /** What admin GET /runs shows of a run. */
   struct Snapshot {
     std::string id;
@@ -217,9 +231,14 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
     MonotonicTime ended{};  // Cancelled / DeadlineExceeded / SpendExhausted: when
     uint64_t tasks_total = 0;
     double spend_usd = 0;
-    double max_usd = 0;                             // 0 = no cap
-    std::unordered_map<uint64_t, Canceller> tasks;  // in flight
-    std::list<std::string>::iterator lru;           // position in idle_ (valid when tasks is empty)
+    double max_usd = 0;  // 0 = no cap
+    // In flight, by task number: few per run, so a vector (no node per task; its room is kept).
+    std::vector<std::pair<uint64_t, Canceller>> tasks;
+    // Its place in the idle list (nothing in flight): links between the
+    // runs' own nodes (an unordered_map's elements never move), no copy of
+    // the id.
+    Run* idle_prev = nullptr;
+    Run* idle_next = nullptr;
     bool in_lru = false;
     // With a fleet: the lookup of a run new here is out; its tasks wait.
     bool checking = false;
@@ -270,8 +289,10 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
   std::function<void(size_t)> on_active_;
   std::shared_ptr<Fleet> fleet_;
   std::unordered_map<std::string, Run> runs_;
-  std::list<std::string> idle_;  // runs with nothing in flight, least recently active first
-  size_t active_ = 0;            // runs with tasks in flight
+  // Runs with nothing in flight, least recently active first (Run::idle_prev / idle_next).
+  Run* idle_head_ = nullptr;
+  Run* idle_tail_ = nullptr;
+  size_t active_ = 0;  // runs with tasks in flight
   uint64_t next_task_ = 1;
   MonotonicTime last_sweep_{};
 };

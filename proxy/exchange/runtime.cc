@@ -114,17 +114,7 @@ std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics&
         // A cancel here reaches the peers; theirs reach this table (the
         // shared state outlives the runtimes: it is the server's).
         // Tombstones and capped runs' spend are kept in Redis for the fleet.
-        rt->runs_->setFleet(shared->runFleet());
-        std::weak_ptr<RunTable> table = rt->runs_;
-        shared->setRunCancelHandler([table](const std::string& id, RunTable::Ending why) {
-          const auto runs = table.lock();
-          if (!runs) return;
-          if (why == RunTable::Ending::SpendCap) {
-            runs->capFromPeer(id);
-          } else {
-            runs->cancel(id, /*from_peer=*/true);
-          }
-        });
+        shared->linkRuns(rt->runs_);
       }
     }
   }

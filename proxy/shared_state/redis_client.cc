@@ -200,7 +200,8 @@ void RedisClient::handshake() {
           }
           return;
         }
-        backoff_ = milliseconds(0);
+        // (A subscriber's backoff restarts once its SUBSCRIBE took effect.)
+        if (channel_.empty()) backoff_ = milliseconds(0);
         if (!channel_.empty()) {
           // Its confirmation and the messages after it arrive as pushes (onPushed).
           std::string subscribe;
@@ -286,7 +287,11 @@ bool RedisClient::feedAndDispatch() {
 
 void RedisClient::dispatch(const redisReply* reply) {
   if (pending_.empty()) {
-    if (!channel_.empty()) {
+    if (!channel_.empty() && reply->type == REDIS_REPLY_ERROR) {
+      // The SUBSCRIBE refused (e.g. NOPERM: the ACL denies the channel): not
+      // up as a subscriber; connect again later.
+      fail("connect", "subscribe: " + std::string(reply->str, std::min<size_t>(reply->len, 120)));
+    } else if (!channel_.empty()) {
       onPushed(reply);
     } else {
       fail("protocol", "a reply nobody asked for");  // the stream is out of step
@@ -312,6 +317,7 @@ void RedisClient::onPushed(const redisReply* reply) {
   }
   if (reply->elements != 3) return;
   if (what == "subscribe") {
+    backoff_ = milliseconds(0);
     if (hooks_.on_subscribed) hooks_.on_subscribed();
     return;
   }

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 
 #include "filters/throttle/quota_headers.h"
@@ -563,7 +564,10 @@ void SharedState::attach(const std::vector<Dispatcher*>& loops) {
         // open keys: read them now (and again whenever worker 0's client
         // comes up), so no trip falls between the two.
         sub_hooks.on_subscribed = [loop, this] {
-          if (loop->client != nullptr && loop->client->up()) replayCircuits(*loop->client);
+          if (loop->client != nullptr && loop->client->up()) {
+            replayCircuits(*loop->client);
+            recheckRuns(*loop->client);
+          }
         };
         loop->subscriber = std::make_unique<RedisClient>(
             *loop->dispatcher, config_.redis, ssl_ctx_.get(), config_.tls, config_.timeout,
@@ -619,7 +623,10 @@ void SharedState::onClientState(RedisClient* client, bool up, std::string_view r
     }
   }
   if (up && client != nullptr) flushKept(*client);
-  if (up && client != nullptr && replays_circuits) replayCircuits(*client);
+  if (up && client != nullptr && replays_circuits) {
+    replayCircuits(*client);
+    recheckRuns(*client);
+  }
 }
 
 void SharedState::onConnectFailed(std::string_view reason) {
@@ -724,10 +731,10 @@ std::shared_ptr<GlobalCircuit> SharedState::circuit(const std::shared_ptr<Circui
   return std::make_shared<RedisCircuit>(*this, std::move(scope), channel_);
 }
 
-void SharedState::setRunCancelHandler(
-    std::function<void(const std::string&, RunTable::Ending)> handler) {
+void SharedState::linkRuns(const std::shared_ptr<RunTable>& table) {
+  table->setFleet(runFleet());
   std::lock_guard lock(mu_);
-  on_run_cancel_ = std::move(handler);
+  runs_ = table;
 }
 
 void SharedState::onWorker0(std::function<void(RedisClient*)> fn) {
@@ -855,6 +862,46 @@ std::shared_ptr<RunTable::Fleet> SharedState::runFleet() {
   return std::make_shared<RedisRunFleet>(*this);
 }
 
+void SharedState::recheckRuns(RedisClient& client) {
+  // Pub/sub keeps nothing: a run ended elsewhere while this process could
+  // not hear it (its subscription down, or not yet made) left its
+  // tombstone, which the ending writes before it publishes. Read after the
+  // subscription took effect, the tombstones and the messages between them
+  // miss no ending. (Runs new here are looked up on their first task.)
+  std::shared_ptr<RunTable> table;
+  {
+    std::lock_guard lock(mu_);
+    table = runs_.lock();
+  }
+  if (!table) return;
+  const std::vector<std::string> ids = table->running(std::numeric_limits<size_t>::max());
+  std::weak_ptr<RunTable> weak = table;
+  for (size_t from = 0; from < ids.size(); from += kRecheckBatch) {
+    const size_t to = std::min(ids.size(), from + kRecheckBatch);
+    std::vector<std::string> argv{"MGET"};
+    argv.reserve(1 + to - from);
+    for (size_t i = from; i < to; ++i) argv.push_back(config_.prefix + "r:" + ids[i] + ":ended");
+    std::string resp;
+    appendRespArray(resp, argv);
+    auto batch = std::vector<std::string>(ids.begin() + static_cast<std::ptrdiff_t>(from),
+                                          ids.begin() + static_cast<std::ptrdiff_t>(to));
+    const bool sent = client.commandFormatted(
+        resp,
+        [weak, batch = std::move(batch)](const redisReply* r) {
+          const auto runs = weak.lock();
+          if (!runs || r == nullptr || r->type != REDIS_REPLY_ARRAY ||
+              r->elements != batch.size()) {
+            return;
+          }
+          for (size_t i = 0; i < batch.size(); ++i) {
+            if (const auto why = endingOf(r->element[i])) runs->endedInFleet(batch[i], *why);
+          }
+        },
+        "runs");
+    if (!sent) return;
+  }
+}
+
 void SharedState::linkSessions(const std::shared_ptr<McpSessionTable>& table,
                                std::string_view upstream,
                                const std::vector<std::string>& endpoints) {
@@ -926,12 +973,17 @@ void SharedState::onMessage(std::string_view message) {
     } else {
       return;
     }
-    std::function<void(const std::string&, RunTable::Ending)> handler;
+    std::shared_ptr<RunTable> runs;
     {
       std::lock_guard lock(mu_);
-      handler = on_run_cancel_;
+      runs = runs_.lock();
     }
-    if (handler && !id.empty()) handler(id, why);
+    if (!runs || id.empty()) return;
+    if (why == RunTable::Ending::SpendCap) {
+      runs->capFromPeer(id);
+    } else {
+      runs->cancel(id, /*from_peer=*/true);
+    }
     return;
   }
   // "<scope> <instance> open|closed <open_ms>"

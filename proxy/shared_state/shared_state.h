@@ -19,7 +19,8 @@
 //   <prefix>r:<run id>:spend        a capped run's spend in USD across the fleet
 //                                   (INCRBYFLOAT), expiring runs.idle_expiry after its last change
 //   <prefix>r:<run id>:ended        a cancelled run's tombstone ("cancelled" or
-//                                   "spend_cap"), expiring after runs.tombstone
+//                                   "spend_cap"), expiring after runs.tombstone:
+//                                   read for the runs held on (re)subscribing
 //   <prefix>circuit                 pub/sub channel of circuit transitions, of
 //                                   run endings ("run <instance> cancel <run id>",
 //                                   "run <instance> spend_cap <run id>"),
@@ -88,18 +89,18 @@ class SharedState {
 
   const config::SharedStateConfig& config() const { return config_; }
   /**
-   * `handler` is called (on worker 0's thread) with the id of each run a
-   * peer ended and why (Cancelled or SpendCap). One handler: a later call
-   * replaces it.
+   * Links the process's run table with the fleet: its lookups, spend and
+   * endings go to Redis (runFleet()), the runs a peer ended reach it
+   * (pub/sub: cancel(from_peer) or capFromPeer, on worker 0's thread), and
+   * each time the subscription takes effect (the first connect and every
+   * reconnect) the runs it holds still running are read against the
+   * fleet's tombstones (MGET, kRecheckBatch ids a command) and those ended
+   * elsewhere end here: a cancel published while this process could not
+   * hear it is not missed. One table: a later call replaces it.
    */
-  void setRunCancelHandler(std::function<void(const std::string&, RunTable::Ending)> handler);
-  /**
-   * The runs' link with the fleet (RunTable::Fleet): lookups of a run new
-   * here (one MGET on the calling worker's client), spend counters and
-   * tombstones (worker 0's client: one connection keeps a process's
-   * additions in order). Redis down: nothing known, nothing added (the
-   * table counts locally), endings counted as errors (op="runs").
-   */
+  void linkRuns(const std::shared_ptr<RunTable>& table);
+  /** Run ids per MGET of a re-check. */
+  static constexpr size_t kRecheckBatch = 500;
   std::shared_ptr<RunTable::Fleet> runFleet();
 
   /**
@@ -164,6 +165,8 @@ class SharedState {
    * this process's open circuits, learn the peers' from their open keys.
    */
   void replayCircuits(RedisClient& client);
+  /** On the same occasions: the runs held here, against the fleet's tombstones (linkRuns). */
+  void recheckRuns(RedisClient& client);
   void applyStoredOpen(const std::string& scope, const redisReply* reply);
   void onMessage(std::string_view message);
   friend class RedisRunFleet;
@@ -189,7 +192,7 @@ class SharedState {
   std::mutex mu_;  // guards circuits_ and kept_
   std::map<std::string, std::vector<std::weak_ptr<CircuitBreaker>>> circuits_;  // by scope
   std::map<std::string, std::string> kept_;  // observe calls (RESP), by Redis key
-  std::function<void(const std::string&, RunTable::Ending)> on_run_cancel_;  // guarded by mu_
+  std::weak_ptr<RunTable> runs_;             // guarded by mu_
   // The MCP session tables, by the scope of each of their endpoints; guarded by mu_.
   struct SessionTarget {
     std::weak_ptr<McpSessionTable> table;

@@ -357,6 +357,60 @@ runs: {}
   EXPECT_EQ(httpRequest(sluice.adminPort(), "GET", "/runs/x").status, 404);
 }
 
+/** How many times Redis ran `command` (INFO commandstats; commands a script ran count too). */
+int64_t redisCalls(const RedisProcess& redis, const std::string& command) {
+  const std::string stats = redis.cli("INFO commandstats");
+  const std::string tag = "cmdstat_" + command + ":calls=";
+  const size_t at = stats.find(tag);
+  return at == std::string::npos ? 0 : std::stoll(stats.substr(at + tag.size()));
+}
+
+TEST(RunsTest, AReplicaThatMissedTheCancelWhileItsSubscriptionWasDownCutsTheRunWhenItComesBack) {
+  MockLlm mock;
+  RedisProcess redis;
+  // B connects as its own Redis user, so its subscription alone can be cut:
+  // taking the channel from the user disconnects its subscriber, and its
+  // SUBSCRIBE is refused until the channel is given back.
+  ASSERT_EQ(redis.cli("ACL SETUSER bee on '>bee-password' '~*' '&*' '+@all'"), "OK");
+  const std::string shared = "shared_state: {redis: \"%s\", prefix: \"missed:\", timeout: 500ms}";
+  const auto yaml = [&](const std::string& url) {
+    std::string extra = shared;
+    extra.replace(extra.find("%s"), 2, url);
+    return config(mock.url(), true, "runs: {tombstone: 5m}", extra);
+  };
+  SluiceProcess a(yaml(redis.url()));
+  SluiceProcess b(
+      yaml("redis://bee:bee-password@127.0.0.1:" + std::to_string(redis.port()) + "/0"));
+  ASSERT_TRUE(waitUntil([&] {
+    return a.metric("sluice_shared_state_up") == 1 && b.metric("sluice_shared_state_up") == 1;
+  })) << a.stderrText()
+      << b.stderrText();
+
+  auto task = startTask(b.port(), "missed-run", "m0");
+  ASSERT_EQ(task->current().status, 200);
+  ASSERT_EQ(redis.cli("ACL SETUSER bee resetchannels"), "OK");  // B's subscriber is gone
+  const TestResponse cancel = adminPost(a.adminPort(), "/runs/missed-run/cancel");
+  ASSERT_EQ(cancel.status, 202) << cancel.body;
+  ASSERT_TRUE(waitUntil([&] { return redis.cli("GET missed:r:missed-run:ended") == "cancelled"; }));
+  ASSERT_TRUE(waitUntil([&] { return redisCalls(redis, "publish") >= 1; }));
+  // Published to nobody on B's side: B's task streams on.
+  EXPECT_EQ(b.metric("sluice_cancellations_total", {{"cancel_reason", "run_cancelled"}}), 0);
+
+  ASSERT_EQ(redis.cli("ACL SETUSER bee allchannels"), "OK");  // B subscribes again
+  const TestResponse cut = task->readResponse();
+  EXPECT_NE(cut.body.find("run-cancelled"), std::string::npos) << cut.body.substr(0, 300);
+  const nlohmann::json e =
+      mock.waitForEntry("m0", [](const nlohmann::json& e) { return e["peer_closed"].get<bool>(); });
+  EXPECT_LT(e["tokens_emitted"].get<int>(), 1000);
+  EXPECT_TRUE(waitUntil([&] {
+    return b.metric("sluice_cancellations_total", {{"cancel_reason", "run_cancelled"}}) == 1;
+  })) << b.stderrText();
+  // And its later tasks are refused (B holds the run, ended).
+  const TestResponse late =
+      httpRequest(b.port(), "POST", "/v1/chat/completions", {{"x-run-id", "missed-run"}}, kJson);
+  EXPECT_EQ(late.status, 409) << late.body;
+}
+
 TEST(RunsTest, ACancelOnOneReplicaCutsTheRunsTaskOnAnotherAndItsTombstoneIsShared) {
   MockLlm mock;
   RedisProcess redis;
@@ -395,14 +449,6 @@ TEST(RunsTest, ACancelOnOneReplicaCutsTheRunsTaskOnAnotherAndItsTombstoneIsShare
       httpRequest(b.port(), "POST", "/v1/chat/completions", {{"x-run-id", "unseen"}}, kJson);
   EXPECT_EQ(late.status, 409);
   EXPECT_EQ(mock.ledger().size(), calls);
-}
-
-/** How many times Redis ran `command` (INFO commandstats; commands a script ran count too). */
-int64_t redisCalls(const RedisProcess& redis, const std::string& command) {
-  const std::string stats = redis.cli("INFO commandstats");
-  const std::string tag = "cmdstat_" + command + ":calls=";
-  const size_t at = stats.find(tag);
-  return at == std::string::npos ? 0 : std::stoll(stats.substr(at + tag.size()));
 }
 
 TEST(RunsTest, WithSharedStateTheSpendCapBoundsTheFleetsSumAndReachingItEndsTheRunEverywhere) {

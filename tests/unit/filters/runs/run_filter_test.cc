@@ -69,6 +69,37 @@ TEST_F(RunFilterTest, ATaskJoinsItsRunAndTakesTheRunsDeadline) {
   EXPECT_EQ(table_.snapshot("r1")->tasks_in_flight, 0u);
 }
 
+TEST_F(RunFilterTest, TheRunHeadersAreReadAnywhereAmongOthersInAnyCaseTheFirstOfEachCounting) {
+  // Other fields of the same lengths as the run headers (13, 15 and 8
+  // characters) sit before them; each run header's first value counts.
+  Task t = start({{"authorization", "Bearer sk"},
+                  {"accept-encoding", "gzip"},
+                  {"x-other", "1"},
+                  {"X-Run-Max-USD", "0.5"},
+                  {"user-agen", "a"},
+                  {"X-RUN-ID", "r1"},
+                  {"x-run-id", "r2"},
+                  {"x-run-budget-ms", "4000"},
+                  {"x-run-budget-ms", "9000"},
+                  {"x-parent-run-id", "p1"},
+                  {"x-parent-run-id", "p2"}});
+  EXPECT_EQ(t.status, FilterStatus::Continue);
+  EXPECT_EQ(t.callbacks->run, "r1");
+  EXPECT_EQ(t.callbacks->parent_run, "p1");
+  EXPECT_EQ(t.callbacks->deadline(), clock_.now() + 4000ms);
+  ASSERT_TRUE(table_.snapshot("r1").has_value());
+  EXPECT_EQ(table_.snapshot("r1")->max_usd, 0.5);
+  EXPECT_EQ(table_.snapshot("r1")->parent, "p1");
+  EXPECT_FALSE(table_.snapshot("r2").has_value());
+  t.filter->onDestroy();
+
+  // A configured header name of another length is found too.
+  config_.header = "x-agent-run-identifier";
+  Task other = start({{"x-run-id", "ignored"}, {"x-agent-run-identifier", "r3"}});
+  EXPECT_EQ(other.callbacks->run, "r3");
+  other.filter->onDestroy();
+}
+
 TEST_F(RunFilterTest, ACancelOfTheRunCancelsItsTaskAndRefusesTheNextWith409) {
   Task t = start({{"x-run-id", "r1"}});
   EXPECT_EQ(table_.cancel("r1"), 1u);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 #include <thread>
@@ -352,6 +353,61 @@ TEST_F(RunTableTest, WithAFleetARunNewHereWaitsForOneLookupAndItsTombstoneRefuse
   fleet->lookup_done.back()(parent_capped);
   EXPECT_EQ(table->join("child", "", std::nullopt, nullptr).kind,
             RunTable::Join::Kind::SpendExhausted);
+}
+
+TEST_F(RunTableTest, WithAFleetTheRunsHeldAreRecheckedAndThoseEndedElsewhereEndHere) {
+  auto fleet = std::make_shared<FakeFleet>();
+  fleet->answer_lookups_at_once = false;
+  RunTable::Limits l = limits();
+  l.max_runs = 10;
+  auto table = std::make_shared<RunTable>(clock_, l);
+  table->setFleet(fleet);
+  std::vector<RunTable::Ending> told;
+  const auto task = [&](const std::string& id) {
+    const auto join =
+        table->join(id, "", std::nullopt, [&](RunTable::Ending e) { told.push_back(e); });
+    if (join.kind == RunTable::Join::Kind::Pending) {
+      fleet->lookup_done.back()(RunTable::Fleet::Known{});
+      return table->join(id, "", std::nullopt, [&](RunTable::Ending e) { told.push_back(e); });
+    }
+    return join;
+  };
+  const auto a = task("held-a");
+  const auto b = task("held-b");
+  const auto c = task("held-c");
+  table->leave("held-c", c.task);  // idle, still held: its later tasks would not be looked up
+  table->cancel("ended-here");
+  EXPECT_EQ(table->join("checking", "", std::nullopt, nullptr).kind, RunTable::Join::Kind::Pending);
+  std::vector<std::string> running = table->running(100);
+  std::sort(running.begin(), running.end());
+  EXPECT_EQ(running, (std::vector<std::string>{"held-a", "held-b", "held-c"}))
+      << "neither a tombstone nor a run whose lookup is out";
+  EXPECT_EQ(table->running(2).size(), 2u) << "bounded";
+
+  fleet->endings.clear();
+  // The fleet's tombstones say: held-a cancelled, held-b capped (both while
+  // this process could not hear it).
+  EXPECT_EQ(table->endedInFleet("held-a", RunTable::Ending::Cancelled), 1u);
+  EXPECT_EQ(table->endedInFleet("held-b", RunTable::Ending::SpendCap), 1u);
+  EXPECT_EQ(told, (std::vector<RunTable::Ending>{RunTable::Ending::Cancelled,
+                                                 RunTable::Ending::SpendCap}));
+  EXPECT_EQ(table->snapshot("held-a")->state, "cancelled");
+  EXPECT_EQ(table->snapshot("held-b")->state, "spend_exhausted");
+  EXPECT_EQ(table->join("held-c", "", std::nullopt, nullptr).kind, RunTable::Join::Kind::Joined);
+  EXPECT_EQ(table->endedInFleet("held-c", RunTable::Ending::Cancelled), 0u);
+  EXPECT_EQ(table->join("held-c", "", std::nullopt, nullptr).kind, RunTable::Join::Kind::Cancelled)
+      << "an idle run held here refuses its later tasks";
+  EXPECT_TRUE(fleet->endings.empty()) << "the fleet's own tombstones are not told again";
+
+  // Heard already (a second re-check, or the pub/sub message came too): not told twice.
+  EXPECT_EQ(table->endedInFleet("held-a", RunTable::Ending::Cancelled), 0u);
+  EXPECT_EQ(told.size(), 2u);
+  // A run not held is not created by a re-check.
+  EXPECT_EQ(table->endedInFleet("unknown", RunTable::Ending::Cancelled), 0u);
+  EXPECT_FALSE(table->snapshot("unknown").has_value());
+  EXPECT_TRUE(table->running(100).empty());
+  table->leave("held-a", a.task);
+  table->leave("held-b", b.task);
 }
 
 TEST(RunMaxUsdHeader, TakesAPositiveDecimalNumberOnly) {
