@@ -310,7 +310,7 @@ void Exchange::notifyMcpCancel() {
   cancel.request.path = request_.path;
   cancel.request.headers = std::move(mcp_session_->headers);
   cancel.request_id = *record_.jsonRpcId();
-  cancel.reason = toString(*cancel_reason_);
+  cancel.reason = toString(*record_.cancelReason());
   notifier->send(std::move(cancel));
 }
 
@@ -325,7 +325,8 @@ bool Exchange::mayReplay() const {
 }
 
 AttemptLoop::ExchangeFacts Exchange::attemptFacts() const {
-  return {cancel_reason_, discarding_, downstream_, !finished_ && state_ == ExchangeState::Running};
+  return {record_.cancelReason(), discarding_, downstream_,
+          !finished_ && state_ == ExchangeState::Running};
 }
 
 void Exchange::sendAttempt() {
@@ -351,8 +352,8 @@ void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
   // The upstream broke the response the client is reading: the request ends
   // cut (its status stays the one the client saw), with a reason the spend
   // meter, the access log and sluice_cancellations_total all see.
-  if (relay_.started() && outcome.kind == OutcomeKind::Reset && !cancel_reason_) {
-    cancel_reason_ = CancelReason::UpstreamReset;
+  if (relay_.started() && outcome.kind == OutcomeKind::Reset) {
+    record_.noteCancel(CancelReason::UpstreamReset);
   }
   const AttemptVerdict verdict = attempts_.end(outcome, false, AttemptVerdict::fail(problem));
   if (finished_) return;
@@ -361,8 +362,8 @@ void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
     return;
   }
   if (relay_.started()) {
-    if (cancel_reason_ == CancelReason::UpstreamReset && !cancel_counted_) {
-      route_->metrics->cancellations(*cancel_reason_).Increment();
+    if (record_.cancelReason() == CancelReason::UpstreamReset && !cancel_counted_) {
+      route_->metrics->cancellations(CancelReason::UpstreamReset).Increment();
       cancel_counted_ = true;
     }
     cutResponse(final_event);
@@ -572,12 +573,12 @@ void Exchange::onDownstreamDisconnect(CancelReason reason) {
       intake_.requestComplete()) {
     // Let the side-effecting call complete, within finish_grace; its output is leaked.
     discarding_ = true;
-    if (!cancel_reason_) cancel_reason_ = reason;
-    route_->metrics->cancellations(*cancel_reason_).Increment();
+    record_.noteCancel(reason);
+    route_->metrics->cancellations(*record_.cancelReason()).Increment();
     cancel_counted_ = true;
     if (relay_.resume())
       attempts_.resumed(route_->config, intake_.requestComplete(), clock().now());
-    // The first grace holds (its cancel's reason is cancel_reason_, set above).
+    // The first grace holds (its cancel's reason is the one noted above).
     if (!timers_.armed(ExchangeSlot::FinishGrace)) {
       timers_.arm(ExchangeSlot::FinishGrace, clock().now() + route_->config->finish_grace);
     }
@@ -600,24 +601,24 @@ void Exchange::cancel(CancelReason reason, std::optional<std::chrono::millisecon
 void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_with,
                           std::optional<std::chrono::milliseconds> retry_after) {
   if (finished_ || isTerminal(state_) || state_ == ExchangeState::Cancelling) return;
-  if (!cancel_reason_) cancel_reason_ = reason;  // first cause wins
+  record_.noteCancel(reason);  // first cause wins
+  const CancelReason cause = *record_.cancelReason();
   const MonotonicTime decided = clock().preciseNow();
   const bool had_attempt = attempts_.inFlight();
   transition(ExchangeState::Cancelling);
   timers_.clear();  // wakes nothing: every sleep of this request ends here
-  Problem problem =
-      answer_with ? std::move(*answer_with) : problemFor(*cancel_reason_, retry_after);
+  Problem problem = answer_with ? std::move(*answer_with) : problemFor(cause, retry_after);
   std::string final_event;
   // Decided before the attempt ends: the spend meter must know whether what
   // is buffered for the client will still be delivered.
-  if (downstream_ != nullptr && relay_.started() && clientStillListening(*cancel_reason_)) {
+  if (downstream_ != nullptr && relay_.started() && clientStillListening(cause)) {
     final_event = finalEventFor(problem);
   }
   if (had_attempt) {
     const bool sent = attempts_.current().connected;
     // Torn down: the verdict can only be this cancel's answer (no retry).
-    attempts_.end(*cancel_reason_ == CancelReason::UpstreamTimeout ? AttemptOutcome::timeout()
-                                                                   : AttemptOutcome::cancelled(),
+    attempts_.end(cause == CancelReason::UpstreamTimeout ? AttemptOutcome::timeout()
+                                                         : AttemptOutcome::cancelled(),
                   /*reuse=*/false, AttemptVerdict::fail(problem));
     attempts_.current().upstream->metrics->cancelPropagation().Observe(
         seconds(clock().preciseNow() - decided));
@@ -625,7 +626,7 @@ void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_wit
     if (sent && mcp_session_) notifyMcpCancel();
   }
   if (!cancel_counted_) {
-    route_->metrics->cancellations(*cancel_reason_).Increment();
+    route_->metrics->cancellations(cause).Increment();
     cancel_counted_ = true;
   }
   int code = kClientClosedRequest;
@@ -706,9 +707,10 @@ void Exchange::finish(int status_code) {
   timers_.clear();
   attempts_.releaseSlot();
   if (attempts_.inFlight()) {  // a safety net: every ending above ended its attempt
-    attempts_.end(AttemptOutcome::cancelled(), false,
-                  AttemptVerdict::fail(problemFor(
-                      cancel_reason_.value_or(CancelReason::ClientDisconnect), std::nullopt)));
+    attempts_.end(
+        AttemptOutcome::cancelled(), false,
+        AttemptVerdict::fail(problemFor(
+            record_.cancelReason().value_or(CancelReason::ClientDisconnect), std::nullopt)));
   }
   for (auto& filter : filters_) filter->onDestroy();
   RouteMetrics& m = *route_->metrics;
@@ -737,17 +739,6 @@ std::function<void()> Exchange::crossThreadWaker(std::function<void()> fn) {
   };
 }
 
-void Exchange::recordRun(std::string_view run_id, std::string_view parent_run_id) {
-  record_.setRun(run_id, parent_run_id);
-}
-
-void Exchange::recordJsonRpc(std::string_view method, std::optional<std::string_view> id,
-                             std::string_view tool) {
-  record_.setJsonRpc(method, id, tool);
-}
-
-void Exchange::recordUsage(const AttemptUsage& usage) { record_.addUsage(usage); }
-
 void Exchange::logAccess(int status_code, MonotonicTime now) const {
   AccessLogBuffer* log = host_.accessLog();
   if (log == nullptr) return;
@@ -771,7 +762,6 @@ void Exchange::logAccess(int status_code, MonotonicTime now) const {
   r.status = status_code;
   r.attempts = attempts_.sent();
   r.duration_ms = std::chrono::duration<double, std::milli>(age).count();
-  r.cancel_reason = cancel_reason_;
   r.bytes_in = intake_.bytesIn();
   record_.fill(r, start_);
   log->append(r);
@@ -820,7 +810,7 @@ void Exchange::onSlot(ExchangeSlot slot) {
       startAttempt(attempts_.retryTarget());
       return;
     case ExchangeSlot::FinishGrace:
-      cancel(cancel_reason_.value_or(CancelReason::ClientDisconnect));
+      cancel(record_.cancelReason().value_or(CancelReason::ClientDisconnect));
       return;
   }
 }
@@ -841,7 +831,8 @@ ExchangeSnapshot Exchange::snapshot() const {
   s.method = request_.method;
   s.path = std::string(request_.pathOnly());
   s.state = std::string(toString(state_));
-  s.cancel_reason = cancel_reason_ ? std::string(toString(*cancel_reason_)) : "";
+  const std::optional<CancelReason> reason = record_.cancelReason();
+  s.cancel_reason = reason ? std::string(toString(*reason)) : "";
   s.attempts = attempts_.started();
   s.age_seconds = seconds(now - start_);
   s.budget_left_seconds = deadline_ == MonotonicTime::max() ? -1 : seconds(deadline_ - now);

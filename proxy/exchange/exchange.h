@@ -167,11 +167,9 @@ class Exchange final : public DeferredDeletable,
   // --- introspection ----------------------------------------------------------
   uint64_t id() const { return id_; }
   ExchangeState state() const { return state_; }
-  std::optional<CancelReason> cancelReason() const override { return cancel_reason_; }
-  void recordUsage(const AttemptUsage& usage) override;
-  void recordRun(std::string_view run_id, std::string_view parent_run_id) override;
-  void recordJsonRpc(std::string_view method, std::optional<std::string_view> id,
-                     std::string_view tool) override;
+  /** The first cause of a cancel, if any (the record's: RequestRecord::cancelReason). */
+  std::optional<CancelReason> cancelReason() const override { return record_.cancelReason(); }
+  RequestRecord& record() override { return record_; }
   void setSentResendable(bool resendable) override { attempts_.setSentResendable(resendable); }
   void setRunSpend(RunSpend* spend) override { run_spend_ = spend; }
   RunSpend* runSpend() const override { return run_spend_; }
@@ -291,7 +289,6 @@ class Exchange final : public DeferredDeletable,
   const MonotonicTime start_;
 
   ExchangeState state_ = ExchangeState::Queued;
-  std::optional<CancelReason> cancel_reason_;
   bool cancel_counted_ = false;
   Phase phase_ = Phase::DecodeHeaders;
   size_t resume_index_ = 0;
@@ -313,7 +310,8 @@ class Exchange final : public DeferredDeletable,
   ResponseRelay relay_;
 
   // For the access log (docs/design.md §7): ttfb, retry causes, bytes out,
-  // usage, the run, the JSON-RPC call (whose id sluice's own answers use).
+  // usage, the run, the JSON-RPC call (whose id sluice's own answers use)
+  // and the cancel reason (first cause wins). The filters' RequestRecord.
   ExchangeRecord record_;
   // The run filter's, while the request is a task of a run.
   RunSpend* run_spend_ = nullptr;
