@@ -505,10 +505,8 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
   }
   if (discarding_ || downstream_ == nullptr) return;
   record_.addBytesOut(len);
-  relay_.sendBody(*downstream_, data, len, false);
-  // Handing bytes over may have ended the exchange or lost the client.
-  if (finished_ || discarding_ || downstream_ == nullptr) return;
-  if (attempts_.inFlight() && relay_.pauseIfClientSlow(*downstream_)) {
+  // The relay says whether to stop reading the upstream: not when the write lost the client.
+  if (relay_.forward(*downstream_, data, len) && attempts_.inFlight()) {
     // The client is slower than the upstream: stop reading the upstream until
     // the client drains (onDownstreamWritable). Memory per stream stays bounded.
     attempts_.current().stream->pauseReading();
