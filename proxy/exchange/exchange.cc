@@ -269,31 +269,15 @@ void Exchange::startAttempt(const AttemptTarget& target) {
   assert(!attempts_.inFlight() && "one attempt at a time");
   assert(intake_.body().replayable() && "a retry needs the whole body");
   held_ = false;
-  if (attempts_.started() == 0) findMcpSession();
+  if (attempts_.started() == 0 && mcpRoute()) {
+    mcp_session_ = McpSession::find(*route_, request_, clock().now());
+  }
   static const ClientInfo kNoClient{};
   attempts_.begin(target,
                   {request_, downstream_ != nullptr ? downstream_->clientInfo() : kNoClient,
                    intake_.body(), *runtime_, mcp_session_ ? mcp_session_->endpoint : nullptr});
   phase_ = Phase::BeforeAttempt;
   runChain(0);
-}
-
-void Exchange::findMcpSession() {
-  if (!mcpRoute()) return;
-  const std::optional<std::string_view> id = request_.headers.get("mcp-session-id");
-  if (!id || id->empty()) return;
-  mcp_session_ = std::make_unique<McpSession>();
-  mcp_session_->headers = request_.headers;
-  const std::string key = sessionKey(*id);
-  for (const UpstreamRuntime* upstream : route_->chain) {
-    const std::optional<std::string> name = upstream->mcp_sessions->lookup(key, clock().now());
-    if (!name) continue;
-    // Gone after a reload: placed as usual (the server answers 404, the client re-initializes).
-    for (const EndpointRuntime& e : upstream->endpoints) {
-      if (e.name() == *name) mcp_session_->endpoint = &e;
-    }
-    return;
-  }
 }
 
 void Exchange::notifyMcpCancel() {

@@ -54,6 +54,7 @@
 #include "proxy/exchange/request_intake.h"
 #include "proxy/exchange/response_relay.h"
 #include "proxy/exchange/runtime.h"
+#include "proxy/exchange/tool_cancel_notifier.h"
 #include "proxy/http/request_body.h"
 #include "proxy/http/request_id.h"
 #include "proxy/upstream/upstream_stream.h"
@@ -63,7 +64,6 @@ namespace sluice {
 class AccessLogBuffer;
 class Exchange;
 class IdGenerator;
-class ToolCancelNotifier;
 
 /** What the Exchange needs from the worker that hosts it. */
 class ExchangeHost {
@@ -316,19 +316,9 @@ class Exchange final : public DeferredDeletable,
   // The run filter's, while the request is a task of a run.
   RunSpend* run_spend_ = nullptr;
 
-  /**
-   * An MCP request that carried `Mcp-Session-Id` (docs/design.md §10): the
-   * endpoint that issued the session (its attempts go there), and the
-   * client's headers, for the `notifications/cancelled` a cancel sends.
-   * Allocated only for such requests.
-   */
-  struct McpSession {
-    HeaderMap headers;                          // the client's request headers
-    const EndpointRuntime* endpoint = nullptr;  // where the session lives; null: unknown
-  };
+  // An MCP request's session (ToolCancelNotifier's McpSession): allocated
+  // only for a request that carried `Mcp-Session-Id`.
   std::unique_ptr<McpSession> mcp_session_;
-  /** Creates mcp_session_ for an MCP request with a session id, looking its endpoint up. */
-  void findMcpSession();
   /** A cancel of a sent MCP request of a session: tells the server (ToolCancelNotifier). */
   void notifyMcpCancel();
 
