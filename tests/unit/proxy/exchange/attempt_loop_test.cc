@@ -27,6 +27,7 @@ listen: 127.0.0.1:0
 upstreams:
   - name: primary
     connect_timeout: 2s
+    circuit_breaker: {max_pending: 1}
     endpoints:
       - {name: a, url: "http://127.0.0.1:1"}
       - {name: b, url: "http://127.0.0.1:2"}
@@ -189,6 +190,23 @@ TEST_F(AttemptLoopTest, SendArmsTheAttemptsTimersAndHandsTheRequestToAStream) {
   EXPECT_TRUE(owner_.fired.empty());  // the connect timer ended with the connection
   time_.advance(3s);
   EXPECT_EQ(owner_.fired, std::vector<ExchangeSlot>{ExchangeSlot::FirstByte});
+}
+
+TEST_F(AttemptLoopTest, WaitingForAConnectionBeyondMaxPendingIsNotSent) {
+  // Another request waits for a connection to each endpoint already.
+  PendingSlot others[2];
+  for (size_t i = 0; i < 2; ++i) ASSERT_TRUE(others[i].acquire(*primary().endpoints[i].breaker));
+  pool_.ready = false;
+  begin();
+  EXPECT_FALSE(send());  // the caller cancels `overloaded`
+  EXPECT_FALSE(loop_->inFlight());
+  EXPECT_EQ(loop_->sent(), 0u);
+  EXPECT_TRUE(pool_.streams.empty());
+  // A connection ready in the pool takes no slot.
+  pool_.ready = true;
+  begin();
+  EXPECT_TRUE(send());
+  EXPECT_EQ(loop_->sent(), 1u);
 }
 
 TEST_F(AttemptLoopTest, AResponseEndReleasesTheStreamForReuseAndCountsTheAttempt) {
