@@ -172,6 +172,10 @@ void Exchange::decodeComplete() {
   if (phase_ == Phase::DecodeComplete) runChain(0);
 }
 
+void Exchange::applyBodyBackpressure() {
+  if (downstream_ != nullptr && !finished_) intake_.steer(*downstream_);
+}
+
 void Exchange::refuseBody() {
   cancelWith(CancelReason::Overloaded,
              bodyOverloadedProblem(runtime_->config().limits.max_buffered_body_bytes));
@@ -387,6 +391,8 @@ void Exchange::onAttemptTimeout() {
   cancelWith(CancelReason::UpstreamTimeout,
              fail != nullptr ? std::optional<Problem>(fail->problem) : std::nullopt);
 }
+
+void Exchange::armIdleTimer() { attempts_.armIdle(route_->config, intake_.requestComplete()); }
 
 // --- UpstreamCallbacks --------------------------------------------------------------
 
@@ -667,6 +673,10 @@ void Exchange::sendProblem(Problem& problem) {
 std::string Exchange::finalEventFor(const Problem& problem) {
   if (downstream_ == nullptr || discarding_) return "";
   return relay_.finalEventFor(*downstream_, problem, record_.jsonRpcId());
+}
+
+void Exchange::cutResponse(const std::string& final_event) {
+  if (downstream_ != nullptr) ResponseRelay::cut(*downstream_, final_event);
 }
 
 Problem Exchange::problemFor(CancelReason reason,

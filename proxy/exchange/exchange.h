@@ -204,9 +204,7 @@ class Exchange final : public DeferredDeletable,
    */
   void refuseAttempt(CancelReason reason, std::optional<std::chrono::milliseconds> retry_after);
   /** Pauses or resumes the client's upload around the body watermarks. */
-  void applyBodyBackpressure() {
-    if (downstream_ != nullptr && !finished_) intake_.steer(*downstream_);
-  }
+  void applyBodyBackpressure();
   /**
    * cancel(), answering `answer_with` (if nothing was sent yet) instead of
    * the first cause's own problem.
@@ -255,10 +253,8 @@ class Exchange final : public DeferredDeletable,
   /** The final SSE error event before a cut (ResponseRelay::finalEventFor), "" when none. */
   std::string finalEventFor(const Problem& problem);
   /** Ends the response under way truncated, after `final_event` if there is one. */
-  void cutResponse(const std::string& final_event) {
-    if (downstream_ != nullptr) ResponseRelay::cut(*downstream_, final_event);
-  }
-  void armIdleTimer() { attempts_.armIdle(route_->config, intake_.requestComplete()); }
+  void cutResponse(const std::string& final_event);
+  void armIdleTimer();
   void sendResponseHead(ResponseHead& head);
   /**
    * Every response head to the client passes here: it gets the request's
