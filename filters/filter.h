@@ -129,6 +129,40 @@ class RunSpend {
   ~RunSpend() = default;
 };
 
+/**
+ * What a request leaves behind for the access log (docs/design.md §7), as
+ * its filters write and read it: each attempt's usage (the spend meter),
+ * the run (the run filter), the JSON-RPC call (the tools filter), and the
+ * request's cancel reason so far, which the Exchange writes (first cause
+ * wins). One per request, for its whole life.
+ */
+class RequestRecord {
+ public:
+  /**
+   * One attempt's usage once the spend filter booked it: tokens and spend
+   * are summed over the attempts; its model, when it names one, replaces the last.
+   */
+  virtual void addUsage(const AttemptUsage& usage) = 0;
+  /** The request's run (and its parent run). */
+  virtual void setRun(std::string_view run_id, std::string_view parent_run_id) = 0;
+  /**
+   * The request's JSON-RPC message: its `method`, its `id` as JSON text
+   * (nullopt: a notification, or an invalid message that had none) and the
+   * tool of a `tools/call` ("" otherwise). The access log shows method and
+   * tool; sluice's own answers go to that id in JSON-RPC.
+   */
+  virtual void setJsonRpc(std::string_view method, std::optional<std::string_view> id,
+                          std::string_view tool) = 0;
+  /**
+   * The request's cancel_reason so far (first cause), if any. (An ended
+   * attempt carries it in its AttemptEnd; this is for onDestroy.)
+   */
+  virtual std::optional<CancelReason> cancelReason() const = 0;
+
+ protected:
+  ~RequestRecord() = default;
+};
+
 /** What the Exchange offers the filters it runs. */
 class FilterCallbacks {
  public:
@@ -200,29 +234,10 @@ class FilterCallbacks {
    */
   virtual std::function<void()> crossThreadWaker(std::function<void()> fn) = 0;
 
-  // --- for the spend meter --------------------------------------------------
-  /**
-   * The Exchange's cancel_reason so far (first cause), if any. (An ended
-   * attempt carries it in its AttemptEnd; this is for onDestroy.)
-   */
-  virtual std::optional<CancelReason> cancelReason() const = 0;
-  /**
-   * The spend filter reports each attempt's usage once it is booked; the
-   * Exchange sums the attempts into its access log record.
-   */
-  virtual void recordUsage(const AttemptUsage& /*usage*/) {}
-  /** The run filter names the request's run (and its parent run) for the access log. */
-  virtual void recordRun(std::string_view /*run_id*/, std::string_view /*parent_run_id*/) {}
+  /** The request's record: usage, run, JSON-RPC call, cancel reason (RequestRecord). */
+  virtual RequestRecord& record() = 0;
 
   // --- for MCP routes (docs/design.md §10) ------------------------------------
-  /**
-   * The tools filter names the request's JSON-RPC message: its `method`, its
-   * `id` as JSON text (nullopt: a notification, or an invalid message that
-   * had none) and the tool of a `tools/call` ("" otherwise). The access log
-   * shows method and tool; sluice's own answers go to that id in JSON-RPC.
-   */
-  virtual void recordJsonRpc(std::string_view /*method*/, std::optional<std::string_view> /*id*/,
-                             std::string_view /*tool*/) {}
   /**
    * Whether an attempt that went upstream may be sent again, by a retry or
    * a fallback (default: yes). An attempt that never reached the upstream

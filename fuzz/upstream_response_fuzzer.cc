@@ -1,6 +1,6 @@
 // Upstream response path: the fuzz input is what the upstream answers, on a
 // real TCP connection, to a fixed client request. It is parsed by
-// UpstreamConnection (llhttp, 1xx, chunked, close-delimited, HEAD), then
+// Http1ClientConnection (llhttp, 1xx, chunked, close-delimited, HEAD), then
 // goes through the Exchange and every filter's response side — the quota
 // observer (rate_limit is on), the circuit breaker, the retry decision with
 // held answers and problem+json bodies, the spend meter (JSON usage, SSE) —

@@ -108,7 +108,7 @@ FilterStatus RunFilter::decodeHeaders(RequestHead& request) {
   parent_ = std::move(parent);
   budget_ = budget;
   max_usd_ = max_usd;
-  callbacks_->recordRun(run_id_, parent_);
+  callbacks_->record().setRun(run_id_, parent_);
   return admit();
 }
 

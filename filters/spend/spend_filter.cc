@@ -95,7 +95,7 @@ void SpendFilter::onDestroy() {
   // A request sluice refused before any attempt was billed still names its
   // model in the access log.
   if (!named_model_ && request_ && !request_->model.empty()) {
-    callbacks_->recordUsage(AttemptUsage{request_->model});
+    callbacks_->record().addUsage(AttemptUsage{request_->model});
   }
 }
 
@@ -105,7 +105,7 @@ void SpendFilter::forgetAttempt() {
   run_usd_ = 0;
   const std::unique_ptr<UsageMeter> meter = std::move(meter_);
   if (!meter->model().empty()) {
-    callbacks_->recordUsage(AttemptUsage{meter->model()});  // the model, at no cost
+    callbacks_->record().addUsage(AttemptUsage{meter->model()});  // the model, at no cost
     named_model_ = true;
   }
 }
@@ -120,10 +120,10 @@ void SpendFilter::account(const AttemptEnd& end, AttemptDisposition disposition)
   const SpendSplit split = splitSpend(meter->tokenCounts(), disposition, price);
   const std::string& model = price.label;
   named_model_ = named_model_ || !meter->model().empty();
-  callbacks_->recordUsage(AttemptUsage{meter->model(),
-                                       split.delivered_input_tokens + split.leaked_input_tokens,
-                                       split.delivered_output_tokens + split.leaked_output_tokens,
-                                       split.delivered_usd + split.leaked_usd, split.leaked_usd});
+  callbacks_->record().addUsage(
+      AttemptUsage{meter->model(), split.delivered_input_tokens + split.leaked_input_tokens,
+                   split.delivered_output_tokens + split.leaked_output_tokens,
+                   split.delivered_usd + split.leaked_usd, split.leaked_usd});
   feedRun(split.delivered_usd + split.leaked_usd);  // the booked spend replaces the metered
   run_usd_ = 0;
   if (split.delivered_input_tokens > 0) {

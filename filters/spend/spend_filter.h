@@ -58,7 +58,7 @@ class SpendFilter final : public StreamFilter {
   RouteMetrics& metrics_;
   std::optional<MeteredRequest> request_;  // (inline: no allocation per request)
   std::unique_ptr<UsageMeter> meter_;      // the attempt in flight
-  bool named_model_ = false;               // the Exchange was told a model (recordUsage)
+  bool named_model_ = false;               // the record was told a model (addUsage)
   double run_usd_ = 0;                     // the current attempt's spend told to its run
   // What feedRunMetered last priced: a chunk that adds no token is not fed again.
   const ModelPrice* run_price_ = nullptr;

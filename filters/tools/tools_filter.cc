@@ -105,7 +105,7 @@ FilterStatus ToolsFilter::decodeComplete(std::string_view body) {
   call_ = readJsonRpcRequest(body);
   const std::optional<std::string_view> id =
       call_.id ? std::optional<std::string_view>(*call_.id) : std::nullopt;
-  callbacks_->recordJsonRpc(call_.method, id, call_.tool);
+  callbacks_->record().setJsonRpc(call_.method, id, call_.tool);
   if (call_.status != JsonRpcRequest::Status::Ok) {
     callbacks_->sendLocalReply(makeProblem(call_.status == JsonRpcRequest::Status::ParseError
                                                ? problems::kJsonRpcParseError
@@ -207,7 +207,9 @@ void ToolsFilter::encodeLocalReply(Problem& problem) {
 void ToolsFilter::onDestroy() {
   if (!is_tool_call_) return;
   const ToolAnswer answer = answer_ ? answer_->answer() : ToolAnswer::Unknown;
-  route_.calls(match_.index, outcomeLabel(status_, answer, local_slug_, callbacks_->cancelReason()))
+  route_
+      .calls(match_.index,
+             outcomeLabel(status_, answer, local_slug_, callbacks_->record().cancelReason()))
       .Increment();
   route_.duration(match_.index)
       .Observe(std::chrono::duration<double>(callbacks_->clock().now() - callbacks_->startTime())

@@ -7,7 +7,7 @@
 //
 //   client (fuzz bytes) ──bufferevent pair──► ProtocolDetector / codec ─► Exchange
 //                                                                          │
-//   loopback upstream  ◄──── TCP 127.0.0.1, the real UpstreamConnection ◄──┘
+//   loopback upstream  ◄──── TCP 127.0.0.1, the real Http1ClientConnection ◄──┘
 //   (answers every request with the same bytes, then half-closes)
 //
 // Each runClient() builds a fresh Runtime from the same parsed config (so

@@ -12,12 +12,20 @@
 // Lifecycle: an explicit state machine (exchange_state.h). Every state change
 // goes through transition(), which refuses illegal edges.
 //
+// Its parts, held by value: RequestIntake (the request and its body on the
+// way in), AttemptLoop (the attempts: where each goes, its stream and
+// timers, the verdict at its end), AttemptRouter, ResponseRelay (the
+// response on its way out), ExchangeTimers and ExchangeRecord (what the
+// access log gets). The Exchange keeps the lifecycle, cancel (first cause
+// wins), running the filter chain, acting on the verdicts, and finish(), the
+// one path that ends a request.
+//
 // The attempt loop: startAttempt(target) runs the per-attempt chain and sends
 // the attempt; whatever ends it (response end, transport error, timer,
-// cancel) goes through endAttempt(), which describes the ending in one
+// cancel) goes through AttemptLoop::end(), which describes the ending in one
 // AttemptEnd, asks the chain for an AttemptVerdict (Deliver | Retry | Fail,
 // proposed by the Exchange, decided by the filters: common/attempt.h), reports
-// it to every filter and returns it; the caller acts on it. A Retry backs off
+// it to every filter and returns it; the Exchange acts on it. A Retry backs off
 // on a timer of this Exchange, then startAttempt(verdict's target).
 
 #include <array>
@@ -37,6 +45,7 @@
 #include "proxy/downstream/request_decoder.h"
 #include "proxy/event/dispatcher.h"
 #include "proxy/event/event_util.h"
+#include "proxy/exchange/attempt_loop.h"
 #include "proxy/exchange/attempt_router.h"
 #include "proxy/exchange/exchange_record.h"
 #include "proxy/exchange/exchange_state.h"
@@ -45,6 +54,7 @@
 #include "proxy/exchange/request_intake.h"
 #include "proxy/exchange/response_relay.h"
 #include "proxy/exchange/runtime.h"
+#include "proxy/exchange/tool_cancel_notifier.h"
 #include "proxy/http/request_body.h"
 #include "proxy/http/request_id.h"
 #include "proxy/upstream/upstream_stream.h"
@@ -54,7 +64,6 @@ namespace sluice {
 class AccessLogBuffer;
 class Exchange;
 class IdGenerator;
-class ToolCancelNotifier;
 
 /** What the Exchange needs from the worker that hosts it. */
 class ExchangeHost {
@@ -101,7 +110,8 @@ class Exchange final : public DeferredDeletable,
                        public RequestDecoder,
                        public FilterCallbacks,
                        private UpstreamCallbacks,
-                       private ExchangeTimers::Owner {
+                       private ExchangeTimers::Owner,
+                       private AttemptLoop::Owner {
  public:
   /**
    * `route` is null when no route matched (the Exchange answers 404).
@@ -150,19 +160,17 @@ class Exchange final : public DeferredDeletable,
   void lowerDeadline(MonotonicTime deadline, CancelReason reason) override;
   MonotonicTime startTime() const override { return start_; }
   const RequestHead& request() const override { return request_; }
-  uint32_t attemptNumber() const override { return attempts_; }
+  uint32_t attemptNumber() const override { return attempts_.started(); }
   bool requestBodyReplayable() const override { return intake_.body().replayable(); }
   std::function<void()> crossThreadWaker(std::function<void()> fn) override;
 
   // --- introspection ----------------------------------------------------------
   uint64_t id() const { return id_; }
   ExchangeState state() const { return state_; }
-  std::optional<CancelReason> cancelReason() const override { return cancel_reason_; }
-  void recordUsage(const AttemptUsage& usage) override;
-  void recordRun(std::string_view run_id, std::string_view parent_run_id) override;
-  void recordJsonRpc(std::string_view method, std::optional<std::string_view> id,
-                     std::string_view tool) override;
-  void setSentResendable(bool resendable) override { sent_resendable_ = resendable; }
+  /** The first cause of a cancel, if any (the record's: RequestRecord::cancelReason). */
+  std::optional<CancelReason> cancelReason() const override { return record_.cancelReason(); }
+  RequestRecord& record() override { return record_; }
+  void setSentResendable(bool resendable) override { attempts_.setSentResendable(resendable); }
   void setRunSpend(RunSpend* spend) override { run_spend_ = spend; }
   RunSpend* runSpend() const override { return run_spend_; }
   ExchangeSnapshot snapshot() const;
@@ -182,10 +190,6 @@ class Exchange final : public DeferredDeletable,
   void onUpstreamError(UpstreamError error, const std::string& detail) override;
 
   bool transition(ExchangeState to);
-  /** The route was matched without the body and has a `match.model` glob. */
-  bool awaitsModel() const {
-    return awaiting_model_ && (intake_.requestComplete() || intake_.body().streaming());
-  }
   /**
    * Matches the route again with the body's top-level "model" (docs/design.md §5,
    * `match.model`), switches to the route that matches (or answers 404),
@@ -201,8 +205,6 @@ class Exchange final : public DeferredDeletable,
   void refuseAttempt(CancelReason reason, std::optional<std::chrono::milliseconds> retry_after);
   /** Pauses or resumes the client's upload around the body watermarks. */
   void applyBodyBackpressure();
-  /** 503 `overloaded`: the body does not fit under `limits.max_buffered_body_bytes`. */
-  void refuseBody();
   /**
    * cancel(), answering `answer_with` (if nothing was sent yet) instead of
    * the first cause's own problem.
@@ -210,10 +212,9 @@ class Exchange final : public DeferredDeletable,
   void cancelWith(CancelReason reason, std::optional<Problem> answer_with,
                   std::optional<std::chrono::milliseconds> retry_after = std::nullopt);
   /**
-   * Starts the next attempt toward `target`: resets the per-attempt state,
-   * asks the router where it goes (AttemptRouter::place), rewrites the
-   * request for that endpoint and runs the per-attempt chain
-   * (beforeAttempt), which sends it.
+   * Starts the next attempt toward `target` (AttemptLoop::begin: where it
+   * goes, the request rewritten for that endpoint) and runs the per-attempt
+   * chain (beforeAttempt), which sends it.
    */
   void startAttempt(const AttemptTarget& target);
   /**
@@ -221,31 +222,16 @@ class Exchange final : public DeferredDeletable,
    * the client, the whole body is held, the method is safe to repeat, and
    * budget is left. What a retry and a spill-over both need.
    */
-  bool mayReplay() const;
+  bool mayReplay() const override;
+  AttemptLoop::ExchangeFacts attemptFacts() const override;
   /** The body the attempt sends: the client's, or a copy naming the fallback's `model`. */
-  RequestBody& attemptBody() { return rewritten_body_ ? *rewritten_body_ : intake_.body(); }
+  RequestBody& attemptBody() { return attempts_.body(intake_.body()); }
   void sendAttempt();
-  /**
-   * Ends the attempt in flight: its timers, its max_pending slot and its
-   * stream (released for reuse when `reuse`, else reset). Describes the
-   * ending (describeAttempt), folds `proposed` through the filters'
-   * decideAttempt, reports the verdict to every filter (onAttemptDone) and
-   * returns it for the caller to act on. A Retry the Exchange cannot act on
-   * (sluice tore the attempt down, the exchange is cancelling, a response is
-   * under way) becomes `proposed` again.
-   */
-  AttemptVerdict endAttempt(AttemptOutcome outcome, bool reuse, AttemptVerdict proposed);
-  /** The AttemptEnd of the attempt in flight, ended with `outcome`. */
-  AttemptEnd describeAttempt(const AttemptOutcome& outcome) const;
-  /** True while a Retry verdict can be acted on. */
-  bool mayRetry(const AttemptOutcome& outcome) const;
-  /** The request may be sent again after `end`: it never reached the upstream, or may repeat. */
-  bool mayResend(const AttemptEnd& end) const { return sent_resendable_ || end.unprocessed; }
   /** A `protocol: mcp` route: sluice answers in JSON-RPC (common/jsonrpc_error.h). */
   bool mcpRoute() const {
     return route_->config != nullptr && route_->config->protocol == config::RouteProtocol::Mcp;
   }
-  /** Acts on a Retry: drops the held answer, counts the retry, backs off, then startAttempt. */
+  /** Acts on a Retry: the loop's bookkeeping (AttemptLoop::scheduleRetry), then backing off. */
   void scheduleRetry(const AttemptVerdict::Retry& retry);
   void onAttemptTimeout();
   void failAttempt(AttemptOutcome outcome, const Problem& problem);
@@ -258,10 +244,12 @@ class Exchange final : public DeferredDeletable,
   void sendProblem(Problem& problem);
   /** 413 body-too-large, counted in the downstream rejections. */
   void rejectBodyTooLarge();
+  /** 503 `overloaded`: the body does not fit under `limits.max_buffered_body_bytes`. */
+  void refuseBody();
+  /** The one path that ends a request: metrics, the access log line, the codec told, retired. */
   void finish(int status_code);
   Problem problemFor(CancelReason reason,
                      std::optional<std::chrono::milliseconds> retry_after) const;
-  void armFirstByteTimer();
   /** The final SSE error event before a cut (ResponseRelay::finalEventFor), "" when none. */
   std::string finalEventFor(const Problem& problem);
   /** Ends the response under way truncated, after `final_event` if there is one. */
@@ -297,7 +285,6 @@ class Exchange final : public DeferredDeletable,
   const MonotonicTime start_;
 
   ExchangeState state_ = ExchangeState::Queued;
-  std::optional<CancelReason> cancel_reason_;
   bool cancel_counted_ = false;
   Phase phase_ = Phase::DecodeHeaders;
   size_t resume_index_ = 0;
@@ -310,78 +297,36 @@ class Exchange final : public DeferredDeletable,
   // The client can be sent a trailer section (HTTP/2) and asked for one
   // (`te: trailers`): the upstream's trailers go to it; otherwise dropped.
   bool client_takes_trailers_ = false;
-  bool awaiting_model_ = false;  // routeOnModel() runs once the body (or its start) is in
   FilterChain filters_;
 
-  // The attempt in flight (or the last one, until the next starts). Plain
-  // values, reset in one place: startAttempt(). Its live resources — the
-  // stream, the timers — are torn down by endAttempt().
-  struct Attempt {
-    AttemptTarget target;                       // what startAttempt() was asked for
-    const UpstreamRuntime* upstream = nullptr;  // where it went: an upstream of the chain
-    const EndpointRuntime* endpoint = nullptr;  // and one of its endpoints
-    AttemptDestination destination;             // the endpoint's, as the filters see it
-    UpstreamStream* stream = nullptr;           // from this worker's pool for the endpoint
-    // The request as the upstream sees it: from startAttempt() until the
-    // response is under way (releaseReplayState). Out of line: a held stream
-    // keeps its Exchange, not this (~130 bytes inline).
-    std::unique_ptr<RequestHead> request;
-    bool unprocessed = false;  // the upstream said it did not process the attempt
-    bool connected = false;    // onUpstreamConnected: the request went on the wire
-    int status = 0;            // the response head's status; 0 until it arrived
-    uint64_t body_sent = 0;    // attemptBody() bytes the transport took (onUpstreamBodySent)
-    AttemptOutcome outcome;    // how it ended (endAttempt)
-    MonotonicTime last_upstream_byte{};
-    // Its timers are the slots Connect, FirstByte and Idle (below); its
-    // response's held head, trailers, forwarded bytes and pause are relay_'s.
-  };
-  uint32_t attempts_ = 0;  // attempts started; the current one's number
-  // Attempts handed to an upstream connection (x-sluice-attempts, the access
-  // log): not one refused or dropped before it was sent (circuit, throttle).
-  uint32_t attempts_sent_ = 0;
-  Attempt attempt_;
-  AttemptRouter router_;  // where each attempt goes: the chain position, failed endpoints
-  // The body naming the current fallback's `model`, when it has one.
-  std::unique_ptr<RequestBody> rewritten_body_;
-  PendingSlot connect_wait_;  // a max_pending slot while the attempt waits for a connection
-  bool discarding_ = false;   // finish mode: client gone, drain and discard
+  AttemptRouter router_;     // where each attempt goes: the chain position, failed endpoints
+  bool discarding_ = false;  // finish mode: client gone, drain and discard
   uint64_t response_bytes_ = 0;
   // The response to the client: held head, SSE tail, backpressure, delivered bytes.
   ResponseRelay relay_;
 
   // For the access log (docs/design.md §7): ttfb, retry causes, bytes out,
-  // usage, the run, the JSON-RPC call (whose id sluice's own answers use).
+  // usage, the run, the JSON-RPC call (whose id sluice's own answers use)
+  // and the cancel reason (first cause wins). The filters' RequestRecord.
   ExchangeRecord record_;
-  // An attempt that went upstream may be sent again (the tools filter says
-  // no for a tools/call that is not safe to repeat).
-  bool sent_resendable_ = true;
-
   // The run filter's, while the request is a task of a run.
   RunSpend* run_spend_ = nullptr;
 
-  /**
-   * An MCP request that carried `Mcp-Session-Id` (docs/design.md §10): the
-   * endpoint that issued the session (its attempts go there), and the
-   * client's headers, for the `notifications/cancelled` a cancel sends.
-   * Allocated only for such requests.
-   */
-  struct McpSession {
-    HeaderMap headers;                          // the client's request headers
-    const EndpointRuntime* endpoint = nullptr;  // where the session lives; null: unknown
-  };
+  // An MCP request's session (ToolCancelNotifier's McpSession): allocated
+  // only for a request that carried `Mcp-Session-Id`.
   std::unique_ptr<McpSession> mcp_session_;
-  /** Creates mcp_session_ for an MCP request with a session id, looking its endpoint up. */
-  void findMcpSession();
   /** A cancel of a sent MCP request of a session: tells the server (ToolCancelNotifier). */
   void notifyMcpCancel();
 
-  AttemptTarget retry_target_;  // of the RetryDelay slot
   // Every timer of this request: the named slots and the filters' timers,
   // served by one scheduler timer at the earliest.
   ExchangeTimers timers_;
   MonotonicTime deadline_ = MonotonicTime::max();
   // What reaching deadline_ means: the request's own budget, or its run's deadline.
   CancelReason deadline_reason_ = CancelReason::BudgetExhausted;
+  // The attempts: the one in flight, how many were started and sent. Last:
+  // destroyed first, a stream still held (a worker shutting down) is reset.
+  AttemptLoop attempts_;
 };
 
 using ExchangePtr = std::unique_ptr<Exchange>;

@@ -43,6 +43,7 @@ void ExchangeRecord::fill(AccessRecord& r, MonotonicTime start) const {
   r.parent_run_id = parent_run_id_;
   r.jsonrpc_method = jsonrpc_method_;
   r.tool = tool_;
+  r.cancel_reason = cancel_reason_;
 }
 
 }  // namespace sluice

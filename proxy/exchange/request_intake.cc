@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <nlohmann/json.hpp>
 
+#include "common/json_fields.h"
 #include "filters/retry/retry_decision.h"
 
 namespace sluice {
@@ -76,6 +78,35 @@ bool RequestIntake::takeClientPaused() {
   const bool was = client_paused_;
   client_paused_ = false;
   return was;
+}
+
+void RequestIntake::steer(DownstreamStream& client) {
+  switch (flow()) {
+    case Flow::Keep:
+      break;
+    case Flow::Pause:
+      client.pauseRequestBody();
+      break;
+    case Flow::Resume:
+      client.resumeRequestBody();
+      break;
+  }
+}
+
+std::string RequestIntake::takeModel() {
+  awaiting_model_ = false;
+  std::string model;
+  scanTopLevelMembers(body_.prefix(), [&](std::string_view key, std::string_view value) {
+    if (key != "model") return true;
+    if (const auto plain = plainString(value)) {
+      model = std::string(*plain);
+    } else {
+      const auto j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+      model = j.is_string() ? j.get<std::string>() : std::string();
+    }
+    return true;  // the last one wins, as in a parse
+  });
+  return model;
 }
 
 }  // namespace sluice

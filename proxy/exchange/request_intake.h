@@ -9,9 +9,12 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <string_view>
 
 #include "common/http_message.h"
 #include "config/config.h"
+#include "proxy/downstream/downstream_stream.h"
 #include "proxy/http/request_body.h"
 
 namespace sluice {
@@ -64,6 +67,15 @@ class RequestIntake {
   Flow flow();
   /** The client is paused; clears it (the request ended, the codec reads the rest). */
   bool takeClientPaused();
+  /** Applies flow() to the client's upload: pauses or resumes its codec. */
+  void steer(DownstreamStream& client);
+
+  /** The route was matched without the body and has a `match.model` glob: it is matched again. */
+  void awaitModel() { awaiting_model_ = true; }
+  /** The body (or a streamed body's first block) is in: the route may be matched on its model. */
+  bool modelReady() const { return awaiting_model_ && (complete_ || body_.streaming()); }
+  /** The body's top-level "model" (the last one, as a parse reads it; "" when none), once. */
+  std::string takeModel();
 
   RequestBody& body() { return body_; }
   const RequestBody& body() const { return body_; }
@@ -75,6 +87,7 @@ class RequestIntake {
   uint64_t bytes_in_ = 0;
   bool complete_ = false;
   bool client_paused_ = false;
+  bool awaiting_model_ = false;
 };
 
 /** The request's Content-Length (the codecs validated it), if it has one. */

@@ -93,6 +93,12 @@ void ResponseRelay::sendBody(DownstreamStream& client, const char* data, size_t 
   if (trailers) end(client);
 }
 
+bool ResponseRelay::forward(DownstreamStream& client, const char* data, size_t len) {
+  sendBody(client, data, len, false);
+  if (client_gone_) return false;  // `client` may be gone with it: not read again
+  return pauseIfClientSlow(client);
+}
+
 void ResponseRelay::keepTrailers(HeaderMap&& trailers) {
   trailers_ = std::make_unique<HeaderMap>(std::move(trailers));
 }

@@ -79,6 +79,15 @@ class ResponseRelay {
    * the kept trailers, when there are.
    */
   void sendBody(DownstreamStream& client, const char* data, size_t len, bool end_stream);
+  /**
+   * Forwards body bytes of the response under way and says whether the
+   * caller must stop reading the upstream until resume(): the client is
+   * slower than the upstream (pauseIfClientSlow). Handing bytes over may
+   * lose the client — its connection reports the disconnect from inside
+   * the write (clientLeft()) —: then nothing more is asked of it, and the
+   * answer is no.
+   */
+  bool forward(DownstreamStream& client, const char* data, size_t len);
   /** The upstream's trailers, kept for the response's end (the client takes them). */
   void keepTrailers(HeaderMap&& trailers);
   /** Ends the response: with the kept trailers when there are. */
@@ -113,7 +122,10 @@ class ResponseRelay {
   /** The attempt ended without its response's end (cancel, reset, stall), or with it. */
   void markCut(bool cut) { cut_ = cut; }
   /** The client left with `still_buffered` bytes in sluice: they never reached it. */
-  void clientLeft(size_t still_buffered) { undelivered_at_disconnect_ = still_buffered; }
+  void clientLeft(size_t still_buffered) {
+    undelivered_at_disconnect_ = still_buffered;
+    client_gone_ = true;
+  }
   /**
    * Response body bytes of the attempt that reached the client: what was
    * handed to the client connection, minus what was still buffered in
@@ -134,6 +146,7 @@ class ResponseRelay {
   bool paused_ = false;
   bool cut_ = false;
   bool cut_flushes_ = false;
+  bool client_gone_ = false;  // clientLeft(): for good, whatever attempt follows
 };
 
 }  // namespace sluice

@@ -2,9 +2,29 @@
 
 #include <nlohmann/json.hpp>
 
+#include "filters/tools/mcp_sessions.h"
 #include "proxy/http/header_rewrite.h"
 
 namespace sluice {
+
+std::unique_ptr<McpSession> McpSession::find(const RouteRuntime& route, const RequestHead& request,
+                                             MonotonicTime now) {
+  const std::optional<std::string_view> id = request.headers.get("mcp-session-id");
+  if (!id || id->empty()) return nullptr;
+  auto session = std::make_unique<McpSession>();
+  session->headers = request.headers;
+  const std::string key = sessionKey(*id);
+  for (const UpstreamRuntime* upstream : route.chain) {
+    const std::optional<std::string> name = upstream->mcp_sessions->lookup(key, now);
+    if (!name) continue;
+    // Gone after a reload: placed as usual (the server answers 404, the client re-initializes).
+    for (const EndpointRuntime& e : upstream->endpoints) {
+      if (e.name() == *name) session->endpoint = &e;
+    }
+    break;
+  }
+  return session;
+}
 
 std::string cancelledNotification(std::string_view request_id, std::string_view reason) {
   nlohmann::json id = nlohmann::json::parse(request_id, nullptr, /*allow_exceptions=*/false);

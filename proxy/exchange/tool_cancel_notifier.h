@@ -45,6 +45,24 @@ struct ToolCancel {
   std::string_view reason;  // the cancel_reason
 };
 
+/**
+ * An MCP request that carried `Mcp-Session-Id` (docs/design.md §10): the
+ * endpoint that issued the session (its attempts go there), and the
+ * client's headers, for the `notifications/cancelled` a cancel sends.
+ */
+struct McpSession {
+  HeaderMap headers;                          // the client's request headers
+  const EndpointRuntime* endpoint = nullptr;  // where the session lives; null: unknown
+
+  /**
+   * The session of `request` on `route` (an MCP route), its endpoint looked
+   * up in the route's upstreams' session tables at `now`; null when the
+   * request carries no session id.
+   */
+  static std::unique_ptr<McpSession> find(const RouteRuntime& route, const RequestHead& request,
+                                          MonotonicTime now);
+};
+
 /** The JSON-RPC notification body for `request_id` (JSON text) and `reason`. */
 std::string cancelledNotification(std::string_view request_id, std::string_view reason);
 

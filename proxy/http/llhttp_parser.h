@@ -1,7 +1,7 @@
 #pragma once
 
 // An owned llhttp parser for the HTTP/1.1 codecs (Http1ServerConnection,
-// UpstreamConnection). The type stays opaque in headers: <llhttp.h> and
+// Http1ClientConnection). The type stays opaque in headers: <llhttp.h> and
 // http-parser's <http_parser.h> (the tests' HTTP/1.1 client, mock-llm) define
 // the same names (HPE_OK, HTTP_GET, ...), so only the codecs' .cc files
 // include it.

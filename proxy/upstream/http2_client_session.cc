@@ -8,7 +8,7 @@
 
 #include "common/clock.h"
 #include "common/http_headers.h"
-#include "proxy/upstream/upstream_connection.h"
+#include "proxy/upstream/http1_client_connection.h"
 #include "proxy/upstream/upstream_pool.h"
 
 namespace sluice {

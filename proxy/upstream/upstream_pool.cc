@@ -113,14 +113,14 @@ UpstreamStream* UpstreamPool::acquire() {
 
 UpstreamStream* UpstreamPool::acquireHttp1() {
   while (!idle_.empty()) {
-    UpstreamConnection* conn = idle_.back();
+    Http1ClientConnection* conn = idle_.back();
     idle_.pop_back();
     if (conn->reusable()) return conn;
     destroy(conn);
   }
-  auto conn = std::make_unique<UpstreamConnection>(dispatcher_, upstream_, url_, ssl_ctx_.get(),
-                                                   *this, ++opened_);
-  UpstreamConnection* raw = conn.get();
+  auto conn = std::make_unique<Http1ClientConnection>(dispatcher_, upstream_, url_, ssl_ctx_.get(),
+                                                      *this, ++opened_);
+  Http1ClientConnection* raw = conn.get();
   conns_.emplace(raw, std::move(conn));
   return raw;
 }
@@ -142,7 +142,7 @@ UpstreamStream* UpstreamPool::acquireHttp2() {
 bool UpstreamPool::hasReadyStream() const {
   switch (protocol_) {
     case Protocol::Http1:
-      for (const UpstreamConnection* conn : idle_) {
+      for (const Http1ClientConnection* conn : idle_) {
         if (conn->reusable()) return true;
       }
       return false;
@@ -178,13 +178,13 @@ void UpstreamPool::shedIdle() {
 
 UpstreamStream* UpstreamPool::acquirePending() {
   if (negotiator_ == nullptr) {
-    auto conn = std::make_unique<UpstreamConnection>(dispatcher_, upstream_, url_, ssl_ctx_.get(),
-                                                     *this, ++opened_, /*negotiating=*/true);
+    auto conn = std::make_unique<Http1ClientConnection>(
+        dispatcher_, upstream_, url_, ssl_ctx_.get(), *this, ++opened_, /*negotiating=*/true);
     negotiator_ = conn.get();
     conns_.emplace(negotiator_, std::move(conn));
     if (negotiator_->closed()) {
       // Could not even start (e.g. DNS setup failed): the stream fails on sendRequest.
-      UpstreamConnection* failed = negotiator_;
+      Http1ClientConnection* failed = negotiator_;
       negotiator_ = nullptr;
       destroy(failed);
       return acquireHttp1();
@@ -196,7 +196,7 @@ UpstreamStream* UpstreamPool::acquirePending() {
   return raw;
 }
 
-void UpstreamPool::onNegotiated(UpstreamConnection* conn, bool h2) {
+void UpstreamPool::onNegotiated(Http1ClientConnection* conn, bool h2) {
   if (conn != negotiator_) return;
   negotiator_ = nullptr;
   if (h2) {
@@ -225,7 +225,7 @@ void UpstreamPool::bindPending() {
   }
 }
 
-void UpstreamPool::onNegotiationFailed(UpstreamConnection* conn, const std::string& detail) {
+void UpstreamPool::onNegotiationFailed(Http1ClientConnection* conn, const std::string& detail) {
   if (conn == negotiator_) negotiator_ = nullptr;
   destroy(conn);
   std::vector<PendingStream*> waiting;
@@ -260,7 +260,7 @@ void UpstreamPool::onSessionClosed(Http2ClientSession* session) {
   shedIdle();
 }
 
-void UpstreamPool::release(UpstreamConnection* conn) {
+void UpstreamPool::release(Http1ClientConnection* conn) {
   if (conn == nullptr) return;
   if (retired_ || !conn->reusable() || idle_.size() >= kMaxIdle) {
     destroy(conn);
@@ -270,7 +270,7 @@ void UpstreamPool::release(UpstreamConnection* conn) {
   idle_.push_back(conn);
 }
 
-void UpstreamPool::destroy(UpstreamConnection* conn) {
+void UpstreamPool::destroy(Http1ClientConnection* conn) {
   if (destroying_) return;
   auto it = conns_.find(conn);
   if (it == conns_.end()) return;

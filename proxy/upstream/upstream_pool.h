@@ -31,8 +31,8 @@
 #include "config/config.h"
 #include "proxy/event/dispatcher.h"
 #include "proxy/event/tls.h"
+#include "proxy/upstream/http1_client_connection.h"
 #include "proxy/upstream/http2_client_session.h"
-#include "proxy/upstream/upstream_connection.h"
 
 namespace sluice {
 
@@ -52,15 +52,15 @@ class UpstreamPool final : public UpstreamStreamSource {
   UpstreamStream* acquire() override;
 
   /** Returns `conn` for reuse if reusable(), else destroys it. */
-  void release(UpstreamConnection* conn);
+  void release(Http1ClientConnection* conn);
   /** Closes `conn` now and never reuses it. */
-  void destroy(UpstreamConnection* conn);
+  void destroy(Http1ClientConnection* conn);
 
   // --- from the connections and sessions this pool owns -------------------------
   /** A negotiating connection is up and ALPN chose `h2` (or not). */
-  void onNegotiated(UpstreamConnection* conn, bool h2);
+  void onNegotiated(Http1ClientConnection* conn, bool h2);
   /** A negotiating connection failed: the streams waiting for it fail too. */
-  void onNegotiationFailed(UpstreamConnection* conn, const std::string& detail);
+  void onNegotiationFailed(Http1ClientConnection* conn, const std::string& detail);
   /** A session closed (error, GOAWAY drained, PING timeout): delete it. */
   void onSessionClosed(Http2ClientSession* session);
   /** A PendingStream was released or reset by its holder. */
@@ -109,10 +109,10 @@ class UpstreamPool final : public UpstreamStreamSource {
   bool destroying_ = false;
   bool retired_ = false;
   std::function<void()> on_drained_;
-  std::unordered_map<UpstreamConnection*, std::unique_ptr<UpstreamConnection>> conns_;
-  std::vector<UpstreamConnection*> idle_;  // LIFO: the warmest connection first
+  std::unordered_map<Http1ClientConnection*, std::unique_ptr<Http1ClientConnection>> conns_;
+  std::vector<Http1ClientConnection*> idle_;  // LIFO: the warmest connection first
   std::unordered_map<Http2ClientSession*, std::unique_ptr<Http2ClientSession>> sessions_;
-  UpstreamConnection* negotiator_ = nullptr;  // the connection asking ALPN, if any
+  Http1ClientConnection* negotiator_ = nullptr;  // the connection asking ALPN, if any
   std::unordered_map<PendingStream*, std::unique_ptr<PendingStream>> pending_;
 };
 

@@ -1,7 +1,7 @@
 #pragma once
 
 // One upstream request/response, whatever carries it: a whole HTTP/1.1
-// connection (UpstreamConnection) or one stream of a multiplexed HTTP/2
+// connection (Http1ClientConnection) or one stream of a multiplexed HTTP/2
 // session (Http2ClientStream). The Exchange holds an UpstreamStream for each
 // attempt; the UpstreamPool hands them out and takes them back — release()
 // after a clean response, destroy() to tear the attempt down (HTTP/1.1: close

@@ -17,7 +17,7 @@
 
 namespace sluice::test {
 
-class FakeFilterCallbacks : public FilterCallbacks {
+class FakeFilterCallbacks : public FilterCallbacks, public RequestRecord {
  public:
   explicit FakeFilterCallbacks(ManualClock& clock) : clock_(clock), start_(clock.now()) {}
 
@@ -63,19 +63,21 @@ class FakeFilterCallbacks : public FilterCallbacks {
   AttemptContext attemptContext() const { return AttemptContext{attempt, destination_value}; }
   bool requestBodyReplayable() const override { return body_replayable; }
   std::function<void()> crossThreadWaker(std::function<void()> fn) override { return fn; }
-  std::optional<CancelReason> cancelReason() const override { return cancel_reason; }
   void lowerDeadline(MonotonicTime deadline, CancelReason reason) override {
     if (deadline >= deadline_) return;
     deadline_ = deadline;
     deadline_reason = reason;
   }
-  void recordUsage(const AttemptUsage& usage) override { usages.push_back(usage); }
-  void recordRun(std::string_view run_id, std::string_view parent_run_id) override {
+  RequestRecord& record() override { return *this; }
+  // RequestRecord: recorded in the fields below.
+  void addUsage(const AttemptUsage& usage) override { usages.push_back(usage); }
+  void setRun(std::string_view run_id, std::string_view parent_run_id) override {
     run = std::string(run_id);
     parent_run = std::string(parent_run_id);
   }
-  void recordJsonRpc(std::string_view method, std::optional<std::string_view> id,
-                     std::string_view tool) override {
+  std::optional<CancelReason> cancelReason() const override { return cancel_reason; }
+  void setJsonRpc(std::string_view method, std::optional<std::string_view> id,
+                  std::string_view tool) override {
     jsonrpc_method = std::string(method);
     jsonrpc_id = id ? std::optional<std::string>(std::string(*id)) : std::nullopt;
     jsonrpc_tool = std::string(tool);

@@ -2,7 +2,7 @@
 // (fuzz/README.md). Each feeds the exact reproducer through the same harness
 // the fuzz target uses (fuzz/support/proxy_harness.h: the real
 // ProtocolDetector, Http1ServerConnection, Exchange, filter chain and
-// UpstreamConnection against a loopback upstream) and asserts on what the
+// Http1ClientConnection against a loopback upstream) and asserts on what the
 // client received and on the metrics.
 
 #include <gtest/gtest.h>

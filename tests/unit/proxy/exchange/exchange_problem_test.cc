@@ -63,5 +63,45 @@ TEST(ExchangeProblemTest, AnUnboundedBudgetIsNotNamed) {
   EXPECT_NE(p.detail.find("after 0 attempt(s)"), std::string::npos) << p.detail;
 }
 
+TEST(ExchangeProblemTest, RefusedRequestsAndBrokenAttemptsHaveTheirAnswers) {
+  RequestHead head;
+  head.method = "POST";
+  head.path = "/v2/x?y=1";
+  EXPECT_EQ(noRouteProblem(head).status, 404);
+  EXPECT_NE(noRouteProblem(head).detail.find("no route matches POST /v2/x"), std::string::npos);
+  const std::string model = "gpt-9";
+  EXPECT_NE(noRouteProblem(head, &model).detail.find(R"(for model "gpt-9")"), std::string::npos);
+  EXPECT_EQ(bodyTooLargeProblem(16).status, 413);
+  EXPECT_NE(bodyTooLargeProblem(16).detail.find("limit of 16 bytes"), std::string::npos);
+  EXPECT_EQ(bodyOverloadedProblem(1024).status, 503);
+  EXPECT_EQ(bodyOverloadedProblem(1024).cancel_reason, CancelReason::Overloaded);
+  EXPECT_EQ(upstreamErrorProblem(UpstreamError::ConnectError, "d").status, 502);
+  EXPECT_EQ(upstreamErrorProblem(UpstreamError::Reset, "d").detail, "d");
+  EXPECT_NE(connectTimeoutProblem("up", "e1").detail.find("upstream up (e1)"), std::string::npos);
+}
+
+TEST(ExchangeProblemTest, AProblemReplyIsJsonRpcOnAnMcpRouteAndCountsTheAttempts) {
+  const Problem p = upstreamErrorProblem(UpstreamError::Reset, "broke");
+  const LocalReply plain = problemReply(p, /*mcp_route=*/false, std::nullopt, 0);
+  EXPECT_EQ(plain.head.status, 502);
+  EXPECT_FALSE(plain.head.headers.has("x-sluice-attempts"));
+  EXPECT_EQ(plain.head.headers.get("content-type").value_or(""), "application/problem+json");
+  const LocalReply mcp = problemReply(p, /*mcp_route=*/true, std::string("7"), 2);
+  EXPECT_EQ(mcp.head.headers.get("x-sluice-attempts").value_or(""), "2");
+  EXPECT_NE(mcp.body.find(R"("id":7)"), std::string::npos);
+}
+
+TEST(ExchangeProblemTest, TheClientGetsSluicesRequestIdAndTheProvidersAlongside) {
+  ResponseHead upstream;
+  upstream.headers.add("x-request-id", "theirs");
+  stampRequestId(upstream, "ours", /*from_upstream=*/true);
+  EXPECT_EQ(upstream.headers.get("x-request-id").value_or(""), "ours");
+  EXPECT_EQ(upstream.headers.get("x-sluice-upstream-request-id").value_or(""), "theirs");
+  EXPECT_FALSE(upstream.headers.has("request-id"));
+  ResponseHead own;
+  stampRequestId(own, "ours", /*from_upstream=*/false);
+  EXPECT_EQ(own.headers.get("request-id").value_or(""), "ours");
+}
+
 }  // namespace
 }  // namespace sluice

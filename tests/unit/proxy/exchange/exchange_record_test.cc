@@ -74,5 +74,33 @@ TEST(ExchangeRecordTest, RetriesBytesRunAndJsonRpcCallReachTheLine) {
   EXPECT_FALSE(record.jsonRpcId().has_value());  // a notification has none
 }
 
+TEST(ExchangeRecordTest, TheFirstCancelCauseWinsAndReachesTheLine) {
+  ExchangeRecord record;
+  AccessRecord r;
+  record.fill(r, MonotonicTime{});
+  EXPECT_FALSE(r.cancel_reason.has_value());
+  EXPECT_FALSE(record.cancelReason().has_value());
+  record.noteCancel(CancelReason::ClientDisconnect);
+  record.noteCancel(CancelReason::BudgetExhausted);
+  EXPECT_EQ(record.cancelReason(), CancelReason::ClientDisconnect);
+  record.fill(r, MonotonicTime{});
+  EXPECT_EQ(r.cancel_reason, CancelReason::ClientDisconnect);
+}
+
+TEST(ExchangeRecordTest, FiltersWriteThroughTheirRequestRecord) {
+  ExchangeRecord record;
+  RequestRecord& as_filters_see_it = record;
+  as_filters_see_it.addUsage(AttemptUsage{"gpt-4o", 10, 5, 0.5, 0});
+  as_filters_see_it.setRun("run-1", "");
+  as_filters_see_it.setJsonRpc("tools/call", std::string_view("3"), "search");
+  AccessRecord r;
+  record.fill(r, MonotonicTime{});
+  EXPECT_EQ(r.model, "gpt-4o");
+  EXPECT_EQ(r.input_tokens, 10u);
+  EXPECT_EQ(r.run_id, "run-1");
+  EXPECT_EQ(r.tool, "search");
+  EXPECT_EQ(record.jsonRpcId(), std::optional<std::string>("3"));
+}
+
 }  // namespace
 }  // namespace sluice

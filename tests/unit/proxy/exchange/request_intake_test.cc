@@ -115,5 +115,42 @@ TEST(RequestIntakeTest, CompletingAPausedUploadSaysTheClientMustBeResumed) {
   EXPECT_EQ(intake.flow(), RequestIntake::Flow::Keep);  // complete: nothing to pause
 }
 
+TEST(RequestIntakeTest, TheModelIsReadOnceTheBodyIsInAndTheLastOneWins) {
+  BodyMemory memory;
+  RequestIntake intake(&memory, kCap);
+  ASSERT_EQ(intake.plan(post(std::nullopt), kMaxBody, 4096), RequestIntake::Plan::Ok);
+  intake.awaitModel();
+  const std::string body = R"({"model":"a","n":{"model":"inner"},"model":"b\u0021"})";
+  EXPECT_EQ(intake.append(body.data(), body.size(), kMaxBody), RequestIntake::Intake::Held);
+  EXPECT_FALSE(intake.modelReady());  // a buffered body: not before its end
+  intake.complete();
+  EXPECT_TRUE(intake.modelReady());
+  EXPECT_EQ(intake.takeModel(), "b!");
+  EXPECT_FALSE(intake.modelReady());  // once
+}
+
+TEST(RequestIntakeTest, AStreamedBodysFirstBlockIsEnoughForTheModel) {
+  BodyMemory memory;
+  RequestIntake intake(&memory, kCap);
+  ASSERT_EQ(intake.plan(post(std::nullopt), kMaxBody, 8), RequestIntake::Plan::Ok);
+  intake.awaitModel();
+  const std::string body = R"({"model":"m","messages":[]})";
+  EXPECT_EQ(intake.append(body.data(), body.size(), kMaxBody),
+            RequestIntake::Intake::StartStreaming);
+  EXPECT_TRUE(intake.modelReady());
+  EXPECT_EQ(intake.takeModel(), "m");
+}
+
+TEST(RequestIntakeTest, ABodyWithoutAModelStringNamesNone) {
+  BodyMemory memory;
+  RequestIntake intake(&memory, kCap);
+  ASSERT_EQ(intake.plan(post(std::nullopt), kMaxBody, 4096), RequestIntake::Plan::Ok);
+  intake.awaitModel();
+  const std::string body = R"({"model":42})";
+  intake.append(body.data(), body.size(), kMaxBody);
+  intake.complete();
+  EXPECT_EQ(intake.takeModel(), "");
+}
+
 }  // namespace
 }  // namespace sluice

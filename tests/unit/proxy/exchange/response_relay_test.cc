@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@ class RecordingClient final : public DownstreamStream {
     body.append(data, len);
     ++data_calls;
     ended = ended || end_stream;
+    if (on_data) on_data();
   }
   bool carriesTrailers() const override { return true; }
   void encodeTrailers(HeaderMap&& t) override {
@@ -55,6 +57,7 @@ class RecordingClient final : public DownstreamStream {
   bool writable = true;
   size_t buffered = 0;
   ClientInfo info;
+  std::function<void()> on_data;  // runs inside the write, as a codec reporting a disconnect
 };
 
 ResponseHead head(int status, std::string_view content_type = "application/json") {
@@ -219,6 +222,35 @@ TEST(ResponseRelayTest, WhatWasBufferedWhenTheClientLeftWasNotDelivered) {
   EXPECT_EQ(relay.deliveredBodyBytes(nullptr), 300u);
   relay.clientLeft(900);  // more than forwarded (an earlier attempt's bytes): none
   EXPECT_EQ(relay.deliveredBodyBytes(nullptr), 0u);
+}
+
+TEST(ResponseRelayTest, ForwardingToASlowClientAsksToPauseTheUpstream) {
+  RecordingClient client;
+  ResponseRelay relay;
+  relay.sendHead(client, head(200), SseDialect::None);
+  EXPECT_FALSE(relay.forward(client, "ab", 2));
+  client.buffered = 64 * 1024 + 1;
+  EXPECT_TRUE(relay.forward(client, "cd", 2));
+  EXPECT_TRUE(relay.paused());
+  EXPECT_EQ(client.body, "abcd");
+}
+
+TEST(ResponseRelayTest, AClientLostInsideTheWriteIsNotAskedAnythingMore) {
+  // The codec reports the disconnect from inside encodeData (a write error):
+  // the Exchange tells the relay (clientLeft) and drops the client. Its
+  // buffer looked full: without the check the relay would read the client
+  // that left and ask to pause an upstream nobody reads for.
+  RecordingClient client;
+  ResponseRelay relay;
+  relay.sendHead(client, head(200), SseDialect::None);
+  client.buffered = 64 * 1024 + 1;
+  client.on_data = [&] { relay.clientLeft(client.buffered); };
+  EXPECT_FALSE(relay.forward(client, "ab", 2));
+  EXPECT_FALSE(relay.paused());
+  relay.resetAttempt();  // the client is gone for good, whatever attempt follows
+  client.on_data = nullptr;
+  EXPECT_FALSE(relay.forward(client, "cd", 2));
+  EXPECT_FALSE(relay.paused());
 }
 
 TEST(ResponseRelayTest, ASlowClientPausesTheUpstreamOnceUntilItDrains) {

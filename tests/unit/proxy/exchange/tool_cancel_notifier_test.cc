@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config/loader.h"
+#include "filters/tools/mcp_sessions.h"
 #include "tests/support/simulated_time.h"
 
 namespace sluice {
@@ -125,6 +126,21 @@ TEST(CancelledNotificationTest, EchoesTheIdAsItWasSent) {
                         R"("params":{"requestId":7,"reason":"sluice client_disconnect"}})"));
   EXPECT_EQ(json::parse(cancelledNotification(R"("call-7")", "x"))["params"]["requestId"],
             "call-7");
+}
+
+TEST_F(ToolCancelNotifierTest, ASessionIsFoundWithTheEndpointThatIssuedIt) {
+  RequestHead request = cancel().request;
+  const EndpointRuntime& endpoint = route_->upstream->endpoints[0];
+  EXPECT_EQ(McpSession::find(*route_, RequestHead{}, clock_.now()), nullptr);  // no session id
+  std::unique_ptr<McpSession> unknown = McpSession::find(*route_, request, clock_.now());
+  ASSERT_NE(unknown, nullptr);
+  EXPECT_EQ(unknown->endpoint, nullptr);  // not learned: placed as usual
+  EXPECT_EQ(unknown->headers.get("mcp-session-id").value_or(""), "s-1");
+  route_->upstream->mcp_sessions->learn(sessionKey("s-1"), endpoint.name(), clock_.now(),
+                                        /*publish=*/false);
+  std::unique_ptr<McpSession> known = McpSession::find(*route_, request, clock_.now());
+  ASSERT_NE(known, nullptr);
+  EXPECT_EQ(known->endpoint, &endpoint);
 }
 
 TEST_F(ToolCancelNotifierTest, PostsTheNotificationWithTheSessionToTheEndpoint) {

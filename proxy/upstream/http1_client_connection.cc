@@ -1,4 +1,4 @@
-#include "proxy/upstream/upstream_connection.h"
+#include "proxy/upstream/http1_client_connection.h"
 
 #include <arpa/inet.h>
 #include <event2/bufferevent_ssl.h>
@@ -81,10 +81,10 @@ std::string_view negotiatedAlpn(bufferevent* bev) {
   return std::string_view(reinterpret_cast<const char*>(proto), proto != nullptr ? len : 0);
 }
 
-UpstreamConnection::UpstreamConnection(Dispatcher& dispatcher,
-                                       const config::UpstreamConfig& upstream,
-                                       const config::UpstreamUrl& url, SSL_CTX* ssl_ctx,
-                                       UpstreamPool& pool, uint64_t id, bool negotiating)
+Http1ClientConnection::Http1ClientConnection(Dispatcher& dispatcher,
+                                             const config::UpstreamConfig& upstream,
+                                             const config::UpstreamUrl& url, SSL_CTX* ssl_ctx,
+                                             UpstreamPool& pool, uint64_t id, bool negotiating)
     : dispatcher_(dispatcher),
       upstream_(upstream),
       url_(url),
@@ -108,26 +108,26 @@ UpstreamConnection::UpstreamConnection(Dispatcher& dispatcher,
   io_->setWriteLowWatermark(kOutputLowWatermark);
 }
 
-UpstreamConnection::~UpstreamConnection() = default;
+Http1ClientConnection::~Http1ClientConnection() = default;
 
-const llhttp_settings_t& UpstreamConnection::parserSettings() {
+const llhttp_settings_t& Http1ClientConnection::parserSettings() {
   static const llhttp_settings_t settings = [] {
     llhttp_settings_t s;
     llhttp_settings_init(&s);
-    s.on_status = &UpstreamConnection::onStatus;
-    s.on_header_field = &UpstreamConnection::onHeaderField;
-    s.on_header_field_complete = &UpstreamConnection::onHeaderFieldComplete;
-    s.on_header_value = &UpstreamConnection::onHeaderValue;
-    s.on_headers_complete = &UpstreamConnection::onHeadersComplete;
-    s.on_body = &UpstreamConnection::onBody;
-    s.on_message_complete = &UpstreamConnection::onMessageComplete;
+    s.on_status = &Http1ClientConnection::onStatus;
+    s.on_header_field = &Http1ClientConnection::onHeaderField;
+    s.on_header_field_complete = &Http1ClientConnection::onHeaderFieldComplete;
+    s.on_header_value = &Http1ClientConnection::onHeaderValue;
+    s.on_headers_complete = &Http1ClientConnection::onHeadersComplete;
+    s.on_body = &Http1ClientConnection::onBody;
+    s.on_message_complete = &Http1ClientConnection::onMessageComplete;
     return s;
   }();
   return settings;
 }
 
-void UpstreamConnection::sendRequest(const RequestHead& head, RequestBody& body,
-                                     UpstreamCallbacks* callbacks) {
+void Http1ClientConnection::sendRequest(const RequestHead& head, RequestBody& body,
+                                        UpstreamCallbacks* callbacks) {
   callbacks_ = callbacks;
   idle_ = false;
   reusable_ = false;
@@ -182,7 +182,7 @@ void UpstreamConnection::sendRequest(const RequestHead& head, RequestBody& body,
   writeBody();
 }
 
-void UpstreamConnection::writeBody() {
+void Http1ClientConnection::writeBody() {
   // Not before the connection is up: a connect error must leave a streamed
   // body untouched, so the attempt can still be retried.
   if (body_ == nullptr || request_written_ || !connected_ || closed_ || !io_) return;
@@ -210,19 +210,19 @@ void UpstreamConnection::writeBody() {
   if (body_sent_ != before && callbacks_ != nullptr) callbacks_->onUpstreamBodySent(body_sent_);
 }
 
-bool UpstreamConnection::requestFlushed() const {
+bool Http1ClientConnection::requestFlushed() const {
   return request_written_ && io_ && evbuffer_get_length(io_->output()) == 0;
 }
 
-void UpstreamConnection::pauseReading() {
+void Http1ClientConnection::pauseReading() {
   if (io_ && !closed_) io_->disableRead();
 }
 
-void UpstreamConnection::resumeReading() {
+void Http1ClientConnection::resumeReading() {
   if (io_ && !closed_) io_->enableRead();
 }
 
-void UpstreamConnection::close() {
+void Http1ClientConnection::close() {
   if (closed_) return;
   closed_ = true;
   callbacks_ = nullptr;
@@ -236,18 +236,18 @@ void UpstreamConnection::close() {
   }
 }
 
-void UpstreamConnection::markIdle() {
+void Http1ClientConnection::markIdle() {
   idle_ = true;
   callbacks_ = nullptr;
   body_ = nullptr;
   if (io_) io_->enableRead();
 }
 
-void UpstreamConnection::release() { pool_.release(this); }
+void Http1ClientConnection::release() { pool_.release(this); }
 
-void UpstreamConnection::reset() { pool_.destroy(this); }
+void Http1ClientConnection::reset() { pool_.destroy(this); }
 
-BufferEventPtr UpstreamConnection::takeBufferEvent() {
+BufferEventPtr Http1ClientConnection::takeBufferEvent() {
   closed_ = true;
   callbacks_ = nullptr;
   body_ = nullptr;
@@ -256,7 +256,7 @@ BufferEventPtr UpstreamConnection::takeBufferEvent() {
   return bev;
 }
 
-void UpstreamConnection::fail(UpstreamError error, const std::string& detail) {
+void Http1ClientConnection::fail(UpstreamError error, const std::string& detail) {
   if (negotiating_) {
     negotiating_ = false;
     pool_.onNegotiationFailed(this, detail);  // fails the streams that waited for it
@@ -274,7 +274,7 @@ void UpstreamConnection::fail(UpstreamError error, const std::string& detail) {
   }
 }
 
-void UpstreamConnection::onIoRead() {
+void Http1ClientConnection::onIoRead() {
   if (closed_ || !io_) return;
   evbuffer* input = io_->input();
   if (idle_ || !awaiting_response_) {
@@ -325,7 +325,7 @@ void UpstreamConnection::onIoRead() {
   }
 }
 
-void UpstreamConnection::onIoEvent(short events) {
+void Http1ClientConnection::onIoEvent(short events) {
   if (closed_) return;
   if (events & BEV_EVENT_CONNECTED) {
     connected_ = true;
@@ -375,7 +375,7 @@ void UpstreamConnection::onIoEvent(short events) {
   }
 }
 
-bool UpstreamConnection::countHeadBytes(size_t len) {
+bool Http1ClientConnection::countHeadBytes(size_t len) {
   head_bytes_ += len;
   if (head_bytes_ <= kMaxHeadBytes) return true;
   fail(UpstreamError::Protocol, "invalid HTTP response from upstream: header overflow (more than " +
@@ -383,13 +383,13 @@ bool UpstreamConnection::countHeadBytes(size_t len) {
   return false;
 }
 
-int UpstreamConnection::onStatus(llhttp_t* p, const char*, size_t len) {
-  auto* self = static_cast<UpstreamConnection*>(p->data);
+int Http1ClientConnection::onStatus(llhttp_t* p, const char*, size_t len) {
+  auto* self = static_cast<Http1ClientConnection*>(p->data);
   return self->countHeadBytes(len) ? 0 : -1;
 }
 
-int UpstreamConnection::onHeaderField(llhttp_t* p, const char* at, size_t len) {
-  auto* self = static_cast<UpstreamConnection*>(p->data);
+int Http1ClientConnection::onHeaderField(llhttp_t* p, const char* at, size_t len) {
+  auto* self = static_cast<Http1ClientConnection*>(p->data);
   if (!self->countHeadBytes(len)) return -1;
   // After the last chunk the fields are trailers (RFC 9110 §6.5): never the head's.
   self->header_fields_.flush((p->flags & F_TRAILING) ? self->trailers_ : self->head_.headers);
@@ -398,8 +398,8 @@ int UpstreamConnection::onHeaderField(llhttp_t* p, const char* at, size_t len) {
   return 0;
 }
 
-int UpstreamConnection::onHeaderFieldComplete(llhttp_t* p) {
-  auto* self = static_cast<UpstreamConnection*>(p->data);
+int Http1ClientConnection::onHeaderFieldComplete(llhttp_t* p) {
+  auto* self = static_cast<Http1ClientConnection*>(p->data);
   // ": value" — llhttp 8.1 takes it as a field with an empty name; http-parser refused it.
   if (self->field_name_bytes_ == 0) {
     self->fail(UpstreamError::Protocol,
@@ -410,15 +410,15 @@ int UpstreamConnection::onHeaderFieldComplete(llhttp_t* p) {
   return 0;
 }
 
-int UpstreamConnection::onHeaderValue(llhttp_t* p, const char* at, size_t len) {
-  auto* self = static_cast<UpstreamConnection*>(p->data);
+int Http1ClientConnection::onHeaderValue(llhttp_t* p, const char* at, size_t len) {
+  auto* self = static_cast<Http1ClientConnection*>(p->data);
   if (!self->countHeadBytes(len)) return -1;
   self->header_fields_.borrowValue({at, len});
   return 0;
 }
 
-int UpstreamConnection::onHeadersComplete(llhttp_t* p) {
-  auto* self = static_cast<UpstreamConnection*>(p->data);
+int Http1ClientConnection::onHeadersComplete(llhttp_t* p) {
+  auto* self = static_cast<Http1ClientConnection*>(p->data);
   self->head_bytes_ = 0;  // the next head (after a 1xx) or the trailer section counts anew
   self->header_fields_.flush(self->head_.headers);
   self->head_.status = static_cast<int>(p->status_code);
@@ -444,8 +444,8 @@ int UpstreamConnection::onHeadersComplete(llhttp_t* p) {
   return no_body ? 1 : 0;  // 1 = skip the body (HEAD)
 }
 
-int UpstreamConnection::onBody(llhttp_t* p, const char* at, size_t len) {
-  auto* self = static_cast<UpstreamConnection*>(p->data);
+int Http1ClientConnection::onBody(llhttp_t* p, const char* at, size_t len) {
+  auto* self = static_cast<Http1ClientConnection*>(p->data);
   if (self->head_held_) {
     self->held_body_.append(at, len);
     if (self->held_body_.size() > kMaxHeldBodyInRead) self->reportHeldHead();
@@ -455,7 +455,7 @@ int UpstreamConnection::onBody(llhttp_t* p, const char* at, size_t len) {
   return self->closed_ ? -1 : 0;  // abort parsing: we were torn down
 }
 
-void UpstreamConnection::dropHeldHead() {
+void Http1ClientConnection::dropHeldHead() {
   if (head_held_) {
     head_held_ = false;
     head_ = ResponseHead{};
@@ -463,7 +463,7 @@ void UpstreamConnection::dropHeldHead() {
   held_body_.clear();
 }
 
-void UpstreamConnection::reportHeldHead() {
+void Http1ClientConnection::reportHeldHead() {
   if (!head_held_) return;
   head_held_ = false;
   ResponseHead head = std::move(head_);
@@ -476,8 +476,8 @@ void UpstreamConnection::reportHeldHead() {
   }
 }
 
-int UpstreamConnection::onMessageComplete(llhttp_t* p) {
-  auto* self = static_cast<UpstreamConnection*>(p->data);
+int Http1ClientConnection::onMessageComplete(llhttp_t* p) {
+  auto* self = static_cast<Http1ClientConnection*>(p->data);
   if (self->interim_) {
     self->interim_ = false;
     return 0;

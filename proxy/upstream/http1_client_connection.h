@@ -52,18 +52,18 @@ std::string connectFailureDetail(bufferevent* bev, const config::UpstreamUrl& ur
 /** The ALPN protocol the server chose on `bev` ("" for plain TCP or none). */
 std::string_view negotiatedAlpn(bufferevent* bev);
 
-class UpstreamConnection : public DeferredDeletable,
-                           public UpstreamStream,
-                           private SocketIoCallbacks {
+class Http1ClientConnection : public DeferredDeletable,
+                              public UpstreamStream,
+                              private SocketIoCallbacks {
  public:
   /**
    * Creates and starts connecting to `upstream`; `ssl_ctx` is null for
    * http://. A `negotiating` connection reports its ALPN result to the pool.
    */
-  UpstreamConnection(Dispatcher& dispatcher, const config::UpstreamConfig& upstream,
-                     const config::UpstreamUrl& url, SSL_CTX* ssl_ctx, UpstreamPool& pool,
-                     uint64_t id, bool negotiating = false);
-  ~UpstreamConnection() override;
+  Http1ClientConnection(Dispatcher& dispatcher, const config::UpstreamConfig& upstream,
+                        const config::UpstreamUrl& url, SSL_CTX* ssl_ctx, UpstreamPool& pool,
+                        uint64_t id, bool negotiating = false);
+  ~Http1ClientConnection() override;
 
   /** Writes the head, then the body as it comes (UpstreamStream). */
   void sendRequest(const RequestHead& head, RequestBody& body,

@@ -1,0 +1,334 @@
+// Tests for the AttemptLoop (proxy/exchange/attempt_loop.h), without an
+// Exchange or sockets: a real Runtime built from YAML, the part's siblings
+// (ExchangeTimers on simulated time, ResponseRelay, AttemptRouter, an empty
+// filter chain: the verdicts are the proposal and the router's spill-over),
+// a recording owner and a fake pool of streams.
+
+#include "proxy/exchange/attempt_loop.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/metrics.h"
+#include "config/loader.h"
+#include "tests/support/simulated_time.h"
+
+namespace sluice {
+namespace {
+
+using namespace std::chrono_literals;
+
+// `primary` (endpoints a, b) falls back to `backup` with model `small` on 503 and reset.
+constexpr const char* kConfig = R"(
+listen: 127.0.0.1:0
+upstreams:
+  - name: primary
+    connect_timeout: 2s
+    circuit_breaker: {max_pending: 1}
+    endpoints:
+      - {name: a, url: "http://127.0.0.1:1"}
+      - {name: b, url: "http://127.0.0.1:2"}
+  - name: backup
+    url: "http://127.0.0.1:3"
+routes:
+  - name: chat
+    match: {path_prefix: /v1}
+    upstream: primary
+    first_byte_timeout: 5s
+    idle_timeout: 1s
+    retry: {attempts: 3, on: [503, reset], idempotent: always}
+    fallback: [{upstream: backup, model: small}]
+    fallback_on: [503, reset]
+)";
+
+class RecordingStream final : public UpstreamStream {
+ public:
+  void sendRequest(const RequestHead& head, RequestBody& body,
+                   UpstreamCallbacks* callbacks) override {
+    request = head;
+    sent_body = std::string(body.prefix());
+    callbacks_ = callbacks;
+  }
+  void onRequestBodyData() override {}
+  void pauseReading() override {}
+  void resumeReading() override { ++resumes; }
+  void detach() override { callbacks_ = nullptr; }
+  void release() override { released = true; }
+  void reset() override { was_reset = true; }
+
+  bool attached() const { return callbacks_ != nullptr; }
+  RequestHead request;
+  std::string sent_body;
+  int resumes = 0;
+  bool released = false;
+  bool was_reset = false;
+
+ private:
+  UpstreamCallbacks* callbacks_ = nullptr;
+};
+
+class RecordingPool final : public UpstreamStreamSource {
+ public:
+  bool hasReadyStream() const override { return ready; }
+  UpstreamStream* acquire() override {
+    streams.push_back(std::make_unique<RecordingStream>());
+    return streams.back().get();
+  }
+  std::vector<std::unique_ptr<RecordingStream>> streams;
+  bool ready = true;
+};
+
+/** The Exchange's side: its facts are the test's to set. */
+class FakeOwner final : public AttemptLoop::Owner, public ExchangeTimers::Owner {
+ public:
+  bool mayReplay() const override { return may_replay; }
+  AttemptLoop::ExchangeFacts attemptFacts() const override { return facts; }
+  void onSlot(ExchangeSlot slot) override { fired.push_back(slot); }
+  bool timersLive() const override { return true; }
+
+  bool may_replay = true;
+  AttemptLoop::ExchangeFacts facts{std::nullopt, false, nullptr, /*running=*/true};
+  std::vector<ExchangeSlot> fired;
+};
+
+/** Callbacks the stream would report to; the loop itself never calls them. */
+class NoCallbacks final : public UpstreamCallbacks {
+ public:
+  void onUpstreamConnected() override {}
+  void onUpstreamBodySent(uint64_t) override {}
+  void onUpstreamHeaders(ResponseHead&&, bool) override {}
+  void onUpstreamData(const char*, size_t) override {}
+  void onUpstreamTrailers(HeaderMap&&) override {}
+  void onUpstreamComplete() override {}
+  void onUpstreamError(UpstreamError, const std::string&) override {}
+};
+
+class AttemptLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto r = config::loadConfigString(kConfig, "attempt_loop_test.yaml");
+    ASSERT_TRUE(r.ok()) << (r.error ? r.error->toString() : "no error");
+    std::string error;
+    runtime_ = Runtime::build(r.config, metrics_, clock_, &error);
+    ASSERT_NE(runtime_, nullptr) << error;
+    route_ = runtime_->match("POST", "/v1/chat/completions");
+    ASSERT_NE(route_, nullptr);
+    router_ = std::make_unique<AttemptRouter>(route_);
+    loop_ = std::make_unique<AttemptLoop>(owner_, timers_, relay_, *router_, filters_);
+    head_.method = "POST";
+    head_.path = "/v1/chat/completions";
+    head_.headers.add("host", "sluice");
+    head_.headers.add("expect", "100-continue");
+    const std::string json = R"({"model":"big","messages":[]})";
+    ASSERT_TRUE(body_.append(json.data(), json.size()));
+    body_.markComplete();
+  }
+
+  void begin(const AttemptTarget& target = AttemptTarget::sameUpstream()) {
+    loop_->begin(target, {head_, client_, body_, *runtime_, nullptr});
+  }
+  bool send() {
+    return loop_->send(pool_, callbacks_, loop_->body(body_), *route_->config,
+                       /*request_complete=*/true, clock_.now());
+  }
+  RecordingStream& stream() { return *pool_.streams.back(); }
+  double attempts(const EndpointRuntime& e, AttemptResult result) {
+    return e.metrics->attempts(result).Value();
+  }
+  const UpstreamRuntime& primary() const { return *route_->chain[0]; }
+  const UpstreamRuntime& backup() const { return *route_->chain[1]; }
+
+  ManualClock clock_;
+  Metrics metrics_;
+  RuntimePtr runtime_;
+  const RouteRuntime* route_ = nullptr;
+  test::SimulatedScheduler time_{clock_};
+  Dispatcher dispatcher_{clock_, &time_};
+  FakeOwner owner_;
+  ExchangeTimers timers_{dispatcher_, owner_};
+  ResponseRelay relay_;
+  FilterChain filters_;
+  std::unique_ptr<AttemptRouter> router_;
+  RecordingPool pool_;
+  NoCallbacks callbacks_;
+  RequestHead head_;
+  ClientInfo client_{"127.0.0.1", false};
+  RequestBody body_{nullptr, 0};
+  std::unique_ptr<AttemptLoop> loop_;  // destroyed first
+};
+
+TEST_F(AttemptLoopTest, BeginPlacesTheAttemptAndRewritesTheRequestForItsEndpoint) {
+  begin();
+  const AttemptLoop::Attempt& attempt = loop_->current();
+  EXPECT_EQ(loop_->started(), 1u);
+  EXPECT_EQ(loop_->sent(), 0u);  // not sent yet
+  EXPECT_EQ(attempt.upstream, &primary());
+  ASSERT_NE(attempt.endpoint, nullptr);
+  ASSERT_NE(attempt.request, nullptr);
+  EXPECT_FALSE(attempt.request->headers.has("expect"));  // sluice answered it
+  EXPECT_EQ(attempt.request->method, "POST");
+  EXPECT_EQ(&loop_->body(body_), &body_);  // the client's body: no fallback model
+  EXPECT_FALSE(loop_->inFlight());
+}
+
+TEST_F(AttemptLoopTest, SendArmsTheAttemptsTimersAndHandsTheRequestToAStream) {
+  begin();
+  ASSERT_TRUE(send());
+  EXPECT_TRUE(loop_->inFlight());
+  EXPECT_EQ(loop_->sent(), 1u);
+  EXPECT_TRUE(stream().attached());
+  EXPECT_EQ(stream().request.method, "POST");
+  EXPECT_TRUE(timers_.armed(ExchangeSlot::Connect));
+  EXPECT_TRUE(timers_.armed(ExchangeSlot::FirstByte));
+  loop_->connected(route_->config, /*request_complete=*/true);
+  EXPECT_TRUE(loop_->current().connected);
+  EXPECT_FALSE(timers_.armed(ExchangeSlot::Connect));
+  time_.advance(2s);
+  EXPECT_TRUE(owner_.fired.empty());  // the connect timer ended with the connection
+  time_.advance(3s);
+  EXPECT_EQ(owner_.fired, std::vector<ExchangeSlot>{ExchangeSlot::FirstByte});
+}
+
+TEST_F(AttemptLoopTest, WaitingForAConnectionBeyondMaxPendingIsNotSent) {
+  // Another request waits for a connection to each endpoint already.
+  PendingSlot others[2];
+  for (size_t i = 0; i < 2; ++i) ASSERT_TRUE(others[i].acquire(*primary().endpoints[i].breaker));
+  pool_.ready = false;
+  begin();
+  EXPECT_FALSE(send());  // the caller cancels `overloaded`
+  EXPECT_FALSE(loop_->inFlight());
+  EXPECT_EQ(loop_->sent(), 0u);
+  EXPECT_TRUE(pool_.streams.empty());
+  // A connection ready in the pool takes no slot.
+  pool_.ready = true;
+  begin();
+  EXPECT_TRUE(send());
+  EXPECT_EQ(loop_->sent(), 1u);
+}
+
+TEST_F(AttemptLoopTest, AResponseEndReleasesTheStreamForReuseAndCountsTheAttempt) {
+  begin();
+  ASSERT_TRUE(send());
+  loop_->connected(route_->config, true);
+  loop_->headArrived(200, clock_.now());
+  const EndpointRuntime& endpoint = *loop_->current().endpoint;
+  const AttemptVerdict verdict =
+      loop_->end(AttemptOutcome::fromStatus(200), /*reuse=*/true, AttemptVerdict::deliver());
+  EXPECT_NE(verdict.asDeliver(), nullptr);
+  EXPECT_FALSE(loop_->inFlight());
+  EXPECT_TRUE(stream().released);
+  EXPECT_FALSE(stream().attached());
+  EXPECT_FALSE(timers_.armed(ExchangeSlot::Idle));
+  EXPECT_EQ(attempts(endpoint, AttemptResult::Ok), 1);
+  EXPECT_EQ(loop_->current().outcome.status, 200);
+}
+
+TEST_F(AttemptLoopTest, AFailureTheRouteFallsBackOnMovesToTheFallbackWithItsModel) {
+  begin();
+  ASSERT_TRUE(send());
+  loop_->connected(route_->config, true);
+  loop_->headArrived(503, clock_.now());
+  const AttemptVerdict verdict =
+      loop_->end(AttemptOutcome::fromStatus(503), /*reuse=*/true,
+                 AttemptVerdict::fail(makeProblem(problems::kUpstreamReset, "test")));
+  const auto* retry = verdict.asRetry();
+  ASSERT_NE(retry, nullptr);
+  EXPECT_EQ(retry->target.kind, AttemptTarget::Kind::NextFallback);
+
+  ExchangeRecord record;
+  loop_->scheduleRetry(*retry, *route_->metrics, record, clock_.now());
+  EXPECT_EQ(loop_->retryTarget().kind, AttemptTarget::Kind::NextFallback);
+  EXPECT_TRUE(timers_.armed(ExchangeSlot::RetryDelay));
+  EXPECT_EQ(router_->fallbacks(), 1u);  // a spill-over, not a retry of primary
+
+  begin(loop_->retryTarget());
+  EXPECT_EQ(loop_->started(), 2u);
+  EXPECT_EQ(loop_->current().upstream, &backup());
+  EXPECT_EQ(loop_->current().destination.model, "small");
+  RequestBody& sent = loop_->body(body_);
+  EXPECT_NE(&sent, &body_);
+  EXPECT_NE(std::string(sent.prefix()).find(R"("model":"small")"), std::string::npos);
+}
+
+TEST_F(AttemptLoopTest, ARetryIsNotActedOnWhileTheExchangeIsNotRunning) {
+  begin();
+  ASSERT_TRUE(send());
+  loop_->connected(route_->config, true);
+  owner_.facts.running = false;  // cancelling
+  const AttemptVerdict verdict =
+      loop_->end(AttemptOutcome::fromStatus(503), false,
+                 AttemptVerdict::fail(makeProblem(problems::kUpstreamReset, "test")));
+  EXPECT_NE(verdict.asFail(), nullptr);
+  EXPECT_TRUE(stream().was_reset);  // not reused: generation stops
+}
+
+TEST_F(AttemptLoopTest, ASentCallThatMayNotRepeatIsNotSentAgainUnlessUnprocessed) {
+  loop_->setSentResendable(false);
+  begin();
+  ASSERT_TRUE(send());
+  loop_->connected(route_->config, true);
+  AttemptVerdict verdict =
+      loop_->end(AttemptOutcome::reset(), false,
+                 AttemptVerdict::fail(makeProblem(problems::kUpstreamReset, "test")));
+  EXPECT_NE(verdict.asFail(), nullptr);  // it reached the upstream
+
+  begin();
+  ASSERT_TRUE(send());  // never connected: the upstream cannot have processed it
+  verdict = loop_->end(AttemptOutcome::reset(), false,
+                       AttemptVerdict::fail(makeProblem(problems::kUpstreamReset, "test")));
+  EXPECT_NE(verdict.asRetry(), nullptr);
+}
+
+TEST_F(AttemptLoopTest, TheDescriptionCarriesTheExchangesFacts) {
+  begin();
+  ASSERT_TRUE(send());
+  owner_.facts.cancel_reason = CancelReason::BudgetExhausted;
+  owner_.facts.finish_draining = true;
+  const AttemptEnd end = loop_->describe(AttemptOutcome::cancelled());
+  EXPECT_EQ(end.attempt, 1u);
+  EXPECT_TRUE(end.unprocessed);  // never connected
+  EXPECT_EQ(end.cancel_reason, CancelReason::BudgetExhausted);
+  EXPECT_TRUE(end.finish_draining);
+  EXPECT_FALSE(end.response_started);
+}
+
+TEST_F(AttemptLoopTest, IdleTimeCountsFromTheLastUpstreamByte) {
+  begin();
+  ASSERT_TRUE(send());
+  loop_->connected(route_->config, true);
+  loop_->headArrived(200, clock_.now());
+  loop_->armIdle(route_->config, true);
+  clock_.advance(600ms);
+  loop_->current().last_upstream_byte = clock_.now();  // a byte arrived
+  clock_.advance(600ms);
+  EXPECT_FALSE(loop_->idleExpired(*route_->config, true, clock_.now()));  // re-armed
+  EXPECT_TRUE(timers_.armed(ExchangeSlot::Idle));
+  clock_.advance(400ms);
+  EXPECT_TRUE(loop_->idleExpired(*route_->config, true, clock_.now()));
+}
+
+TEST_F(AttemptLoopTest, AResumedUpstreamIsReadAgainAndIdleTimeRestarts) {
+  begin();
+  ASSERT_TRUE(send());
+  loop_->connected(route_->config, true);
+  clock_.advance(5s);
+  loop_->resumed(route_->config, true, clock_.now());
+  EXPECT_EQ(stream().resumes, 1);
+  EXPECT_EQ(loop_->current().last_upstream_byte, clock_.now());
+  EXPECT_FALSE(loop_->idleExpired(*route_->config, true, clock_.now()));
+}
+
+TEST_F(AttemptLoopTest, AStreamStillHeldWhenTheLoopGoesIsReset) {
+  begin();
+  ASSERT_TRUE(send());
+  RecordingStream& held = stream();
+  loop_.reset();
+  EXPECT_TRUE(held.was_reset);
+  EXPECT_FALSE(held.attached());
+}
+
+}  // namespace
+}  // namespace sluice
