@@ -3,15 +3,19 @@
 #include <arpa/inet.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <linux/sock_diag.h>
 #include <linux/sockios.h>
+#include <linux/tcp.h>
 #include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 namespace sluice {
@@ -69,6 +73,10 @@ void fillEnd(const sockaddr_storage& a, __be16& port, __be32 (&addr)[4]) {
 
 }  // namespace
 
+PeerUnreadProbe::PeerUnreadProbe()
+    : netlink_(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_SOCK_DIAG)) {
+}
+
 PeerUnreadProbe::~PeerUnreadProbe() {
   if (netlink_ >= 0) ::close(netlink_);
 }
@@ -81,19 +89,21 @@ bool PeerUnreadProbe::peerMayBeLocal(int fd) {
 }
 
 std::optional<uint64_t> PeerUnreadProbe::unreadBytes(int fd) {
-  if (unavailable_) return std::nullopt;
   sockaddr_storage ours{};
   sockaddr_storage peer{};
   if (!endpoints(fd, ours, peer)) return std::nullopt;
+  // Our side: every byte written is acknowledged (bytes_acked) or still
+  // queued (SIOCOUTQ).
   int outq = 0;
   if (::ioctl(fd, SIOCOUTQ, &outq) != 0 || outq < 0) return std::nullopt;
-  if (netlink_ < 0) {
-    netlink_ = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_SOCK_DIAG);
-    if (netlink_ < 0) {
-      unavailable_ = true;
-      return std::nullopt;
-    }
+  tcp_info ours_info{};
+  socklen_t info_len = sizeof(ours_info);
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ours_info, &info_len) != 0 ||
+      info_len < offsetof(tcp_info, tcpi_bytes_received) + sizeof(ours_info.tcpi_bytes_received)) {
+    return std::nullopt;
   }
+  const uint64_t written = ours_info.tcpi_bytes_acked + static_cast<uint64_t>(outq);
+  if (netlink_ < 0) return std::nullopt;
   // The peer's socket: its source is the client's address and port, its
   // destination ours (an exact lookup, not a dump).
   struct {
@@ -107,6 +117,7 @@ std::optional<uint64_t> PeerUnreadProbe::unreadBytes(int fd) {
   message.request.sdiag_family = static_cast<uint8_t>(ours.ss_family);
   message.request.sdiag_protocol = IPPROTO_TCP;
   message.request.idiag_states = ~0U;
+  message.request.idiag_ext = 1U << (INET_DIAG_INFO - 1);  // the peer's tcp_info
   fillEnd(peer, message.request.id.idiag_sport, message.request.id.idiag_src);
   fillEnd(ours, message.request.id.idiag_dport, message.request.id.idiag_dst);
   message.request.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
@@ -132,7 +143,25 @@ std::optional<uint64_t> PeerUnreadProbe::unreadBytes(int fd) {
       return std::nullopt;
     }
     const auto* diag = static_cast<const inet_diag_msg*>(NLMSG_DATA(reply));
-    return static_cast<uint64_t>(outq) + diag->idiag_rqueue;
+    // The peer's side: bytes it received (acknowledged to us or not yet: a
+    // delayed ACK would count them twice in our send queue), of which
+    // idiag_rqueue its application has not read. Unread = not yet received
+    // + received and not read.
+    const auto* attr = reinterpret_cast<const rtattr*>(diag + 1);
+    int left = static_cast<int>(reply->nlmsg_len - NLMSG_LENGTH(sizeof(*diag)));
+    for (; RTA_OK(attr, left); attr = RTA_NEXT(attr, left)) {
+      if (attr->rta_type != INET_DIAG_INFO) continue;
+      tcp_info peer_info{};
+      const size_t len = std::min<size_t>(RTA_PAYLOAD(attr), sizeof(peer_info));
+      if (len < offsetof(tcp_info, tcpi_bytes_received) + sizeof(peer_info.tcpi_bytes_received)) {
+        return std::nullopt;
+      }
+      std::memcpy(&peer_info, RTA_DATA(attr), len);
+      const uint64_t received = peer_info.tcpi_bytes_received;
+      const uint64_t in_flight = written > received ? written - received : 0;
+      return in_flight + diag->idiag_rqueue;
+    }
+    return std::nullopt;
   }
 }
 

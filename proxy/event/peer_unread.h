@@ -11,7 +11,7 @@
 // host's own address): the kernel knows both ends. A remote client's socket is
 // not ours to look at, so unreadBytes() answers nullopt and the caller falls
 // back to what TCP itself says (a FIN or a reset). Unprivileged for TCP. One
-// per worker: a netlink socket, opened on first use, one request and one
+// per worker: a netlink socket, opened with it, one request and one
 // answer per sample, on the worker's thread.
 
 #include <cstdint>
@@ -21,7 +21,8 @@ namespace sluice {
 
 class PeerUnreadProbe {
  public:
-  PeerUnreadProbe() = default;
+  /** Opens its netlink socket (none: every look answers nullopt). */
+  PeerUnreadProbe();
   ~PeerUnreadProbe();
   PeerUnreadProbe(const PeerUnreadProbe&) = delete;
   PeerUnreadProbe& operator=(const PeerUnreadProbe&) = delete;
@@ -44,7 +45,6 @@ class PeerUnreadProbe {
  private:
   int netlink_ = -1;
   uint32_t sequence_ = 0;
-  bool unavailable_ = false;  // the netlink socket could not be opened: never retried
 };
 
 }  // namespace sluice

@@ -10,6 +10,7 @@
 #include "filters/attempt_outcome.h"
 #include "filters/retry/retry_decision.h"
 #include "filters/runs/run_cancel_request.h"
+#include "proxy/exchange/delivery_hold.h"
 #include "proxy/exchange/exchange_problem.h"
 #include "proxy/exchange/filter_chain.h"
 #include "proxy/exchange/request_intake.h"
@@ -971,9 +972,23 @@ void Exchange::recordJsonRpc(std::string_view method, std::optional<std::string_
 
 void Exchange::recordUsage(const AttemptUsage& usage) { record_.addUsage(usage); }
 
-void Exchange::logAccess(int status_code, MonotonicTime now) const {
+bool Exchange::holdUntilRead(std::unique_ptr<ReadReceipt>& receipt) {
+  // A cut the client caused (it left, it stalled) has nobody left to ask.
+  const std::optional<CancelReason> why = receipt->reason();
+  if (downstream_ == nullptr || read_receipt_ || !downstream_->confirmsReads() ||
+      (why && !clientStillListening(*why))) {
+    return false;
+  }
+  read_receipt_ = std::move(receipt);
+  return true;
+}
+
+void Exchange::logAccess(int status_code, MonotonicTime now) {
   AccessLogBuffer* log = host_.accessLog();
-  if (log == nullptr) return;
+  if (log == nullptr || !log->enabled()) {
+    if (read_receipt_) holdSpend(nullptr, nullptr);
+    return;
+  }
   const auto age = now - start_;
   AccessRecord r;
   r.start = clock().systemNow() - std::chrono::duration_cast<SystemTime::duration>(age);
@@ -997,7 +1012,20 @@ void Exchange::logAccess(int status_code, MonotonicTime now) const {
   r.cancel_reason = cancel_reason_;
   r.bytes_in = intake_.bytesIn();
   record_.fill(r, start_);
+  if (read_receipt_) {
+    holdSpend(&r, log);  // the line is written once the spend is booked
+    return;
+  }
   log->append(r);
+}
+
+void Exchange::holdSpend(const AccessRecord* record, AccessLogBuffer* log) {
+  auto hold = std::make_unique<DeliveryHold>(runtime_, std::move(read_receipt_), record, log);
+  if (downstream_ != nullptr) {
+    downstream_->holdUntilRead(std::move(hold));
+  } else {
+    hold->settle(0);
+  }
 }
 
 // --- timers (ExchangeTimers: one wake at the earliest) ----------------------------------

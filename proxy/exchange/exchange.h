@@ -159,6 +159,7 @@ class Exchange final : public DeferredDeletable,
   ExchangeState state() const { return state_; }
   std::optional<CancelReason> cancelReason() const override { return cancel_reason_; }
   void recordUsage(const AttemptUsage& usage) override;
+  bool holdUntilRead(std::unique_ptr<ReadReceipt>& receipt) override;
   void recordRun(std::string_view run_id, std::string_view parent_run_id) override;
   void recordJsonRpc(std::string_view method, std::optional<std::string_view> id,
                      std::string_view tool) override;
@@ -275,7 +276,9 @@ class Exchange final : public DeferredDeletable,
    */
   void beginResponse(ResponseHead& head, bool from_upstream);
   /** One access log line for the finished request, when the log is on. */
-  void logAccess(int status_code, MonotonicTime now) const;
+  void logAccess(int status_code, MonotonicTime now);
+  /** Hands the held spend (and the access log line, if any) to the client's connection. */
+  void holdSpend(const AccessRecord* record, AccessLogBuffer* log);
   void releaseHeldResponse(bool end_stream);
   /**
    * Once the upstream's response is under way no retry or fallback can
@@ -352,6 +355,7 @@ class Exchange final : public DeferredDeletable,
   // For the access log (docs/design.md §7): ttfb, retry causes, bytes out,
   // usage, the run, the JSON-RPC call (whose id sluice's own answers use).
   ExchangeRecord record_;
+  std::unique_ptr<ReadReceipt> read_receipt_;  // the last attempt's spend, booked once read
   // An attempt that went upstream may be sent again (the tools filter says
   // no for a tools/call that is not safe to repeat).
   bool sent_resendable_ = true;
