@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -83,6 +84,11 @@ class FakeFilterCallbacks : public FilterCallbacks {
   void setSentResendable(bool resendable) override { sent_resendable = resendable; }
   void setRunSpend(RunSpend* spend) override { run_spend = spend; }
   RunSpend* runSpend() const override { return run_spend; }
+  bool holdUntilRead(std::unique_ptr<ReadReceipt>& receipt) override {
+    if (!confirms_reads) return false;
+    held.push_back(std::move(receipt));
+    return true;
+  }
 
   /** Runs the armed timers due by now (the clock), earliest first. */
   void fireDueTimers() {
@@ -102,6 +108,7 @@ class FakeFilterCallbacks : public FilterCallbacks {
   uint32_t attempt = 1;
   bool body_replayable = true;
   std::optional<CancelReason> cancel_reason;
+  bool confirms_reads = false;  // holdUntilRead takes the receipt (an HTTP/1.1 client)
 
   // What the filter did.
   int continue_calls = 0;
@@ -122,6 +129,7 @@ class FakeFilterCallbacks : public FilterCallbacks {
   std::optional<CancelReason> deadline_reason;  // of the last lowerDeadline that lowered it
   std::string run;
   std::string parent_run;
+  std::vector<std::unique_ptr<ReadReceipt>> held;  // handed over by holdUntilRead
 
  private:
   struct Pending {
