@@ -838,8 +838,9 @@ def report(s, d, out=sys.stdout, columns=("via sluice", "direct")):
     print(f"""
   leaked: output tokens the provider generated that no agent read, plus the input of calls whose
   output nobody read; counted from the mock's ledger the same way for both runs, priced with
-  demo.yaml's `pricing`. sluice's own count books a response once the agent's next request or close
-  says whether it was read (a reset: none of it; client_abandoned, or the reason sluice cut it).
+  demo.yaml's `pricing`. sluice's own count books a response once the agent's next request, close or
+  socket (sluice looks at what an agent on its host left unread) says how much was read; the unread
+  part of an answer is client_abandoned, of a response sluice cut the cut's reason.
   run time: via sluice {s['elapsed_s']:.1f}s, direct {d['elapsed_s']:.1f}s; {s['agents']} agents x \
 {s['turns_per_agent']} turn(s), seed {s['seed']}.""", file=out)
     for r in (s, d):
