@@ -17,10 +17,11 @@ enum class CancelReason {
   Overloaded,
   UpstreamTimeout,
   Draining,
-  UpstreamReset,  // the upstream broke a response already under way to the client
-  RunCancelled,   // the request's run (or an ancestor run) was cancelled
-  RunDeadline,    // the request's run reached its deadline
-  RunSpendCap,    // the request's run (or an ancestor run) reached its spend cap
+  UpstreamReset,    // the upstream broke a response already under way to the client
+  RunCancelled,     // the request's run (or an ancestor run) was cancelled
+  RunDeadline,      // the request's run reached its deadline
+  RunSpendCap,      // the request's run (or an ancestor run) reached its spend cap
+  ClientAbandoned,  // closed without reading what it was sent (a leak only: nothing is cancelled)
 };
 
 inline constexpr CancelReason kAllCancelReasons[] = {
@@ -28,6 +29,7 @@ inline constexpr CancelReason kAllCancelReasons[] = {
     CancelReason::CircuitOpen,      CancelReason::RateLimited,   CancelReason::Overloaded,
     CancelReason::UpstreamTimeout,  CancelReason::Draining,      CancelReason::UpstreamReset,
     CancelReason::RunCancelled,     CancelReason::RunDeadline,   CancelReason::RunSpendCap,
+    CancelReason::ClientAbandoned,
 };
 
 /** The label value, e.g. "client_disconnect". */
@@ -57,6 +59,8 @@ constexpr std::string_view toString(CancelReason r) {
       return "run_deadline";
     case CancelReason::RunSpendCap:
       return "run_spend_cap";
+    case CancelReason::ClientAbandoned:
+      return "client_abandoned";
   }
   return "unknown";
 }

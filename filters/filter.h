@@ -163,6 +163,28 @@ class RequestRecord {
   ~RequestRecord() = default;
 };
 
+/**
+ * An attempt's spend, booked once the client's reading is known
+ * (docs/reference/metrics.md, "Delivered means read": delivered means read
+ * by the client, not written to its socket). The downstream connection settles it exactly once.
+ */
+class ReadReceipt {
+ public:
+  virtual ~ReadReceipt() = default;
+  /**
+   * Books the attempt: the client did not read the last `unread_body_bytes`
+   * bytes of the response body (0: it read everything). The leak goes under
+   * `unread_reason` when given (client_stalled), else under the reason the
+   * attempt ended with (a cut: budget_exhausted, upstream_timeout, ...), else
+   * client_abandoned. Returns the usage booked; its `model` stays valid while
+   * the receipt lives.
+   */
+  virtual AttemptUsage settle(uint64_t unread_body_bytes,
+                              std::optional<CancelReason> unread_reason = std::nullopt) = 0;
+  /** The reason the attempt ended with (a cut's), if any. */
+  virtual std::optional<CancelReason> reason() const = 0;
+};
+
 /** What the Exchange offers the filters it runs. */
 class FilterCallbacks {
  public:
@@ -252,6 +274,14 @@ class FilterCallbacks {
    */
   virtual void setRunSpend(RunSpend* /*spend*/) {}
   virtual RunSpend* runSpend() const { return nullptr; }
+  /**
+   * For an attempt whose response (whole, or cut by sluice) went to a client
+   * that is still connected: the Exchange takes `receipt` and has the client's connection
+   * settle it once it knows whether the response was read (the access log
+   * line waits for it). Returns false (and drops nothing: `receipt` is left
+   * as it was) when the Exchange cannot wait: book at once.
+   */
+  virtual bool holdUntilRead(std::unique_ptr<ReadReceipt>& /*receipt*/) { return false; }
 };
 
 /** The most body sluice buffers for a held (maybe-retried) response. */

@@ -45,7 +45,11 @@ class SpendFilter final : public StreamFilter {
   void onDestroy() override;
 
  private:
-  /** Books the current attempt's tokens and USD once, then forgets it. */
+  /**
+   * Books the current attempt's tokens and USD once, then forgets it; an
+   * attempt whose whole response went to a still-connected client is handed
+   * to the Exchange instead, booked when the client's reading is known.
+   */
   void account(const AttemptEnd& end, AttemptDisposition disposition);
   /** Drops the current attempt's meter unbilled, telling the Exchange its model. */
   void forgetAttempt();

@@ -14,6 +14,7 @@
 #include "proxy/downstream/downstream_stream.h"
 #include "proxy/downstream/request_decoder.h"
 #include "proxy/event/dispatcher.h"
+#include "proxy/event/peer_unread.h"
 
 namespace sluice {
 
@@ -55,6 +56,11 @@ class DownstreamConnectionHost {
    * that will serve it. The host deletes `from` (deferred) and owns `to`.
    */
   virtual void replaceConnection(DownstreamConnection& from, DownstreamConnectionPtr to) = 0;
+  /**
+   * The worker's look at what a client on this host has not read (null:
+   * none): how much of an ended response a client that later resets read.
+   */
+  virtual PeerUnreadProbe* peerUnreadProbe() { return nullptr; }
 };
 
 }  // namespace sluice

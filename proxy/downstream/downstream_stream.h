@@ -6,12 +6,34 @@
 // client's request and its disconnects to the Exchange.
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <string_view>
 
+#include "common/cancel_reason.h"
 #include "common/http_message.h"
 #include "proxy/http/header_rewrite.h"
 
 namespace sluice {
+
+/**
+ * An ended response's spend, waiting for the client's reading
+ * (docs/reference/metrics.md, "Delivered means read"): the codec that wrote
+ * the response keeps it until it knows how much of it the client read, and
+ * settles it once. Destroyed unsettled, it books the response as read.
+ */
+class HeldDelivery {
+ public:
+  virtual ~HeldDelivery() = default;
+  /**
+   * The client did not read the last `unread_body_bytes` of the response
+   * body (0: all of it; more than the body: none). `unread_reason` names the
+   * leak when the client's own failure is known (client_stalled).
+   */
+  virtual void settle(uint64_t unread_body_bytes,
+                      std::optional<CancelReason> unread_reason = std::nullopt) = 0;
+};
 
 class DownstreamStream {
  public:
@@ -79,6 +101,18 @@ class DownstreamStream {
   virtual void resumeRequestBody() = 0;
   /** The Exchange is done with this stream and will not call it again. */
   virtual void onExchangeDone() = 0;
+  /**
+   * Whether this stream can tell how much of its response the client read
+   * (HTTP/1.1: the next request, a FIN or a reset, and for a client on this
+   * host its socket's unread bytes): the Exchange then hands the response's
+   * spend over with holdUntilRead() instead of booking it when it ends.
+   */
+  virtual bool confirmsReads() const { return false; }
+  /**
+   * Before onExchangeDone(): keep `hold` and settle it once the client's
+   * reading of this response is known.
+   */
+  virtual void holdUntilRead(std::unique_ptr<HeldDelivery> hold) { hold->settle(0); }
   /** The client's address and transport, for X-Forwarded-*. */
   virtual const ClientInfo& clientInfo() const = 0;
 };

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 
@@ -18,6 +19,11 @@
 namespace sluice {
 
 namespace {
+
+// When a held response's client on this host is first looked at, and how
+// often at most after that (the interval grows fourfold from the first).
+constexpr std::chrono::milliseconds kFirstUnreadLook{5};
+constexpr std::chrono::milliseconds kLastUnreadLookInterval{1000};
 
 int hexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -114,11 +120,19 @@ Http1ServerConnection::~Http1ServerConnection() {
 void Http1ServerConnection::onIoRead() { parseInput(); }
 
 void Http1ServerConnection::parseInput() {
-  if (closed_ || closing_) return;
   evbuffer* input = io_->input();
+  if (lingering_) {
+    evbuffer_drain(input, evbuffer_get_length(input));  // only its FIN or reset matters now
+    return;
+  }
+  if (closed_ || closing_) return;
   if (evbuffer_get_length(input) > 0) {
     // The next request's first byte: its head must be in within header_read_timeout.
-    if (read_phase_ == ReadPhase::Idle) enterReadPhase(ReadPhase::Head);
+    if (read_phase_ == ReadPhase::Idle) {
+      // ... and the client read the last response to its end before asking again.
+      if (held_) settleHeld(0);
+      enterReadPhase(ReadPhase::Head);
+    }
     if (read_phase_ == ReadPhase::FirstHead) head_bytes_seen_ = true;
   }
   while (!closed_ && !closing_ && evbuffer_get_length(input) > 0) {
@@ -693,7 +707,11 @@ void Http1ServerConnection::encodeHeaders(ResponseHead&& head, bool end_stream) 
   }
   out.add("\r\n");
   evbuffer_add(io_->output(), out.data(), out.size());
+  response_body_wire_ = 0;
+  response_body_ = 0;
+  response_tail_ = 0;
   noteOutput({out.size(), 0, 0});
+  response_tail_ = 0;  // (the head is not a tail)
   if (end_stream) encodeData(nullptr, 0, true);
 }
 
@@ -749,7 +767,7 @@ void Http1ServerConnection::encodeData(const char* data, size_t len, bool end_st
     closing_ = true;  // close once the client has it all (onWrite)
     // Never from inside the Exchange that is finishing its response: close()
     // would report a client disconnect to it. onExchangeDone closes instead.
-    if (evbuffer_get_length(output) == 0 && exchange_ == nullptr) close();
+    if (evbuffer_get_length(output) == 0 && exchange_ == nullptr) closeOrLinger();
   }
 }
 
@@ -757,6 +775,17 @@ void Http1ServerConnection::resetStream() {
   // An HTTP/1.1 response cannot be aborted in-band: closing the connection
   // mid-body tells the client the response is incomplete.
   exchange_ = nullptr;
+  // Its Exchange hands over the response's spend next (holdUntilRead): what
+  // a client on this host left unread in its socket is looked at now, while
+  // the socket is still there. (What sluice still buffered is dropped, and
+  // the Exchange does not count it as delivered.)
+  if (!closed_ && !held_ && isThisHost()) {
+    if (const std::optional<uint64_t> unread = unreadWireBytes()) {
+      held_ = holdCurrentResponse();
+      held_->unread = *unread;
+      held_->dropped = bufferedBytes();
+    }
+  }
   close();
 }
 
@@ -769,7 +798,8 @@ void Http1ServerConnection::resetStreamAfter(std::string_view final_bytes) {
   encodeData(final_bytes.data(), final_bytes.size(), false);
   keep_alive_ = false;
   closing_ = true;
-  if (evbuffer_get_length(io_->output()) == 0) close();
+  // onExchangeDone closes (or lingers) once the output drained: the Exchange
+  // is finishing and hands over its held spend first.
 }
 
 bool Http1ServerConnection::canWriteWithoutWaiting(size_t len) const {
@@ -822,6 +852,13 @@ void Http1ServerConnection::onBodyResumeCb(evutil_socket_t, short, void* arg) {
 }
 
 void Http1ServerConnection::noteOutput(OutputPiece piece) {
+  if (piece.body > 0) {
+    response_body_wire_ += piece.wire;
+    response_body_ += piece.body;
+    response_tail_ = 0;
+  } else {
+    response_tail_ += piece.wire;
+  }
   output_pieces_.push_back(piece);
   output_pieces_wire_ += piece.wire;
   // Forget the pieces already written: those after them cover the whole buffer.
@@ -840,7 +877,7 @@ void Http1ServerConnection::onExchangeDone() {
   if (closing_) {
     // encodeData or resetStreamAfter chose to close once the output drains; it
     // may have drained already.
-    if (evbuffer_get_length(io_->output()) == 0) close();
+    if (evbuffer_get_length(io_->output()) == 0) closeOrLinger();
     return;
   }
   if (!response_complete_) {
@@ -931,6 +968,21 @@ void Http1ServerConnection::onReadTimer() {
   // The send-stall watch shares this timer: it re-asks for its own deadline
   // (any phase, closing too), or closes the connection.
   if (send_watch_.onAlarm()) return;  // stalled: closed
+  if (held_ && held_->sampling) {
+    const MonotonicTime now = host_.dispatcher().clock().now();
+    if (now >= held_->next_sample) sampleHeld(now);
+    if (closed_) return;
+    if (held_ && held_->sampling) armReadTimer(held_->next_sample);
+  }
+  if (lingering_) {
+    // The client said nothing about the last response within idle_timeout.
+    if (host_.dispatcher().clock().now() < read_deadline_) {
+      armReadTimer(read_deadline_);
+    } else {
+      close();
+    }
+    return;
+  }
   if (closing_ || read_phase_ == ReadPhase::Busy) return;
   // The body deadline slides with every byte; onBody only notes the time, so
   // an early wake re-arms for what is left instead of re-arming per read.
@@ -983,7 +1035,7 @@ void Http1ServerConnection::onReadTimer() {
 void Http1ServerConnection::onIoWrite() {
   if (closed_) return;
   if (closing_ && evbuffer_get_length(io_->output()) == 0) {
-    close();
+    closeOrLinger();
     return;
   }
   if (exchange_ != nullptr) exchange_->onDownstreamWritable();
@@ -994,9 +1046,155 @@ void Http1ServerConnection::onIoWrite() {
 void Http1ServerConnection::onIoEvent(short events) {
   if (closed_) return;
   if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+    if (held_) {
+      // A FIN: the client closed having read everything (Linux closes a
+      // socket with unread data by RST) — or only half-closed: a last look
+      // says. A reset (ECONNRESET, or a failed write): it left some of the
+      // last response unread; how much, TCP does not tell a sender, but the
+      // last look at a client on this host does (none: all of it). A reset
+      // after its FIN (Linux reports EPIPE then): it had read all that had
+      // arrived when it closed, and only bytes sent after its close (the
+      // end of a chunked body, say) met the reset.
+      const int err = EVUTIL_SOCKET_ERROR();
+      const bool reset = (events & BEV_EVENT_ERROR) != 0 && err != EPIPE;
+      if (reset) {
+        settleHeld(held_->unread.value_or(UINT64_MAX));
+      } else {
+        settleHeld(held_->sampling ? unreadWireBytes().value_or(0) : 0);
+      }
+    }
     // EOF or reset: the client is gone. Whatever its Exchange is doing, it learns now.
     close();
   }
+}
+
+// --- the last response's reading (docs/reference/metrics.md, "Delivered means read") ---
+
+uint64_t Http1ServerConnection::HeldRead::unreadBody(uint64_t unread_wire) const {
+  uint64_t unread = 0;
+  if (unread_wire <= tail) {
+    unread = 0;
+  } else if (unread_wire - tail >= body_wire) {
+    unread = body;  // the head too, or none of the body read
+  } else {
+    // Chunk framing (a size line and a CRLF per chunk) is spread evenly
+    // enough over a stream's chunks to map wire bytes to body bytes by their
+    // share; the error grows with the span mapped, so the smaller side is:
+    // the unread tail, or the read prefix.
+    const uint64_t unread_in_body = unread_wire - tail;
+    const uint64_t read_in_body = body_wire - unread_in_body;
+    const auto share = [this](uint64_t wire) {
+      return static_cast<uint64_t>((static_cast<unsigned __int128>(wire) * body + body_wire / 2) /
+                                   body_wire);
+    };
+    unread = unread_in_body <= read_in_body ? share(unread_in_body) : body - share(read_in_body);
+  }
+  return unread > dropped ? unread - dropped : 0;
+}
+
+bool Http1ServerConnection::isThisHost() {
+  if (host_.peerUnreadProbe() == nullptr || !io_ || io_->bufferEvent() != nullptr ||
+      io_->fd() < 0) {
+    return false;  // (TLS: its wire bytes are not the response's)
+  }
+  if (peer_place_ == PeerPlace::Unknown) {
+    peer_place_ =
+        PeerUnreadProbe::peerMayBeLocal(io_->fd()) ? PeerPlace::ThisHost : PeerPlace::Elsewhere;
+  }
+  return peer_place_ == PeerPlace::ThisHost;
+}
+
+void Http1ServerConnection::holdUntilRead(std::unique_ptr<HeldDelivery> hold) {
+  if (closed_) {
+    // Closed under the response (a cut without a final event): what the
+    // client's socket held unread when it closed (resetStream looked), else
+    // nobody to ask.
+    const std::unique_ptr<HeldRead> look = std::move(held_);
+    if (look && look->unread) {
+      hold->settle(look->unreadBody(*look->unread));
+    } else {
+      hold->settle(0);
+    }
+    return;
+  }
+  if (held_) settleHeld(0);  // (not reached: the next request settles it)
+  held_ = holdCurrentResponse();
+  held_->delivery = std::move(hold);
+  // A client on this host: look at what it has left unread soon after the
+  // response went out (a client that goes on asking settles it first), then
+  // less and less often.
+  if (isThisHost()) {
+    {
+      const MonotonicTime now = host_.dispatcher().clock().now();
+      held_->sampling = true;
+      held_->interval = kFirstUnreadLook;
+      held_->next_sample = now + kFirstUnreadLook;
+      // A response the connection closes after (a cut, `Connection: close`)
+      // is looked at once at once: its client may reset right away. (Not a
+      // keep-alive answer: its client's next request usually comes first.)
+      if (closing_) sampleHeld(now);
+      if (held_ && held_->sampling) armReadTimer(held_->next_sample);
+    }
+  }
+}
+
+std::unique_ptr<Http1ServerConnection::HeldRead> Http1ServerConnection::holdCurrentResponse()
+    const {
+  auto held = std::make_unique<HeldRead>();
+  held->body_wire = response_body_wire_;
+  held->body = response_body_;
+  held->tail = response_tail_;
+  return held;
+}
+
+std::optional<uint64_t> Http1ServerConnection::unreadWireBytes() {
+  if (!isThisHost()) return std::nullopt;
+  const std::optional<uint64_t> kernel = host_.peerUnreadProbe()->unreadBytes(io_->fd());
+  if (!kernel) return std::nullopt;
+  return *kernel + evbuffer_get_length(io_->output());
+}
+
+void Http1ServerConnection::sampleHeld(MonotonicTime now) {
+  const std::optional<uint64_t> unread = unreadWireBytes();
+  if (!unread) {
+    held_->sampling = false;  // its socket is gone (a reset on its way): the last look stands
+    return;
+  }
+  if (*unread == 0) {
+    settleHeld(0);  // read to the last byte
+    if (lingering_) close();
+    return;
+  }
+  held_->unread = *unread;
+  held_->interval = std::min(held_->interval * 4, kLastUnreadLookInterval);
+  held_->next_sample = now + held_->interval;
+}
+
+void Http1ServerConnection::settleHeld(uint64_t unread_wire, std::optional<CancelReason> reason) {
+  const std::unique_ptr<HeldRead> held = std::move(held_);
+  const uint64_t unread = unread_wire == UINT64_MAX ? UINT64_MAX : held->unreadBody(unread_wire);
+  if (held->delivery) held->delivery->settle(unread, reason);
+}
+
+void Http1ServerConnection::closeOrLinger() {
+  if (lingering_) return;
+  // Plain TCP only: a TLS half-close without close_notify reads as a
+  // truncation, and what TLS itself reads after it is not the client's say.
+  if (!held_ || io_->bufferEvent() != nullptr || io_->fd() < 0) {
+    close();
+    return;
+  }
+  // The last response's spend waits for the client's reading: send our FIN,
+  // keep reading until the client's FIN (it read everything) or reset (it
+  // did not), for at most limits.idle_timeout.
+  lingering_ = true;
+  ::shutdown(io_->fd(), SHUT_WR);
+  io_->enableRead();
+  read_phase_ = ReadPhase::Idle;
+  read_deadline_ = limits_.idle_timeout.count() > 0
+                       ? host_.dispatcher().clock().now() + limits_.idle_timeout
+                       : MonotonicTime::max();
+  armReadTimer(read_deadline_);
 }
 
 void Http1ServerConnection::closeWhenIdle() {
@@ -1016,6 +1214,17 @@ void Http1ServerConnection::close() { closeWith(CancelReason::ClientDisconnect);
 void Http1ServerConnection::closeWith(CancelReason reason) {
   if (closed_) return;
   closed_ = true;
+  // A client that stopped taking bytes (send_timeout) did not read the last
+  // response; sluice closing (idle_timeout, drain, shutdown): a last look at
+  // a client on this host says what it left unread (client_abandoned), else
+  // nothing said against it: it counts as read.
+  if (held_ && held_->delivery) {
+    if (reason == CancelReason::ClientStalled) {
+      settleHeld(UINT64_MAX, CancelReason::ClientStalled);
+    } else {
+      settleHeld(held_->sampling ? unreadWireBytes().value_or(0) : 0);
+    }
+  }
   if (exchange_ != nullptr) {
     RequestDecoder* ex = exchange_;
     exchange_ = nullptr;

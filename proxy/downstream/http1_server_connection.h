@@ -103,6 +103,8 @@ class Http1ServerConnection final : public DownstreamConnection,
   void pauseRequestBody() override;
   void resumeRequestBody() override;
   void onExchangeDone() override;
+  bool confirmsReads() const override { return true; }
+  void holdUntilRead(std::unique_ptr<HeldDelivery> hold) override;
   const ClientInfo& clientInfo() const override { return client_info_; }
 
   // DownstreamConnection
@@ -224,6 +226,49 @@ class Http1ServerConnection final : public DownstreamConnection,
   int refuse(const ProblemKind& kind, std::string detail);
   int refuseHeaderTooLarge();
 
+  /**
+   * The last response's spend, until the client's reading of it is known
+   * (docs/reference/metrics.md, "Delivered means read"), and how its wire
+   * bytes map to body bytes for that.
+   */
+  struct HeldRead {
+    std::unique_ptr<HeldDelivery> delivery;
+    uint64_t body_wire = 0;  // its body pieces on the wire, chunk framing included
+    uint64_t body = 0;       // their body bytes
+    uint64_t tail = 0;       // framing after the last body byte (the terminating chunk)
+    uint64_t dropped = 0;    // body bytes sluice dropped unsent (a cut): never counted delivered
+    // Wire bytes the client had not read at the last look (none yet: nullopt).
+    std::optional<uint64_t> unread;
+    bool sampling = false;  // a client on this host: its unread bytes are looked at
+    MonotonicTime next_sample{};
+    std::chrono::milliseconds interval{};
+    /**
+     * Body bytes the client did not read when the last `unread_wire` bytes
+     * written were unread, less those sluice dropped.
+     */
+    uint64_t unreadBody(uint64_t unread_wire) const;
+  };
+  /**
+   * What the client has not read of what was written to it: sluice's output
+   * buffer, its socket's send queue and, for a client on this host, its
+   * socket's receive queue. nullopt when the client is not on this host
+   * (or TLS: its wire bytes are not the response's).
+   */
+  std::optional<uint64_t> unreadWireBytes();
+  /** A plain-TCP client on this host, whose socket sluice can look at (cached). */
+  bool isThisHost();
+  /** A HeldRead of the current response's wire layout. */
+  std::unique_ptr<HeldRead> holdCurrentResponse() const;
+  /** Looks at the held response's unread bytes; all read: settles it. */
+  void sampleHeld(MonotonicTime now);
+  /** Books the held response: its client left the last `unread_wire` bytes unread. */
+  void settleHeld(uint64_t unread_wire, std::optional<CancelReason> reason = std::nullopt);
+  /**
+   * Closes once the last response is out, or with its spend held on a plain
+   * socket, half-closes and lingers for the client's FIN or reset.
+   */
+  void closeOrLinger();
+
   /** One addition to the output buffer: some framing, `body` bytes, `suffix` framing. */
   struct OutputPiece {
     size_t wire;    // bytes added
@@ -322,6 +367,9 @@ class Http1ServerConnection final : public DownstreamConnection,
   bool close_after_response_ = false;
   bool closing_ = false;
   bool closed_ = false;
+  bool lingering_ = false;  // half-closed: waiting for the client's FIN or reset (closeOrLinger)
+  enum class PeerPlace : uint8_t { Unknown, ThisHost, Elsewhere };
+  PeerPlace peer_place_ = PeerPlace::Unknown;
   // resume_event_ was made to parse the bytes the protocol detector read:
   // freed as it runs (a held stream keeps no event it may never use again).
   bool free_resume_event_ = false;
@@ -333,6 +381,12 @@ class Http1ServerConnection final : public DownstreamConnection,
   // bufferedBytes() counts body bytes only, never chunk framing or heads.
   Fifo<OutputPiece> output_pieces_;
   size_t output_pieces_wire_ = 0;
+  // The current response on the wire, for HeldRead: body pieces (framing
+  // included), their body bytes, and the framing after the last of them.
+  uint64_t response_body_wire_ = 0;
+  uint64_t response_body_ = 0;
+  uint64_t response_tail_ = 0;
+  std::unique_ptr<HeldRead> held_;
 };
 
 }  // namespace sluice

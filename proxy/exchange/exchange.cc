@@ -6,6 +6,7 @@
 #include "common/release_storage.h"
 #include "filters/retry/retry_decision.h"
 #include "filters/runs/run_cancel_request.h"
+#include "proxy/exchange/delivery_hold.h"
 #include "proxy/exchange/exchange_problem.h"
 #include "proxy/exchange/filter_chain.h"
 #include "proxy/exchange/request_intake.h"
@@ -731,9 +732,23 @@ std::function<void()> Exchange::crossThreadWaker(std::function<void()> fn) {
   };
 }
 
-void Exchange::logAccess(int status_code, MonotonicTime now) const {
+bool Exchange::holdUntilRead(std::unique_ptr<ReadReceipt>& receipt) {
+  // A cut the client caused (it left, it stalled) has nobody left to ask.
+  const std::optional<CancelReason> why = receipt->reason();
+  if (downstream_ == nullptr || discarding_ || read_receipt_ || !downstream_->confirmsReads() ||
+      (why && !clientStillListening(*why))) {
+    return false;
+  }
+  read_receipt_ = std::move(receipt);
+  return true;
+}
+
+void Exchange::logAccess(int status_code, MonotonicTime now) {
   AccessLogBuffer* log = host_.accessLog();
-  if (log == nullptr) return;
+  if (log == nullptr || !log->enabled()) {
+    if (read_receipt_) holdSpend(nullptr, nullptr);
+    return;
+  }
   const auto age = now - start_;
   AccessRecord r;
   r.start = clock().systemNow() - std::chrono::duration_cast<SystemTime::duration>(age);
@@ -756,7 +771,20 @@ void Exchange::logAccess(int status_code, MonotonicTime now) const {
   r.duration_ms = std::chrono::duration<double, std::milli>(age).count();
   r.bytes_in = intake_.bytesIn();
   record_.fill(r, start_);
+  if (read_receipt_) {
+    holdSpend(&r, log);  // the line is written once the spend is booked
+    return;
+  }
   log->append(r);
+}
+
+void Exchange::holdSpend(const AccessRecord* record, AccessLogBuffer* log) {
+  auto hold = std::make_unique<DeliveryHold>(runtime_, std::move(read_receipt_), record, log);
+  if (downstream_ != nullptr) {
+    downstream_->holdUntilRead(std::move(hold));
+  } else {
+    hold->settle(0);
+  }
 }
 
 // --- timers (ExchangeTimers: one wake at the earliest) ----------------------------------

@@ -171,6 +171,7 @@ class Exchange final : public DeferredDeletable,
   std::optional<CancelReason> cancelReason() const override { return record_.cancelReason(); }
   RequestRecord& record() override { return record_; }
   void setSentResendable(bool resendable) override { attempts_.setSentResendable(resendable); }
+  bool holdUntilRead(std::unique_ptr<ReadReceipt>& receipt) override;
   void setRunSpend(RunSpend* spend) override { run_spend_ = spend; }
   RunSpend* runSpend() const override { return run_spend_; }
   ExchangeSnapshot snapshot() const;
@@ -263,7 +264,9 @@ class Exchange final : public DeferredDeletable,
    */
   void beginResponse(ResponseHead& head, bool from_upstream);
   /** One access log line for the finished request, when the log is on. */
-  void logAccess(int status_code, MonotonicTime now) const;
+  void logAccess(int status_code, MonotonicTime now);
+  /** Hands the held spend (and the access log line, if any) to the client's connection. */
+  void holdSpend(const AccessRecord* record, AccessLogBuffer* log);
   void releaseHeldResponse(bool end_stream);
   /**
    * Once the upstream's response is under way no retry or fallback can
@@ -309,6 +312,7 @@ class Exchange final : public DeferredDeletable,
   // usage, the run, the JSON-RPC call (whose id sluice's own answers use)
   // and the cancel reason (first cause wins). The filters' RequestRecord.
   ExchangeRecord record_;
+  std::unique_ptr<ReadReceipt> read_receipt_;  // the last attempt's spend, booked once read
   // The run filter's, while the request is a task of a run.
   RunSpend* run_spend_ = nullptr;
 

@@ -38,6 +38,7 @@ Problem problemForCancel(CancelReason reason, const CancelContext& context,
       return makeProblem(problems::kDraining, "this sluice instance is draining; retry on another",
                          reason, retry_after);
     case CancelReason::ClientDisconnect:
+    case CancelReason::ClientAbandoned:
       return makeProblem(problems::kClientDisconnect, "the client went away", reason);
     case CancelReason::ClientStalled:
       return makeProblem(problems::kClientStalled,

@@ -20,6 +20,7 @@ bool clientStillListening(CancelReason reason) {
   switch (reason) {
     case CancelReason::ClientDisconnect:
     case CancelReason::ClientStalled:
+    case CancelReason::ClientAbandoned:
       return false;
     case CancelReason::BudgetExhausted:
     case CancelReason::CircuitOpen:

@@ -81,6 +81,7 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   void countRejection(Rejection reason) override;
   void connectionClosed(DownstreamConnection& conn) override;
   void replaceConnection(DownstreamConnection& from, DownstreamConnectionPtr to) override;
+  PeerUnreadProbe* peerUnreadProbe() override { return &peer_unread_; }
 
  private:
   static void onAccept(evconnlistener*, evutil_socket_t fd, sockaddr* addr, int len, void* arg);
@@ -101,6 +102,7 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   RuntimePtr runtime_;  // touched only on the worker thread after start()
   std::vector<ListenSocket> listen_sockets_;
   std::vector<ListenerPtr> listeners_;  // same order as listen_sockets_
+  PeerUnreadProbe peer_unread_;         // outlives the connections that use it
   HostRegistry registry_;               // the live exchanges and connections
   /**
    * Pools of a runtime that is no longer the current one are retired: they

@@ -1105,7 +1105,13 @@ TEST(GroundTruthTest, BytesBufferedForASlowClientAreNotDelivered) {
         return after.tokens(label, kind, disposition);
       };
       const uint64_t seen = deltasWithin(quiet->forwarded);
-      const uint64_t delivered = deltasWithin(quiet->forwarded - quiet->buffered);
+      // A stream the client left: what left sluice's buffer counts as
+      // delivered (its socket is gone; docs/reference/metrics.md). A stream
+      // sluice cut with the client still there: only what the client read
+      // (its socket's unread bytes are looked at before it resets).
+      const uint64_t delivered = c.end == SlowCase::End::Drain
+                                     ? got.tokens()
+                                     : deltasWithin(quiet->forwarded - quiet->buffered);
       std::cout << "[slow reader] " << toString(c.wire) << ": forwarded " << quiet->forwarded
                 << " bytes (" << seen << " deltas), " << quiet->buffered
                 << " still buffered; delivered " << tokens("output", "delivered") << " (expected "
@@ -1114,10 +1120,24 @@ TEST(GroundTruthTest, BytesBufferedForASlowClientAreNotDelivered) {
       ASSERT_GT(seen, delivered) << "sluice's buffer must hold whole events to test anything";
       ASSERT_EQ(tokens("output", "delivered") + tokens("output", "leaked"), seen)
           << "sluice read on after the quiescent snapshot: the check below would be unsound";
-      EXPECT_EQ(tokens("output", "delivered"), delivered)
-          << "deltas whose events left sluice's buffer before the stream ended";
-      EXPECT_EQ(tokens("output", "leaked"), seen - delivered) << "the rest of what sluice read";
-      EXPECT_GE(tokens("output", "delivered"), got.tokens()) << "at least what the client parsed";
+      if (c.end == SlowCase::End::Drain) {
+        // Chunk framing is mapped to body bytes by its share of the span
+        // read (docs/reference/metrics.md): within a chunk or two.
+        EXPECT_NEAR(tokens("output", "delivered"), delivered, 2)
+            << "what the client read before sluice cut the stream";
+      } else {
+        EXPECT_EQ(tokens("output", "delivered"), delivered)
+            << "deltas whose events left sluice's buffer before the stream ended";
+      }
+      EXPECT_EQ(tokens("output", "leaked"), seen - tokens("output", "delivered"))
+          << "the rest of what sluice read";
+      if (c.end != SlowCase::End::Drain) {
+        EXPECT_GE(tokens("output", "delivered"), got.tokens()) << "at least what the client parsed";
+      }
+      if (c.end == SlowCase::End::Drain) {
+        EXPECT_LT(got.tokens(), deltasWithin(quiet->forwarded - quiet->buffered))
+            << "the client's socket must hold unread whole events to test anything";
+      }
       // What sluice never read (still in the sockets between it and the mock
       // when it closed the upstream) it cannot count: usage never arrived.
       EXPECT_GE(entry["tokens_emitted"].get<uint64_t>(), seen);
@@ -1126,11 +1146,199 @@ TEST(GroundTruthTest, BytesBufferedForASlowClientAreNotDelivered) {
       const char* reason = c.end == SlowCase::End::Drain ? "draining" : "client_disconnect";
       const double leaked_usd =
           after.sum("sluice_leaked_spend_usd_total", {{"model", label}, {"cancel_reason", reason}});
-      EXPECT_TRUE(
-          nearUsd(leaked_usd, (seen - delivered) * priceFor(c.model).output_usd_per_mtok / 1e6))
+      EXPECT_TRUE(nearUsd(leaked_usd,
+                          tokens("output", "leaked") * priceFor(c.model).output_usd_per_mtok / 1e6))
           << "leaked USD " << leaked_usd;
       break;
     }
+  }
+}
+
+// ---- leaky clients: the answer written whole, read or not ------------------------------
+//
+// A whole answer fits in the kernel's socket buffers: sluice writes all of it
+// and the exchange ends whether or not anyone reads. Its spend is booked once
+// the client's reading is known (docs/reference/metrics.md, "Delivered means
+// read"): the next request, a FIN, or a look at the socket of a client on
+// this host that shows nothing unread — read; a reset — the part the last
+// look found unread is not, under client_abandoned.
+
+// Whether the request's spend is booked yet (its input is, delivered or leaked).
+bool spendBooked(SluiceUnderTest& sluice, const std::string& label) {
+  const Scrape s(sluice.metricsText());
+  return s.tokens(label, "input", "delivered") + s.tokens(label, "input", "leaked") > 0;
+}
+
+// A client that stops reading: sluice's spend stays unbooked while the
+// client says nothing; it closes (RST with unread data, FIN with none).
+void expectHeldUntilTheClientCloses(SluiceUnderTest& sluice, const std::string& label,
+                                    TestConnection& conn) {
+  EXPECT_FALSE(
+      waitUntil([&] { return spendBooked(sluice, label); }, std::chrono::milliseconds(300)))
+      << "booked before the client said whether it read the answer";
+  conn.close();
+}
+
+// The client closes — a FIN when it read everything, else (unread data) a
+// reset after sluice was seen holding the spend — and sluice books it.
+Scrape closeAndScrape(SluiceUnderTest& sluice, const std::string& label, TestConnection& conn,
+                      bool read_everything) {
+  if (read_everything) {
+    conn.close();
+  } else {
+    expectHeldUntilTheClientCloses(sluice, label, conn);
+  }
+  EXPECT_TRUE(waitUntil([&] { return spendBooked(sluice, label); })) << "never booked";
+  return Scrape(sluice.metricsText());
+}
+
+struct LeakyCase {
+  const char* what;
+  uint32_t read_deltas;  // deltas the client parses before it stops reading (0: none)
+  bool read_all;         // reads the answer whole, keeps the socket
+};
+
+TEST(GroundTruthTest, LeakyHttp1ClientsAreBookedAsReadNotAsWritten) {
+  ignoreSigpipe();
+  MockLlm mock;
+  ASSERT_NE(mock.port(), 0);
+  constexpr uint32_t kTokens = 40;
+  const std::vector<LeakyCase> cases = {
+      {"never reads, closes later (reset)", 0, false},
+      {"reads 3 deltas, stops, closes later (reset)", 3, false},
+      {"reads 17 deltas, stops, closes later (reset)", 17, false},
+      {"reads it all, keeps the socket, closes later (FIN)", kTokens, true},
+  };
+  const Price& price = priceFor("gpt-4o-mini");
+  const std::string label = price.pattern;
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const LeakyCase& c = cases[k];
+    SCOPED_TRACE(c.what);
+    SluiceUnderTest sluice(config(mock.url()));  // fresh counters
+    const std::string id = "gt-leaky-" + std::to_string(k);
+    const std::string body = requestBody(Wire::ChatUsage, "gpt-4o-mini", true, "leaky");
+    TestConnection conn(sluice.port());
+    conn.sendRequest("POST", "/v1/chat/completions",
+                     {{"content-type", "application/json"},
+                      {"x-mock-request-id", id},
+                      {"x-mock-tokens", std::to_string(kTokens)},
+                      {"x-mock-token-interval-ms", "2"}},
+                     body);
+    uint64_t parsed = 0;
+    if (c.read_all) {
+      const TestResponse r = conn.readResponse(seconds(10));
+      ASSERT_TRUE(r.complete);
+      parsed = parseSse(Wire::ChatUsage, r.body).tokens();
+    } else if (c.read_deltas > 0) {
+      const TestResponse& r = conn.readUntil(
+          [&](const TestResponse& r) {
+            return parseSse(Wire::ChatUsage, r.body).tokens() >= c.read_deltas;
+          },
+          seconds(10));
+      parsed = parseSse(Wire::ChatUsage, r.body).tokens();
+      ASSERT_FALSE(r.complete) << "the client must stop before the end";
+    }
+    // The answer is written whole and the exchange has ended...
+    mock.waitForEntry(id, [](const json& e) { return e.value("finished_us", 0) != 0; });
+    waitUntilSettled(sluice, mock);
+    const json entry = mock.entry(id);
+    const uint64_t emitted = entry["tokens_emitted"].get<uint64_t>();
+    const uint64_t input = entry["input_tokens"].get<uint64_t>();
+    ASSERT_EQ(emitted, kTokens) << entry.dump();
+    auto booked = [&] { return spendBooked(sluice, label); };
+    if (c.read_all) {
+      // ... a client that read it all is booked without closing: a look at
+      // its socket finds nothing unread.
+      ASSERT_TRUE(waitUntil(booked)) << "a fully read answer was never booked";
+    }
+    // ... but an unread one is not booked while the client says nothing (the
+    // looks at its socket keep finding unread bytes).
+    const Scrape s = closeAndScrape(sluice, label, conn, c.read_all);
+    const double out_delivered = s.tokens(label, "output", "delivered");
+    const double out_leaked = s.tokens(label, "output", "leaked");
+    // The mock's ledger: leaked = emitted - what the client parsed.
+    const double ledger_leaked = static_cast<double>(emitted - parsed);
+    std::cout << "[leaky] " << c.what << ": client parsed " << parsed << " of " << emitted
+              << "; sluice delivered " << out_delivered << ", leaked " << out_leaked << " (ledger "
+              << ledger_leaked << ")\n";
+    EXPECT_EQ(out_delivered + out_leaked, emitted);
+    // Within 5% of the ledger (a chunk's framing is mapped to body bytes by
+    // proportion: at most one event either way).
+    EXPECT_LE(std::fabs(out_leaked - ledger_leaked), std::max(1.0, 0.05 * ledger_leaked))
+        << "sluice leaked " << out_leaked << ", the ledger " << ledger_leaked;
+    const double abandoned = s.sum("sluice_leaked_spend_usd_total",
+                                   {{"model", label}, {"cancel_reason", "client_abandoned"}});
+    if (c.read_all) {
+      EXPECT_EQ(out_leaked, 0);
+      EXPECT_EQ(s.tokens(label, "input", "delivered"), input);
+      EXPECT_EQ(abandoned, 0);
+    } else {
+      // The input is delivered once any output was read (as the ledger says).
+      EXPECT_EQ(s.tokens(label, "input", parsed > 0 ? "delivered" : "leaked"), input);
+      EXPECT_TRUE(nearUsd(abandoned, s.usd(label, "leaked")))
+          << "the whole leak is client_abandoned: " << abandoned;
+      EXPECT_GT(abandoned, 0);
+    }
+    expectPricedConsistently(s, price);
+  }
+}
+
+// A response sluice cuts itself (here: the request's budget) with the client
+// still connected: what was written may sit unread in the client's socket.
+// It is held like a whole answer and looked at once at once (the client may
+// reset at any moment); a FIN after reading books what it read. The leak
+// stays under the cut's reason.
+TEST(GroundTruthTest, LeakyHttp1ClientsOfACutResponseAreBookedAsRead) {
+  ignoreSigpipe();
+  MockLlm mock;
+  ASSERT_NE(mock.port(), 0);
+  const Price& price = priceFor("gpt-4o-mini");
+  const std::string label = price.pattern;
+  for (const bool reads : {false, true}) {
+    SCOPED_TRACE(reads ? "reads to the cut, then closes (FIN)" : "never reads, closes (reset)");
+    SluiceUnderTest sluice(config(mock.url()));  // fresh counters
+    const std::string id = std::string("gt-leaky-cut-") + (reads ? "read" : "unread");
+    const std::string body = requestBody(Wire::ChatUsage, "gpt-4o-mini", true, "leaky cut");
+    TestConnection conn(sluice.port());
+    conn.sendRequest("POST", "/v1/chat/completions",
+                     {{"content-type", "application/json"},
+                      {"x-mock-request-id", id},
+                      {"x-mock-tokens", "400"},
+                      {"x-mock-token-interval-ms", "2"},
+                      {"x-budget-ms", "200"}},
+                     body);
+    uint64_t parsed = 0;
+    if (reads) {
+      const TestResponse r = conn.readResponse(seconds(10));  // to sluice's FIN
+      ASSERT_FALSE(r.complete);
+      parsed = parseSse(Wire::ChatUsage, r.body).tokens();
+    }
+    mock.waitForEntry(id, [](const json& e) { return e.value("finished_us", 0) != 0; });
+    waitUntilSettled(sluice, mock);
+    const json entry = mock.entry(id);
+    const uint64_t emitted = entry["tokens_emitted"].get<uint64_t>();
+    const uint64_t input = entry["input_tokens"].get<uint64_t>();
+    ASSERT_GT(emitted, 0u);
+    ASSERT_LT(emitted, 400u) << "the budget did not cut the stream";
+    const Scrape s = closeAndScrape(sluice, label, conn, reads);
+    const double out_delivered = s.tokens(label, "output", "delivered");
+    const double out_leaked = s.tokens(label, "output", "leaked");
+    std::cout << "[leaky cut] client parsed " << parsed << " of " << emitted
+              << "; sluice delivered " << out_delivered << ", leaked " << out_leaked << " (ledger "
+              << emitted - parsed << ")\n";
+    // What the mock emitted after sluice's last read (in flight when the
+    // budget cut the upstream) sluice cannot count: a token or two.
+    EXPECT_LE(out_delivered + out_leaked, emitted);
+    EXPECT_GE(out_delivered + out_leaked + 2, emitted);
+    EXPECT_EQ(out_delivered, parsed);
+    const double ledger_leaked = static_cast<double>(emitted - parsed);
+    EXPECT_LE(std::fabs(out_leaked - ledger_leaked), std::max(2.0, 0.05 * ledger_leaked))
+        << "sluice leaked " << out_leaked << ", the ledger " << ledger_leaked;
+    EXPECT_EQ(s.tokens(label, "input", reads ? "delivered" : "leaked"), input);
+    const double budget = s.sum("sluice_leaked_spend_usd_total",
+                                {{"model", label}, {"cancel_reason", "budget_exhausted"}});
+    EXPECT_TRUE(nearUsd(budget, s.usd(label, "leaked"))) << "the leak is the cut's: " << budget;
+    expectPricedConsistently(s, price);
   }
 }
 

@@ -838,7 +838,9 @@ def report(s, d, out=sys.stdout, columns=("via sluice", "direct")):
     print(f"""
   leaked: output tokens the provider generated that no agent read, plus the input of calls whose
   output nobody read; counted from the mock's ledger the same way for both runs, priced with
-  demo.yaml's `pricing`. sluice's own count treats what it wrote to an agent's socket as delivered.
+  demo.yaml's `pricing`. sluice's own count books a response once the agent's next request, close or
+  socket (sluice looks at what an agent on its host left unread) says how much was read; the unread
+  part of an answer is client_abandoned, of a response sluice cut the cut's reason.
   run time: via sluice {s['elapsed_s']:.1f}s, direct {d['elapsed_s']:.1f}s; {s['agents']} agents x \
 {s['turns_per_agent']} turn(s), seed {s['seed']}.""", file=out)
     for r in (s, d):
@@ -939,6 +941,13 @@ def main(argv=None):
                   file=sys.stderr)
             return 1
         print(f"  check: leaked USD via sluice ({fmt_usd(ls)}) < direct ({fmt_usd(ld)}): ok")
+        own = ((s.get("sluice") or {}).get("spend_usd") or {}).get("leaked", 0.0)
+        if ls > 0 and abs(own - ls) > 0.10 * ls:
+            print(f"agent-sim: CHECK FAILED: sluice's own leaked USD {own:.6f} is not within 10% of "
+                  f"the ledger's {ls:.6f}", file=sys.stderr)
+            return 1
+        print(f"  check: sluice's own leaked USD ({fmt_usd(own)}) within 10% of the ledger's "
+              f"({fmt_usd(ls)}): ok")
         so, do = s["client"].get("outage_ok", 0), d["client"].get("outage_ok", 0)
         direct_hurt = d["client"].get("outage_calls", 0) - do
         if direct_hurt <= 0:

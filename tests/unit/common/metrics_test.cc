@@ -135,9 +135,9 @@ const std::vector<FamilySpec>& designFamilies() {
 
 // docs/design.md §4's set.
 const std::set<std::string> kCancelReasons = {
-    "client_disconnect", "client_stalled", "budget_exhausted", "circuit_open",
-    "rate_limited",      "overloaded",     "upstream_timeout", "draining",
-    "upstream_reset",    "run_cancelled",  "run_deadline",     "run_spend_cap"};
+    "client_disconnect", "client_stalled",   "budget_exhausted", "circuit_open",   "rate_limited",
+    "overloaded",        "upstream_timeout", "draining",         "upstream_reset", "run_cancelled",
+    "run_deadline",      "run_spend_cap",    "client_abandoned"};
 const std::set<std::string> kResults = {
     "ok", "http_429", "http_5xx", "http_4xx", "connect_error", "reset", "timeout", "cancelled"};
 

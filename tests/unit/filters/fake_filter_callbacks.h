@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -85,6 +86,11 @@ class FakeFilterCallbacks : public FilterCallbacks, public RequestRecord {
   void setSentResendable(bool resendable) override { sent_resendable = resendable; }
   void setRunSpend(RunSpend* spend) override { run_spend = spend; }
   RunSpend* runSpend() const override { return run_spend; }
+  bool holdUntilRead(std::unique_ptr<ReadReceipt>& receipt) override {
+    if (!confirms_reads) return false;
+    held.push_back(std::move(receipt));
+    return true;
+  }
 
   /** Runs the armed timers due by now (the clock), earliest first. */
   void fireDueTimers() {
@@ -104,6 +110,7 @@ class FakeFilterCallbacks : public FilterCallbacks, public RequestRecord {
   uint32_t attempt = 1;
   bool body_replayable = true;
   std::optional<CancelReason> cancel_reason;
+  bool confirms_reads = false;  // holdUntilRead takes the receipt (an HTTP/1.1 client)
 
   // What the filter did.
   int continue_calls = 0;
@@ -124,6 +131,7 @@ class FakeFilterCallbacks : public FilterCallbacks, public RequestRecord {
   std::optional<CancelReason> deadline_reason;  // of the last lowerDeadline that lowered it
   std::string run;
   std::string parent_run;
+  std::vector<std::unique_ptr<ReadReceipt>> held;  // handed over by holdUntilRead
 
  private:
   struct Pending {

@@ -213,5 +213,71 @@ TEST_F(SpendFilterTest, ARetriedResetLeaksToUpstreamReset) {
   EXPECT_EQ(route().metrics->leakedSpend("gpt-4o*", "upstream_reset").Value(), leaked);
 }
 
+// ---- delivered means read: a response handed over until its reading is known ----------
+
+TEST_F(SpendFilterTest, AWholeAnswerWaitsForItsReadingThenBooksWhatWasRead) {
+  callbacks_.confirms_reads = true;
+  RecordedRunSpend run;
+  callbacks_.run_spend = &run;
+  SpendFilter& f = attempt();
+  AttemptEnd end = ended(AttemptOutcome::fromStatus(200));
+  end.delivered_body_bytes = kBody.size();
+  f.onAttemptDone(end, AttemptVerdict::deliver());
+  ASSERT_EQ(callbacks_.held.size(), 1u) << "handed over, not booked";
+  EXPECT_TRUE(callbacks_.usages.empty());
+  EXPECT_EQ(tokens(true, Disposition::Delivered) + tokens(true, Disposition::Leaked), 0);
+  EXPECT_DOUBLE_EQ(run.total(), 1000 * 2.50 / 1e6 + 500 * 10.00 / 1e6)
+      << "its run is told what it costs at once: the reading splits it, it does not change it";
+  EXPECT_EQ(callbacks_.held[0]->reason(), std::nullopt);
+  const AttemptUsage booked = callbacks_.held[0]->settle(0);
+  EXPECT_EQ(booked.leaked_usd, 0);
+  EXPECT_EQ(tokens(true, Disposition::Delivered), 500);
+  EXPECT_EQ(tokens(false, Disposition::Delivered), 1000);
+}
+
+TEST_F(SpendFilterTest, AnAnswerLeftUnreadLeaksUnderClientAbandoned) {
+  callbacks_.confirms_reads = true;
+  SpendFilter& f = attempt();
+  AttemptEnd end = ended(AttemptOutcome::fromStatus(200));
+  end.delivered_body_bytes = kBody.size();
+  f.onAttemptDone(end, AttemptVerdict::deliver());
+  ASSERT_EQ(callbacks_.held.size(), 1u);
+  const AttemptUsage booked = callbacks_.held[0]->settle(UINT64_MAX);
+  EXPECT_DOUBLE_EQ(booked.leaked_usd, booked.spend_usd);
+  EXPECT_EQ(tokens(true, Disposition::Leaked), 500);
+  EXPECT_EQ(tokens(false, Disposition::Leaked), 1000) << "no output read: its input leaks too";
+  EXPECT_DOUBLE_EQ(route().metrics->leakedSpend("gpt-4o*", "client_abandoned").Value(),
+                   booked.leaked_usd);
+}
+
+TEST_F(SpendFilterTest, ACutResponseWaitsTooAndItsLeakKeepsTheCutsReason) {
+  callbacks_.confirms_reads = true;
+  SpendFilter& f = answering("text/event-stream");
+  const std::string delta = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+  for (int i = 0; i < 4; ++i) f.encodeData(delta.data(), delta.size(), false);
+  AttemptEnd end = ended(AttemptOutcome::cancelled());
+  end.cancel_reason = CancelReason::BudgetExhausted;
+  end.delivered_body_bytes = 4 * delta.size();
+  f.onAttemptDone(end, AttemptVerdict::fail(Problem{}));
+  ASSERT_EQ(callbacks_.held.size(), 1u);
+  EXPECT_EQ(callbacks_.held[0]->reason(), CancelReason::BudgetExhausted);
+  // The client read the first event, not the three after it.
+  callbacks_.held[0]->settle(3 * delta.size());
+  EXPECT_EQ(tokens(true, Disposition::Delivered), 1);
+  EXPECT_EQ(tokens(true, Disposition::Leaked), 3);
+  EXPECT_GT(route().metrics->leakedSpend("gpt-4o*", "budget_exhausted").Value(), 0);
+  EXPECT_EQ(route().metrics->leakedSpend("gpt-4o*", "client_abandoned").Value(), 0);
+}
+
+TEST_F(SpendFilterTest, WithoutAConnectionThatConfirmsReadsTheAnswerIsBookedAtOnce) {
+  SpendFilter& f = attempt();  // (an HTTP/2 client)
+  AttemptEnd end = ended(AttemptOutcome::fromStatus(200));
+  end.delivered_body_bytes = kBody.size();
+  f.onAttemptDone(end, AttemptVerdict::deliver());
+  EXPECT_TRUE(callbacks_.held.empty());
+  ASSERT_EQ(callbacks_.usages.size(), 1u);
+  EXPECT_EQ(tokens(true, Disposition::Delivered), 500);
+}
+
 }  // namespace
 }  // namespace sluice
