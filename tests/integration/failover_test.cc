@@ -228,8 +228,11 @@ TEST(FallbackTest, APrimaryOutageIsAnsweredByTheFallbackWithTheRewrittenModel) {
                 "sluice_fallbacks_total",
                 {{"route", "chat"}, {"from", "primary"}, {"to", "backup"}, {"cause", "http_5xx"}}),
             1);
-  // Priced as the model actually used.
-  EXPECT_GT(sluice.metric("sluice_spend_usd_total", {{"model", "gpt-4o-fallback"}}), 0);
+  // Priced as the model actually used (booked once the client's reading of
+  // the answer is known: docs/reference/metrics.md, "Delivered means read").
+  EXPECT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_spend_usd_total", {{"model", "gpt-4o-fallback"}}) > 0;
+  }));
   EXPECT_EQ(sluice.metric("sluice_spend_usd_total", {{"model", "gpt-4o-mini"}}), 0);
 }
 
@@ -247,7 +250,9 @@ TEST(FallbackTest, AStreamingRequestStaysStreamingOnTheFallback) {
   EXPECT_NE(r.body.find("\"gpt-4o-fallback\""), std::string::npos);
   const nlohmann::json served = backup.entry("stream-1");
   EXPECT_EQ(served.value("model", ""), "gpt-4o-fallback");
-  EXPECT_GT(sluice.metric("sluice_tokens_total", {{"model", "gpt-4o-fallback"}}), 0);
+  EXPECT_TRUE(waitUntil([&] {
+    return sluice.metric("sluice_tokens_total", {{"model", "gpt-4o-fallback"}}) > 0;
+  }));
 }
 
 // Two dead endpoints whose circuits are still closed and `attempts: 3`

@@ -827,6 +827,35 @@ void waitUntilSettled(SluiceUnderTest& sluice, MockLlm& mock) {
       },
       seconds(60)))
       << "the mock's ledger never settled";
+  // An HTTP/1.1 answer is booked when its client's reading is known (its
+  // close, or a look at its socket 5 and 25 ms after the answer;
+  // docs/reference/metrics.md, "Delivered means read"), a little after its
+  // exchange ended: wait until the spend counters stop moving.
+  auto spendLines = [&] {
+    std::istringstream in(sluice.metricsText());
+    std::string lines;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("sluice_tokens_total{", 0) == 0 ||
+          line.rfind("sluice_spend_usd_total{", 0) == 0) {
+        lines += line + "\n";
+      }
+    }
+    return lines;
+  };
+  std::string last = spendLines();
+  auto quiet_since = std::chrono::steady_clock::now();
+  EXPECT_TRUE(waitUntil(
+      [&] {
+        std::string now = spendLines();
+        if (now != last) {
+          last = std::move(now);
+          quiet_since = std::chrono::steady_clock::now();
+          return false;
+        }
+        return std::chrono::steady_clock::now() - quiet_since >= milliseconds(60);
+      },
+      seconds(60)))
+      << "the spend counters kept moving";
 }
 
 bool nearUsd(double actual, double expected) {

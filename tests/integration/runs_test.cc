@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -264,9 +265,16 @@ TEST(RunsTest, AStreamingTaskIsCutWhenItsRunReachesTheSpendCapAndLaterTasksGet40
   EXPECT_EQ(run["state"], "spend_exhausted");
   EXPECT_DOUBLE_EQ(run["max_usd"].get<double>(), 0.05);
   EXPECT_GE(run["spend_usd"].get<double>(), 0.05);
-  // What the run holds is what the spend metrics booked for its one task.
-  EXPECT_NEAR(run["spend_usd"].get<double>(),
-              sluice.metric("sluice_spend_usd_total", {{"route", "chat"}}), 1e-9);
+  // What the run holds is what the spend metrics booked for its one task:
+  // booked once the client's reading of the cut stream is known (it read it
+  // all: a look at its socket, soon after the cut, finds nothing unread;
+  // docs/reference/metrics.md, "Delivered means read").
+  const double run_usd = run["spend_usd"].get<double>();
+  EXPECT_TRUE(waitUntil([&] {
+    return std::fabs(run_usd - sluice.metric("sluice_spend_usd_total", {{"route", "chat"}})) < 1e-9;
+  })) << "the run holds "
+      << run_usd << ", the metrics "
+      << sluice.metric("sluice_spend_usd_total", {{"route", "chat"}});
 
   // Another run, under its cap, is untouched; a bad cap header is refused.
   const TestResponse other = httpRequest(sluice.port(), "POST", "/v1/chat/completions",

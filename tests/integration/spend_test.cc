@@ -54,6 +54,15 @@ double tokens(SluiceUnderTest& s, const char* kind, const char* disposition) {
 
 void waitForMetric(const std::function<bool()>& pred) { waitUntil(pred, std::chrono::seconds(5)); }
 
+// An HTTP/1.1 answer is booked once its client's reading is known (its
+// close, or a look at its socket soon after: docs/reference/metrics.md,
+// "Delivered means read"), not when the response's last byte goes out.
+void waitUntilBooked(SluiceUnderTest& s) {
+  EXPECT_TRUE(waitUntil([&] {
+    return tokens(s, "input", "delivered") + tokens(s, "input", "leaked") > 0;
+  })) << "never booked";
+}
+
 TEST(SpendTest, CompletedStreamIsAllDeliveredAtTheProvidersCount) {
   MockLlm mock;
   SluiceUnderTest sluice(config(mock.url()));
@@ -61,6 +70,7 @@ TEST(SpendTest, CompletedStreamIsAllDeliveredAtTheProvidersCount) {
                        {{"x-mock-tokens", "20"}, {"x-mock-request-id", "full"}}, kStream);
   ASSERT_EQ(r.status, 200);
   auto e = mock.entry("full");
+  waitUntilBooked(sluice);
   EXPECT_EQ(tokens(sluice, "output", "delivered"), 20);
   EXPECT_EQ(tokens(sluice, "input", "delivered"), e["input_tokens"].get<double>());
   EXPECT_EQ(tokens(sluice, "output", "leaked"), 0);
@@ -79,6 +89,7 @@ TEST(SpendTest, ARetriedErrorAnswerIsNotBilled) {
                         {"x-mock-status", "503"}},
                        kStream);
   ASSERT_EQ(r.status, 200);
+  waitUntilBooked(sluice);
   EXPECT_EQ(tokens(sluice, "output", "delivered"), 4);
   EXPECT_EQ(tokens(sluice, "input", "leaked"), 0) << "a 503 is not billed by providers";
 }
