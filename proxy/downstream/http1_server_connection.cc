@@ -1124,17 +1124,15 @@ void Http1ServerConnection::holdUntilRead(std::unique_ptr<HeldDelivery> hold) {
   // response went out (a client that goes on asking settles it first), then
   // less and less often.
   if (isThisHost()) {
-    {
-      const MonotonicTime now = host_.dispatcher().clock().now();
-      held_->sampling = true;
-      held_->interval = kFirstUnreadLook;
-      held_->next_sample = now + kFirstUnreadLook;
-      // A response the connection closes after (a cut, `Connection: close`)
-      // is looked at once at once: its client may reset right away. (Not a
-      // keep-alive answer: its client's next request usually comes first.)
-      if (closing_) sampleHeld(now);
-      if (held_ && held_->sampling) armReadTimer(held_->next_sample);
-    }
+    const MonotonicTime now = host_.dispatcher().clock().now();
+    held_->sampling = true;
+    held_->interval = kFirstUnreadLook;
+    held_->next_sample = now + kFirstUnreadLook;
+    // A response the connection closes after (a cut, `Connection: close`)
+    // gets its first look right away: its client may reset at any moment.
+    // (Not a keep-alive answer: its client's next request usually comes first.)
+    if (closing_) sampleHeld(now);
+    if (held_ && held_->sampling) armReadTimer(held_->next_sample);
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
+#include "tests/support/wait.h"
 
 namespace sluice::test {
 namespace {
