@@ -425,6 +425,16 @@ std::string openKey(const std::string& prefix, const std::string& scope) {
   return prefix + "c:" + scope + ":open";
 }
 
+// Takes the fleet's probe permit (KEYS[1]) for this instance (ARGV[1]) for
+// ARGV[2] ms: 1 = won. The permit is free, or already this instance's: the
+// replica whose trip or failed probe opened the fleet holds it through that
+// cooldown (RedisCircuit::publish), so a peer that has not heard the re-open
+// yet cannot probe in between.
+constexpr std::string_view kClaimProbeScript =
+    "local holder = redis.call('GET', KEYS[1]) "
+    "if holder and holder ~= ARGV[1] then return 0 end "
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1";
+
 // Deletes a probe permit (KEYS[1]) if this instance (ARGV[1]) holds it.
 constexpr std::string_view kReleaseProbeScript =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
@@ -463,13 +473,19 @@ class RedisCircuit final : public GlobalCircuit {
     }
     if (to == CircuitState::Open) {
       announceOpen(*client, channel_, open_key_, scope_, shared_.instance(), open_for);
+      // A trip or a failed probe ends any peer's permit, and this replica
+      // keeps it until the cooldown it announced ends. Deleting it instead let
+      // a peer whose claim crossed the message win it and probe a second time
+      // before it heard the re-open. This replica's own next claim wins.
+      const std::string ms = std::to_string(std::max<int64_t>(open_for.count(), 1));
+      client->command({"SET", probe_key_, shared_.instance(), "PX", ms}, nullptr, "circuit");
     } else {
       client->command({"PUBLISH", channel_, scope_ + " " + shared_.instance() + " closed 0"},
                       nullptr, "circuit");
       client->command({"DEL", open_key_}, nullptr, "circuit");
+      // Recovered: the permit is over, the next half-open asks again.
+      client->command({"DEL", probe_key_}, nullptr, "circuit");
     }
-    // A probe's verdict (or a trip) ends any permit: the next half-open asks again.
-    client->command({"DEL", probe_key_}, nullptr, "circuit");
   }
 
   std::optional<bool> claimProbe(std::function<void(bool won)> done) override {
@@ -477,12 +493,12 @@ class RedisCircuit final : public GlobalCircuit {
     if (client == nullptr) return true;
     // Held until the probe's verdict is published, or for 10 s if its holder vanished.
     const bool sent = client->command(
-        {"SET", probe_key_, shared_.instance(), "NX", "PX", "10000"},
+        {"EVAL", kClaimProbeScript, "1", probe_key_, shared_.instance(), "10000"},
         [done = std::move(done)](const redisReply* reply) {
           if (reply == nullptr || reply->type == REDIS_REPLY_ERROR) {
             done(true);  // no answer: decide locally
           } else {
-            done(reply->type == REDIS_REPLY_STATUS);  // OK = won; nil = a peer holds it
+            done(reply->type == REDIS_REPLY_INTEGER && reply->integer == 1);  // 0: a peer holds it
           }
         },
         "circuit");

@@ -538,6 +538,51 @@ TEST(SharedStateTest, TheReplicaThatWinsTheProbePermitSendsTheProbe) {
   EXPECT_EQ(httpRequest(fleet[0]->port(), "POST", "/v1/chat/completions", {}, kChat).status, 200);
 }
 
+TEST(SharedStateTest, APeerThatHasNotHeardAFailedProbeCannotProbeAgainInItsCooldown) {
+  // The race behind "the fleet probes once": A's probe fails and A re-opens
+  // the fleet; B, half-open, asks for the permit before A's message reaches
+  // it. B's subscription is cut here so the message never does: B asks
+  // strictly after A's verdict, and must still lose the permit.
+  MockLlm mock;
+  RedisProcess redis;
+  ASSERT_EQ(redis.cli("ACL SETUSER bee on '>bee-password' '~*' '&*' '+@all'"), "OK");
+  Options o{redis.url()};
+  o.breaker = "{consecutive_failures: 3, cooldown: 1s, max_cooldown: 8s}";
+  Options bee = o;
+  bee.redis_url = "redis://bee:bee-password@127.0.0.1:" + std::to_string(redis.port()) + "/0";
+  const Replicas a = startReplicas(1, replicaConfig(mock.url(), o));
+  const Replicas b = startReplicas(1, replicaConfig(mock.url(), bee));
+  ASSERT_TRUE(waitUntil([&] { return allUp(a) && allUp(b); })) << b[0]->stderrText();
+  tripCircuit(*a[0]);
+  ASSERT_TRUE(waitUntil([&] { return circuitOf(*b[0]) == 1; }));
+  ASSERT_EQ(redis.cli("ACL SETUSER bee resetchannels"), "OK");  // B hears nothing more
+
+  // A's cooldown ends first (B applied the trip after A): A probes, fails, re-opens.
+  mock.clearLedger();
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (mock.ledger().empty() && std::chrono::steady_clock::now() < give_up) {
+    httpRequest(a[0]->port(), "POST", "/v1/chat/completions", {{"x-mock-status", "503"}}, kChat);
+  }
+  ASSERT_EQ(mock.ledger().size(), 1u) << "A never probed";
+  ASSERT_TRUE(waitUntil([&] { return circuitOf(*a[0]) == 1; })) << "A's probe did not re-open it";
+
+  // B's own cooldown ends: its first half-open request asks the fleet. A holds
+  // the permit through the cooldown it announced, so B answers circuit_open.
+  const auto half_open = [&] {
+    return b[0]->metric("sluice_circuit_transitions_total",
+                        {{"upstream", "mock"}, {"to", "half_open"}}) >= 1;
+  };
+  TestResponse last;
+  while (!half_open() && std::chrono::steady_clock::now() < give_up) {
+    last = httpRequest(b[0]->port(), "POST", "/v1/chat/completions", {{"x-mock-status", "503"}},
+                       kChat);
+  }
+  ASSERT_TRUE(half_open()) << b[0]->stderrText();
+  EXPECT_EQ(last.status, 503);
+  EXPECT_NE(last.body.find("circuit_open"), std::string::npos) << last.body;
+  EXPECT_EQ(mock.ledger().size(), 1u) << "probes for the fleet: " << mock.ledger().dump();
+}
+
 TEST(SharedStateTest, ADeadSubscriptionIsReplacedAndThePeersTripApplied) {
   MockLlm mock;
   RedisProcess redis;
