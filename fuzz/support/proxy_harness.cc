@@ -61,7 +61,7 @@ void ProxyHarness::runClient(std::string_view input, size_t slice) {
   client_received_.clear();
   upstream_bytes_ = 0;
   std::string error;
-  runtime_ = Runtime::build(config_, metrics_, clock_, &error);
+  runtime_ = ConfigSnapshot::build(config_, metrics_, clock_, &error);
   if (!runtime_) die(error);
 
   bufferevent* pair[2] = {nullptr, nullptr};
@@ -211,7 +211,7 @@ void ProxyHarness::replaceConnection(DownstreamConnection& from, DownstreamConne
   registry_.replaceConnection(from, std::move(to));
 }
 
-UpstreamPool& ProxyHarness::pool(const Runtime& runtime, size_t index) {
+UpstreamPool& ProxyHarness::pool(const ConfigSnapshot& runtime, size_t index) {
   if (pools_.empty()) {
     for (size_t i = 0; i < runtime.poolCount(); ++i) {
       const auto [up, endpoint] = runtime.poolEndpoint(i);

@@ -10,7 +10,7 @@
 //   loopback upstream  ◄──── TCP 127.0.0.1, the real Http1ClientConnection ◄──┘
 //   (answers every request with the same bytes, then half-closes)
 //
-// Each runClient() builds a fresh Runtime from the same parsed config (so
+// Each runClient() builds a fresh ConfigSnapshot from the same parsed config (so
 // circuit breakers and quotas start clean: one input never changes how the
 // next one runs), feeds the input, runs the loop until nothing moves, then
 // disconnects the client, cancels what is left and deletes everything, so a
@@ -33,8 +33,8 @@
 #include "proxy/downstream/downstream_connection.h"
 #include "proxy/event/dispatcher.h"
 #include "proxy/event/event_util.h"
+#include "proxy/exchange/config_snapshot.h"
 #include "proxy/exchange/exchange.h"
-#include "proxy/exchange/runtime.h"
 #include "proxy/http/request_id.h"
 #include "proxy/server/host_registry.h"
 #include "proxy/upstream/upstream_pool.h"
@@ -76,7 +76,7 @@ class ProxyHarness final : public DownstreamConnectionHost, public ExchangeHost 
   void countRejection(Rejection reason) override;
   void connectionClosed(DownstreamConnection& conn) override;
   void replaceConnection(DownstreamConnection& from, DownstreamConnectionPtr to) override;
-  UpstreamPool& pool(const Runtime& runtime, size_t index) override;
+  UpstreamPool& pool(const ConfigSnapshot& runtime, size_t index) override;
   void retire(Exchange& exchange) override;
   bool alive(uint64_t id) const override { return registry_.alive(id); }
   IdGenerator& ids() override { return ids_; }
@@ -96,7 +96,7 @@ class ProxyHarness final : public DownstreamConnectionHost, public ExchangeHost 
   Dispatcher dispatcher_;
   Metrics metrics_;
   config::ConfigPtr config_;
-  RuntimePtr runtime_;
+  ConfigSnapshotPtr runtime_;
   ListenerPtr upstream_listener_;
   std::string upstream_response_;
 

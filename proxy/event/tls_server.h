@@ -1,7 +1,7 @@
 #pragma once
 
 // Downstream TLS termination: the server SSL_CTX of one `listen` entry with
-// `tls: {cert, key}`. Built once per Runtime (so a SIGHUP reload loads the
+// `tls: {cert, key}`. Built once per ConfigSnapshot (so a SIGHUP reload loads the
 // certificate files again and new connections get the new certificate, while
 // live connections keep the SSL objects — and the context — they started
 // with). Modern defaults: TLS 1.2+ (`tls.min_version`), on TLS 1.2 only

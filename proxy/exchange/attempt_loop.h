@@ -23,11 +23,11 @@
 #include "filters/filter.h"
 #include "proxy/downstream/downstream_stream.h"
 #include "proxy/exchange/attempt_router.h"
+#include "proxy/exchange/config_snapshot.h"
 #include "proxy/exchange/exchange_record.h"
 #include "proxy/exchange/exchange_timers.h"
 #include "proxy/exchange/filter_chain.h"
 #include "proxy/exchange/response_relay.h"
-#include "proxy/exchange/runtime.h"
 #include "proxy/http/request_body.h"
 #include "proxy/upstream/upstream_stream.h"
 
@@ -97,7 +97,7 @@ class AttemptLoop {
     const RequestHead& head;  // the client's
     const ClientInfo& client;
     RequestBody& body;  // the client's, held whole
-    const Runtime& runtime;
+    const ConfigSnapshot& runtime;
     /** An MCP session's endpoint: its attempts go there (null: placed as usual). */
     const EndpointRuntime* session_endpoint = nullptr;
   };

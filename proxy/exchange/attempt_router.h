@@ -21,7 +21,7 @@
 #include "common/attempt.h"
 #include "common/cancel_reason.h"
 #include "common/random.h"
-#include "proxy/exchange/runtime.h"
+#include "proxy/exchange/config_snapshot.h"
 #include "proxy/http/header_rewrite.h"
 
 namespace sluice {

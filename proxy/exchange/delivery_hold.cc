@@ -6,7 +6,7 @@
 
 namespace sluice {
 
-DeliveryHold::DeliveryHold(RuntimePtr runtime, std::unique_ptr<ReadReceipt> receipt,
+DeliveryHold::DeliveryHold(ConfigSnapshotPtr runtime, std::unique_ptr<ReadReceipt> receipt,
                            const AccessRecord* record, AccessLogBuffer* log)
     : runtime_(std::move(runtime)), receipt_(std::move(receipt)), log_(log) {
   if (record == nullptr || log_ == nullptr) return;

@@ -17,7 +17,7 @@
 
 #include "filters/filter.h"
 #include "proxy/downstream/downstream_stream.h"
-#include "proxy/exchange/runtime.h"
+#include "proxy/exchange/config_snapshot.h"
 #include "proxy/observability/access_log.h"
 
 namespace sluice {
@@ -28,8 +28,8 @@ class DeliveryHold final : public HeldDelivery {
    * `record` (may be null: access log off) is copied; `log` receives it
    * when settled. `runtime` is pinned: the receipt books into its metrics.
    */
-  DeliveryHold(RuntimePtr runtime, std::unique_ptr<ReadReceipt> receipt, const AccessRecord* record,
-               AccessLogBuffer* log);
+  DeliveryHold(ConfigSnapshotPtr runtime, std::unique_ptr<ReadReceipt> receipt,
+               const AccessRecord* record, AccessLogBuffer* log);
   /** Settles as read if nothing settled it (a connection torn down quietly). */
   ~DeliveryHold() override;
   DeliveryHold(const DeliveryHold&) = delete;
@@ -39,7 +39,7 @@ class DeliveryHold final : public HeldDelivery {
               std::optional<CancelReason> unread_reason = std::nullopt) override;
 
  private:
-  RuntimePtr runtime_;
+  ConfigSnapshotPtr runtime_;
   std::unique_ptr<ReadReceipt> receipt_;
   AccessLogBuffer* log_ = nullptr;
   // The access log record, owning what its views pointed at.

@@ -26,8 +26,8 @@ constexpr int kClientClosedRequest = 499;  // nginx's code for "the client went 
 
 }  // namespace
 
-Exchange::Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const RouteRuntime* route,
-                   DownstreamStream* downstream, MonotonicTime start)
+Exchange::Exchange(ExchangeHost& host, uint64_t id, ConfigSnapshotPtr runtime,
+                   const RouteRuntime* route, DownstreamStream* downstream, MonotonicTime start)
     : host_(host),
       id_(id),
       runtime_(std::move(runtime)),

@@ -47,13 +47,13 @@
 #include "proxy/event/event_util.h"
 #include "proxy/exchange/attempt_loop.h"
 #include "proxy/exchange/attempt_router.h"
+#include "proxy/exchange/config_snapshot.h"
 #include "proxy/exchange/exchange_record.h"
 #include "proxy/exchange/exchange_state.h"
 #include "proxy/exchange/exchange_timers.h"
 #include "proxy/exchange/filter_chain.h"
 #include "proxy/exchange/request_intake.h"
 #include "proxy/exchange/response_relay.h"
-#include "proxy/exchange/runtime.h"
 #include "proxy/exchange/tool_cancel_notifier.h"
 #include "proxy/http/request_body.h"
 #include "proxy/http/request_id.h"
@@ -72,7 +72,7 @@ class ExchangeHost {
   virtual Dispatcher& dispatcher() = 0;
   /** This worker's pool number `index` of `runtime` (an endpoint's: EndpointRuntime::pool_index).
    */
-  virtual UpstreamStreamSource& pool(const Runtime& runtime, size_t index) = 0;
+  virtual UpstreamStreamSource& pool(const ConfigSnapshot& runtime, size_t index) = 0;
   /** The Exchange has finished: the host deletes it (deferred). */
   virtual void retire(Exchange& exchange) = 0;
   /** True while exchange `id` exists on this host and has not finished. */
@@ -117,7 +117,7 @@ class Exchange final : public DeferredDeletable,
    * `route` is null when no route matched (the Exchange answers 404).
    * `start` is when the request headers arrived: the budget's origin.
    */
-  Exchange(ExchangeHost& host, uint64_t id, RuntimePtr runtime, const RouteRuntime* route,
+  Exchange(ExchangeHost& host, uint64_t id, ConfigSnapshotPtr runtime, const RouteRuntime* route,
            DownstreamStream* downstream, MonotonicTime start);
   ~Exchange() override;
 
@@ -282,7 +282,7 @@ class Exchange final : public DeferredDeletable,
 
   ExchangeHost& host_;
   const uint64_t id_;
-  RuntimePtr runtime_;  // pinned: a reload never changes an in-flight request
+  ConfigSnapshotPtr runtime_;  // pinned: a reload never changes an in-flight request
   const RouteRuntime* route_;
   DownstreamStream* downstream_;
   const MonotonicTime start_;

@@ -82,7 +82,7 @@ class ToolCancelNotifier::Notification final : public DeferredDeletable, public 
   }
 
   const RouteRuntime* route() const { return route_; }
-  const Runtime& runtime() const { return *runtime_; }
+  const ConfigSnapshot& runtime() const { return *runtime_; }
   bool completed() const { return completed_; }
 
  private:
@@ -101,7 +101,7 @@ class ToolCancelNotifier::Notification final : public DeferredDeletable, public 
   void onUpstreamError(UpstreamError, const std::string&) override { owner_.done(this, "failed"); }
 
   ToolCancelNotifier& owner_;
-  RuntimePtr runtime_;
+  ConfigSnapshotPtr runtime_;
   const RouteRuntime* route_;
   RequestHead head_;
   RequestBody body_;

@@ -26,14 +26,14 @@
 
 #include "common/http_message.h"
 #include "proxy/event/dispatcher.h"
-#include "proxy/exchange/runtime.h"
+#include "proxy/exchange/config_snapshot.h"
 #include "proxy/upstream/upstream_stream.h"
 
 namespace sluice {
 
 /** One notifications/cancelled to send. */
 struct ToolCancel {
-  RuntimePtr runtime;  // pinned: the upstream's config and pool stay while it is under way
+  ConfigSnapshotPtr runtime;  // pinned: the upstream's config and pool stay while it is under way
   const RouteRuntime* route = nullptr;
   const UpstreamRuntime* upstream = nullptr;
   const EndpointRuntime* endpoint = nullptr;
@@ -72,7 +72,7 @@ class ToolCancelNotifier {
   static constexpr std::chrono::seconds kGrace{2};  // on top of the upstream's connect_timeout
 
   /** `pool` finds this worker's pool `index` of a runtime (ExchangeHost::pool). */
-  using PoolFor = std::function<UpstreamStreamSource&(const Runtime&, size_t)>;
+  using PoolFor = std::function<UpstreamStreamSource&(const ConfigSnapshot&, size_t)>;
 
   ToolCancelNotifier(Dispatcher& dispatcher, PoolFor pool, size_t max_in_flight = kMaxInFlight)
       : dispatcher_(dispatcher), pool_(std::move(pool)), max_in_flight_(max_in_flight) {}

@@ -31,7 +31,7 @@ namespace sluice {
 
 /**
  * Request body bytes held by the whole process, against a cap. Thread-safe
- * and lock-free; one per process (Runtime shares it across reloads).
+ * and lock-free; one per process (ConfigSnapshot shares it across reloads).
  */
 class BodyMemory {
  public:

@@ -14,9 +14,9 @@
 
 #include "proxy/downstream/downstream_connection.h"
 #include "proxy/event/dispatcher.h"
+#include "proxy/exchange/config_snapshot.h"
 #include "proxy/exchange/exchange.h"
 #include "proxy/exchange/in_flight_gauge.h"
-#include "proxy/exchange/runtime.h"
 
 namespace sluice {
 
@@ -32,7 +32,7 @@ class HostRegistry {
       : dispatcher_(dispatcher), next_exchange_id_(first_id), open_connections_(open_connections) {}
 
   /** A new Exchange for `head`, on the route `runtime` matches, owned here. */
-  Exchange& newExchange(ExchangeHost& host, const RuntimePtr& runtime, RequestHead& head,
+  Exchange& newExchange(ExchangeHost& host, const ConfigSnapshotPtr& runtime, RequestHead& head,
                         DownstreamStream& downstream, MonotonicTime start) {
     const RouteRuntime* route = runtime->match(head.method, head.pathOnly());
     const uint64_t id = next_exchange_id_++;

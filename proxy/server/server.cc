@@ -80,7 +80,7 @@ std::string restartOnlyChange(const config::Config& running, const config::Confi
   return "";
 }
 
-void logWarnings(const Runtime& runtime) {
+void logWarnings(const ConfigSnapshot& runtime) {
   for (const auto& warning : runtime.warnings()) {
     logWarn("sluice: warning: " + warning, {{"event", "config_warning"}});
   }
@@ -97,7 +97,7 @@ bool Server::check(const config::ConfigPtr& config, std::string* error) {
     }
   }
   Metrics metrics;
-  if (!Runtime::build(config, metrics, RealClock::instance(), error, nullptr, nullptr)) {
+  if (!ConfigSnapshot::build(config, metrics, RealClock::instance(), error, nullptr, nullptr)) {
     return false;
   }
   return AccessLog::check(config->access_log, error);
@@ -119,7 +119,8 @@ Server::Server(config::ConfigPtr config, const Clock& clock)
     }
   }
   if (!init_error_.empty()) return;
-  runtime_ = Runtime::build(std::move(config), metrics_, clock_, &error, nullptr, shared_.get());
+  runtime_ =
+      ConfigSnapshot::build(std::move(config), metrics_, clock_, &error, nullptr, shared_.get());
   if (!runtime_) init_error_ = error;
 }
 
@@ -143,7 +144,7 @@ bool Server::start(std::string* error) {
   if (!access_log_.configure(cfg.access_log, error)) return false;
   const size_t nworkers = resolveWorkerCount(cfg.workers);  // auto: CPUs, cgroup quota included
 
-  // TLS listeners need no special socket: the Runtime holds their contexts
+  // TLS listeners need no special socket: the ConfigSnapshot holds their contexts
   // and each Worker picks the current one at accept time.
   std::vector<std::vector<ListenSocket>> sockets(nworkers);
   for (size_t l = 0; l < cfg.listeners.size(); ++l) {
@@ -192,7 +193,7 @@ std::chrono::steady_clock::time_point Server::shutdownDeadline() const {
   if (ticks != 0) {
     return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ticks));
   }
-  const RuntimePtr rt = runtime();
+  const ConfigSnapshotPtr rt = runtime();
   return std::chrono::steady_clock::now() +
          (rt ? rt->config().drain_timeout : std::chrono::milliseconds(0));
 }
@@ -234,7 +235,7 @@ bool Server::reload(config::ConfigPtr config, std::string* error) {
   // Sockets are bound and threads started once: a reload may change
   // certificates but not `listen`, `admin` or `workers` (the whole reload is
   // refused, so /config never shows a value that is not in force).
-  if (const RuntimePtr current = runtime()) {
+  if (const ConfigSnapshotPtr current = runtime()) {
     const std::string change = restartOnlyChange(current->config(), *config);
     if (!change.empty()) {
       *error = change;
@@ -245,13 +246,13 @@ bool Server::reload(config::ConfigPtr config, std::string* error) {
   // The access log's new target first: a file that cannot be opened rejects
   // the reload before anything changed; a reload rejected after it was
   // switched switches it back.
-  const RuntimePtr current = runtime();
+  const ConfigSnapshotPtr current = runtime();
   if (!access_log_.configure(config->access_log, error)) {
     metrics_.countReload(false);
     return false;
   }
-  RuntimePtr next =
-      Runtime::build(std::move(config), metrics_, clock_, error, current.get(), shared_.get());
+  ConfigSnapshotPtr next = ConfigSnapshot::build(std::move(config), metrics_, clock_, error,
+                                                 current.get(), shared_.get());
   if (!next) {
     std::string ignored;
     if (current) access_log_.configure(current->config().access_log, &ignored);
@@ -291,7 +292,7 @@ bool Server::reloadFile(const std::string& path, std::string* error) {
   return reload(loaded.config, error);
 }
 
-RuntimePtr Server::runtime() const {
+ConfigSnapshotPtr Server::runtime() const {
   std::lock_guard<std::mutex> lock(mu_);
   return runtime_;
 }

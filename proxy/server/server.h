@@ -1,6 +1,6 @@
 #pragma once
 
-// The sluice process in one object: config → Runtime, the listening sockets
+// The sluice process in one object: config → ConfigSnapshot, the listening sockets
 // (one SO_REUSEPORT socket per worker per listener), the workers, the admin
 // server and the metrics registry. main() builds one; integration tests build
 // one in-process on port 0 and read the bound ports back.
@@ -15,9 +15,9 @@
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "config/config.h"
+#include "proxy/exchange/config_snapshot.h"
 #include "proxy/exchange/exchange.h"
 #include "proxy/exchange/in_flight_gauge.h"
-#include "proxy/exchange/runtime.h"
 #include "proxy/observability/access_log.h"
 #include "proxy/server/admin_server.h"
 #include "proxy/server/worker.h"
@@ -96,7 +96,7 @@ class Server {
   bool ready() const;
 
   Metrics& metrics() { return metrics_; }
-  RuntimePtr runtime() const;
+  ConfigSnapshotPtr runtime() const;
   /** In-flight exchanges across all workers. */
   std::vector<ExchangeSnapshot> exchanges();
   size_t activeExchanges() const;
@@ -108,7 +108,7 @@ class Server {
   std::unique_ptr<SharedState> shared_;
   AccessLog access_log_;
   mutable std::mutex mu_;
-  RuntimePtr runtime_;
+  ConfigSnapshotPtr runtime_;
   std::string init_error_;
   InFlightGauge in_flight_;         // before workers_: they update it until they stop
   InFlightGauge open_connections_;  // downstream connections, likewise

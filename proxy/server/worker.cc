@@ -40,7 +40,7 @@ Http2Limits http2LimitsFrom(const config::LimitsConfig& l) {
 
 }  // namespace
 
-Worker::Worker(size_t index, const Clock& clock, RuntimePtr runtime,
+Worker::Worker(size_t index, const Clock& clock, ConfigSnapshotPtr runtime,
                std::vector<ListenSocket> listen_sockets, AccessLog& access_log,
                InFlightGauge& in_flight, InFlightGauge& open_connections)
     : dispatcher_(clock),
@@ -51,7 +51,7 @@ Worker::Worker(size_t index, const Clock& clock, RuntimePtr runtime,
       registry_(dispatcher_, (static_cast<uint64_t>(index) << 48) + 1, &open_connections),
       access_log_(access_log, dispatcher_.base()),
       tool_cancels_(dispatcher_,
-                    [this](const Runtime& runtime, size_t index) -> UpstreamStreamSource& {
+                    [this](const ConfigSnapshot& runtime, size_t index) -> UpstreamStreamSource& {
                       return pool(runtime, index);
                     }) {
   for (const ListenSocket& ls : listen_sockets_) {
@@ -86,7 +86,7 @@ void Worker::stop() {
   pools_.clear();
 }
 
-std::shared_future<void> Worker::setRuntime(RuntimePtr runtime) {
+std::shared_future<void> Worker::setRuntime(ConfigSnapshotPtr runtime) {
   auto applied = std::make_shared<std::promise<void>>();
   std::shared_future<void> done = applied->get_future().share();
   dispatcher_.post([this, applied, runtime = std::move(runtime)]() mutable {
@@ -94,16 +94,16 @@ std::shared_future<void> Worker::setRuntime(RuntimePtr runtime) {
     applied->set_value();
     // The replaced config's pools drain: exchanges pinned to it finish on
     // them, new ones use the new pools. Iterate over a copy of the keys.
-    std::vector<const Runtime*> stale;
+    std::vector<const ConfigSnapshot*> stale;
     for (const auto& [key, entry] : pools_) {
       if (key != runtime_.get() && !entry.retired) stale.push_back(key);
     }
-    for (const Runtime* key : stale) retirePools(key);
+    for (const ConfigSnapshot* key : stale) retirePools(key);
   });
   return done;
 }
 
-void Worker::retirePools(const Runtime* key) {
+void Worker::retirePools(const ConfigSnapshot* key) {
   auto it = pools_.find(key);
   if (it == pools_.end() || it->second.retired) return;
   it->second.retired = true;
@@ -156,7 +156,7 @@ std::vector<ExchangeSnapshot> Worker::snapshotExchanges() {
   return future.get();
 }
 
-UpstreamPool& Worker::pool(const Runtime& runtime, size_t index) {
+UpstreamPool& Worker::pool(const ConfigSnapshot& runtime, size_t index) {
   auto it = pools_.find(&runtime);
   if (it == pools_.end()) {
     RuntimePools entry;

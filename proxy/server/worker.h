@@ -15,9 +15,9 @@
 
 #include "proxy/downstream/downstream_connection.h"
 #include "proxy/event/dispatcher.h"
+#include "proxy/exchange/config_snapshot.h"
 #include "proxy/exchange/exchange.h"
 #include "proxy/exchange/in_flight_gauge.h"
-#include "proxy/exchange/runtime.h"
 #include "proxy/exchange/tool_cancel_notifier.h"
 #include "proxy/http/request_id.h"
 #include "proxy/observability/access_log.h"
@@ -29,7 +29,7 @@ namespace sluice {
 /** One bound, listening, non-blocking socket and the `listen` entry it serves. */
 struct ListenSocket {
   evutil_socket_t fd = -1;
-  size_t listener_index = 0;  // index into config `listen` (and Runtime::listenerTls())
+  size_t listener_index = 0;  // index into config `listen` (and ConfigSnapshot::listenerTls())
 };
 
 class Worker final : public ExchangeHost, public DownstreamConnectionHost {
@@ -42,7 +42,7 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
    * `in_flight` and `open_connections`: the process's exchange and
    * downstream connection counts, which this worker keeps current.
    */
-  Worker(size_t index, const Clock& clock, RuntimePtr runtime,
+  Worker(size_t index, const Clock& clock, ConfigSnapshotPtr runtime,
          std::vector<ListenSocket> listen_sockets, AccessLog& access_log, InFlightGauge& in_flight,
          InFlightGauge& open_connections);
   ~Worker() override;
@@ -57,7 +57,7 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
    * The future is ready once this worker's loop took it: a request accepted
    * after that sees the new config.
    */
-  std::shared_future<void> setRuntime(RuntimePtr runtime);
+  std::shared_future<void> setRuntime(ConfigSnapshotPtr runtime);
   /** Stops accepting new connections; idle keep-alive connections are closed (thread-safe). */
   void stopAccepting();
   /** Cancels every in-flight Exchange with `reason` (thread-safe). */
@@ -67,7 +67,7 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
 
   // ExchangeHost
   Dispatcher& dispatcher() override { return dispatcher_; }
-  UpstreamPool& pool(const Runtime& runtime, size_t index) override;
+  UpstreamPool& pool(const ConfigSnapshot& runtime, size_t index) override;
   void retire(Exchange& exchange) override;
   bool alive(uint64_t id) const override { return registry_.alive(id); }
   IdGenerator& ids() override { return ids_; }
@@ -99,7 +99,7 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
   Dispatcher dispatcher_;
   InFlightGauge& in_flight_;
   std::thread thread_;
-  RuntimePtr runtime_;  // touched only on the worker thread after start()
+  ConfigSnapshotPtr runtime_;  // touched only on the worker thread after start()
   std::vector<ListenSocket> listen_sockets_;
   std::vector<ListenerPtr> listeners_;  // same order as listen_sockets_
   PeerUnreadProbe peer_unread_;         // outlives the connections that use it
@@ -109,17 +109,17 @@ class Worker final : public ExchangeHost, public DownstreamConnectionHost {
    * close what they hold as it goes idle, and collectDrainedPools() deletes
    * them (and lets go of their runtime) once they hold nothing.
    */
-  void retirePools(const Runtime* key);
+  void retirePools(const ConfigSnapshot* key);
   /** Deletes the retired runtimes' pools that hold nothing any more (posted, never on a pool's
    * stack). */
   void collectDrainedPools();
 
   struct RuntimePools {
-    RuntimePtr runtime;  // keeps the configs the pools reference alive
+    ConfigSnapshotPtr runtime;  // keeps the configs the pools reference alive
     std::vector<std::unique_ptr<UpstreamPool>> pools;
     bool retired = false;
   };
-  std::map<const Runtime*, RuntimePools> pools_;
+  std::map<const ConfigSnapshot*, RuntimePools> pools_;
   bool collect_posted_ = false;
   IdGenerator ids_;
   AccessLogBuffer access_log_;

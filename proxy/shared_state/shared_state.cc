@@ -295,7 +295,7 @@ class RedisQuota final : public GlobalQuota {
     appendRespBulk(resp, key_prefix_, key);
     resp.append(reserve_arg_);
     appendRespBulk(resp, need.view());
-    // The reply may come after this quota's Runtime was replaced by a
+    // The reply may come after this quota's ConfigSnapshot was replaced by a
     // reload: nothing of `this` is used, the gate is shared.
     ReserveCall* call = t_reserve_calls.take();
     call->gate = gate_;

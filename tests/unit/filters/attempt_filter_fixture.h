@@ -1,6 +1,6 @@
 #pragma once
 
-// The fixture the per-attempt filter tests share: a real Runtime built from
+// The fixture the per-attempt filter tests share: a real ConfigSnapshot built from
 // one YAML (an upstream with a circuit breaker and a rate limit, a route with
 // retries, a price), fake callbacks (fake_filter_callbacks.h) and a
 // ManualClock. Each filter is driven the way the Exchange drives it
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "config/loader.h"
-#include "proxy/exchange/runtime.h"
+#include "proxy/exchange/config_snapshot.h"
 #include "tests/unit/filters/fake_filter_callbacks.h"
 
 namespace sluice::test {
@@ -42,7 +42,7 @@ class AttemptFiltersTest : public ::testing::Test {
     auto r = config::loadConfigString(kConfig, "attempt_filter_fixture.yaml");
     ASSERT_TRUE(r.ok()) << (r.error ? r.error->toString() : "no error");
     std::string error;
-    runtime_ = Runtime::build(r.config, metrics_, clock_, &error);
+    runtime_ = ConfigSnapshot::build(r.config, metrics_, clock_, &error);
     ASSERT_NE(runtime_, nullptr) << error;
     callbacks_.request_head.method = "POST";
     callbacks_.request_head.path = "/v1/chat/completions";
@@ -71,7 +71,7 @@ class AttemptFiltersTest : public ::testing::Test {
 
   ManualClock clock_;
   Metrics metrics_;
-  RuntimePtr runtime_;
+  ConfigSnapshotPtr runtime_;
   FakeFilterCallbacks callbacks_{clock_};
   std::vector<StreamFilterPtr> filters_;
 };

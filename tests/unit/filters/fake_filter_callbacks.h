@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "filters/filter.h"
-#include "proxy/exchange/runtime.h"
+#include "proxy/exchange/config_snapshot.h"
 
 namespace sluice::test {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "config/loader.h"
-#include "proxy/exchange/runtime.h"
+#include "proxy/exchange/config_snapshot.h"
 #include "tests/unit/filters/fake_filter_callbacks.h"
 
 namespace sluice {

@@ -1,5 +1,5 @@
 // Tests for the AttemptLoop (proxy/exchange/attempt_loop.h), without an
-// Exchange or sockets: a real Runtime built from YAML, the part's siblings
+// Exchange or sockets: a real ConfigSnapshot built from YAML, the part's siblings
 // (ExchangeTimers on simulated time, ResponseRelay, AttemptRouter, an empty
 // filter chain: the verdicts are the proposal and the router's spill-over),
 // a recording owner and a fake pool of streams.
@@ -112,7 +112,7 @@ class AttemptLoopTest : public ::testing::Test {
     auto r = config::loadConfigString(kConfig, "attempt_loop_test.yaml");
     ASSERT_TRUE(r.ok()) << (r.error ? r.error->toString() : "no error");
     std::string error;
-    runtime_ = Runtime::build(r.config, metrics_, clock_, &error);
+    runtime_ = ConfigSnapshot::build(r.config, metrics_, clock_, &error);
     ASSERT_NE(runtime_, nullptr) << error;
     route_ = runtime_->match("POST", "/v1/chat/completions");
     ASSERT_NE(route_, nullptr);
@@ -143,7 +143,7 @@ class AttemptLoopTest : public ::testing::Test {
 
   ManualClock clock_;
   Metrics metrics_;
-  RuntimePtr runtime_;
+  ConfigSnapshotPtr runtime_;
   const RouteRuntime* route_ = nullptr;
   test::SimulatedScheduler time_{clock_};
   Dispatcher dispatcher_{clock_, &time_};

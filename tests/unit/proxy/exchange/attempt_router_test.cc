@@ -1,6 +1,6 @@
 // Tests for the AttemptRouter (proxy/exchange/attempt_router.h): where a
 // request's attempts go, as a table of (target, failed endpoints, gates,
-// may_replay) -> (upstream, endpoint, spill-overs). A real Runtime built from
+// may_replay) -> (upstream, endpoint, spill-overs). A real ConfigSnapshot built from
 // YAML; circuits opened the way a peer replica opens them (applyPeer).
 
 #include "proxy/exchange/attempt_router.h"
@@ -47,7 +47,7 @@ class AttemptRouterTest : public ::testing::Test {
     auto r = config::loadConfigString(kConfig, "attempt_router_test.yaml");
     ASSERT_TRUE(r.ok()) << (r.error ? r.error->toString() : "no error");
     std::string error;
-    runtime_ = Runtime::build(r.config, metrics_, clock_, &error);
+    runtime_ = ConfigSnapshot::build(r.config, metrics_, clock_, &error);
     ASSERT_NE(runtime_, nullptr) << error;
     route_ = runtime_->match("POST", "/v1/chat/completions");
     ASSERT_NE(route_, nullptr);
@@ -72,7 +72,7 @@ class AttemptRouterTest : public ::testing::Test {
 
   ManualClock clock_;
   Metrics metrics_;
-  std::shared_ptr<const Runtime> runtime_;
+  std::shared_ptr<const ConfigSnapshot> runtime_;
   const RouteRuntime* route_ = nullptr;
   std::mt19937_64 engine_{42};
 };
@@ -287,7 +287,7 @@ class AttemptRouterQuotaTest : public ::testing::Test {
     auto r = config::loadConfigString(kQuotaConfig, "attempt_router_quota_test.yaml");
     ASSERT_TRUE(r.ok()) << (r.error ? r.error->toString() : "no error");
     std::string error;
-    runtime_ = Runtime::build(r.config, metrics_, clock_, &error);
+    runtime_ = ConfigSnapshot::build(r.config, metrics_, clock_, &error);
     ASSERT_NE(runtime_, nullptr) << error;
     client_.method = "POST";
     client_.path = "/v1/chat/completions";
@@ -314,7 +314,7 @@ class AttemptRouterQuotaTest : public ::testing::Test {
 
   ManualClock clock_;
   Metrics metrics_;
-  std::shared_ptr<const Runtime> runtime_;
+  std::shared_ptr<const ConfigSnapshot> runtime_;
   RequestHead client_;
   std::mt19937_64 engine_{42};
 };

@@ -46,7 +46,7 @@
 #include "common/metrics.h"
 #include "config/loader.h"
 #include "proxy/event/dispatcher.h"
-#include "proxy/exchange/runtime.h"
+#include "proxy/exchange/config_snapshot.h"
 #include "proxy/http/request_id.h"
 #include "tests/support/simulated_time.h"
 
@@ -160,7 +160,7 @@ class FakeHost final : public ExchangeHost {
  public:
   explicit FakeHost(ManualClock& clock) : time(clock), dispatcher_(clock, &time) {}
   Dispatcher& dispatcher() override { return dispatcher_; }
-  UpstreamStreamSource& pool(const Runtime&, size_t) override { return upstreams; }
+  UpstreamStreamSource& pool(const ConfigSnapshot&, size_t) override { return upstreams; }
   void retire(Exchange& exchange) override { retired.insert(exchange.id()); }
   bool alive(uint64_t id) const override { return retired.count(id) == 0; }
   IdGenerator& ids() override { return ids_; }
@@ -208,7 +208,7 @@ class ExchangeTest : public ::testing::Test {
     auto r = config::loadConfigString(yaml, "exchange_test.yaml");
     ASSERT_TRUE(r.ok()) << (r.error ? r.error->toString() : "no error");
     std::string error;
-    runtime_ = Runtime::build(r.config, metrics_, clock_, &error);
+    runtime_ = ConfigSnapshot::build(r.config, metrics_, clock_, &error);
     ASSERT_NE(runtime_, nullptr) << error;
   }
 
@@ -257,7 +257,7 @@ class ExchangeTest : public ::testing::Test {
 
   ManualClock clock_;
   Metrics metrics_;
-  RuntimePtr runtime_;
+  ConfigSnapshotPtr runtime_;
   FakeHost host_{clock_};
   FakeDownstream down_;
   std::vector<std::unique_ptr<Exchange>> exchanges_;  // destroyed first

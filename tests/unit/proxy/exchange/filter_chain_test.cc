@@ -54,7 +54,7 @@ class FilterChainTest : public ::testing::Test {
     auto r = config::loadConfigString(kConfig, "filter_chain_test.yaml");
     ASSERT_TRUE(r.ok()) << (r.error ? r.error->toString() : "no error");
     std::string error;
-    runtime_ = Runtime::build(r.config, metrics_, clock_, &error);
+    runtime_ = ConfigSnapshot::build(r.config, metrics_, clock_, &error);
     ASSERT_NE(runtime_, nullptr) << error;
   }
 
@@ -96,7 +96,7 @@ class FilterChainTest : public ::testing::Test {
 
   ManualClock clock_;
   Metrics metrics_;
-  RuntimePtr runtime_;
+  ConfigSnapshotPtr runtime_;
 };
 
 TEST_F(FilterChainTest, TableOrderWithTheThrottleOnlyWhereARateLimitIs) {

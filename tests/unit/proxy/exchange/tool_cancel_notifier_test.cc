@@ -83,7 +83,7 @@ routes:
                                       "tool_cancel_notifier_test.yaml");
     ASSERT_TRUE(r.ok()) << (r.error ? r.error->toString() : "no error");
     std::string error;
-    runtime_ = Runtime::build(r.config, metrics_, clock_, &error);
+    runtime_ = ConfigSnapshot::build(r.config, metrics_, clock_, &error);
     ASSERT_NE(runtime_, nullptr) << error;
     route_ = runtime_->match("POST", "/mcp");
     ASSERT_NE(route_, nullptr);
@@ -115,7 +115,7 @@ routes:
   test::SimulatedScheduler time_{clock_};
   // Deletes the notifications that ended (deferred) when it goes, before the runtime.
   Dispatcher dispatcher_{clock_, &time_};
-  RuntimePtr runtime_;
+  ConfigSnapshotPtr runtime_;
   const RouteRuntime* route_ = nullptr;
   RecordingPool pool_;
 };
@@ -145,7 +145,7 @@ TEST_F(ToolCancelNotifierTest, ASessionIsFoundWithTheEndpointThatIssuedIt) {
 
 TEST_F(ToolCancelNotifierTest, PostsTheNotificationWithTheSessionToTheEndpoint) {
   ToolCancelNotifier notifier(
-      dispatcher_, [&](const Runtime&, size_t) -> UpstreamStreamSource& { return pool_; });
+      dispatcher_, [&](const ConfigSnapshot&, size_t) -> UpstreamStreamSource& { return pool_; });
   notifier.send(cancel());
   ASSERT_EQ(pool_.streams.size(), 1u);
   RecordingStream& s = *pool_.streams[0];
@@ -171,7 +171,7 @@ TEST_F(ToolCancelNotifierTest, PostsTheNotificationWithTheSessionToTheEndpoint) 
 
 TEST_F(ToolCancelNotifierTest, FailuresAndTimeoutsAreCountedNeverRetried) {
   ToolCancelNotifier notifier(
-      dispatcher_, [&](const Runtime&, size_t) -> UpstreamStreamSource& { return pool_; });
+      dispatcher_, [&](const ConfigSnapshot&, size_t) -> UpstreamStreamSource& { return pool_; });
   notifier.send(cancel("1"));
   pool_.streams[0]->answer(404);
   notifier.send(cancel("2"));
@@ -190,7 +190,7 @@ TEST_F(ToolCancelNotifierTest, FailuresAndTimeoutsAreCountedNeverRetried) {
 
 TEST_F(ToolCancelNotifierTest, PastTheBoundOneIsDroppedNotQueued) {
   ToolCancelNotifier notifier(
-      dispatcher_, [&](const Runtime&, size_t) -> UpstreamStreamSource& { return pool_; },
+      dispatcher_, [&](const ConfigSnapshot&, size_t) -> UpstreamStreamSource& { return pool_; },
       /*max_in_flight=*/2);
   notifier.send(cancel("1"));
   notifier.send(cancel("2"));

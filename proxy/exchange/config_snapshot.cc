@@ -1,4 +1,4 @@
-#include "proxy/exchange/runtime.h"
+#include "proxy/exchange/config_snapshot.h"
 
 #include <fnmatch.h>
 
@@ -15,7 +15,8 @@ bool sameRateLimit(const config::RateLimitConfig& a, const config::RateLimitConf
 }
 
 /** The running upstream a reloaded one inherits state from: the same name. */
-const UpstreamRuntime* predecessor(const Runtime* previous, const config::UpstreamConfig& up) {
+const UpstreamRuntime* predecessor(const ConfigSnapshot* previous,
+                                   const config::UpstreamConfig& up) {
   if (previous == nullptr) return nullptr;
   for (const auto& old : previous->upstreams()) {
     if (old.config->name == up.name) return &old;
@@ -40,10 +41,10 @@ const EndpointRuntime* predecessor(const UpstreamRuntime* before,
 int gaugeValue(CircuitState state) { return static_cast<int>(state); }
 
 /**
- * A new circuit breaker for one endpoint. Its listener outlives this Runtime
+ * A new circuit breaker for one endpoint. Its listener outlives this ConfigSnapshot
  * when a reload carries the breaker over: it holds the registry's metric
  * handles (alive as long as Metrics) and the upstream's shared
- * UpstreamCircuitState, never this Runtime's UpstreamMetrics.
+ * UpstreamCircuitState, never this ConfigSnapshot's UpstreamMetrics.
  */
 std::shared_ptr<CircuitBreaker> makeBreaker(const config::UpstreamConfig& up,
                                             const config::EndpointConfig& endpoint,
@@ -82,10 +83,12 @@ std::shared_ptr<CircuitBreaker> makeBreaker(const config::UpstreamConfig& up,
 
 }  // namespace
 
-std::shared_ptr<const Runtime> Runtime::build(config::ConfigPtr config, Metrics& metrics,
-                                              const Clock& clock, std::string* error,
-                                              const Runtime* previous, SharedState* shared) {
-  auto rt = std::make_shared<Runtime>();
+std::shared_ptr<const ConfigSnapshot> ConfigSnapshot::build(config::ConfigPtr config,
+                                                            Metrics& metrics, const Clock& clock,
+                                                            std::string* error,
+                                                            const ConfigSnapshot* previous,
+                                                            SharedState* shared) {
+  auto rt = std::make_shared<ConfigSnapshot>();
   rt->config_ = std::move(config);
   rt->metrics_ = &metrics;
   rt->body_memory_ = previous != nullptr
@@ -271,8 +274,8 @@ void UpstreamCircuitState::refresh() {
   upstream_->Set(gaugeValue(upstream));
 }
 
-const RouteRuntime* Runtime::match(std::string_view method, std::string_view path,
-                                   const std::string* model) const {
+const RouteRuntime* ConfigSnapshot::match(std::string_view method, std::string_view path,
+                                          const std::string* model) const {
   for (const auto& route : routes_) {
     const auto& m = route.config->match;
     if (path.substr(0, m.path_prefix.size()) != m.path_prefix) continue;

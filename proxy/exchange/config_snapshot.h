@@ -2,8 +2,8 @@
 
 // The immutable, shared form of one loaded config: the config itself plus
 // everything resolved from it once — metric handles, TLS contexts, the route
-// table. Workers hold a shared_ptr to the current Runtime; every Exchange
-// pins the Runtime it started with, so a reload applies to new requests while
+// table. Workers hold a shared_ptr to the current ConfigSnapshot; every Exchange
+// pins the ConfigSnapshot it started with, so a reload applies to new requests while
 // in-flight ones finish on the old config.
 
 #include <memory>
@@ -53,9 +53,9 @@ class UpstreamCircuitState {
 /** One endpoint of an upstream (docs/design.md §5): its state, shared by all workers. */
 struct EndpointRuntime {
   const config::EndpointConfig* config = nullptr;
-  size_t pool_index = 0;  // this endpoint's pool in each worker (Runtime::poolCount())
+  size_t pool_index = 0;  // this endpoint's pool in each worker (ConfigSnapshot::poolCount())
   // Shared by every worker's attempts, and carried over by a reload to the
-  // next Runtime when the upstream keeps its name and the endpoint its name
+  // next ConfigSnapshot when the upstream keeps its name and the endpoint its name
   // and URL (the breaker takes the new thresholds; the quota needs an
   // identical `rate_limit`), so a SIGHUP never closes an open circuit or
   // forgets a spent quota.
@@ -88,11 +88,11 @@ struct UpstreamRuntime {
 };
 
 /** Per-route state shared by all workers. */
-class Runtime;
+class ConfigSnapshot;
 class SharedState;
 
 struct RouteRuntime {
-  const Runtime* runtime = nullptr;             // the runtime this route belongs to
+  const ConfigSnapshot* runtime = nullptr;      // the runtime this route belongs to
   const config::RouteConfig* config = nullptr;  // null for the "no route" pseudo-route
   const UpstreamRuntime* upstream = nullptr;    // null for the "no route" pseudo-route
   // The upstream, then its `fallback` upstreams in order (docs/design.md §5); empty
@@ -106,19 +106,19 @@ struct RouteRuntime {
   std::string name_;
 };
 
-class Runtime : public std::enable_shared_from_this<Runtime> {
+class ConfigSnapshot : public std::enable_shared_from_this<ConfigSnapshot> {
  public:
   /**
    * Resolves `config` against `metrics`. Returns null with `error` set when a
    * part cannot be built (e.g. an unreadable `ca_file`, a listener's missing
-   * certificate). `previous` (the running Runtime on a reload, else null)
+   * certificate). `previous` (the running ConfigSnapshot on a reload, else null)
    * lends its circuit breakers and quota trackers to unchanged upstreams.
    * `shared` (with `shared_state`) links new breakers and quotas to the fleet.
    */
-  static std::shared_ptr<const Runtime> build(config::ConfigPtr config, Metrics& metrics,
-                                              const Clock& clock, std::string* error,
-                                              const Runtime* previous = nullptr,
-                                              SharedState* shared = nullptr);
+  static std::shared_ptr<const ConfigSnapshot> build(config::ConfigPtr config, Metrics& metrics,
+                                                     const Clock& clock, std::string* error,
+                                                     const ConfigSnapshot* previous = nullptr,
+                                                     SharedState* shared = nullptr);
 
   /**
    * First route whose path prefix and method match (docs/design.md §2) and, when it
@@ -146,7 +146,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /**
    * Server TLS contexts, one per `listen` entry (same index); null for plain
    * listeners. Built from the certificate files at load, so a reload's new
-   * Runtime carries freshly loaded certificates for new connections.
+   * ConfigSnapshot carries freshly loaded certificates for new connections.
    */
   const std::vector<SslCtxPtr>& listenerTls() const { return listener_tls_; }
   Metrics& metrics() const { return *metrics_; }
@@ -155,7 +155,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /**
    * Request body bytes held by the whole process, against
    * `limits.max_buffered_body_bytes`: one counter for every worker, handed on
-   * from Runtime to Runtime by reloads (bodies in flight keep counting).
+   * from ConfigSnapshot to ConfigSnapshot by reloads (bodies in flight keep counting).
    */
   BodyMemory& bodyMemory() const { return *body_memory_; }
   /**
@@ -165,7 +165,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   const std::vector<std::string>& warnings() const { return warnings_; }
   /**
    * The process's runs (docs/design.md §9), null without `runs`: one table
-   * for every worker, handed on from Runtime to Runtime by reloads (a run
+   * for every worker, handed on from ConfigSnapshot to ConfigSnapshot by reloads (a run
    * and its cancel outlive a SIGHUP).
    */
   RunTable* runs() const { return runs_.get(); }
@@ -184,6 +184,6 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   std::vector<std::string> warnings_;
 };
 
-using RuntimePtr = std::shared_ptr<const Runtime>;
+using ConfigSnapshotPtr = std::shared_ptr<const ConfigSnapshot>;
 
 }  // namespace sluice

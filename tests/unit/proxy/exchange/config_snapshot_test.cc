@@ -1,9 +1,9 @@
-// Tests for Runtime::build and Runtime::match (proxy/exchange/runtime.h): routes are
-// tried in config order and the first whose path prefix and method match
-// wins; an empty method list matches every method; no match is null. The
-// config is inline YAML through the real loader.
+// Tests for ConfigSnapshot::build and ConfigSnapshot::match (proxy/exchange/config_snapshot.h):
+// routes are tried in config order and the first whose path prefix and method match wins; an empty
+// method list matches every method; no match is null. The config is inline YAML through the real
+// loader.
 
-#include "proxy/exchange/runtime.h"
+#include "proxy/exchange/config_snapshot.h"
 
 #include <gtest/gtest.h>
 
@@ -46,13 +46,13 @@ routes:
     upstream: anthropic
 )";
 
-class RuntimeTest : public ::testing::Test {
+class ConfigSnapshotTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto config = load(kRoutes);
     ASSERT_NE(config, nullptr);
     std::string error;
-    runtime_ = Runtime::build(config, metrics_, clock_, &error);
+    runtime_ = ConfigSnapshot::build(config, metrics_, clock_, &error);
     ASSERT_NE(runtime_, nullptr) << error;
   }
 
@@ -64,10 +64,10 @@ class RuntimeTest : public ::testing::Test {
 
   ManualClock clock_;
   Metrics metrics_;
-  RuntimePtr runtime_;
+  ConfigSnapshotPtr runtime_;
 };
 
-TEST_F(RuntimeTest, MatchTable) {
+TEST_F(ConfigSnapshotTest, MatchTable) {
   struct Row {
     const char* method;
     const char* path;
@@ -106,7 +106,7 @@ TEST_F(RuntimeTest, MatchTable) {
   }
 }
 
-TEST_F(RuntimeTest, MatchedRouteCarriesItsConfigAndUpstream) {
+TEST_F(ConfigSnapshotTest, MatchedRouteCarriesItsConfigAndUpstream) {
   const RouteRuntime* r = runtime_->match("POST", "/v1/messages");
   ASSERT_NE(r, nullptr);
   ASSERT_NE(r->config, nullptr);
@@ -123,7 +123,7 @@ TEST_F(RuntimeTest, MatchedRouteCarriesItsConfigAndUpstream) {
   EXPECT_EQ(r, &runtime_->routes().at(2));
 }
 
-TEST_F(RuntimeTest, BuildResolvesEveryUpstreamAndRoute) {
+TEST_F(ConfigSnapshotTest, BuildResolvesEveryUpstreamAndRoute) {
   ASSERT_EQ(runtime_->upstreams().size(), 2u);
   EXPECT_EQ(runtime_->upstreams()[0].config, &runtime_->config().upstreams[0]);
   EXPECT_EQ(runtime_->upstreams()[0].ssl_ctx, nullptr);  // http://
@@ -146,7 +146,7 @@ TEST_F(RuntimeTest, BuildResolvesEveryUpstreamAndRoute) {
   EXPECT_EQ(&runtime_->metrics(), &metrics_);
 }
 
-TEST_F(RuntimeTest, NoRouteExists) {
+TEST_F(ConfigSnapshotTest, NoRouteExists) {
   const RouteRuntime& none = runtime_->noRoute();
   EXPECT_EQ(none.name(), "none");
   EXPECT_EQ(none.config, nullptr);
@@ -157,7 +157,7 @@ TEST_F(RuntimeTest, NoRouteExists) {
   for (const auto& r : runtime_->routes()) EXPECT_NE(&r, &none);
 }
 
-TEST_F(RuntimeTest, BuildRegistersPerRouteAndPerUpstreamSeries) {
+TEST_F(ConfigSnapshotTest, BuildRegistersPerRouteAndPerUpstreamSeries) {
   const RouteRuntime* chat = runtime_->match("POST", "/v1/chat/completions");
   ASSERT_NE(chat, nullptr);
   chat->metrics->requests(200).Increment();
@@ -188,7 +188,7 @@ upstreams:
   ManualClock clock;
   Metrics metrics;
   std::string error;
-  auto rt = Runtime::build(config, metrics, clock, &error);
+  auto rt = ConfigSnapshot::build(config, metrics, clock, &error);
   ASSERT_NE(rt, nullptr) << error;
   const UpstreamRuntime& flaky = rt->upstreams().at(0);
   const UpstreamRuntime& steady = rt->upstreams().at(1);
@@ -230,7 +230,7 @@ routes:
   ManualClock clock;
   Metrics metrics;
   std::string error;
-  auto rt = Runtime::build(config, metrics, clock, &error);
+  auto rt = ConfigSnapshot::build(config, metrics, clock, &error);
   ASSERT_NE(rt, nullptr) << error;
   const UpstreamRuntime& u = rt->upstreams().at(0);
   ASSERT_EQ(u.endpoints.size(), 2u);
@@ -284,13 +284,13 @@ upstreams:
   ManualClock clock;
   Metrics metrics;
   std::string error;
-  auto before = Runtime::build(before_config, metrics, clock, &error);
+  auto before = ConfigSnapshot::build(before_config, metrics, clock, &error);
   ASSERT_NE(before, nullptr) << error;
   const CircuitAdmission a = before->upstreams()[0].endpoints[0].breaker->admit();
   before->upstreams()[0].endpoints[0].breaker->onResult(a, AttemptOutcome::fromStatus(503));
   ASSERT_EQ(before->upstreams()[0].endpoints[0].breaker->state(), CircuitState::Open);
 
-  auto after = Runtime::build(after_config, metrics, clock, &error, before.get());
+  auto after = ConfigSnapshot::build(after_config, metrics, clock, &error, before.get());
   ASSERT_NE(after, nullptr) << error;
   const auto& endpoints = after->upstreams()[0].endpoints;
   // `us` kept its name and url (a new weight is fine): the open circuit stays open.
@@ -314,7 +314,7 @@ routes:
   ManualClock clock;
   Metrics metrics;
   std::string error;
-  auto rt = Runtime::build(config, metrics, clock, &error);
+  auto rt = ConfigSnapshot::build(config, metrics, clock, &error);
   ASSERT_NE(rt, nullptr) << error;
   for (const char* method : {"GET", "POST", "PATCH", "DELETE", "BREW"}) {
     for (const char* path : {"/", "/v1/chat/completions", "/health?x=1"}) {
@@ -332,7 +332,7 @@ TEST(RuntimeBuildTest, NoRoutesMatchesNothingButNoRouteExists) {
   ManualClock clock;
   Metrics metrics;
   std::string error;
-  auto rt = Runtime::build(config, metrics, clock, &error);
+  auto rt = ConfigSnapshot::build(config, metrics, clock, &error);
   ASSERT_NE(rt, nullptr) << error;
   EXPECT_TRUE(rt->routes().empty());
   EXPECT_EQ(rt->match("GET", "/"), nullptr);
@@ -341,7 +341,7 @@ TEST(RuntimeBuildTest, NoRoutesMatchesNothingButNoRouteExists) {
 }
 
 TEST(RuntimeBuildTest, TwoRuntimesShareOneMetricsRegistry) {
-  // A reload builds a second Runtime against the same Metrics: same series, no duplicates.
+  // A reload builds a second ConfigSnapshot against the same Metrics: same series, no duplicates.
   auto config = load(R"(listen: 127.0.0.1:0
 upstreams:
   - {name: up, url: "http://127.0.0.1:9001"}
@@ -352,8 +352,8 @@ routes:
   ManualClock clock;
   Metrics metrics;
   std::string error;
-  auto first = Runtime::build(config, metrics, clock, &error);
-  auto second = Runtime::build(config, metrics, clock, &error);
+  auto first = ConfigSnapshot::build(config, metrics, clock, &error);
+  auto second = ConfigSnapshot::build(config, metrics, clock, &error);
   ASSERT_NE(first, nullptr);
   ASSERT_NE(second, nullptr);
   first->routes()[0].metrics->requests(200).Increment();
@@ -373,7 +373,7 @@ upstreams:
   ManualClock clock;
   Metrics metrics;
   std::string error;
-  EXPECT_EQ(Runtime::build(config, metrics, clock, &error), nullptr);
+  EXPECT_EQ(ConfigSnapshot::build(config, metrics, clock, &error), nullptr);
   EXPECT_NE(error.find("secure"), std::string::npos) << error;
   EXPECT_NE(error.find("/nonexistent/sluice-test-ca.pem"), std::string::npos) << error;
 }
