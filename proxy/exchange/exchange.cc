@@ -6,7 +6,6 @@
 #include "common/release_storage.h"
 #include "filters/retry/retry_decision.h"
 #include "filters/runs/run_cancel_request.h"
-#include "proxy/exchange/delivery_hold.h"
 #include "proxy/exchange/exchange_problem.h"
 #include "proxy/exchange/filter_chain.h"
 #include "proxy/exchange/request_intake.h"
@@ -32,12 +31,12 @@ Exchange::Exchange(ExchangeHost& host, uint64_t id, ConfigSnapshotPtr runtime,
       id_(id),
       runtime_(std::move(runtime)),
       route_(route != nullptr ? route : &runtime_->noRoute()),
-      downstream_(downstream),
       start_(start),
       intake_(&runtime_->bodyMemory(), runtime_->config().limits.max_buffered_body_bytes),
       router_(route_),
+      client_(downstream, record_, identity_),
       timers_(host.dispatcher(), *this),
-      attempts_(*this, timers_, relay_, router_, filters_) {
+      attempts_(*this, timers_, client_.relay(), router_, filters_) {
   route_->metrics->active().Increment();
   if (route_->config != nullptr) {
     filters_ = buildFilterChain(*route_);
@@ -63,9 +62,7 @@ bool Exchange::transition(ExchangeState to) {
 
 void Exchange::decodeHeaders(RequestHead&& head) {
   request_ = std::move(head);
-  // Looked up only where trailers can be carried (HTTP/2): HTTP/1.1 pays nothing.
-  client_takes_trailers_ =
-      downstream_ != nullptr && downstream_->carriesTrailers() && acceptsTrailers(request_.headers);
+  client_.noteRequest(request_);
   identity_ = establishIdentity(request_.headers, host_.ids());
   if (runtime_->runs() != nullptr) {
     // DELETE /sluice/runs/{id} with runs.cancel_token: sluice's own, before any route.
@@ -152,10 +149,10 @@ void Exchange::rejectBodyTooLarge() {
 }
 
 void Exchange::decodeComplete() {
-  if (intake_.complete() && downstream_ != nullptr) {
+  if (intake_.complete() && client_.stream() != nullptr) {
     // The codec read the end with the bytes that paused it: let it read
     // again, so a client that leaves is seen at once.
-    downstream_->resumeRequestBody();
+    client_.stream()->resumeRequestBody();
   }
   if (finished_) return;
   if (attempts_.inFlight()) {
@@ -174,7 +171,7 @@ void Exchange::decodeComplete() {
 }
 
 void Exchange::applyBodyBackpressure() {
-  if (downstream_ != nullptr && !finished_) intake_.steer(*downstream_);
+  if (client_.stream() != nullptr && !finished_) intake_.steer(*client_.stream());
 }
 
 void Exchange::refuseBody() {
@@ -278,9 +275,9 @@ void Exchange::startAttempt(const AttemptTarget& target) {
     mcp_session_ = McpSession::find(*route_, request_, clock().now());
   }
   static const ClientInfo kNoClient{};
-  attempts_.begin(target,
-                  {request_, downstream_ != nullptr ? downstream_->clientInfo() : kNoClient,
-                   intake_.body(), *runtime_, mcp_session_ ? mcp_session_->endpoint : nullptr});
+  attempts_.begin(
+      target, {request_, client_.stream() != nullptr ? client_.stream()->clientInfo() : kNoClient,
+               intake_.body(), *runtime_, mcp_session_ ? mcp_session_->endpoint : nullptr});
   phase_ = Phase::BeforeAttempt;
   runChain(0);
 }
@@ -306,15 +303,15 @@ void Exchange::notifyMcpCancel() {
 bool Exchange::mayReplay() const {
   // The rules of a retry (docs/design.md §5): nothing reached the client yet, the
   // body can be sent again, and the request is safe to repeat.
-  return route_->config != nullptr && !finished_ && !relay_.started() && !discarding_ &&
-         state_ != ExchangeState::Cancelling && intake_.requestComplete() &&
+  return route_->config != nullptr && !finished_ && !client_.relay().started() &&
+         !client_.draining() && state_ != ExchangeState::Cancelling && intake_.requestComplete() &&
          !intake_.body().streaming() && intake_.body().replayable() && clock().now() < deadline_ &&
          isRetrySafe(route_->config->retry.idempotent, request_.method,
                      request_.headers.has("idempotency-key"));
 }
 
 AttemptLoop::ExchangeFacts Exchange::attemptFacts() const {
-  return {record_.cancelReason(), discarding_, downstream_,
+  return {record_.cancelReason(), client_.draining(), client_.stream(),
           !finished_ && state_ == ExchangeState::Running};
 }
 
@@ -337,11 +334,12 @@ void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
   if (finished_) return;
   // A response under way is never retried: it will be cut, after one final
   // error event if the client can take it (decided before the spend meter reads).
-  const std::string final_event = relay_.started() ? finalEventFor(problem) : std::string();
+  const std::string final_event =
+      client_.relay().started() ? client_.finalEventFor(problem) : std::string();
   // The upstream broke the response the client is reading: the request ends
   // cut (its status stays the one the client saw), with a reason the spend
   // meter, the access log and sluice_cancellations_total all see.
-  if (relay_.started() && outcome.kind == OutcomeKind::Reset) {
+  if (client_.relay().started() && outcome.kind == OutcomeKind::Reset) {
     record_.noteCancel(CancelReason::UpstreamReset);
   }
   const AttemptVerdict verdict = attempts_.end(outcome, false, AttemptVerdict::fail(problem));
@@ -350,17 +348,17 @@ void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
     scheduleRetry(*retry);
     return;
   }
-  if (relay_.started()) {
+  if (client_.relay().started()) {
     if (record_.cancelReason() == CancelReason::UpstreamReset && !cancel_counted_) {
       route_->metrics->cancellations(CancelReason::UpstreamReset).Increment();
       cancel_counted_ = true;
     }
-    cutResponse(final_event);
+    client_.cut(final_event);
     transition(ExchangeState::Failed);
     finish(attempts_.current().status);
     return;
   }
-  if (discarding_) {
+  if (client_.draining()) {
     transition(ExchangeState::Failed);
     finish(kClientClosedRequest);
     return;
@@ -371,7 +369,7 @@ void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
 
 void Exchange::onAttemptTimeout() {
   if (finished_) return;
-  if (relay_.started() || discarding_ || relay_.holding()) {
+  if (client_.relay().started() || client_.draining() || client_.relay().holding()) {
     cancel(CancelReason::UpstreamTimeout);
     return;
   }
@@ -406,7 +404,7 @@ void Exchange::onUpstreamBodySent(uint64_t offset) {
   intake_.body().discardBefore(offset);  // a streamed body frees what the upstream took
   applyBodyBackpressure();
   // The upstream answered before it took the whole body: the rest goes once it has.
-  if (relay_.started() && offset == attemptBody().size()) releaseReplayState();
+  if (client_.relay().started() && offset == attemptBody().size()) releaseReplayState();
 }
 
 void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
@@ -425,7 +423,7 @@ void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
                                      mayReplay());
   if (hold) {
     // Held back until the attempt ends: maybe retried, maybe released.
-    relay_.hold(std::move(head));
+    client_.relay().hold(std::move(head));
     armIdleTimer();
     return;
   }
@@ -436,14 +434,12 @@ void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
 void Exchange::sendResponseHead(ResponseHead& head) {
   head.headers.set("x-sluice-attempts", std::to_string(attempts_.sent()));
   head.headers.set("x-sluice-upstream", attempts_.current().upstream->name());
-  if (!discarding_ && downstream_ != nullptr) {
-    beginResponse(head, /*from_upstream=*/true);
-    const SseDialect dialect =
-        responseDialect(request_.pathOnly(), head.headers.get("content-type").value_or(""),
-                        mcpRoute(), record_.jsonRpcId().has_value());
-    relay_.sendHead(*downstream_, std::move(head), dialect);  // not read after: handed over
-    releaseReplayState();
-  }
+  if (!client_.listening()) return;
+  const SseDialect dialect =
+      responseDialect(request_.pathOnly(), head.headers.get("content-type").value_or(""),
+                      mcpRoute(), record_.jsonRpcId().has_value());
+  client_.sendHead(head, dialect, route_->metrics->timeToFirstByte(), start_, clock().now());
+  releaseReplayState();
 }
 
 void Exchange::releaseReplayState() {
@@ -459,30 +455,14 @@ void Exchange::releaseReplayState() {
   if (&sent != &intake_.body() && intake_.body().complete()) intake_.body().releaseAll();
 }
 
-void Exchange::beginResponse(ResponseHead& head, bool from_upstream) {
-  stampRequestId(head, identity_.request_id, from_upstream);
-  if (!record_.noteFirstByte(clock().now())) return;
-  if (from_upstream) {
-    route_->metrics->timeToFirstByte().Observe(seconds(*record_.firstByteAt() - start_));
-  }
-}
-
 void Exchange::releaseHeldResponse(bool end_stream) {
-  const std::unique_ptr<ResponseRelay::Held> held = relay_.takeHeld();
+  const std::unique_ptr<ResponseRelay::Held> held = client_.relay().takeHeld();
   sendResponseHead(held->head);
-  if (!discarding_ && downstream_ != nullptr) {
-    record_.addBytesOut(held->body.size());
-    relay_.sendBody(*downstream_, held->body.data(), held->body.size(), end_stream);
-  }
+  client_.sendHeldBody(held->body, end_stream);
 }
 
 void Exchange::onUpstreamTrailers(HeaderMap&& trailers) {
-  // Never merged into a head (RFC 9110 §6.5.1): the client gets them as
-  // trailers, at the response's end, or not at all.
-  if (finished_ || !client_takes_trailers_) return;
-  rewriteTrailersForDownstream(trailers);
-  if (trailers.empty()) return;
-  relay_.keepTrailers(std::move(trailers));
+  if (!finished_) client_.keepTrailers(std::move(trailers));
 }
 
 void Exchange::onUpstreamData(const char* data, size_t len) {
@@ -490,14 +470,12 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
   attempts_.current().last_upstream_byte = clock().now();
   response_bytes_ += len;
   for (auto& filter : filters_) filter->encodeData(data, len, false);
-  if (relay_.holding()) {
-    if (relay_.holdData(data, len)) return;
+  if (client_.relay().holding()) {
+    if (client_.relay().holdData(data, len)) return;
     releaseHeldResponse(false);  // too big to be an error worth retrying: stream it
   }
-  if (discarding_ || downstream_ == nullptr) return;
-  record_.addBytesOut(len);
   // The relay says whether to stop reading the upstream: not when the write lost the client.
-  if (relay_.forward(*downstream_, data, len) && attempts_.inFlight()) {
+  if (client_.forward(data, len) && attempts_.inFlight()) {
     // The client is slower than the upstream: stop reading the upstream until
     // the client drains (onDownstreamWritable). Memory per stream stays bounded.
     attempts_.current().stream->pauseReading();
@@ -516,27 +494,27 @@ void Exchange::onUpstreamComplete() {
     scheduleRetry(*retry);
     return;
   }
-  if (relay_.holding()) {
+  if (client_.relay().holding()) {
     if (const auto* fail = verdict.asFail()) {
       // A filter refused the held answer: the client gets its problem instead.
-      relay_.dropHeld();
+      client_.relay().dropHeld();
       answer(fail->problem, ExchangeState::Failed);
       return;
     }
     if (verdict.asDeliver()->discourage_client_retry) {
-      relay_.heldHead()->headers.set("x-should-retry", "false");
+      client_.relay().heldHead()->headers.set("x-should-retry", "false");
     }
     releaseHeldResponse(true);
     transition(ExchangeState::Completed);
-    finish(discarding_ || downstream_ == nullptr ? kClientClosedRequest : status);
+    finish(client_.listening() ? status : kClientClosedRequest);
     return;
   }
-  if (discarding_ || downstream_ == nullptr) {
+  if (!client_.listening()) {
     transition(ExchangeState::Completed);
     finish(kClientClosedRequest);
     return;
   }
-  relay_.end(*downstream_);
+  client_.end();
   transition(ExchangeState::Completed);
   finish(status);
 }
@@ -552,8 +530,7 @@ void Exchange::onUpstreamError(UpstreamError error, const std::string& detail) {
 // --- downstream events ----------------------------------------------------------------
 
 void Exchange::onDownstreamDisconnect(CancelReason reason) {
-  if (downstream_ != nullptr) relay_.clientLeft(downstream_->bufferedBytes());
-  downstream_ = nullptr;  // never write to the client again
+  client_.clientLeft();  // never written again
   if (finished_) return;
   const bool finish_mode = route_->config != nullptr && route_->config->on_client_disconnect ==
                                                             config::ClientDisconnectMode::Finish;
@@ -561,12 +538,13 @@ void Exchange::onDownstreamDisconnect(CancelReason reason) {
   if (finish_mode && attempts_.inFlight() && state_ == ExchangeState::Running &&
       intake_.requestComplete()) {
     // Let the side-effecting call complete, within finish_grace; its output is leaked.
-    discarding_ = true;
+    client_.drain();
     record_.noteCancel(reason);
     route_->metrics->cancellations(*record_.cancelReason()).Increment();
     cancel_counted_ = true;
-    if (relay_.resume())
+    if (client_.relay().resume()) {
       attempts_.resumed(route_->config, intake_.requestComplete(), clock().now());
+    }
     // The first grace holds (its cancel's reason is the one noted above).
     if (!timers_.armed(ExchangeSlot::FinishGrace)) {
       timers_.arm(ExchangeSlot::FinishGrace, clock().now() + route_->config->finish_grace);
@@ -577,7 +555,7 @@ void Exchange::onDownstreamDisconnect(CancelReason reason) {
 }
 
 void Exchange::onDownstreamWritable() {
-  if (finished_ || !attempts_.inFlight() || !relay_.resume()) return;
+  if (finished_ || !attempts_.inFlight() || !client_.relay().resume()) return;
   attempts_.resumed(route_->config, intake_.requestComplete(), clock().now());
 }
 
@@ -600,8 +578,8 @@ void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_wit
   std::string final_event;
   // Decided before the attempt ends: the spend meter must know whether what
   // is buffered for the client will still be delivered.
-  if (downstream_ != nullptr && relay_.started() && clientStillListening(cause)) {
-    final_event = finalEventFor(problem);
+  if (client_.stream() != nullptr && client_.relay().started() && clientStillListening(cause)) {
+    final_event = client_.finalEventFor(problem);
   }
   if (had_attempt) {
     const bool sent = attempts_.current().connected;
@@ -619,12 +597,12 @@ void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_wit
     cancel_counted_ = true;
   }
   int code = kClientClosedRequest;
-  if (downstream_ != nullptr) {
-    if (!relay_.started()) {
+  if (client_.stream() != nullptr) {
+    if (!client_.relay().started()) {
       sendProblem(problem);
       code = problem.status;
     } else {
-      cutResponse(final_event);
+      client_.cut(final_event);
       code = attempts_.current().status;
     }
   }
@@ -653,31 +631,18 @@ void Exchange::answer(Problem problem, ExchangeState terminal) {
 
 void Exchange::answerLocally(LocalReply reply) {
   const int status = reply.head.status;
-  if (downstream_ != nullptr && !relay_.started()) writeLocalReply(reply);
+  if (client_.stream() != nullptr && !client_.relay().started()) {
+    client_.sendReply(reply, clock().now());
+  }
   transition(ExchangeState::Completed);
   finish(status);
 }
 
-void Exchange::writeLocalReply(LocalReply& reply) {
-  beginResponse(reply.head, /*from_upstream=*/false);
-  record_.addBytesOut(reply.body.size());
-  relay_.sendReply(*downstream_, std::move(reply.head), reply.body);
-}
-
 void Exchange::sendProblem(Problem& problem) {
   for (auto& filter : filters_) filter->encodeLocalReply(problem);
-  if (downstream_ == nullptr || relay_.started()) return;
+  if (client_.stream() == nullptr || client_.relay().started()) return;
   LocalReply reply = problemReply(problem, mcpRoute(), record_.jsonRpcId(), attempts_.sent());
-  writeLocalReply(reply);
-}
-
-std::string Exchange::finalEventFor(const Problem& problem) {
-  if (downstream_ == nullptr || discarding_) return "";
-  return relay_.finalEventFor(*downstream_, problem, record_.jsonRpcId());
-}
-
-void Exchange::cutResponse(const std::string& final_event) {
-  if (downstream_ != nullptr) ResponseRelay::cut(*downstream_, final_event);
+  client_.sendReply(reply, clock().now());
 }
 
 Problem Exchange::problemFor(CancelReason reason,
@@ -712,12 +677,8 @@ void Exchange::finish(int status_code) {
   m.duration().Observe(seconds(now - start_));
   m.active().Decrement();
   logAccess(status_code, now);
-  if (DownstreamStream* d = downstream_) {
-    downstream_ = nullptr;
-    // Answered before the upload ended: the codec reads (and drops) the rest.
-    if (intake_.takeClientPaused()) d->resumeRequestBody();
-    d->onExchangeDone();
-  }
+  // Answered before the upload ended: the codec reads (and drops) the rest.
+  if (client_.stream() != nullptr) client_.done(intake_.takeClientPaused());
   host_.retire(*this);
 }
 
@@ -732,21 +693,10 @@ std::function<void()> Exchange::crossThreadWaker(std::function<void()> fn) {
   };
 }
 
-bool Exchange::holdUntilRead(std::unique_ptr<ReadReceipt>& receipt) {
-  // A cut the client caused (it left, it stalled) has nobody left to ask.
-  const std::optional<CancelReason> why = receipt->reason();
-  if (downstream_ == nullptr || discarding_ || read_receipt_ || !downstream_->confirmsReads() ||
-      (why && !clientStillListening(*why))) {
-    return false;
-  }
-  read_receipt_ = std::move(receipt);
-  return true;
-}
-
 void Exchange::logAccess(int status_code, MonotonicTime now) {
   AccessLogBuffer* log = host_.accessLog();
   if (log == nullptr || !log->enabled()) {
-    if (read_receipt_) holdSpend(nullptr, nullptr);
+    if (client_.holdsSpend()) client_.handOverSpend(runtime_, nullptr, nullptr);
     return;
   }
   const auto age = now - start_;
@@ -771,20 +721,11 @@ void Exchange::logAccess(int status_code, MonotonicTime now) {
   r.duration_ms = std::chrono::duration<double, std::milli>(age).count();
   r.bytes_in = intake_.bytesIn();
   record_.fill(r, start_);
-  if (read_receipt_) {
-    holdSpend(&r, log);  // the line is written once the spend is booked
+  if (client_.holdsSpend()) {
+    client_.handOverSpend(runtime_, &r, log);  // the line is written once the spend is booked
     return;
   }
   log->append(r);
-}
-
-void Exchange::holdSpend(const AccessRecord* record, AccessLogBuffer* log) {
-  auto hold = std::make_unique<DeliveryHold>(runtime_, std::move(read_receipt_), record, log);
-  if (downstream_ != nullptr) {
-    downstream_->holdUntilRead(std::move(hold));
-  } else {
-    hold->settle(0);
-  }
 }
 
 // --- timers (ExchangeTimers: one wake at the earliest) ----------------------------------
@@ -856,9 +797,9 @@ ExchangeSnapshot Exchange::snapshot() const {
   s.attempts = attempts_.started();
   s.age_seconds = seconds(now - start_);
   s.budget_left_seconds = deadline_ == MonotonicTime::max() ? -1 : seconds(deadline_ - now);
-  s.client_attached = downstream_ != nullptr;
-  s.upstream_paused = relay_.paused();
-  s.downstream_buffered_bytes = downstream_ != nullptr ? downstream_->bufferedBytes() : 0;
+  s.client_attached = client_.stream() != nullptr;
+  s.upstream_paused = client_.relay().paused();
+  s.downstream_buffered_bytes = client_.stream() != nullptr ? client_.stream()->bufferedBytes() : 0;
   s.response_bytes = response_bytes_;
   return s;
 }

@@ -14,9 +14,10 @@
 //
 // Its parts, held by value: RequestIntake (the request and its body on the
 // way in), AttemptLoop (the attempts: where each goes, its stream and
-// timers, the verdict at its end), AttemptRouter, ResponseRelay (the
-// response on its way out), ExchangeTimers and ExchangeRecord (what the
-// access log gets). The Exchange keeps the lifecycle, cancel (first cause
+// timers, the verdict at its end), AttemptRouter, ClientResponse (the
+// client's side: the response on its way out through its ResponseRelay, and
+// the spend held until the client read it), ExchangeTimers and
+// ExchangeRecord (what the access log gets). The Exchange keeps the lifecycle, cancel (first cause
 // wins), running the filter chain, acting on the verdicts, and finish(), the
 // one path that ends a request.
 //
@@ -47,6 +48,7 @@
 #include "proxy/event/event_util.h"
 #include "proxy/exchange/attempt_loop.h"
 #include "proxy/exchange/attempt_router.h"
+#include "proxy/exchange/client_response.h"
 #include "proxy/exchange/config_snapshot.h"
 #include "proxy/exchange/exchange_record.h"
 #include "proxy/exchange/exchange_state.h"
@@ -171,7 +173,9 @@ class Exchange final : public DeferredDeletable,
   std::optional<CancelReason> cancelReason() const override { return record_.cancelReason(); }
   RequestRecord& record() override { return record_; }
   void setSentResendable(bool resendable) override { attempts_.setSentResendable(resendable); }
-  bool holdUntilRead(std::unique_ptr<ReadReceipt>& receipt) override;
+  bool holdUntilRead(std::unique_ptr<ReadReceipt>& receipt) override {
+    return client_.holdUntilRead(receipt);
+  }
   void setRunSpend(RunSpend* spend) override { run_spend_ = spend; }
   RunSpend* runSpend() const override { return run_spend_; }
   ExchangeSnapshot snapshot() const;
@@ -239,8 +243,6 @@ class Exchange final : public DeferredDeletable,
   void answer(Problem problem, ExchangeState terminal);
   /** Answers with `reply` (not a problem: sluice's own endpoint on the listeners) and completes. */
   void answerLocally(LocalReply reply);
-  /** Writes a reply of sluice's own (nothing was sent yet; the client is there). */
-  void writeLocalReply(LocalReply& reply);
   /** Passes `problem` through the filters (encodeLocalReply) and sends it if nothing was sent. */
   void sendProblem(Problem& problem);
   /** 413 body-too-large, counted in the downstream rejections. */
@@ -251,22 +253,10 @@ class Exchange final : public DeferredDeletable,
   void finish(int status_code);
   Problem problemFor(CancelReason reason,
                      std::optional<std::chrono::milliseconds> retry_after) const;
-  /** The final SSE error event before a cut (ResponseRelay::finalEventFor), "" when none. */
-  std::string finalEventFor(const Problem& problem);
-  /** Ends the response under way truncated, after `final_event` if there is one. */
-  void cutResponse(const std::string& final_event);
   void armIdleTimer();
   void sendResponseHead(ResponseHead& head);
-  /**
-   * Every response head to the client passes here: it gets the request's
-   * x-request-id, and the time to first byte is taken (and observed in
-   * sluice_time_to_first_byte_seconds when the answer is the upstream's).
-   */
-  void beginResponse(ResponseHead& head, bool from_upstream);
   /** One access log line for the finished request, when the log is on. */
   void logAccess(int status_code, MonotonicTime now);
-  /** Hands the held spend (and the access log line, if any) to the client's connection. */
-  void holdSpend(const AccessRecord* record, AccessLogBuffer* log);
   void releaseHeldResponse(bool end_stream);
   /**
    * Once the upstream's response is under way no retry or fallback can
@@ -284,7 +274,6 @@ class Exchange final : public DeferredDeletable,
   const uint64_t id_;
   ConfigSnapshotPtr runtime_;  // pinned: a reload never changes an in-flight request
   const RouteRuntime* route_;
-  DownstreamStream* downstream_;
   const MonotonicTime start_;
 
   ExchangeState state_ = ExchangeState::Queued;
@@ -297,22 +286,18 @@ class Exchange final : public DeferredDeletable,
   RequestHead request_;
   RequestIdentity identity_;
   RequestIntake intake_;  // the body: its plan, the bytes, the client's upload paused or not
-  // The client can be sent a trailer section (HTTP/2) and asked for one
-  // (`te: trailers`): the upstream's trailers go to it; otherwise dropped.
-  bool client_takes_trailers_ = false;
   FilterChain filters_;
 
-  AttemptRouter router_;     // where each attempt goes: the chain position, failed endpoints
-  bool discarding_ = false;  // finish mode: client gone, drain and discard
+  AttemptRouter router_;  // where each attempt goes: the chain position, failed endpoints
   uint64_t response_bytes_ = 0;
-  // The response to the client: held head, SSE tail, backpressure, delivered bytes.
-  ResponseRelay relay_;
 
   // For the access log (docs/design.md §7): ttfb, retry causes, bytes out,
   // usage, the run, the JSON-RPC call (whose id sluice's own answers use)
   // and the cancel reason (first cause wins). The filters' RequestRecord.
   ExchangeRecord record_;
-  std::unique_ptr<ReadReceipt> read_receipt_;  // the last attempt's spend, booked once read
+  // The client's side: its stream, the response on its way (held head, SSE
+  // tail, backpressure, delivered bytes), the spend held until read.
+  ClientResponse client_;
   // The run filter's, while the request is a task of a run.
   RunSpend* run_spend_ = nullptr;
 

@@ -12,53 +12,10 @@
 #include <vector>
 
 #include "filters/filter.h"
+#include "tests/unit/proxy/exchange/recording_client.h"
 
 namespace sluice {
 namespace {
-
-/** The client's connection: records what it is handed, buffers what the test says. */
-class RecordingClient final : public DownstreamStream {
- public:
-  void encodeHeaders(ResponseHead&& head, bool end_stream) override {
-    heads.push_back(std::move(head));
-    ended = ended || end_stream;
-  }
-  void encodeData(const char* data, size_t len, bool end_stream) override {
-    body.append(data, len);
-    ++data_calls;
-    ended = ended || end_stream;
-    if (on_data) on_data();
-  }
-  bool carriesTrailers() const override { return true; }
-  void encodeTrailers(HeaderMap&& t) override {
-    trailers = std::move(t);
-    ended = true;
-  }
-  void resetStream() override { reset = true; }
-  void resetStreamAfter(std::string_view final_bytes) override {
-    reset = true;
-    final_event = std::string(final_bytes);
-  }
-  bool canWriteWithoutWaiting(size_t) const override { return writable; }
-  bool aboveHighWatermark() const override { return buffered > 64 * 1024; }
-  size_t bufferedBytes() const override { return buffered; }
-  void pauseRequestBody() override {}
-  void resumeRequestBody() override {}
-  void onExchangeDone() override {}
-  const ClientInfo& clientInfo() const override { return info; }
-
-  std::vector<ResponseHead> heads;
-  std::string body;
-  int data_calls = 0;
-  HeaderMap trailers;
-  bool ended = false;
-  bool reset = false;
-  std::string final_event;
-  bool writable = true;
-  size_t buffered = 0;
-  ClientInfo info;
-  std::function<void()> on_data;  // runs inside the write, as a codec reporting a disconnect
-};
 
 ResponseHead head(int status, std::string_view content_type = "application/json") {
   ResponseHead h;
