@@ -971,6 +971,7 @@ void Http2ServerConnection::holdTrack(ReadTrack& track, std::unique_ptr<HeldDeli
     return;
   }
   track.delivery = std::move(hold);
+  track.held_at = host_.dispatcher().clock().now();
   ++held_;
   lookWithin(kFirstUnreadLook);
 }
@@ -1013,8 +1014,16 @@ void Http2ServerConnection::settleReadThrough(uint64_t read_point) {
   bool any = false;
   // Settling books metrics and writes an access log line: nothing re-enters
   // the connection.
+  const MonotonicTime now = host_.dispatcher().clock().now();
   for (const std::unique_ptr<ReadTrack>& track : tracks_) {
-    if (!track->delivery || !track->done || read_point < track->end()) continue;
+    if (!track->delivery || read_point < track->end()) continue;
+    // Not done: the rest waits for the client's flow-control window. A client
+    // that read all that went out and opened no window for idle_timeout did
+    // not read the rest either.
+    if (!track->done &&
+        (limits_.idle_timeout.count() <= 0 || now - track->held_at < limits_.idle_timeout)) {
+      continue;
+    }
     track->delivery->settle(track->unreadBody(read_point));
     track->delivery.reset();
     track->settled = true;

@@ -142,6 +142,7 @@ class Http2ServerConnection final : public DownstreamConnection, private SocketI
     bool done = false;     // no more DATA: END_STREAM or RST_STREAM queued, or the stream closed
     bool settled = false;
     std::unique_ptr<HeldDelivery> delivery;  // the spend, once the Exchange ended (holdUntilRead)
+    MonotonicTime held_at{};                 // when it was held
 
     /** A DATA frame's payload went to the output at [start, start + body). */
     void addFrame(uint64_t start, uint64_t body);
@@ -234,7 +235,10 @@ class Http2ServerConnection final : public DownstreamConnection, private SocketI
    * socket and ours hold unread (nullopt: the socket cannot be looked at).
    */
   std::optional<uint64_t> lookAtReadPoint();
-  /** Settles every held, finished stream the client read through `read_point`. */
+  /**
+   * Settles every held, finished stream the client read through `read_point`,
+   * and those held for idle_timeout whose rest its flow control never let out.
+   */
   void settleReadThrough(uint64_t read_point);
   /** How the connection ended, for its held streams. */
   enum class HeldEnd : uint8_t {

@@ -1465,5 +1465,136 @@ TEST(GroundTruthTest, LeakyHttp2ClientsAreBookedAsReadNotAsWritten) {
   }
 }
 
+// A response sluice cuts itself (the request's budget) on an HTTP/2 stream
+// whose client is still connected: RST_STREAM(CANCEL) after a final SSE
+// error event. What was written may sit unread in the client's socket: held
+// like a whole answer, and the leak stays under the cut's reason.
+TEST(GroundTruthTest, LeakyHttp2ClientsOfACutResponseAreBookedAsRead) {
+  ignoreSigpipe();
+  MockLlm mock;
+  ASSERT_NE(mock.port(), 0);
+  const Price& price = priceFor("gpt-4o-mini");
+  const std::string label = price.pattern;
+  for (const bool reads : {false, true}) {
+    SCOPED_TRACE(reads ? "reads to the cut, keeps the socket" : "never reads, closes (reset)");
+    SluiceUnderTest sluice(config(mock.url()));  // fresh counters
+    const std::string id = std::string("gt-leaky-h2-cut-") + (reads ? "read" : "unread");
+    const std::string body = requestBody(Wire::ChatUsage, "gpt-4o-mini", true, "leaky h2 cut");
+    H2Connection h2(sluice.port());
+    ASSERT_TRUE(h2.connected());
+    const int32_t stream = h2.submit("POST", "/v1/chat/completions",
+                                     {{"content-type", "application/json"},
+                                      {"x-mock-request-id", id},
+                                      {"x-mock-tokens", "400"},
+                                      {"x-mock-token-interval-ms", "2"},
+                                      {"x-budget-ms", "200"}},
+                                     body);
+    ASSERT_GT(stream, 0);
+    uint64_t parsed = 0;
+    const H2Response& r = h2.response(stream);
+    if (reads) {
+      ASSERT_TRUE(h2.waitForStream(stream));  // to sluice's RST_STREAM
+      ASSERT_FALSE(r.complete);
+      ASSERT_TRUE(r.reset_by_peer);
+      parsed = parseSse(Wire::ChatUsage, r.body).tokens();
+    } else {
+      ASSERT_TRUE(h2.runUntil([] { return true; }));  // sends the request, reads nothing
+    }
+    mock.waitForEntry(id, [](const json& e) { return e.value("finished_us", 0) != 0; });
+    waitUntilSettled(sluice, mock);
+    const json entry = mock.entry(id);
+    const uint64_t emitted = entry["tokens_emitted"].get<uint64_t>();
+    const uint64_t input = entry["input_tokens"].get<uint64_t>();
+    ASSERT_GT(emitted, 0u);
+    ASSERT_LT(emitted, 400u) << "the budget did not cut the stream";
+    auto booked = [&] { return spendBooked(sluice, label); };
+    if (reads) {
+      ASSERT_TRUE(waitUntil(booked)) << "a cut read to its end was never booked";
+    } else {
+      EXPECT_FALSE(waitUntil(booked, std::chrono::milliseconds(300)))
+          << "booked before the client said whether it read the answer";
+    }
+    h2.drop();
+    EXPECT_TRUE(waitUntil(booked)) << "never booked";
+    const Scrape s(sluice.metricsText());
+    const double out_delivered = s.tokens(label, "output", "delivered");
+    const double out_leaked = s.tokens(label, "output", "leaked");
+    std::cout << "[leaky h2 cut] client parsed " << parsed << " of " << emitted
+              << "; sluice delivered " << out_delivered << ", leaked " << out_leaked << " (ledger "
+              << emitted - parsed << ")\n";
+    // What the mock emitted after sluice's last read (in flight when the
+    // budget cut the upstream) sluice cannot count: a token or two.
+    EXPECT_LE(out_delivered + out_leaked, emitted);
+    EXPECT_GE(out_delivered + out_leaked + 2, emitted);
+    EXPECT_EQ(out_delivered, parsed);
+    const double ledger_leaked = static_cast<double>(emitted - parsed);
+    EXPECT_LE(std::fabs(out_leaked - ledger_leaked), std::max(2.0, 0.05 * ledger_leaked))
+        << "sluice leaked " << out_leaked << ", the ledger " << ledger_leaked;
+    EXPECT_EQ(s.tokens(label, "input", reads ? "delivered" : "leaked"), input);
+    const double budget = s.sum("sluice_leaked_spend_usd_total",
+                                {{"model", label}, {"cancel_reason", "budget_exhausted"}});
+    EXPECT_TRUE(nearUsd(budget, s.usd(label, "leaked"))) << "the leak is the cut's: " << budget;
+    expectPricedConsistently(s, price);
+  }
+}
+
+// An HTTP/2 client that reads its socket but never opens a stream's
+// flow-control window again: the answer's rest stays in sluice (the
+// exchange has ended: it fits the stream's buffer). Once the client read all
+// that went out and opened no window for limits.idle_timeout, the rest is
+// booked unread, without waiting for the connection to end.
+TEST(GroundTruthTest, AnHttp2StreamWhoseWindowStaysShutIsBookedAfterTheIdleTimeout) {
+  ignoreSigpipe();
+  MockLlm mock;
+  ASSERT_NE(mock.port(), 0);
+  constexpr uint32_t kTokens = 40;
+  const Price& price = priceFor("gpt-4o-mini");
+  const std::string label = price.pattern;
+  SluiceUnderTest sluice(config(mock.url()) + "limits:\n  idle_timeout: 300ms\n");
+  const std::string id = "gt-leaky-h2-window";
+  const std::string body = requestBody(Wire::ChatUsage, "gpt-4o-mini", true, "leaky h2 window");
+  H2ClientOptions options;
+  options.manual_window = true;
+  options.initial_window = 1024;  // a few events of a 40-event answer
+  H2Connection h2(sluice.port(), options);
+  ASSERT_TRUE(h2.connected());
+  const int32_t stream = h2.submit("POST", "/v1/chat/completions",
+                                   {{"content-type", "application/json"},
+                                    {"x-mock-request-id", id},
+                                    {"x-mock-tokens", std::to_string(kTokens)},
+                                    {"x-mock-token-interval-ms", "2"}},
+                                   body);
+  ASSERT_GT(stream, 0);
+  h2.hold(stream);
+  const H2Response& r = h2.response(stream);
+  ASSERT_TRUE(h2.runUntil([&] { return r.body.size() >= 1024; })) << r.body.size();
+  mock.waitForEntry(id, [](const json& e) { return e.value("finished_us", 0) != 0; });
+  waitUntilSettled(sluice, mock);
+  ASSERT_FALSE(r.complete);
+  const uint64_t parsed = parseSse(Wire::ChatUsage, r.body).tokens();
+  const json entry = mock.entry(id);
+  const uint64_t emitted = entry["tokens_emitted"].get<uint64_t>();
+  ASSERT_EQ(emitted, kTokens) << entry.dump();
+  // Booked with the socket still open (the connection is not idle: the
+  // stream is still open, its rest waiting for the window).
+  ASSERT_TRUE(waitUntil([&] { return spendBooked(sluice, label); })) << "never booked";
+  const Scrape s(sluice.metricsText());
+  const double out_delivered = s.tokens(label, "output", "delivered");
+  const double out_leaked = s.tokens(label, "output", "leaked");
+  const double ledger_leaked = static_cast<double>(emitted - parsed);
+  std::cout << "[leaky h2 window] client parsed " << parsed << " of " << emitted
+            << "; sluice delivered " << out_delivered << ", leaked " << out_leaked << " (ledger "
+            << ledger_leaked << ")\n";
+  EXPECT_GT(parsed, 0u);
+  EXPECT_EQ(out_delivered + out_leaked, emitted);
+  // The last frame the client read may end inside an event: one event either way.
+  EXPECT_LE(std::fabs(out_leaked - ledger_leaked), std::max(1.0, 0.05 * ledger_leaked))
+      << "sluice leaked " << out_leaked << ", the ledger " << ledger_leaked;
+  const double abandoned = s.sum("sluice_leaked_spend_usd_total",
+                                 {{"model", label}, {"cancel_reason", "client_abandoned"}});
+  EXPECT_TRUE(nearUsd(abandoned, s.usd(label, "leaked"))) << abandoned;
+  expectPricedConsistently(s, price);
+}
+
 }  // namespace
 }  // namespace sluice::test
