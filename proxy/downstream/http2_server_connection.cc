@@ -1,14 +1,17 @@
 #include "proxy/downstream/http2_server_connection.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "common/clock.h"
 #include "common/http_date.h"
 #include "common/http_message.h"
 #include "common/problem.h"
 #include "common/release_storage.h"
+#include "proxy/event/peer_unread.h"
 #include "proxy/http/http2_headers.h"
 #include "proxy/http/request_target.h"
 
@@ -34,6 +37,15 @@ constexpr uint32_t kMaxCutHeaderBlocks = 3;
  */
 constexpr uint32_t kPerResponseReindex = 32;
 
+/**
+ * Held streams per connection whose client's reading is awaited; beyond it a
+ * stream's spend is booked as written (docs/reference/metrics.md).
+ */
+constexpr size_t kMaxHeldStreams = 64;
+/** When a held stream's client is first looked at, and how far apart the looks get. */
+constexpr std::chrono::milliseconds kFirstUnreadLook{5};
+constexpr std::chrono::milliseconds kLastUnreadLookInterval{1000};
+
 }  // namespace
 
 // --- one stream: the DownstreamStream of one Exchange -------------------------------
@@ -56,6 +68,8 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   void pauseRequestBody() override;
   void resumeRequestBody() override;
   void onExchangeDone() override;
+  bool confirmsReads() const override { return track_ != nullptr && !conn_.closed_; }
+  void holdUntilRead(std::unique_ptr<HeldDelivery> hold) override;
   const ClientInfo& clientInfo() const override { return conn_.client_info_; }
 
   size_t pending() const { return evbuffer_get_length(pending_.get()); }
@@ -114,6 +128,9 @@ class Http2ServerConnection::Stream final : public DeferredDeletable, public Dow
   bool closed_ = false;  // nghttp2 closed the stream
   // resetStreamAfter: RST_STREAM with this code once pending_ has been sent.
   std::optional<uint32_t> reset_after_pending_;
+  // Where the response's DATA frames went (a client on this host), owned by
+  // the connection: it outlives the stream while its spend is held.
+  ReadTrack* track_ = nullptr;
 
   // slow client
   bool body_watched_ = false;  // body_read_timeout runs (Http2ServerConnection::onBodyTimer)
@@ -131,6 +148,7 @@ void Http2ServerConnection::Stream::encodeHeaders(ResponseHead&& head, bool end_
   }
   const bool reindex = conn_.responses_started_++ % kPerResponseReindex == 0;
   const Http2ResponseNv nv(response_fields_, head.status, status_text_, reindex);
+  if (!end_stream && body_allowed_ && conn_.reads_known_) track_ = conn_.newTrack(id_);
   int rv;
   if (end_stream) {
     end_submitted_ = true;
@@ -153,6 +171,7 @@ void Http2ServerConnection::Stream::encodeData(const char* data, size_t len, boo
     return;
   }
   if (len > 0 && body_allowed_) {
+    if (track_ != nullptr) track_->body_in += len;
     evbuffer_add(pending_.get(), data, len);
     if (pending() > conn_.limits_.high_watermark) above_high_ = true;
   }
@@ -209,6 +228,10 @@ bool Http2ServerConnection::Stream::canWriteWithoutWaiting(size_t len) const {
 void Http2ServerConnection::Stream::reset(uint32_t error_code) {
   if (closed_ || reset_ || conn_.closed_) return;
   reset_ = true;
+  if (track_ != nullptr) {
+    track_->dropped += pending();  // the Exchange counted none of it delivered
+    track_->done = true;           // no DATA after the RST_STREAM
+  }
   evbuffer_drain(pending_.get(), pending());
   nghttp2_submit_rst_stream(conn_.session_.get(), NGHTTP2_FLAG_NONE, id_, error_code);
   conn_.scheduleSend();
@@ -243,6 +266,14 @@ void Http2ServerConnection::Stream::onExchangeDone() {
   // the client must not mistake it for complete. (A resetStreamAfter resets
   // it itself, once its last bytes are out.)
   if (!end_pending_ && !end_submitted_ && !reset_after_pending_) reset(NGHTTP2_INTERNAL_ERROR);
+}
+
+void Http2ServerConnection::Stream::holdUntilRead(std::unique_ptr<HeldDelivery> hold) {
+  if (track_ == nullptr || conn_.closed_) {
+    hold->settle(0);  // nothing to ask any more
+    return;
+  }
+  conn_.holdTrack(*track_, std::move(hold));
 }
 
 void Http2ServerConnection::Stream::respondLocally(const Problem& problem) {
@@ -330,6 +361,10 @@ Http2ServerConnection::Http2ServerConnection(DownstreamConnectionHost& host, Buf
   // The write callback fires when the socket drained to the low watermark: pump more.
   io_->setWriteLowWatermark(limits_.output_low_watermark);
   io_->useSocketIfPlain();  // accepted: connected
+  // Delivered means read: a plain-TCP client on this host, whose socket can be
+  // looked at (TLS: its wire bytes are not the responses').
+  reads_known_ = !tls && host.peerUnreadProbe() != nullptr && io_->bufferEvent() == nullptr &&
+                 io_->fd() >= 0 && PeerUnreadProbe::peerMayBeLocal(io_->fd());
   send_watch_.watch(io_->output());
   // Send our SETTINGS and process the preface the detector already read, next turn.
   scheduleSend();
@@ -607,6 +642,7 @@ void Http2ServerConnection::sendPending() {
     }
     if (n == 0) break;
     evbuffer_add(output, data, static_cast<size_t>(n));
+    bytes_out_ += static_cast<uint64_t>(n);
   }
   sending_ = false;
   notifyWritable();
@@ -671,18 +707,23 @@ int Http2ServerConnection::onSendData(nghttp2_session*, nghttp2_frame* frame,
   const size_t padlen = frame->data.padlen;
   if (padlen == 0) {
     evbuffer_add(output, framehd, 9);
+    self->bytes_out_ += 9;
   } else {
     uint8_t head[10];
     std::memcpy(head, framehd, 9);
     head[9] = static_cast<uint8_t>(padlen - 1);
     evbuffer_add(output, head, sizeof(head));
+    self->bytes_out_ += sizeof(head);
   }
   if (evbuffer_remove_buffer(stream->pending_.get(), output, length) != static_cast<int>(length)) {
     return NGHTTP2_ERR_CALLBACK_FAILURE;  // cannot happen: onDataSourceRead sized it
   }
+  if (stream->track_ != nullptr) stream->track_->addFrame(self->bytes_out_, length);
+  self->bytes_out_ += length;
   if (padlen > 1) {
     static constexpr uint8_t kZeros[256] = {};
     evbuffer_add(output, kZeros, padlen - 1);
+    self->bytes_out_ += padlen - 1;
   }
   return 0;
 }
@@ -696,6 +737,9 @@ int Http2ServerConnection::onFrameSend(nghttp2_session* session, const nghttp2_f
   // closes it synchronously).
   Stream* stream = self->findStream(frame->hd.stream_id);
   if (stream == nullptr) return 0;
+  if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && stream->track_ != nullptr) {
+    stream->track_->done = true;  // the response's last byte is out
+  }
   if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && !stream->request_complete_ &&
       !stream->reset_) {
     // Answered before the request ended (404, 413, 431): ask the client to
@@ -725,6 +769,14 @@ int Http2ServerConnection::onStreamClose(nghttp2_session*, int32_t stream_id, ui
   }
   stream->closed_ = true;
   stream->stopBodyTimer();
+  if (ReadTrack* track = std::exchange(stream->track_, nullptr)) {
+    // What is still pending never goes out: unread (the Exchange counted it).
+    track->done = true;
+    if (!track->delivery) {
+      track->settled = true;  // never held (the client left, or nothing to book)
+      self->pruneTracks();
+    }
+  }
   if (!stream->request_complete_) {
     // The client may not know yet: its trailers may still come (onBeginFrame).
     self->closed_early_[self->closed_early_next_++ % self->closed_early_.size()] = stream_id;
@@ -763,7 +815,19 @@ void Http2ServerConnection::onWrite() {
 
 void Http2ServerConnection::onEvent(short events) {
   if (closed_) return;
-  if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) close();  // every stream's client is gone
+  if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+    // Held streams: a FIN (Linux sends one only for a socket closed with
+    // nothing unread) or a reset after the client's FIN (EPIPE: only bytes
+    // sent after its close met it) — a last look, else read; a reset
+    // (ECONNRESET: closed with data unread, or a failed write) — the last
+    // look, else nothing read.
+    if (held_ > 0) {
+      const int err = EVUTIL_SOCKET_ERROR();
+      const bool reset = (events & BEV_EVENT_ERROR) != 0 && err != EPIPE;
+      settleAllHeld(reset ? HeldEnd::Reset : HeldEnd::Look);
+    }
+    close();  // every stream's client is gone
+  }
 }
 
 void Http2ServerConnection::disconnectAll(CancelReason reason) {
@@ -834,7 +898,13 @@ void Http2ServerConnection::close() { closeWith(CancelReason::ClientDisconnect);
 
 void Http2ServerConnection::closeWith(CancelReason reason) {
   if (closed_) return;
+  // Held streams: a client that stopped taking bytes read none of them;
+  // sluice closing (idle_timeout, drain, shutdown, GOAWAY): a last look.
+  if (held_ > 0) {
+    settleAllHeld(reason == CancelReason::ClientStalled ? HeldEnd::Stalled : HeldEnd::Look);
+  }
   closed_ = true;
+  if (look_timer_) look_timer_->disarm();
   disconnectAll(reason);
   if (io_) io_->stop();
   event_del(process_event_.get());
@@ -842,6 +912,165 @@ void Http2ServerConnection::closeWith(CancelReason reason) {
   body_timer_.disarm();
   send_watch_.stop();
   host_.connectionClosed(*this);
+}
+
+// --- delivered means read (docs/reference/metrics.md) -------------------------------------
+
+void Http2ServerConnection::ReadTrack::addFrame(uint64_t start, uint64_t body) {
+  if (body == 0) return;
+  if (!frames.empty() && frames.back().end == start) {
+    frames.back().end += body;  // right after the last one: one span
+    frames.back().body += body;
+    return;
+  }
+  if (frames.size() == kMaxFrames) {
+    // Bounded: neighbours merge pairwise (a read point inside a merged span
+    // maps to its body bytes by proportion).
+    size_t out = 0;
+    for (size_t i = 0; i + 1 < frames.size(); i += 2) {
+      frames[out++] =
+          Frame{frames[i].start, frames[i + 1].end, frames[i].body + frames[i + 1].body};
+    }
+    frames.resize(out);
+  }
+  frames.push_back(Frame{start, start + body, body});
+}
+
+uint64_t Http2ServerConnection::ReadTrack::readBody(uint64_t read_point) const {
+  uint64_t read = 0;
+  for (const Frame& f : frames) {
+    if (read_point >= f.end) {
+      read += f.body;
+    } else {
+      if (read_point > f.start) {
+        read += static_cast<uint64_t>(static_cast<unsigned __int128>(read_point - f.start) *
+                                      f.body / (f.end - f.start));
+      }
+      break;  // frames are in wire order
+    }
+  }
+  return read;
+}
+
+uint64_t Http2ServerConnection::ReadTrack::unreadBody(uint64_t read_point) const {
+  const uint64_t read = readBody(read_point);
+  const uint64_t unread = body_in > read ? body_in - read : 0;
+  return unread > dropped ? unread - dropped : 0;
+}
+
+Http2ServerConnection::ReadTrack* Http2ServerConnection::newTrack(int32_t stream_id) {
+  auto track = std::make_unique<ReadTrack>();
+  track->id = stream_id;
+  tracks_.push_back(std::move(track));
+  return tracks_.back().get();
+}
+
+void Http2ServerConnection::holdTrack(ReadTrack& track, std::unique_ptr<HeldDelivery> hold) {
+  if (held_ >= kMaxHeldStreams) {
+    hold->settle(0);  // bounded: booked as written
+    return;
+  }
+  track.delivery = std::move(hold);
+  track.held_at = host_.dispatcher().clock().now();
+  ++held_;
+  lookWithin(kFirstUnreadLook);
+}
+
+void Http2ServerConnection::lookWithin(std::chrono::milliseconds delay) {
+  if (closed_) return;
+  const MonotonicTime now = host_.dispatcher().clock().now();
+  look_interval_ = delay;
+  if (look_timer_ && look_timer_->armed() && next_look_ <= now + delay) return;
+  if (!look_timer_) {
+    look_timer_ = std::make_unique<Timer>(host_.dispatcher().base(), [this] { onLookTimer(); });
+  }
+  next_look_ = now + delay;
+  look_timer_->arm(delay);
+}
+
+void Http2ServerConnection::onLookTimer() {
+  if (closed_ || held_ == 0) return;
+  const std::optional<uint64_t> read_point = lookAtReadPoint();
+  if (!read_point) return;  // its socket is gone (a reset on its way): the last look stands
+  settleReadThrough(*read_point);
+  if (held_ == 0) return;
+  const auto next = std::min(look_interval_ * 4, kLastUnreadLookInterval);
+  next_look_ = host_.dispatcher().clock().now() + next;
+  look_interval_ = next;
+  look_timer_->arm(next);
+}
+
+std::optional<uint64_t> Http2ServerConnection::lookAtReadPoint() {
+  if (!io_ || io_->fd() < 0) return std::nullopt;
+  const std::optional<uint64_t> kernel = host_.peerUnreadProbe()->unreadBytes(io_->fd());
+  if (!kernel) return std::nullopt;
+  const uint64_t unread = *kernel + evbuffer_get_length(io_->output());
+  const uint64_t read_point = bytes_out_ > unread ? bytes_out_ - unread : 0;
+  last_read_point_ = read_point;
+  return read_point;
+}
+
+void Http2ServerConnection::settleReadThrough(uint64_t read_point) {
+  bool any = false;
+  // Settling books metrics and writes an access log line: nothing re-enters
+  // the connection.
+  const MonotonicTime now = host_.dispatcher().clock().now();
+  for (const std::unique_ptr<ReadTrack>& track : tracks_) {
+    if (!track->delivery || read_point < track->end()) continue;
+    // Not done: the rest waits for the client's flow-control window. A client
+    // that read all that went out and opened no window for idle_timeout did
+    // not read the rest either.
+    if (!track->done &&
+        (limits_.idle_timeout.count() <= 0 || now - track->held_at < limits_.idle_timeout)) {
+      continue;
+    }
+    track->delivery->settle(track->unreadBody(read_point));
+    track->delivery.reset();
+    track->settled = true;
+    --held_;
+    any = true;
+  }
+  if (any) pruneTracks();
+}
+
+void Http2ServerConnection::settleAllHeld(HeldEnd end) {
+  uint64_t read_point = 0;  // Stalled: nothing read
+  std::optional<CancelReason> reason;
+  switch (end) {
+    case HeldEnd::Look:
+      // Nothing says otherwise (no look possible): read.
+      read_point = lookAtReadPoint().value_or(bytes_out_);
+      break;
+    case HeldEnd::Reset:
+      read_point = last_read_point_.value_or(0);  // no look yet: as a remote client's reset
+      break;
+    case HeldEnd::Stalled:
+      reason = CancelReason::ClientStalled;
+      break;
+  }
+  for (const std::unique_ptr<ReadTrack>& track : tracks_) {
+    if (!track->delivery) continue;
+    const uint64_t unread = reason ? UINT64_MAX : track->unreadBody(read_point);
+    track->delivery->settle(unread, reason);
+    track->delivery.reset();
+    track->settled = true;
+  }
+  held_ = 0;
+  pruneTracks();
+}
+
+void Http2ServerConnection::pruneTracks() {
+  // Settled tracks go; a stream still open forgets its own first.
+  for (const std::unique_ptr<ReadTrack>& track : tracks_) {
+    if (!track->settled) continue;
+    if (Stream* stream = findStream(track->id);
+        stream != nullptr && stream->track_ == track.get()) {
+      stream->track_ = nullptr;
+    }
+  }
+  tracks_.erase(std::remove_if(tracks_.begin(), tracks_.end(),
+                               [](const std::unique_ptr<ReadTrack>& t) { return t->settled; }),
+                tracks_.end());
 }
 
 }  // namespace sluice

@@ -41,6 +41,12 @@
 // Nothing is sent from inside an Exchange's call: encode*/resetStream queue
 // frames in nghttp2 and schedule one send on the next loop turn, so nghttp2's
 // callbacks never re-enter the Exchange that is calling us.
+//
+// Delivered means read (docs/reference/metrics.md): for a client on this host
+// over plain TCP, each response's DATA frames are placed on the connection's
+// output (ReadTrack) and an ended stream's spend is held until a look at the
+// client's socket (PeerUnreadProbe: one look per connection serves every
+// held stream) or the connection's end says how much of it was read.
 
 #include <nghttp2/nghttp2.h>
 
@@ -48,11 +54,13 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "proxy/downstream/downstream_connection.h"
+#include "proxy/downstream/downstream_stream.h"
 #include "proxy/downstream/send_stall_watch.h"
 #include "proxy/event/event_util.h"
 #include "proxy/event/socket_io.h"
@@ -110,6 +118,41 @@ class Http2ServerConnection final : public DownstreamConnection, private SocketI
 
   /** Streams not yet closed (for tests and introspection). */
   size_t openStreams() const { return streams_.size(); }
+
+  /**
+   * One stream's response body on the connection's wire, for "delivered
+   * means read": where its DATA frames' payloads lie in the connection's
+   * output, so that the client's read point (connection bytes its
+   * application took) maps to body bytes. Public for its unit test (a value
+   * type, no connection state).
+   */
+  struct ReadTrack {
+    struct Frame {
+      uint64_t start;  // connection wire offset of the first payload byte
+      uint64_t end;    // ... after the last one
+      uint64_t body;   // body bytes in [start, end) (merged frames: with other bytes between)
+    };
+    /** Frames kept per stream; beyond it, neighbours are merged (mapped by proportion). */
+    static constexpr size_t kMaxFrames = 512;
+
+    int32_t id = 0;
+    std::vector<Frame> frames;
+    uint64_t body_in = 0;  // body bytes the Exchange handed over
+    uint64_t dropped = 0;  // of them, dropped unsent by a cut (never counted delivered)
+    bool done = false;     // no more DATA: END_STREAM or RST_STREAM queued, or the stream closed
+    bool settled = false;
+    std::unique_ptr<HeldDelivery> delivery;  // the spend, once the Exchange ended (holdUntilRead)
+    MonotonicTime held_at{};                 // when it was held
+
+    /** A DATA frame's payload went to the output at [start, start + body). */
+    void addFrame(uint64_t start, uint64_t body);
+    /** The connection offset after the last payload byte (0: none sent). */
+    uint64_t end() const { return frames.empty() ? 0 : frames.back().end; }
+    /** Body bytes the client read when its read point was `read_point`. */
+    uint64_t readBody(uint64_t read_point) const;
+    /** What to settle with: the body bytes at the end it did not read, less those dropped. */
+    uint64_t unreadBody(uint64_t read_point) const;
+  };
 
  private:
   class Stream;
@@ -179,6 +222,35 @@ class Http2ServerConnection final : public DownstreamConnection, private SocketI
   /** send_timeout: the client stopped reading. */
   void onSendStalled();
 
+  // --- delivered means read ----------------------------------------------------------------
+  /** A ReadTrack for a new response on `stream` (none when nothing can be known). */
+  ReadTrack* newTrack(int32_t stream_id);
+  /** `track`'s stream ended its response: held, it waits for a look. */
+  void holdTrack(ReadTrack& track, std::unique_ptr<HeldDelivery> hold);
+  /** Looks at the client's socket before `delay` is over (sooner if already due). */
+  void lookWithin(std::chrono::milliseconds delay);
+  void onLookTimer();
+  /**
+   * The connection's read point: bytes written to the client minus what its
+   * socket and ours hold unread (nullopt: the socket cannot be looked at).
+   */
+  std::optional<uint64_t> lookAtReadPoint();
+  /**
+   * Settles every held, finished stream the client read through `read_point`,
+   * and those held for idle_timeout whose rest its flow control never let out.
+   */
+  void settleReadThrough(uint64_t read_point);
+  /** How the connection ended, for its held streams. */
+  enum class HeldEnd : uint8_t {
+    Look,     // a FIN, GOAWAY or sluice's own close: a last look, else read
+    Reset,    // the client reset the connection: the last look, else nothing read
+    Stalled,  // send_timeout: nothing read, client_stalled
+  };
+  /** Settles every held stream at the connection's end. */
+  void settleAllHeld(HeldEnd end);
+  /** Forgets the tracks that are settled, or whose streams closed unheld. */
+  void pruneTracks();
+
   DownstreamConnectionHost& host_;
   Http2Limits limits_;
   SocketIoPtr io_;  // the socket (h2c) or its bufferevent (TLS)
@@ -208,6 +280,16 @@ class Http2ServerConnection final : public DownstreamConnection, private SocketI
   uint32_t cut_header_blocks_ = 0;  // header blocks cut as HPACK bombs (cutHeaderBlock)
   uint32_t responses_started_ = 0;  // response heads submitted (HPACK re-indexing)
   uint32_t connection_error_ = NGHTTP2_NO_ERROR;  // set by a callback: GOAWAY with it
+
+  // Delivered means read: a plain-TCP client on this host, whose socket is looked at.
+  bool reads_known_ = false;
+  uint64_t bytes_out_ = 0;  // bytes handed to the output buffer since the connection began
+  std::vector<std::unique_ptr<ReadTrack>> tracks_;  // responses under way or held, by stream
+  size_t held_ = 0;                                 // of them, held (a delivery to settle)
+  std::optional<uint64_t> last_read_point_;         // what the last look found read
+  std::unique_ptr<Timer> look_timer_;               // made on the first hold
+  MonotonicTime next_look_ = MonotonicTime::max();
+  std::chrono::milliseconds look_interval_{};
 };
 
 }  // namespace sluice

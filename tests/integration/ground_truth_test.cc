@@ -79,6 +79,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/h2_client.h"
 #include "tests/support/http_client.h"
 #include "tests/support/processes.h"
 #include "tests/support/redis_process.h"
@@ -1369,6 +1370,230 @@ TEST(GroundTruthTest, LeakyHttp1ClientsOfACutResponseAreBookedAsRead) {
     EXPECT_TRUE(nearUsd(budget, s.usd(label, "leaked"))) << "the leak is the cut's: " << budget;
     expectPricedConsistently(s, price);
   }
+}
+
+// The same leaky clients over HTTP/2 (cleartext, prior knowledge): the
+// client reads its socket only when the test says, so what it did not read
+// stays in its socket as it would under a synchronous client library. Each
+// stream's DATA frames are placed on the connection's wire; a look at the
+// client's socket (one per connection) gives the read point, and the frames
+// before it are what was read.
+TEST(GroundTruthTest, LeakyHttp2ClientsAreBookedAsReadNotAsWritten) {
+  ignoreSigpipe();
+  MockLlm mock;
+  ASSERT_NE(mock.port(), 0);
+  constexpr uint32_t kTokens = 40;
+  const std::vector<LeakyCase> cases = {
+      {"never reads, closes later (reset)", 0, false},
+      {"reads 3 deltas, stops, closes later (reset)", 3, false},
+      {"reads 17 deltas, stops, closes later (reset)", 17, false},
+      {"reads it all, keeps the socket, closes later (FIN)", kTokens, true},
+  };
+  const Price& price = priceFor("gpt-4o-mini");
+  const std::string label = price.pattern;
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const LeakyCase& c = cases[k];
+    SCOPED_TRACE(c.what);
+    SluiceUnderTest sluice(config(mock.url()));  // fresh counters
+    const std::string id = "gt-leaky-h2-" + std::to_string(k);
+    const std::string body = requestBody(Wire::ChatUsage, "gpt-4o-mini", true, "leaky h2");
+    H2Connection h2(sluice.port());
+    ASSERT_TRUE(h2.connected());
+    const int32_t stream = h2.submit("POST", "/v1/chat/completions",
+                                     {{"content-type", "application/json"},
+                                      {"x-mock-request-id", id},
+                                      {"x-mock-tokens", std::to_string(kTokens)},
+                                      {"x-mock-token-interval-ms", "2"}},
+                                     body);
+    ASSERT_GT(stream, 0);
+    uint64_t parsed = 0;
+    const H2Response& r = h2.response(stream);
+    if (c.read_all) {
+      ASSERT_TRUE(h2.runUntil([&] { return r.complete; }));
+      parsed = parseSse(Wire::ChatUsage, r.body).tokens();
+    } else if (c.read_deltas > 0) {
+      ASSERT_TRUE(
+          h2.runUntil([&] { return parseSse(Wire::ChatUsage, r.body).tokens() >= c.read_deltas; }));
+      parsed = parseSse(Wire::ChatUsage, r.body).tokens();
+      ASSERT_FALSE(r.complete) << "the client must stop before the end";
+    } else {
+      ASSERT_TRUE(h2.runUntil([] { return true; }));  // sends the request, reads nothing
+    }
+    // The answer is written whole and the exchange has ended...
+    mock.waitForEntry(id, [](const json& e) { return e.value("finished_us", 0) != 0; });
+    waitUntilSettled(sluice, mock);
+    const json entry = mock.entry(id);
+    const uint64_t emitted = entry["tokens_emitted"].get<uint64_t>();
+    const uint64_t input = entry["input_tokens"].get<uint64_t>();
+    ASSERT_EQ(emitted, kTokens) << entry.dump();
+    auto booked = [&] { return spendBooked(sluice, label); };
+    if (c.read_all) {
+      // ... a client that read it all is booked without closing.
+      ASSERT_TRUE(waitUntil(booked)) << "a fully read answer was never booked";
+    } else {
+      // ... an unread one is not booked while the client says nothing.
+      EXPECT_FALSE(waitUntil(booked, std::chrono::milliseconds(300)))
+          << "booked before the client said whether it read the answer";
+    }
+    h2.drop();  // unread bytes in its socket: a reset; none: a FIN
+    EXPECT_TRUE(waitUntil(booked)) << "never booked";
+    const Scrape s(sluice.metricsText());
+    const double out_delivered = s.tokens(label, "output", "delivered");
+    const double out_leaked = s.tokens(label, "output", "leaked");
+    const double ledger_leaked = static_cast<double>(emitted - parsed);
+    std::cout << "[leaky h2] " << c.what << ": client parsed " << parsed << " of " << emitted
+              << "; sluice delivered " << out_delivered << ", leaked " << out_leaked << " (ledger "
+              << ledger_leaked << ")\n";
+    EXPECT_EQ(out_delivered + out_leaked, emitted);
+    // Within 5% of the ledger, or one event (a DATA frame the client's read
+    // ended inside is mapped by its bytes).
+    EXPECT_LE(std::fabs(out_leaked - ledger_leaked), std::max(1.0, 0.05 * ledger_leaked))
+        << "sluice leaked " << out_leaked << ", the ledger " << ledger_leaked;
+    const double abandoned = s.sum("sluice_leaked_spend_usd_total",
+                                   {{"model", label}, {"cancel_reason", "client_abandoned"}});
+    if (c.read_all) {
+      EXPECT_EQ(out_leaked, 0);
+      EXPECT_EQ(s.tokens(label, "input", "delivered"), input);
+      EXPECT_EQ(abandoned, 0);
+    } else {
+      EXPECT_EQ(s.tokens(label, "input", parsed > 0 ? "delivered" : "leaked"), input);
+      EXPECT_TRUE(nearUsd(abandoned, s.usd(label, "leaked")))
+          << "the whole leak is client_abandoned: " << abandoned;
+      EXPECT_GT(abandoned, 0);
+    }
+    expectPricedConsistently(s, price);
+  }
+}
+
+// A response sluice cuts itself (the request's budget) on an HTTP/2 stream
+// whose client is still connected: RST_STREAM(CANCEL) after a final SSE
+// error event. What was written may sit unread in the client's socket: held
+// like a whole answer, and the leak stays under the cut's reason.
+TEST(GroundTruthTest, LeakyHttp2ClientsOfACutResponseAreBookedAsRead) {
+  ignoreSigpipe();
+  MockLlm mock;
+  ASSERT_NE(mock.port(), 0);
+  const Price& price = priceFor("gpt-4o-mini");
+  const std::string label = price.pattern;
+  for (const bool reads : {false, true}) {
+    SCOPED_TRACE(reads ? "reads to the cut, keeps the socket" : "never reads, closes (reset)");
+    SluiceUnderTest sluice(config(mock.url()));  // fresh counters
+    const std::string id = std::string("gt-leaky-h2-cut-") + (reads ? "read" : "unread");
+    const std::string body = requestBody(Wire::ChatUsage, "gpt-4o-mini", true, "leaky h2 cut");
+    H2Connection h2(sluice.port());
+    ASSERT_TRUE(h2.connected());
+    const int32_t stream = h2.submit("POST", "/v1/chat/completions",
+                                     {{"content-type", "application/json"},
+                                      {"x-mock-request-id", id},
+                                      {"x-mock-tokens", "400"},
+                                      {"x-mock-token-interval-ms", "2"},
+                                      {"x-budget-ms", "200"}},
+                                     body);
+    ASSERT_GT(stream, 0);
+    uint64_t parsed = 0;
+    const H2Response& r = h2.response(stream);
+    if (reads) {
+      ASSERT_TRUE(h2.waitForStream(stream));  // to sluice's RST_STREAM
+      ASSERT_FALSE(r.complete);
+      ASSERT_TRUE(r.reset_by_peer);
+      parsed = parseSse(Wire::ChatUsage, r.body).tokens();
+    } else {
+      ASSERT_TRUE(h2.runUntil([] { return true; }));  // sends the request, reads nothing
+    }
+    mock.waitForEntry(id, [](const json& e) { return e.value("finished_us", 0) != 0; });
+    waitUntilSettled(sluice, mock);
+    const json entry = mock.entry(id);
+    const uint64_t emitted = entry["tokens_emitted"].get<uint64_t>();
+    const uint64_t input = entry["input_tokens"].get<uint64_t>();
+    ASSERT_GT(emitted, 0u);
+    ASSERT_LT(emitted, 400u) << "the budget did not cut the stream";
+    auto booked = [&] { return spendBooked(sluice, label); };
+    if (reads) {
+      ASSERT_TRUE(waitUntil(booked)) << "a cut read to its end was never booked";
+    } else {
+      EXPECT_FALSE(waitUntil(booked, std::chrono::milliseconds(300)))
+          << "booked before the client said whether it read the answer";
+    }
+    h2.drop();
+    EXPECT_TRUE(waitUntil(booked)) << "never booked";
+    const Scrape s(sluice.metricsText());
+    const double out_delivered = s.tokens(label, "output", "delivered");
+    const double out_leaked = s.tokens(label, "output", "leaked");
+    std::cout << "[leaky h2 cut] client parsed " << parsed << " of " << emitted
+              << "; sluice delivered " << out_delivered << ", leaked " << out_leaked << " (ledger "
+              << emitted - parsed << ")\n";
+    // What the mock emitted after sluice's last read (in flight when the
+    // budget cut the upstream) sluice cannot count: a token or two.
+    EXPECT_LE(out_delivered + out_leaked, emitted);
+    EXPECT_GE(out_delivered + out_leaked + 2, emitted);
+    EXPECT_EQ(out_delivered, parsed);
+    const double ledger_leaked = static_cast<double>(emitted - parsed);
+    EXPECT_LE(std::fabs(out_leaked - ledger_leaked), std::max(2.0, 0.05 * ledger_leaked))
+        << "sluice leaked " << out_leaked << ", the ledger " << ledger_leaked;
+    EXPECT_EQ(s.tokens(label, "input", reads ? "delivered" : "leaked"), input);
+    const double budget = s.sum("sluice_leaked_spend_usd_total",
+                                {{"model", label}, {"cancel_reason", "budget_exhausted"}});
+    EXPECT_TRUE(nearUsd(budget, s.usd(label, "leaked"))) << "the leak is the cut's: " << budget;
+    expectPricedConsistently(s, price);
+  }
+}
+
+// An HTTP/2 client that reads its socket but never opens a stream's
+// flow-control window again: the answer's rest stays in sluice (the
+// exchange has ended: it fits the stream's buffer). Once the client read all
+// that went out and opened no window for limits.idle_timeout, the rest is
+// booked unread, without waiting for the connection to end.
+TEST(GroundTruthTest, AnHttp2StreamWhoseWindowStaysShutIsBookedAfterTheIdleTimeout) {
+  ignoreSigpipe();
+  MockLlm mock;
+  ASSERT_NE(mock.port(), 0);
+  constexpr uint32_t kTokens = 40;
+  const Price& price = priceFor("gpt-4o-mini");
+  const std::string label = price.pattern;
+  SluiceUnderTest sluice(config(mock.url()) + "limits:\n  idle_timeout: 300ms\n");
+  const std::string id = "gt-leaky-h2-window";
+  const std::string body = requestBody(Wire::ChatUsage, "gpt-4o-mini", true, "leaky h2 window");
+  H2ClientOptions options;
+  options.manual_window = true;
+  options.initial_window = 1024;  // a few events of a 40-event answer
+  H2Connection h2(sluice.port(), options);
+  ASSERT_TRUE(h2.connected());
+  const int32_t stream = h2.submit("POST", "/v1/chat/completions",
+                                   {{"content-type", "application/json"},
+                                    {"x-mock-request-id", id},
+                                    {"x-mock-tokens", std::to_string(kTokens)},
+                                    {"x-mock-token-interval-ms", "2"}},
+                                   body);
+  ASSERT_GT(stream, 0);
+  h2.hold(stream);
+  const H2Response& r = h2.response(stream);
+  ASSERT_TRUE(h2.runUntil([&] { return r.body.size() >= 1024; })) << r.body.size();
+  mock.waitForEntry(id, [](const json& e) { return e.value("finished_us", 0) != 0; });
+  waitUntilSettled(sluice, mock);
+  ASSERT_FALSE(r.complete);
+  const uint64_t parsed = parseSse(Wire::ChatUsage, r.body).tokens();
+  const json entry = mock.entry(id);
+  const uint64_t emitted = entry["tokens_emitted"].get<uint64_t>();
+  ASSERT_EQ(emitted, kTokens) << entry.dump();
+  // Booked with the socket still open (the connection is not idle: the
+  // stream is still open, its rest waiting for the window).
+  ASSERT_TRUE(waitUntil([&] { return spendBooked(sluice, label); })) << "never booked";
+  const Scrape s(sluice.metricsText());
+  const double out_delivered = s.tokens(label, "output", "delivered");
+  const double out_leaked = s.tokens(label, "output", "leaked");
+  const double ledger_leaked = static_cast<double>(emitted - parsed);
+  std::cout << "[leaky h2 window] client parsed " << parsed << " of " << emitted
+            << "; sluice delivered " << out_delivered << ", leaked " << out_leaked << " (ledger "
+            << ledger_leaked << ")\n";
+  EXPECT_GT(parsed, 0u);
+  EXPECT_EQ(out_delivered + out_leaked, emitted);
+  // The last frame the client read may end inside an event: one event either way.
+  EXPECT_LE(std::fabs(out_leaked - ledger_leaked), std::max(1.0, 0.05 * ledger_leaked))
+      << "sluice leaked " << out_leaked << ", the ledger " << ledger_leaked;
+  const double abandoned = s.sum("sluice_leaked_spend_usd_total",
+                                 {{"model", label}, {"cancel_reason", "client_abandoned"}});
+  EXPECT_TRUE(nearUsd(abandoned, s.usd(label, "leaked"))) << abandoned;
+  expectPricedConsistently(s, price);
 }
 
 }  // namespace
