@@ -71,6 +71,19 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
    * thread.
    */
   using Canceller = std::function<void(Ending)>;
+  /**
+   * A task that makes its canceller only when its run ends: the table asks
+   * it, under its lock, while the task is in flight (between join and
+   * leave), and calls what it returns outside the lock, on that thread. It
+   * is told no reason (the task reads it from the run: spendExhausted). So
+   * a task that is never cancelled costs no canceller (the run filter's is
+   * a cross-thread waker: an allocation).
+   */
+  class TaskOwner {
+   public:
+    virtual ~TaskOwner() = default;
+    virtual std::function<void()> canceller() = 0;
+  };
 
   /** Told once per run that ends (outside the lock). */
   using EndingListener = std::function<void(Ending)>;
@@ -128,6 +141,10 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
   void setActiveListener(std::function<void(size_t)> listener);
 
   /** A task's admission. */
+ private:
+  struct Run;
+
+ public:
   struct Join {
     // Pending: the run is new here and the fleet is being asked about it;
     // awaitFleet(), then join again.
@@ -135,6 +152,9 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
     Kind kind = Kind::Joined;
     uint64_t task = 0;         // Joined: leave(task) when it is done
     MonotonicTime deadline{};  // Joined: the run's deadline
+    // Joined: the task's run, held while the task is in flight (leave(join),
+    // addSpend(join, usd) find it without a lookup); not for use after leave.
+    Run* run = nullptr;
   };
 
   /**
@@ -148,6 +168,10 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
    */
   Join join(const std::string& id, const std::string& parent,
             std::optional<std::chrono::milliseconds> budget, Canceller canceller,
+            std::optional<double> max_usd = std::nullopt);
+  /** join() for a task that makes its canceller when it is needed (`owner`: until leave). */
+  Join join(const std::string& id, const std::string& parent,
+            std::optional<std::chrono::milliseconds> budget, TaskOwner& owner,
             std::optional<double> max_usd = std::nullopt);
 
   /**
@@ -165,9 +189,13 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
    * runs are ignored.
    */
   void addSpend(const std::string& id, double usd);
+  /** addSpend() for the run of a task still in flight (`task`: its Joined admission). */
+  void addSpend(const Join& task, double usd);
 
   /** The task is done (any end). Unknown tasks are ignored. */
   void leave(const std::string& id, uint64_t task);
+  /** leave() for a task by its Joined admission (once). */
+  void leave(const Join& task);
 
   /**
    * Cancels run `id` and its descendants: their in-flight tasks' cancellers
@@ -220,6 +248,12 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
 
  private:
   enum class State { Running, Cancelled, DeadlineExceeded, SpendExhausted };
+  /** A task in flight: its number and how it is told (one of the two). */
+  struct Task {
+    uint64_t id = 0;
+    Canceller canceller;
+    TaskOwner* owner = nullptr;
+  };
   struct Run {
     std::string id;
     std::string parent;
@@ -233,7 +267,7 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
     double spend_usd = 0;
     double max_usd = 0;  // 0 = no cap
     // In flight, by task number: few per run, so a vector (no node per task; its room is kept).
-    std::vector<std::pair<uint64_t, Canceller>> tasks;
+    std::vector<Task> tasks;
     // Its place in the idle list (nothing in flight): links between the
     // runs' own nodes (an unordered_map's elements never move), no copy of
     // the id.
@@ -249,6 +283,19 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
     double unflushed_usd = 0;  // not yet sent
     MonotonicTime last_flush{};
   };
+  /** A task to tell, and why (called outside the lock). */
+  struct Told {
+    Canceller canceller;
+    std::function<void()> owners;  // a TaskOwner's canceller
+    Ending ending;
+    void operator()() const {
+      if (canceller) {
+        canceller(ending);
+      } else if (owners) {
+        owners();
+      }
+    }
+  };
   struct Flush {
     std::string id;
     double usd;
@@ -262,8 +309,7 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
    * still running with `state`: their tasks' cancellers are collected.
    */
   void endSubtreeLocked(const std::string& id, State state, Ending ending, MonotonicTime now,
-                        std::vector<std::pair<Canceller, Ending>>& cancellers,
-                        std::vector<Ending>& endings);
+                        std::vector<Told>& cancellers, std::vector<Ending>& endings);
   void touchIdleLocked(Run& run);
   void dropFromIdleLocked(Run& run);
   void sweepLocked(MonotonicTime now, bool force);
@@ -280,6 +326,13 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
   void onFlushed(const std::string& id, double usd, std::optional<double> total);
   size_t end(const std::string& id, State state, Ending ending, bool tell_fleet);
   void setActiveLocked(size_t active);
+  Join joinTask(const std::string& id, const std::string& parent,
+                std::optional<std::chrono::milliseconds> budget, Canceller* canceller,
+                TaskOwner* owner, std::optional<double> max_usd);
+  /** The run's parent, if it is held. */
+  Run* parentLocked(const Run& run);
+  void leaveRun(Run& run, uint64_t task, std::unique_lock<std::mutex>& lock);
+  void addSpendFrom(Run& run, double usd, std::unique_lock<std::mutex>& lock);
 
   const Clock& clock_;
   mutable std::mutex mutex_;
