@@ -424,10 +424,13 @@ size_t RunTable::end(const std::string& id, State state, Ending ending, bool tel
     sweepLocked(now, false);
     endSubtreeLocked(id, state, ending, now, cancellers, endings);
   }
-  notify(endings);
-  for (const Told& told : cancellers) told();
+  // The other replicas first: the fleet's message then leaves ahead of this
+  // process's own cuts (which may be work on the very loop that sends it),
+  // and the peers cut theirs meanwhile.
   if (fleet) fleet->ended(id, ending, ttl);
   if (broadcaster) broadcaster(id);
+  notify(endings);
+  for (const Told& told : cancellers) told();
   return cancellers.size();
 }
 

@@ -303,6 +303,24 @@ TEST_F(RunTableTest, ATaskOwnerMakesItsCancellerOnlyWhenItsRunEndsAndByHandleItL
   EXPECT_EQ(a.made, 1);
 }
 
+TEST_F(RunTableTest, ACancelIsToldToTheFleetBeforeAnyTaskHereIsCut) {
+  // The peers' cuts wait for the fleet's message; this process's cuts may
+  // be work on the very loop that sends it: the message goes first.
+  auto fleet = std::make_shared<FakeFleet>();
+  auto table = std::make_shared<RunTable>(clock_, limits());
+  table->setFleet(fleet);
+  std::vector<size_t> told_when;  // the fleet's endings when each task was cut
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(joinNow(*table, "run",
+                      [&](RunTable::Ending) { told_when.push_back(fleet->endings.size()); })
+                  .kind,
+              RunTable::Join::Kind::Joined);
+  }
+  EXPECT_EQ(table->cancel("run"), 3u);
+  ASSERT_EQ(fleet->endings.size(), 1u);
+  EXPECT_EQ(told_when, (std::vector<size_t>{1, 1, 1}));
+}
+
 TEST_F(RunTableTest, WithAFleetSpendGoesToItsCounterInBatchesAndTheCapIsTheFleets) {
   auto fleet = std::make_shared<FakeFleet>();
   RunTable::Limits l = limits();
