@@ -133,8 +133,9 @@ FilterStatus RunFilter::decodeHeaders(RequestHead& request) {
       return FilterStatus::StopIteration;
     }
   }
-  run_id_ = std::string(run);
-  parent_ = std::move(parent);
+  run_id_.clear();
+  run_id_.append(run.data(), run.size());
+  if (!parent.empty()) parent_ = std::move(parent);
   budget_ = budget;
   max_usd_ = max_usd;
   callbacks_->record().setRun(run_id_, parent_);

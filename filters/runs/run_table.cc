@@ -12,6 +12,13 @@ constexpr std::chrono::seconds kSweepInterval{1};
 
 double secondsOf(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
 
+/** Adds `usd` to `spend`, never below 0 (one atomic step: a lock-free adder may race it). */
+void addClamped(std::atomic<double>& spend, double usd) {
+  double now = spend.load(std::memory_order_relaxed);
+  while (!spend.compare_exchange_weak(now, std::max(0.0, now + usd), std::memory_order_relaxed)) {
+  }
+}
+
 }  // namespace
 
 void RunTable::setLimits(Limits limits) {
@@ -190,6 +197,7 @@ RunTable::Join RunTable::joinTask(const std::string& id, const std::string& pare
       out.task = next_task_++;
       out.deadline = run.deadline;
       out.run = &run;
+      out.spend_alone = !fleet_ && run.max_usd == 0 && run.parent.empty();
       if (run.tasks.empty()) setActiveLocked(active_ + 1);
       Task& task = run.tasks.emplace_back();
       task.id = out.task;
@@ -465,6 +473,11 @@ void RunTable::addSpend(const std::string& id, double usd) {
 
 void RunTable::addSpend(const Join& task, double usd) {
   if (usd == 0 || task.run == nullptr) return;
+  if (task.spend_alone) {
+    // No cap to check, no ancestor or fleet to tell.
+    addClamped(task.run->spend_usd, usd);
+    return;
+  }
   std::unique_lock lock(mutex_);
   addSpendFrom(*task.run, usd, lock);
 }
@@ -485,7 +498,7 @@ void RunTable::addSpendFrom(Run& first, double usd, std::unique_lock<std::mutex>
       run->spend_usd = std::max(0.0, run->fleet_usd + run->sent_usd + run->unflushed_usd);
       collectFlushLocked(*run, now, task_ended, flushes);
     } else {
-      run->spend_usd = std::max(0.0, run->spend_usd + usd);
+      addClamped(run->spend_usd, usd);
     }
     if (run->state == State::Running && run->max_usd > 0 && run->spend_usd >= run->max_usd) {
       capped = run;

@@ -35,6 +35,7 @@
 // checked against it. A cancel or a spend cap reached here is stored as the fleet's tombstone and
 // told to the peers (Fleet::ended).
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -155,6 +156,9 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
     // Joined: the task's run, held while the task is in flight (leave(join),
     // addSpend(join, usd) find it without a lookup); not for use after leave.
     Run* run = nullptr;
+    // Joined: the run has no cap, no parent and no fleet: its spend is its
+    // own only, added without the table's lock (addSpend(join, usd)).
+    bool spend_alone = false;
   };
 
   /**
@@ -264,7 +268,9 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
     MonotonicTime last_active{};
     MonotonicTime ended{};  // Cancelled / DeadlineExceeded / SpendExhausted: when
     uint64_t tasks_total = 0;
-    double spend_usd = 0;
+    // Atomic: a run whose spend touches no other run (Join::spend_alone)
+    // is fed without the lock; every other change is under it.
+    std::atomic<double> spend_usd{0};
     double max_usd = 0;  // 0 = no cap
     // In flight, by task number: few per run, so a vector (no node per task; its room is kept).
     std::vector<Task> tasks;

@@ -282,6 +282,9 @@ TEST_F(RunTableTest, ATaskOwnerMakesItsCancellerOnlyWhenItsRunEndsAndByHandleItL
   ASSERT_EQ(q.kind, RunTable::Join::Kind::Joined);
   table_.addSpend(q, 0.5);
   EXPECT_DOUBLE_EQ(table_.snapshot("quiet")->spend_usd, 0.5) << "by handle, as by id";
+  table_.addSpend(q, -0.75);  // a correction (the provider's count below the estimate)
+  EXPECT_DOUBLE_EQ(table_.snapshot("quiet")->spend_usd, 0) << "never below 0";
+  table_.addSpend(q, 0.5);
   table_.leave(q);
   EXPECT_EQ(table_.snapshot("quiet")->tasks_in_flight, 0u);
   EXPECT_EQ(quiet.made, 0) << "a run that never ends asks no canceller";
