@@ -81,6 +81,20 @@ class HeaderMap {
     count_ = static_cast<uint32_t>(kept);
     return removed;
   }
+  /**
+   * Calls `fn(field)` for each field, in order, whose name is n bytes long
+   * with bit n of `lengths` set (a name of 64 bytes or more: always): a
+   * pass that skips most fields by their name's length alone.
+   */
+  template <typename Fn>
+  void forEachOfLengths(uint64_t lengths, Fn&& fn) const {
+    const Slot* slots = this->slots();
+    for (size_t i = 0; i < count_; ++i) {
+      const uint32_t n = slots[i].name_size;
+      if (n < 64 && (lengths >> n & 1) == 0) continue;
+      fn(fieldAt(i));
+    }
+  }
   /** Room for `fields` fields of `bytes` name and value bytes in all, before they come. */
   void reserve(size_t fields, size_t bytes);
 

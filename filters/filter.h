@@ -252,7 +252,9 @@ class FilterCallbacks {
   /**
    * Wraps `fn` into a callback any thread may call: it runs `fn` on this
    * Exchange's worker thread, and not at all if the Exchange has ended by
-   * then. Shared state (quota trackers) wakes waiters with it.
+   * then. Shared state (quota trackers) wakes waiters with it. The wrapping
+   * itself may happen on any thread while the Exchange is alive (the run
+   * table makes a task's waker when the run ends, under its lock).
    */
   virtual std::function<void()> crossThreadWaker(std::function<void()> fn) = 0;
 

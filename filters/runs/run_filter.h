@@ -30,7 +30,7 @@ bool validRunId(std::string_view id);
 /** An `x-run-max-usd` value: a positive decimal number of USD (at most 1e9); nullopt if invalid. */
 std::optional<double> parseRunMaxUsd(std::string_view value);
 
-class RunFilter final : public StreamFilter, public RunSpend {
+class RunFilter final : public StreamFilter, public RunSpend, public RunTable::TaskOwner {
  public:
   RunFilter(const config::RunsConfig& config, RunTable& table) : config_(config), table_(table) {}
   std::string_view name() const override { return "runs"; }
@@ -38,6 +38,7 @@ class RunFilter final : public StreamFilter, public RunSpend {
   Admission beforeAttempt(RequestHead& upstream_request, const AttemptContext& attempt) override;
   void onDestroy() override;
   void addRunSpend(double usd) override;
+  std::function<void()> canceller() override;
 
  private:
   /** Joins the task to its run (again, once the fleet answered about a run new here). */
@@ -49,7 +50,7 @@ class RunFilter final : public StreamFilter, public RunSpend {
   std::string parent_;
   std::optional<std::chrono::milliseconds> budget_;
   std::optional<double> max_usd_;
-  uint64_t task_ = 0;  // 0 = not a task of any run
+  RunTable::Join task_;  // Joined while the request is a task in flight (run: null otherwise)
 };
 
 }  // namespace sluice

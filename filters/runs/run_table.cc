@@ -12,6 +12,13 @@ constexpr std::chrono::seconds kSweepInterval{1};
 
 double secondsOf(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
 
+/** Adds `usd` to `spend`, never below 0 (one atomic step: a lock-free adder may race it). */
+void addClamped(std::atomic<double>& spend, double usd) {
+  double now = spend.load(std::memory_order_relaxed);
+  while (!spend.compare_exchange_weak(now, std::max(0.0, now + usd), std::memory_order_relaxed)) {
+  }
+}
+
 }  // namespace
 
 void RunTable::setLimits(Limits limits) {
@@ -124,6 +131,19 @@ void RunTable::eraseLocked(const std::string& id) {
 RunTable::Join RunTable::join(const std::string& id, const std::string& parent,
                               std::optional<std::chrono::milliseconds> budget, Canceller canceller,
                               std::optional<double> max_usd) {
+  return joinTask(id, parent, budget, &canceller, nullptr, max_usd);
+}
+
+RunTable::Join RunTable::join(const std::string& id, const std::string& parent,
+                              std::optional<std::chrono::milliseconds> budget, TaskOwner& owner,
+                              std::optional<double> max_usd) {
+  return joinTask(id, parent, budget, nullptr, &owner, max_usd);
+}
+
+RunTable::Join RunTable::joinTask(const std::string& id, const std::string& parent,
+                                  std::optional<std::chrono::milliseconds> budget,
+                                  Canceller* canceller, TaskOwner* owner,
+                                  std::optional<double> max_usd) {
   std::vector<Ending> endings;
   Join out;
   std::shared_ptr<Fleet> lookup;  // set: this join created the run, ask the fleet about it
@@ -131,7 +151,7 @@ RunTable::Join RunTable::join(const std::string& id, const std::string& parent,
   {
     std::lock_guard lock(mutex_);
     const MonotonicTime now = clock_.now();
-    sweepLocked(now, false);
+    if (now - last_sweep_ >= kSweepInterval) sweepLocked(now, false);
     auto it = runs_.find(id);
     if (it == runs_.end()) {
       Run* parent_run = nullptr;
@@ -176,8 +196,13 @@ RunTable::Join RunTable::join(const std::string& id, const std::string& parent,
     } else if (run.state == State::Running) {
       out.task = next_task_++;
       out.deadline = run.deadline;
+      out.run = &run;
+      out.spend_alone = !fleet_ && run.max_usd == 0 && run.parent.empty();
       if (run.tasks.empty()) setActiveLocked(active_ + 1);
-      run.tasks.emplace_back(out.task, std::move(canceller));
+      Task& task = run.tasks.emplace_back();
+      task.id = out.task;
+      if (canceller != nullptr) task.canceller = std::move(*canceller);
+      task.owner = owner;
       ++run.tasks_total;
     } else {
       out.kind = run.state == State::Cancelled        ? Join::Kind::Cancelled
@@ -204,7 +229,7 @@ bool RunTable::awaitFleet(const std::string& id, std::function<void()> waiter) {
 }
 
 void RunTable::onLookup(const std::string& id, const Fleet::Known& known) {
-  std::vector<std::pair<Canceller, Ending>> cancellers;
+  std::vector<Told> cancellers;
   std::vector<Ending> endings;
   std::vector<std::function<void()>> waiters;
   {
@@ -237,7 +262,7 @@ void RunTable::onLookup(const std::string& id, const Fleet::Known& known) {
     touchIdleLocked(runs_.at(id));
   }
   notify(endings);
-  for (auto& [canceller, ending] : cancellers) canceller(ending);
+  for (const Told& told : cancellers) told();
   for (auto& waiter : waiters) waiter();
 }
 
@@ -275,7 +300,7 @@ void RunTable::sendFlushes(std::vector<Flush>& flushes) {
 }
 
 void RunTable::onFlushed(const std::string& id, double usd, std::optional<double> total) {
-  std::vector<std::pair<Canceller, Ending>> cancellers;
+  std::vector<Told> cancellers;
   std::vector<Ending> endings;
   std::shared_ptr<Fleet> tell;
   std::chrono::milliseconds ttl{};
@@ -302,43 +327,53 @@ void RunTable::onFlushed(const std::string& id, double usd, std::optional<double
     }
   }
   notify(endings);
-  for (auto& [canceller, ending] : cancellers) canceller(ending);
+  for (const Told& told : cancellers) told();
   if (tell) tell->ended(id, Ending::SpendCap, ttl);
 }
 
 void RunTable::leave(const std::string& id, uint64_t task) {
+  std::unique_lock lock(mutex_);
+  const auto it = runs_.find(id);
+  if (it == runs_.end()) return;
+  leaveRun(it->second, task, lock);
+}
+
+void RunTable::leave(const Join& task) {
+  if (task.run == nullptr) return;
+  std::unique_lock lock(mutex_);
+  leaveRun(*task.run, task.task, lock);
+}
+
+void RunTable::leaveRun(Run& run, uint64_t task, std::unique_lock<std::mutex>& lock) {
+  const auto t = std::find_if(run.tasks.begin(), run.tasks.end(),
+                              [task](const Task& entry) { return entry.id == task; });
+  if (t == run.tasks.end()) return;
+  if (t != run.tasks.end() - 1) *t = std::move(run.tasks.back());
+  run.tasks.pop_back();
+  const MonotonicTime now = clock_.now();
+  run.last_active = now;
+  if (run.tasks.empty()) setActiveLocked(active_ - 1);
+  touchIdleLocked(run);
+  if (!fleet_) return;
+  // A task ended: what it spent goes to the fleet now (the run's and its ancestors').
   std::vector<Flush> flushes;
-  {
-    std::lock_guard lock(mutex_);
-    const auto it = runs_.find(id);
-    if (it == runs_.end()) return;
-    Run& run = it->second;
-    const auto t = std::find_if(run.tasks.begin(), run.tasks.end(),
-                                [task](const auto& entry) { return entry.first == task; });
-    if (t == run.tasks.end()) return;
-    if (t != run.tasks.end() - 1) *t = std::move(run.tasks.back());
-    run.tasks.pop_back();
-    const MonotonicTime now = clock_.now();
-    run.last_active = now;
-    if (run.tasks.empty()) setActiveLocked(active_ - 1);
-    touchIdleLocked(run);
-    if (fleet_) {
-      // A task ended: what it spent goes to the fleet now (the run's and its ancestors').
-      std::string current = id;
-      for (size_t steps = 0; steps <= limits_.max_runs && !current.empty(); ++steps) {
-        const auto r = runs_.find(current);
-        if (r == runs_.end()) break;
-        if (fleetCountsLocked(r->second)) collectFlushLocked(r->second, now, true, flushes);
-        current = r->second.parent;
-      }
-    }
+  Run* r = &run;
+  for (size_t steps = 0; r != nullptr && steps <= limits_.max_runs; ++steps) {
+    if (fleetCountsLocked(*r)) collectFlushLocked(*r, now, true, flushes);
+    r = parentLocked(*r);
   }
+  lock.unlock();
   sendFlushes(flushes);
 }
 
+RunTable::Run* RunTable::parentLocked(const Run& run) {
+  if (run.parent.empty()) return nullptr;
+  const auto it = runs_.find(run.parent);
+  return it != runs_.end() ? &it->second : nullptr;
+}
+
 void RunTable::endSubtreeLocked(const std::string& id, State state, Ending ending,
-                                MonotonicTime now,
-                                std::vector<std::pair<Canceller, Ending>>& cancellers,
+                                MonotonicTime now, std::vector<Told>& cancellers,
                                 std::vector<Ending>& endings) {
   // The run and its descendants, breadth first (a cycle of parents cannot
   // form: a run's parent is set once, at its creation, to an existing run
@@ -359,8 +394,13 @@ void RunTable::endSubtreeLocked(const std::string& id, State state, Ending endin
       endings.push_back(ending);
     }
     run.last_active = now;
-    for (auto& [task, canceller] : run.tasks) {
-      if (canceller) cancellers.emplace_back(canceller, ending);
+    for (const Task& task : run.tasks) {
+      // A task's owner is alive until it leaves (under this lock).
+      if (task.owner != nullptr) {
+        cancellers.push_back(Told{nullptr, task.owner->canceller(), ending});
+      } else if (task.canceller) {
+        cancellers.push_back(Told{task.canceller, nullptr, ending});
+      }
     }
     touchIdleLocked(run);
     for (const std::string& child : run.children) pending.push_back(child);
@@ -376,7 +416,7 @@ size_t RunTable::capFromPeer(const std::string& id) {
 }
 
 size_t RunTable::end(const std::string& id, State state, Ending ending, bool tell_fleet) {
-  std::vector<std::pair<Canceller, Ending>> cancellers;
+  std::vector<Told> cancellers;
   std::vector<Ending> endings;
   std::function<void(const std::string&)> broadcaster;
   std::shared_ptr<Fleet> fleet;
@@ -392,10 +432,13 @@ size_t RunTable::end(const std::string& id, State state, Ending ending, bool tel
     sweepLocked(now, false);
     endSubtreeLocked(id, state, ending, now, cancellers, endings);
   }
-  notify(endings);
-  for (auto& [canceller, why] : cancellers) canceller(why);
+  // The other replicas first: the fleet's message then leaves ahead of this
+  // process's own cuts (which may be work on the very loop that sends it),
+  // and the peers cut theirs meanwhile.
   if (fleet) fleet->ended(id, ending, ttl);
   if (broadcaster) broadcaster(id);
+  notify(endings);
+  for (const Told& told : cancellers) told();
   return cancellers.size();
 }
 
@@ -422,48 +465,61 @@ size_t RunTable::endedInFleet(const std::string& id, Ending why) {
 
 void RunTable::addSpend(const std::string& id, double usd) {
   if (usd == 0) return;
-  std::vector<std::pair<Canceller, Ending>> cancellers;
-  std::vector<Ending> endings;
-  std::vector<Flush> flushes;
-  std::shared_ptr<Fleet> tell;
-  std::string capped_id;
-  std::chrono::milliseconds ttl{};
-  {
-    std::lock_guard lock(mutex_);
-    const MonotonicTime now = clock_.now();
-    bool task_ended = false;  // spend booked after the run's last task left: flush now
-    // The run, then its ancestors (bounded: parents never form a cycle, and
-    // the walk stops at max_runs steps regardless).
-    std::vector<std::string> capped;
-    std::string current = id;
-    for (size_t steps = 0; steps <= limits_.max_runs && !current.empty(); ++steps) {
-      const auto it = runs_.find(current);
-      if (it == runs_.end()) break;
-      Run& run = it->second;
-      if (steps == 0) task_ended = run.tasks.empty();
-      if (fleetCountsLocked(run)) {
-        run.unflushed_usd += usd;
-        run.spend_usd = std::max(0.0, run.fleet_usd + run.sent_usd + run.unflushed_usd);
-        collectFlushLocked(run, now, task_ended, flushes);
-      } else {
-        run.spend_usd = std::max(0.0, run.spend_usd + usd);
-      }
-      if (run.state == State::Running && run.max_usd > 0 && run.spend_usd >= run.max_usd) {
-        capped.push_back(run.id);
-      }
-      current = run.parent;
-    }
-    // The topmost run that reached its cap: its subtree holds the others.
-    if (!capped.empty()) {
-      endSubtreeLocked(capped.back(), State::SpendExhausted, Ending::SpendCap, now, cancellers,
-                       endings);
-      tell = fleet_;
-      capped_id = capped.back();
-      ttl = limits_.tombstone;
-    }
+  std::unique_lock lock(mutex_);
+  const auto it = runs_.find(id);
+  if (it == runs_.end()) return;
+  addSpendFrom(it->second, usd, lock);
+}
+
+void RunTable::addSpend(const Join& task, double usd) {
+  if (usd == 0 || task.run == nullptr) return;
+  if (task.spend_alone) {
+    // No cap to check, no ancestor or fleet to tell.
+    addClamped(task.run->spend_usd, usd);
+    return;
   }
+  std::unique_lock lock(mutex_);
+  addSpendFrom(*task.run, usd, lock);
+}
+
+void RunTable::addSpendFrom(Run& first, double usd, std::unique_lock<std::mutex>& lock) {
+  const MonotonicTime now = clock_.now();
+  // Spend booked after the run's last task left: flush now.
+  const bool task_ended = first.tasks.empty();
+  std::vector<Flush> flushes;
+  // The run, then its ancestors (bounded: parents never form a cycle, and
+  // the walk stops at max_runs steps regardless); the topmost run that
+  // reached its cap: its subtree holds the others.
+  Run* capped = nullptr;
+  Run* run = &first;
+  for (size_t steps = 0; run != nullptr && steps <= limits_.max_runs; ++steps) {
+    if (fleetCountsLocked(*run)) {
+      run->unflushed_usd += usd;
+      run->spend_usd = std::max(0.0, run->fleet_usd + run->sent_usd + run->unflushed_usd);
+      collectFlushLocked(*run, now, task_ended, flushes);
+    } else {
+      addClamped(run->spend_usd, usd);
+    }
+    if (run->state == State::Running && run->max_usd > 0 && run->spend_usd >= run->max_usd) {
+      capped = run;
+    }
+    run = parentLocked(*run);
+  }
+  if (capped == nullptr) {
+    if (flushes.empty()) return;
+    lock.unlock();
+    sendFlushes(flushes);
+    return;
+  }
+  std::vector<Told> cancellers;
+  std::vector<Ending> endings;
+  const std::string capped_id = capped->id;
+  endSubtreeLocked(capped_id, State::SpendExhausted, Ending::SpendCap, now, cancellers, endings);
+  const std::shared_ptr<Fleet> tell = fleet_;
+  const std::chrono::milliseconds ttl = limits_.tombstone;
+  lock.unlock();
   notify(endings);
-  for (auto& [canceller, ending] : cancellers) canceller(ending);
+  for (const Told& told : cancellers) told();
   if (tell) tell->ended(capped_id, Ending::SpendCap, ttl);
   sendFlushes(flushes);
 }

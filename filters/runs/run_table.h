@@ -35,6 +35,7 @@
 // checked against it. A cancel or a spend cap reached here is stored as the fleet's tombstone and
 // told to the peers (Fleet::ended).
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -71,6 +72,19 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
    * thread.
    */
   using Canceller = std::function<void(Ending)>;
+  /**
+   * A task that makes its canceller only when its run ends: the table asks
+   * it, under its lock, while the task is in flight (between join and
+   * leave), and calls what it returns outside the lock, on that thread. It
+   * is told no reason (the task reads it from the run: spendExhausted). So
+   * a task that is never cancelled costs no canceller (the run filter's is
+   * a cross-thread waker: an allocation).
+   */
+  class TaskOwner {
+   public:
+    virtual ~TaskOwner() = default;
+    virtual std::function<void()> canceller() = 0;
+  };
 
   /** Told once per run that ends (outside the lock). */
   using EndingListener = std::function<void(Ending)>;
@@ -128,6 +142,10 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
   void setActiveListener(std::function<void(size_t)> listener);
 
   /** A task's admission. */
+ private:
+  struct Run;
+
+ public:
   struct Join {
     // Pending: the run is new here and the fleet is being asked about it;
     // awaitFleet(), then join again.
@@ -135,6 +153,12 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
     Kind kind = Kind::Joined;
     uint64_t task = 0;         // Joined: leave(task) when it is done
     MonotonicTime deadline{};  // Joined: the run's deadline
+    // Joined: the task's run, held while the task is in flight (leave(join),
+    // addSpend(join, usd) find it without a lookup); not for use after leave.
+    Run* run = nullptr;
+    // Joined: the run has no cap, no parent and no fleet: its spend is its
+    // own only, added without the table's lock (addSpend(join, usd)).
+    bool spend_alone = false;
   };
 
   /**
@@ -148,6 +172,10 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
    */
   Join join(const std::string& id, const std::string& parent,
             std::optional<std::chrono::milliseconds> budget, Canceller canceller,
+            std::optional<double> max_usd = std::nullopt);
+  /** join() for a task that makes its canceller when it is needed (`owner`: until leave). */
+  Join join(const std::string& id, const std::string& parent,
+            std::optional<std::chrono::milliseconds> budget, TaskOwner& owner,
             std::optional<double> max_usd = std::nullopt);
 
   /**
@@ -165,9 +193,13 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
    * runs are ignored.
    */
   void addSpend(const std::string& id, double usd);
+  /** addSpend() for the run of a task still in flight (`task`: its Joined admission). */
+  void addSpend(const Join& task, double usd);
 
   /** The task is done (any end). Unknown tasks are ignored. */
   void leave(const std::string& id, uint64_t task);
+  /** leave() for a task by its Joined admission (once). */
+  void leave(const Join& task);
 
   /**
    * Cancels run `id` and its descendants: their in-flight tasks' cancellers
@@ -220,6 +252,12 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
 
  private:
   enum class State { Running, Cancelled, DeadlineExceeded, SpendExhausted };
+  /** A task in flight: its number and how it is told (one of the two). */
+  struct Task {
+    uint64_t id = 0;
+    Canceller canceller;
+    TaskOwner* owner = nullptr;
+  };
   struct Run {
     std::string id;
     std::string parent;
@@ -230,10 +268,12 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
     MonotonicTime last_active{};
     MonotonicTime ended{};  // Cancelled / DeadlineExceeded / SpendExhausted: when
     uint64_t tasks_total = 0;
-    double spend_usd = 0;
+    // Atomic: a run whose spend touches no other run (Join::spend_alone)
+    // is fed without the lock; every other change is under it.
+    std::atomic<double> spend_usd{0};
     double max_usd = 0;  // 0 = no cap
     // In flight, by task number: few per run, so a vector (no node per task; its room is kept).
-    std::vector<std::pair<uint64_t, Canceller>> tasks;
+    std::vector<Task> tasks;
     // Its place in the idle list (nothing in flight): links between the
     // runs' own nodes (an unordered_map's elements never move), no copy of
     // the id.
@@ -249,6 +289,19 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
     double unflushed_usd = 0;  // not yet sent
     MonotonicTime last_flush{};
   };
+  /** A task to tell, and why (called outside the lock). */
+  struct Told {
+    Canceller canceller;
+    std::function<void()> owners;  // a TaskOwner's canceller
+    Ending ending;
+    void operator()() const {
+      if (canceller) {
+        canceller(ending);
+      } else if (owners) {
+        owners();
+      }
+    }
+  };
   struct Flush {
     std::string id;
     double usd;
@@ -262,8 +315,7 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
    * still running with `state`: their tasks' cancellers are collected.
    */
   void endSubtreeLocked(const std::string& id, State state, Ending ending, MonotonicTime now,
-                        std::vector<std::pair<Canceller, Ending>>& cancellers,
-                        std::vector<Ending>& endings);
+                        std::vector<Told>& cancellers, std::vector<Ending>& endings);
   void touchIdleLocked(Run& run);
   void dropFromIdleLocked(Run& run);
   void sweepLocked(MonotonicTime now, bool force);
@@ -280,6 +332,13 @@ class RunTable : public std::enable_shared_from_this<RunTable> {
   void onFlushed(const std::string& id, double usd, std::optional<double> total);
   size_t end(const std::string& id, State state, Ending ending, bool tell_fleet);
   void setActiveLocked(size_t active);
+  Join joinTask(const std::string& id, const std::string& parent,
+                std::optional<std::chrono::milliseconds> budget, Canceller* canceller,
+                TaskOwner* owner, std::optional<double> max_usd);
+  /** The run's parent, if it is held. */
+  Run* parentLocked(const Run& run);
+  void leaveRun(Run& run, uint64_t task, std::unique_lock<std::mutex>& lock);
+  void addSpendFrom(Run& run, double usd, std::unique_lock<std::mutex>& lock);
 
   const Clock& clock_;
   mutable std::mutex mutex_;

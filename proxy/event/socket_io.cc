@@ -252,6 +252,13 @@ void SocketIo::writeSocket() {
   if (written > 0 && left <= write_low_) callbacks_.onIoWrite();  // last: may destroy us
 }
 
+void SocketIo::writeNow() {
+  if (stopped_ || bev_ || write_armed_ || fd_ < 0 || evbuffer_get_length(output_) == 0) return;
+  // The flusher still has this SocketIo on its list: the rest, or the
+  // error, goes there (callbacks from the loop, not from this call).
+  (void)sendOutput();
+}
+
 int SocketIo::sendOutput() {
   // What evbuffer_write does (the first chunks, one call, drain what went),
   // with send/sendmsg instead of writev: see readSocket. MSG_NOSIGNAL: a

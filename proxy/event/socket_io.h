@@ -124,6 +124,16 @@ class SocketIo {
   BufferEventPtr takeBufferEvent();
   evutil_socket_t fd() const;
 
+  /**
+   * Writes what output() holds now instead of later in this loop turn: for
+   * a message whose latency matters more than leaving with the turn's other
+   * output (a run's cancel told to the other replicas, before this loop
+   * cuts its own tasks). One send on a plain socket; what the kernel does
+   * not take, and an error, are left to the turn's write as before (so no
+   * callback from here). A TLS or still-connecting socket: nothing.
+   */
+  void writeNow();
+
   /** No callback after this; the socket stays open until destruction. */
   void stop();
 

@@ -17,8 +17,11 @@ void ExchangeRecord::addUsage(const AttemptUsage& usage) {
 }
 
 void ExchangeRecord::setRun(std::string_view run_id, std::string_view parent_run_id) {
-  run_id_ = std::string(run_id);
-  parent_run_id_ = std::string(parent_run_id);
+  // (Appended in place: cheaper than a temporary's move or a general assign.)
+  run_id_.clear();
+  run_id_.append(run_id.data(), run_id.size());
+  parent_run_id_.clear();
+  if (!parent_run_id.empty()) parent_run_id_.append(parent_run_id.data(), parent_run_id.size());
 }
 
 void ExchangeRecord::setJsonRpc(std::string_view method, std::optional<std::string_view> id,

@@ -229,6 +229,10 @@ bool RedisClient::commandFormatted(std::string_view resp, Reply done, std::strin
   return send(resp, std::move(done), op);
 }
 
+void RedisClient::flush() {
+  if (io_) io_->writeNow();
+}
+
 bool RedisClient::sendArgv(std::initializer_list<std::string_view> argv, Reply done,
                            std::string_view op) {
   format_buffer_.clear();

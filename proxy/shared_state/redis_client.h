@@ -133,6 +133,12 @@ class RedisClient final : private SocketIoCallbacks {
   bool command(std::initializer_list<std::string_view> argv, Reply done, std::string_view op);
   /** The same for a command already formatted as RESP (appendRespArray). */
   bool commandFormatted(std::string_view resp, Reply done, std::string_view op);
+  /**
+   * The commands sent so far go out now, not later in this loop turn (see
+   * SocketIo::writeNow): for one whose latency matters more than joining
+   * the turn's other commands.
+   */
+  void flush();
 
  private:
   enum class State { Idle, Connecting, Handshake, Up, Backoff };

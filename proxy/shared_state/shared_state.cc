@@ -864,6 +864,9 @@ class RedisRunFleet final : public RunTable::Fleet {
                        std::to_string(std::max<int64_t>(1, ttl.count()))},
                       nullptr, "runs");
       client->command({"PUBLISH", shared->channel_, message}, nullptr, "runs");
+      // Out at once: this loop may have its own tasks of the run to cut in
+      // the same turn (posted after this), and the peers' cuts wait for it.
+      client->flush();
     });
   }
 

@@ -377,6 +377,25 @@ TEST(HeaderMapStorageTest, RandomEditsMatchAPlainModel) {
 namespace sluice {
 namespace {
 
+TEST(HeaderMapStorageTest, ForEachOfLengthsVisitsTheFieldsOfTheGivenLengthsInOrder) {
+  HeaderMap h;
+  h.add("Host", "a");
+  h.add("x-run-id", "r1");
+  h.add("accept", "b");
+  h.add("X-Run-Id", "r2");
+  h.add(std::string(70, 'l'), "long");
+  std::vector<std::string> seen;
+  h.forEachOfLengths(uint64_t{1} << 8 | uint64_t{1} << 4, [&](const HeaderMap::Field& f) {
+    seen.push_back(std::string(f.name) + "=" + std::string(f.value));
+  });
+  EXPECT_EQ(seen, (std::vector<std::string>{"host=a", "x-run-id=r1", "x-run-id=r2",
+                                            std::string(70, 'l') + "=long"}))
+      << "a name of 64 bytes or more is always visited";
+  seen.clear();
+  h.forEachOfLengths(0, [&](const HeaderMap::Field& f) { seen.push_back(std::string(f.name)); });
+  EXPECT_EQ(seen, std::vector<std::string>{std::string(70, 'l')});
+}
+
 TEST(TrimOwsTest, StripsSpacesAndTabsOnlyAtTheEnds) {
   EXPECT_EQ(trimOws("  3  "), "3");
   EXPECT_EQ(trimOws("\t1.5\t "), "1.5");

@@ -47,6 +47,31 @@ class RunFilterTest : public ::testing::Test {
   RunTable table_{clock_, RunTable::Limits{}};
 };
 
+TEST(RunIdTest, EveryLengthAndPlaceOfAnInvisibleByteIsRefused) {
+  // The check reads eight bytes at a time: each length from 1 to 128, each
+  // position, the bytes at and around both ends of 0x21..0x7e.
+  for (size_t n = 1; n <= 128; ++n) {
+    std::string id(n, 'a');
+    for (size_t i = 0; i < n; ++i)
+      std::string(1, static_cast<char>(0x21 + (i * 7) % 94)).copy(&id[i], 1);
+    ASSERT_TRUE(validRunId(id)) << n;
+    for (size_t at = 0; at < n; ++at) {
+      for (const int bad : {0x00, 0x09, 0x20, 0x7f, 0x80, 0xa0, 0xff}) {
+        std::string broken = id;
+        broken[at] = static_cast<char>(bad);
+        EXPECT_FALSE(validRunId(broken)) << "length " << n << ", byte " << bad << " at " << at;
+      }
+      for (const int good : {0x21, 0x7e}) {
+        std::string edge = id;
+        edge[at] = static_cast<char>(good);
+        EXPECT_TRUE(validRunId(edge)) << "length " << n << ", byte " << good << " at " << at;
+      }
+    }
+  }
+  EXPECT_FALSE(validRunId(""));
+  EXPECT_FALSE(validRunId(std::string(129, 'a')));
+}
+
 TEST_F(RunFilterTest, ARequestWithoutTheHeaderIsNoRunsTask) {
   Task t = start({});
   EXPECT_EQ(t.status, FilterStatus::Continue);

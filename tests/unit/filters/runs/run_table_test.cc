@@ -264,6 +264,66 @@ RunTable::Join joinNow(RunTable& table, const std::string& id, RunTable::Cancell
   return join;
 }
 
+/** A task that counts the cancellers asked of it and the times one was called. */
+struct CountingOwner : RunTable::TaskOwner {
+  int made = 0;
+  int called = 0;
+  std::function<void()> canceller() override {
+    ++made;
+    return [this] { ++called; };
+  }
+};
+
+TEST_F(RunTableTest, ATaskOwnerMakesItsCancellerOnlyWhenItsRunEndsAndByHandleItLeavesAndSpends) {
+  CountingOwner quiet;
+  CountingOwner a;
+  CountingOwner b;
+  const auto q = table_.join("quiet", "", std::nullopt, quiet);
+  ASSERT_EQ(q.kind, RunTable::Join::Kind::Joined);
+  table_.addSpend(q, 0.5);
+  EXPECT_DOUBLE_EQ(table_.snapshot("quiet")->spend_usd, 0.5) << "by handle, as by id";
+  table_.addSpend(q, -0.75);  // a correction (the provider's count below the estimate)
+  EXPECT_DOUBLE_EQ(table_.snapshot("quiet")->spend_usd, 0) << "never below 0";
+  table_.addSpend(q, 0.5);
+  table_.leave(q);
+  EXPECT_EQ(table_.snapshot("quiet")->tasks_in_flight, 0u);
+  EXPECT_EQ(quiet.made, 0) << "a run that never ends asks no canceller";
+
+  const auto parent = table_.join("p", "", std::nullopt, a);
+  const auto child = table_.join("c", "p", std::nullopt, b);
+  ASSERT_EQ(child.kind, RunTable::Join::Kind::Joined);
+  table_.addSpend(child, 0.25);
+  EXPECT_DOUBLE_EQ(table_.snapshot("p")->spend_usd, 0.25) << "a child's spend counts in its parent";
+  EXPECT_EQ(table_.cancel("p"), 2u);
+  EXPECT_EQ(a.made, 1);
+  EXPECT_EQ(b.made, 1);
+  EXPECT_EQ(a.called, 1);
+  EXPECT_EQ(b.called, 1);
+  table_.leave(parent);
+  table_.leave(child);
+  EXPECT_EQ(table_.active(), 0u);
+  EXPECT_EQ(table_.cancel("p"), 0u) << "left: not asked again";
+  EXPECT_EQ(a.made, 1);
+}
+
+TEST_F(RunTableTest, ACancelIsToldToTheFleetBeforeAnyTaskHereIsCut) {
+  // The peers' cuts wait for the fleet's message; this process's cuts may
+  // be work on the very loop that sends it: the message goes first.
+  auto fleet = std::make_shared<FakeFleet>();
+  auto table = std::make_shared<RunTable>(clock_, limits());
+  table->setFleet(fleet);
+  std::vector<size_t> told_when;  // the fleet's endings when each task was cut
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(joinNow(*table, "run",
+                      [&](RunTable::Ending) { told_when.push_back(fleet->endings.size()); })
+                  .kind,
+              RunTable::Join::Kind::Joined);
+  }
+  EXPECT_EQ(table->cancel("run"), 3u);
+  ASSERT_EQ(fleet->endings.size(), 1u);
+  EXPECT_EQ(told_when, (std::vector<size_t>{1, 1, 1}));
+}
+
 TEST_F(RunTableTest, WithAFleetSpendGoesToItsCounterInBatchesAndTheCapIsTheFleets) {
   auto fleet = std::make_shared<FakeFleet>();
   RunTable::Limits l = limits();

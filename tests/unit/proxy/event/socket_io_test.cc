@@ -109,6 +109,19 @@ TEST_F(SocketIoTest, OutputOfOneTurnLeavesTogetherWithoutRegisteringWrite) {
   EXPECT_EQ(recorder_.writes, 1);         // drained: at or below the low watermark
 }
 
+TEST_F(SocketIoTest, WriteNowSendsTheOutputBeforeTheLoopTurnEnds) {
+  openPlain();
+  runOnce();
+  evbuffer_add(io_->output(), "PUBLISH", 7);
+  io_->writeNow();
+  EXPECT_EQ(peerRead(), "PUBLISH") << "sent in the call, not later in the turn";
+  EXPECT_EQ(evbuffer_get_length(io_->output()), 0u);
+  evbuffer_add(io_->output(), "more", 4);
+  EXPECT_EQ(peerRead(), "");
+  runOnce();  // the turn's write still goes as before
+  EXPECT_EQ(peerRead(), "more");
+}
+
 TEST_F(SocketIoTest, ShortWriteWaitsForTheSocketAndReportsTheDrain) {
   openPlain();
   io_->setWriteLowWatermark(1024);
