@@ -1051,14 +1051,17 @@ void Http1ServerConnection::onIoEvent(short events) {
       // socket with unread data by RST) — or only half-closed: a last look
       // says. A reset (ECONNRESET, or a failed write): it left some of the
       // last response unread; how much, TCP does not tell a sender, but the
-      // last look at a client on this host does (none: all of it). A reset
+      // last look at a client on this host does. No look yet at such a
+      // client: it reset within the first look's few milliseconds after the
+      // response ended, so it was reading it (or closed abortively having
+      // read it all) — read. A client elsewhere: all of it unread. A reset
       // after its FIN (Linux reports EPIPE then): it had read all that had
       // arrived when it closed, and only bytes sent after its close (the
       // end of a chunked body, say) met the reset.
       const int err = EVUTIL_SOCKET_ERROR();
       const bool reset = (events & BEV_EVENT_ERROR) != 0 && err != EPIPE;
       if (reset) {
-        settleHeld(held_->unread.value_or(UINT64_MAX));
+        settleHeld(held_->unread.value_or(isThisHost() ? 0 : UINT64_MAX));
       } else {
         settleHeld(held_->sampling ? unreadWireBytes().value_or(0) : 0);
       }

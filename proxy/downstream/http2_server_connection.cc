@@ -1042,7 +1042,9 @@ void Http2ServerConnection::settleAllHeld(HeldEnd end) {
       read_point = lookAtReadPoint().value_or(bytes_out_);
       break;
     case HeldEnd::Reset:
-      read_point = last_read_point_.value_or(0);  // no look yet: as a remote client's reset
+      // No look yet: the client reset within the first look's few
+      // milliseconds after a stream ended, so it was reading: read.
+      read_point = last_read_point_.value_or(bytes_out_);
       break;
     case HeldEnd::Stalled:
       reason = CancelReason::ClientStalled;

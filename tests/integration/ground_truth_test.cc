@@ -1313,6 +1313,38 @@ TEST(GroundTruthTest, LeakyHttp1ClientsAreBookedAsReadNotAsWritten) {
   }
 }
 
+// A client that read the whole answer and resets its connection at once
+// (an abortive close, as the mixed workload's cancelling clients do when the
+// answer beat their cancel): the reset comes before sluice's first look at
+// its socket. It was booked as all unread; it read everything.
+TEST(GroundTruthTest, AClientThatReadItAllAndResetsAtOnceIsBookedAsRead) {
+  ignoreSigpipe();
+  MockLlm mock;
+  ASSERT_NE(mock.port(), 0);
+  constexpr uint32_t kTokens = 20;
+  const Price& price = priceFor("gpt-4o-mini");
+  const std::string label = price.pattern;
+  for (int k = 0; k < 3; ++k) {
+    SluiceUnderTest sluice(config(mock.url()));  // fresh counters
+    const std::string id = "gt-read-reset-" + std::to_string(k);
+    TestConnection conn(sluice.port());
+    conn.sendRequest("POST", "/v1/chat/completions",
+                     {{"content-type", "application/json"},
+                      {"x-mock-request-id", id},
+                      {"x-mock-tokens", std::to_string(kTokens)}},
+                     requestBody(Wire::ChatUsage, "gpt-4o-mini", true, "read then reset"));
+    const TestResponse r = conn.readResponse(seconds(10));
+    ASSERT_TRUE(r.complete);
+    ASSERT_EQ(parseSse(Wire::ChatUsage, r.body).tokens(), kTokens);
+    conn.reset();
+    ASSERT_TRUE(waitUntil([&] { return spendBooked(sluice, label); })) << "never booked";
+    const Scrape s(sluice.metricsText());
+    EXPECT_EQ(s.tokens(label, "output", "delivered"), kTokens);
+    EXPECT_EQ(s.tokens(label, "output", "leaked"), 0);
+    EXPECT_EQ(s.tokens(label, "input", "leaked"), 0);
+  }
+}
+
 // A response sluice cuts itself (here: the request's budget) with the client
 // still connected: what was written may sit unread in the client's socket.
 // It is held like a whole answer and looked at once at once (the client may
