@@ -1228,6 +1228,38 @@ struct LeakyCase {
   bool read_all;         // reads the answer whole, keeps the socket
 };
 
+// A leaky client's answer as sluice booked it (`s`) against the mock's
+// ledger: leaked = emitted - what the client parsed, within 5% or one event
+// (a chunk's framing, or a DATA frame the client's read ended inside, is
+// mapped to body bytes by proportion); the whole leak client_abandoned.
+void expectLeakAsTheLedger(const Scrape& s, const Price& price, const LeakyCase& c, const char* tag,
+                           uint64_t emitted, uint64_t input, uint64_t parsed) {
+  const std::string label = price.pattern;
+  const double out_delivered = s.tokens(label, "output", "delivered");
+  const double out_leaked = s.tokens(label, "output", "leaked");
+  const double ledger_leaked = static_cast<double>(emitted - parsed);
+  std::cout << "[" << tag << "] " << c.what << ": client parsed " << parsed << " of " << emitted
+            << "; sluice delivered " << out_delivered << ", leaked " << out_leaked << " (ledger "
+            << ledger_leaked << ")\n";
+  EXPECT_EQ(out_delivered + out_leaked, emitted);
+  EXPECT_LE(std::fabs(out_leaked - ledger_leaked), std::max(1.0, 0.05 * ledger_leaked))
+      << "sluice leaked " << out_leaked << ", the ledger " << ledger_leaked;
+  const double abandoned = s.sum("sluice_leaked_spend_usd_total",
+                                 {{"model", label}, {"cancel_reason", "client_abandoned"}});
+  if (c.read_all) {
+    EXPECT_EQ(out_leaked, 0);
+    EXPECT_EQ(s.tokens(label, "input", "delivered"), input);
+    EXPECT_EQ(abandoned, 0);
+  } else {
+    // The input is delivered once any output was read (as the ledger says).
+    EXPECT_EQ(s.tokens(label, "input", parsed > 0 ? "delivered" : "leaked"), input);
+    EXPECT_TRUE(nearUsd(abandoned, s.usd(label, "leaked")))
+        << "the whole leak is client_abandoned: " << abandoned;
+    EXPECT_GT(abandoned, 0);
+  }
+  expectPricedConsistently(s, price);
+}
+
 TEST(GroundTruthTest, LeakyHttp1ClientsAreBookedAsReadNotAsWritten) {
   ignoreSigpipe();
   MockLlm mock;
@@ -1284,32 +1316,7 @@ TEST(GroundTruthTest, LeakyHttp1ClientsAreBookedAsReadNotAsWritten) {
     // ... but an unread one is not booked while the client says nothing (the
     // looks at its socket keep finding unread bytes).
     const Scrape s = closeAndScrape(sluice, label, conn, c.read_all);
-    const double out_delivered = s.tokens(label, "output", "delivered");
-    const double out_leaked = s.tokens(label, "output", "leaked");
-    // The mock's ledger: leaked = emitted - what the client parsed.
-    const double ledger_leaked = static_cast<double>(emitted - parsed);
-    std::cout << "[leaky] " << c.what << ": client parsed " << parsed << " of " << emitted
-              << "; sluice delivered " << out_delivered << ", leaked " << out_leaked << " (ledger "
-              << ledger_leaked << ")\n";
-    EXPECT_EQ(out_delivered + out_leaked, emitted);
-    // Within 5% of the ledger (a chunk's framing is mapped to body bytes by
-    // proportion: at most one event either way).
-    EXPECT_LE(std::fabs(out_leaked - ledger_leaked), std::max(1.0, 0.05 * ledger_leaked))
-        << "sluice leaked " << out_leaked << ", the ledger " << ledger_leaked;
-    const double abandoned = s.sum("sluice_leaked_spend_usd_total",
-                                   {{"model", label}, {"cancel_reason", "client_abandoned"}});
-    if (c.read_all) {
-      EXPECT_EQ(out_leaked, 0);
-      EXPECT_EQ(s.tokens(label, "input", "delivered"), input);
-      EXPECT_EQ(abandoned, 0);
-    } else {
-      // The input is delivered once any output was read (as the ledger says).
-      EXPECT_EQ(s.tokens(label, "input", parsed > 0 ? "delivered" : "leaked"), input);
-      EXPECT_TRUE(nearUsd(abandoned, s.usd(label, "leaked")))
-          << "the whole leak is client_abandoned: " << abandoned;
-      EXPECT_GT(abandoned, 0);
-    }
-    expectPricedConsistently(s, price);
+    expectLeakAsTheLedger(s, price, c, "leaky", emitted, input, parsed);
   }
 }
 
@@ -1470,30 +1477,7 @@ TEST(GroundTruthTest, LeakyHttp2ClientsAreBookedAsReadNotAsWritten) {
     h2.drop();  // unread bytes in its socket: a reset; none: a FIN
     EXPECT_TRUE(waitUntil(booked)) << "never booked";
     const Scrape s(sluice.metricsText());
-    const double out_delivered = s.tokens(label, "output", "delivered");
-    const double out_leaked = s.tokens(label, "output", "leaked");
-    const double ledger_leaked = static_cast<double>(emitted - parsed);
-    std::cout << "[leaky h2] " << c.what << ": client parsed " << parsed << " of " << emitted
-              << "; sluice delivered " << out_delivered << ", leaked " << out_leaked << " (ledger "
-              << ledger_leaked << ")\n";
-    EXPECT_EQ(out_delivered + out_leaked, emitted);
-    // Within 5% of the ledger, or one event (a DATA frame the client's read
-    // ended inside is mapped by its bytes).
-    EXPECT_LE(std::fabs(out_leaked - ledger_leaked), std::max(1.0, 0.05 * ledger_leaked))
-        << "sluice leaked " << out_leaked << ", the ledger " << ledger_leaked;
-    const double abandoned = s.sum("sluice_leaked_spend_usd_total",
-                                   {{"model", label}, {"cancel_reason", "client_abandoned"}});
-    if (c.read_all) {
-      EXPECT_EQ(out_leaked, 0);
-      EXPECT_EQ(s.tokens(label, "input", "delivered"), input);
-      EXPECT_EQ(abandoned, 0);
-    } else {
-      EXPECT_EQ(s.tokens(label, "input", parsed > 0 ? "delivered" : "leaked"), input);
-      EXPECT_TRUE(nearUsd(abandoned, s.usd(label, "leaked")))
-          << "the whole leak is client_abandoned: " << abandoned;
-      EXPECT_GT(abandoned, 0);
-    }
-    expectPricedConsistently(s, price);
+    expectLeakAsTheLedger(s, price, c, "leaky h2", emitted, input, parsed);
   }
 }
 
