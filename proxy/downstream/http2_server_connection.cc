@@ -819,8 +819,9 @@ void Http2ServerConnection::onEvent(short events) {
     // Held streams: a FIN (Linux sends one only for a socket closed with
     // nothing unread) or a reset after the client's FIN (EPIPE: only bytes
     // sent after its close met it) — a last look, else read; a reset
-    // (ECONNRESET: closed with data unread, or a failed write) — the last
-    // look, else nothing read.
+    // (ECONNRESET: closed with data unread, an abortive close, or a failed
+    // write) — the last look for a stream it saw held, else read
+    // (settleAllHeld).
     if (held_ > 0) {
       const int err = EVUTIL_SOCKET_ERROR();
       const bool reset = (events & BEV_EVENT_ERROR) != 0 && err != EPIPE;
@@ -972,6 +973,7 @@ void Http2ServerConnection::holdTrack(ReadTrack& track, std::unique_ptr<HeldDeli
   }
   track.delivery = std::move(hold);
   track.held_at = host_.dispatcher().clock().now();
+  track.looks_at_hold = looks_;
   ++held_;
   lookWithin(kFirstUnreadLook);
 }
@@ -1007,6 +1009,7 @@ std::optional<uint64_t> Http2ServerConnection::lookAtReadPoint() {
   const uint64_t unread = *kernel + evbuffer_get_length(io_->output());
   const uint64_t read_point = bytes_out_ > unread ? bytes_out_ - unread : 0;
   last_read_point_ = read_point;
+  ++looks_;
   return read_point;
 }
 
@@ -1042,8 +1045,10 @@ void Http2ServerConnection::settleAllHeld(HeldEnd end) {
       read_point = lookAtReadPoint().value_or(bytes_out_);
       break;
     case HeldEnd::Reset:
-      // No look yet: the client reset within the first look's few
-      // milliseconds after a stream ended, so it was reading: read.
+      // The last look's read point, for the streams held before it. A
+      // stream with no look since it ended: the client reset within the
+      // first look's few milliseconds after it, so it was reading it — read
+      // (an earlier stream's look says nothing about this one).
       read_point = last_read_point_.value_or(bytes_out_);
       break;
     case HeldEnd::Stalled:
@@ -1052,7 +1057,9 @@ void Http2ServerConnection::settleAllHeld(HeldEnd end) {
   }
   for (const std::unique_ptr<ReadTrack>& track : tracks_) {
     if (!track->delivery) continue;
-    const uint64_t unread = reason ? UINT64_MAX : track->unreadBody(read_point);
+    const bool unseen = end == HeldEnd::Reset && looks_ == track->looks_at_hold;
+    const uint64_t unread =
+        reason ? UINT64_MAX : track->unreadBody(unseen ? bytes_out_ : read_point);
     track->delivery->settle(unread, reason);
     track->delivery.reset();
     track->settled = true;

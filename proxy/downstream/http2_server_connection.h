@@ -143,6 +143,7 @@ class Http2ServerConnection final : public DownstreamConnection, private SocketI
     bool settled = false;
     std::unique_ptr<HeldDelivery> delivery;  // the spend, once the Exchange ended (holdUntilRead)
     MonotonicTime held_at{};                 // when it was held
+    uint64_t looks_at_hold = 0;              // the connection's looks_ then
 
     /** A DATA frame's payload went to the output at [start, start + body). */
     void addFrame(uint64_t start, uint64_t body);
@@ -287,6 +288,7 @@ class Http2ServerConnection final : public DownstreamConnection, private SocketI
   std::vector<std::unique_ptr<ReadTrack>> tracks_;  // responses under way or held, by stream
   size_t held_ = 0;                                 // of them, held (a delivery to settle)
   std::optional<uint64_t> last_read_point_;         // what the last look found read
+  uint64_t looks_ = 0;                              // looks at the client's socket so far
   std::unique_ptr<Timer> look_timer_;               // made on the first hold
   MonotonicTime next_look_ = MonotonicTime::max();
   std::chrono::milliseconds look_interval_{};

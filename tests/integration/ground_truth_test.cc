@@ -1352,6 +1352,54 @@ TEST(GroundTruthTest, AClientThatReadItAllAndResetsAtOnceIsBookedAsRead) {
   }
 }
 
+// The same over HTTP/2, on a connection that served a stream before: the
+// first stream is read whole and booked by a look at the client's socket;
+// the second is read whole too, then the client resets at once, before any
+// look since the second ended. The first stream's look said nothing about
+// the second, whose bytes came after its read point: it was booked as all
+// unread.
+TEST(GroundTruthTest, AnHttp2ClientThatReadASecondStreamAndResetsAtOnceIsBookedAsRead) {
+  ignoreSigpipe();
+  MockLlm mock;
+  ASSERT_NE(mock.port(), 0);
+  constexpr uint32_t kTokens = 20;
+  const Price& price = priceFor("gpt-4o-mini");
+  const std::string label = price.pattern;
+  for (int k = 0; k < 3; ++k) {
+    SluiceUnderTest sluice(config(mock.url()));  // fresh counters
+    H2Connection h2(sluice.port());
+    ASSERT_TRUE(h2.connected());
+    auto readWhole = [&](const std::string& id) {
+      const int32_t stream = h2.submit("POST", "/v1/chat/completions",
+                                       {{"content-type", "application/json"},
+                                        {"x-mock-request-id", id},
+                                        {"x-mock-tokens", std::to_string(kTokens)}},
+                                       requestBody(Wire::ChatUsage, "gpt-4o-mini", true, id));
+      EXPECT_GT(stream, 0);
+      const H2Response& r = h2.response(stream);
+      EXPECT_TRUE(h2.runUntil([&] { return r.complete; }));
+      EXPECT_EQ(parseSse(Wire::ChatUsage, r.body).tokens(), kTokens);
+    };
+    const auto delivered = [&] {
+      return Scrape(sluice.metricsText()).tokens(label, "output", "delivered");
+    };
+    readWhole("gt-h2-second-" + std::to_string(k) + "-a");
+    // Booked by a look (the client keeps its socket): the connection has a read point.
+    ASSERT_TRUE(waitUntil([&] { return delivered() == kTokens; })) << "never booked";
+    readWhole("gt-h2-second-" + std::to_string(k) + "-b");
+    h2.abort();
+    ASSERT_TRUE(waitUntil([&] {
+      const Scrape s(sluice.metricsText());
+      return s.tokens(label, "output", "delivered") + s.tokens(label, "output", "leaked") >=
+             2 * kTokens;
+    })) << "the second stream was never booked";
+    const Scrape s(sluice.metricsText());
+    EXPECT_EQ(s.tokens(label, "output", "delivered"), 2 * kTokens);
+    EXPECT_EQ(s.tokens(label, "output", "leaked"), 0);
+    EXPECT_EQ(s.tokens(label, "input", "leaked"), 0);
+  }
+}
+
 // A response sluice cuts itself (here: the request's budget) with the client
 // still connected: what was written may sit unread in the client's socket.
 // It is held like a whole answer and looked at once at once (the client may

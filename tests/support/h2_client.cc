@@ -205,6 +205,14 @@ void H2Connection::drop() {
   fd_ = -1;
 }
 
+void H2Connection::abort() {
+  if (fd_ >= 0) {
+    const linger lg{1, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  }
+  drop();
+}
+
 bool H2Connection::writeAll(const uint8_t* data, size_t len) {
   size_t off = 0;
   while (off < len) {

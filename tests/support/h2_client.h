@@ -97,6 +97,8 @@ class H2Connection {
   void goaway();
   /** Closes the socket without any HTTP/2 goodbye. */
   void drop();
+  /** Closes the socket with RST (SO_LINGER 0), whatever it read: an abortive close. */
+  void abort();
 
   /** Reads and processes frames until `done()` or `timeout`; true if `done()` held. */
   bool runUntil(const std::function<bool()>& done,
