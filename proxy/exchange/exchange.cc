@@ -699,28 +699,7 @@ void Exchange::logAccess(int status_code, MonotonicTime now) {
     if (client_.holdsSpend()) client_.handOverSpend(runtime_, nullptr, nullptr);
     return;
   }
-  const auto age = now - start_;
-  AccessRecord r;
-  r.start = clock().systemNow() - std::chrono::duration_cast<SystemTime::duration>(age);
-  r.request_id = identity_.request_id;
-  r.trace_id = identity_.trace_id;
-  r.route = route_->name();
-  // The last attempt's upstream and endpoint: who answered (or failed last).
-  const AttemptLoop::Attempt& last = attempts_.current();
-  const UpstreamRuntime* upstream = last.upstream != nullptr ? last.upstream : route_->upstream;
-  r.upstream = upstream != nullptr ? std::string_view(upstream->name()) : "none";
-  if (last.endpoint != nullptr) r.endpoint = last.endpoint->name();
-  r.fallbacks = router_.fallbacks();
-  r.method = request_.method;
-  r.path = request_.pathOnly();
-  r.protocol = request_.version_major == 2   ? "HTTP/2"
-               : request_.version_minor == 0 ? "HTTP/1.0"
-                                             : "HTTP/1.1";
-  r.status = status_code;
-  r.attempts = attempts_.sent();
-  r.duration_ms = std::chrono::duration<double, std::milli>(age).count();
-  r.bytes_in = intake_.bytesIn();
-  record_.fill(r, start_);
+  AccessRecord r = accessRecordOf(view(), status_code, now, clock().systemNow());
   if (client_.holdsSpend()) {
     client_.handOverSpend(runtime_, &r, log);  // the line is written once the spend is booked
     return;
@@ -778,30 +757,27 @@ void Exchange::onSlot(ExchangeSlot slot) {
 
 // --- introspection -----------------------------------------------------------------------
 
-ExchangeSnapshot Exchange::snapshot() const {
-  ExchangeSnapshot s;
-  const MonotonicTime now = clock().now();
-  s.id = id_;
-  s.request_id = identity_.request_id;
-  s.route = route_->name();
+ExchangeView Exchange::view() const {
   const AttemptLoop::Attempt& last = attempts_.current();
-  const UpstreamRuntime* upstream = last.upstream != nullptr ? last.upstream : route_->upstream;
-  s.upstream = upstream != nullptr ? upstream->name() : "none";
-  if (last.endpoint != nullptr) s.endpoint = last.endpoint->name();
-  s.fallbacks = router_.fallbacks();
-  s.method = request_.method;
-  s.path = std::string(request_.pathOnly());
-  s.state = std::string(toString(state_));
-  const std::optional<CancelReason> reason = record_.cancelReason();
-  s.cancel_reason = reason ? std::string(toString(*reason)) : "";
-  s.attempts = attempts_.started();
-  s.age_seconds = seconds(now - start_);
-  s.budget_left_seconds = deadline_ == MonotonicTime::max() ? -1 : seconds(deadline_ - now);
-  s.client_attached = client_.stream() != nullptr;
-  s.upstream_paused = client_.relay().paused();
-  s.downstream_buffered_bytes = client_.stream() != nullptr ? client_.stream()->bufferedBytes() : 0;
-  s.response_bytes = response_bytes_;
-  return s;
+  return {.id = id_,
+          .request = request_,
+          .identity = identity_,
+          .route = *route_,
+          .upstream = last.upstream,
+          .endpoint = last.endpoint,
+          .record = record_,
+          .state = state_,
+          .start = start_,
+          .deadline = deadline_,
+          .attempts_started = attempts_.started(),
+          .attempts_sent = attempts_.sent(),
+          .fallbacks = router_.fallbacks(),
+          .bytes_in = intake_.bytesIn(),
+          .response_bytes = response_bytes_,
+          .client = client_.stream(),
+          .upstream_paused = client_.relay().paused()};
 }
+
+ExchangeSnapshot Exchange::snapshot() const { return snapshotOf(view(), clock().now()); }
 
 }  // namespace sluice

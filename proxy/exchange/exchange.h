@@ -53,6 +53,7 @@
 #include "proxy/exchange/exchange_record.h"
 #include "proxy/exchange/exchange_state.h"
 #include "proxy/exchange/exchange_timers.h"
+#include "proxy/exchange/exchange_views.h"
 #include "proxy/exchange/filter_chain.h"
 #include "proxy/exchange/request_intake.h"
 #include "proxy/exchange/response_relay.h"
@@ -85,27 +86,6 @@ class ExchangeHost {
   virtual AccessLogBuffer* accessLog() = 0;
   /** This worker's sender of MCP `notifications/cancelled`; null: none are sent. */
   virtual ToolCancelNotifier* toolCancels() { return nullptr; }
-};
-
-/** A point-in-time view of an Exchange for the admin `/exchanges` endpoint. */
-struct ExchangeSnapshot {
-  uint64_t id = 0;
-  std::string request_id;
-  std::string route;
-  std::string upstream;  // the current (or last) attempt's; the route's before the first
-  std::string endpoint;  // the current (or last) attempt's; "" before the first
-  std::string method;
-  std::string path;
-  std::string state;
-  std::string cancel_reason;  // "" while none
-  uint32_t attempts = 0;
-  uint32_t fallbacks = 0;
-  double age_seconds = 0;
-  double budget_left_seconds = -1;  // -1 = unbounded
-  bool client_attached = true;
-  bool upstream_paused = false;  // backpressure: a slow client holds the upstream
-  size_t downstream_buffered_bytes = 0;
-  uint64_t response_bytes = 0;
 };
 
 class Exchange final : public DeferredDeletable,
@@ -257,6 +237,8 @@ class Exchange final : public DeferredDeletable,
   void sendResponseHead(ResponseHead& head);
   /** One access log line for the finished request, when the log is on. */
   void logAccess(int status_code, MonotonicTime now);
+  /** What the access log line and the snapshot read (exchange_views.h). */
+  ExchangeView view() const;
   void releaseHeldResponse(bool end_stream);
   /**
    * Once the upstream's response is under way no retry or fallback can
