@@ -48,6 +48,7 @@
 #include "proxy/event/event_util.h"
 #include "proxy/exchange/attempt_loop.h"
 #include "proxy/exchange/attempt_router.h"
+#include "proxy/exchange/chain_runner.h"
 #include "proxy/exchange/client_response.h"
 #include "proxy/exchange/config_snapshot.h"
 #include "proxy/exchange/exchange_record.h"
@@ -93,7 +94,8 @@ class Exchange final : public DeferredDeletable,
                        public FilterCallbacks,
                        private UpstreamCallbacks,
                        private ExchangeTimers::Owner,
-                       private AttemptLoop::Owner {
+                       private AttemptLoop::Owner,
+                       private ChainRunner::Owner {
  public:
   /**
    * `route` is null when no route matched (the Exchange answers 404).
@@ -163,8 +165,6 @@ class Exchange final : public DeferredDeletable,
   const std::string& requestId() const { return identity_.request_id; }
 
  private:
-  enum class Phase { DecodeHeaders, DecodeComplete, BeforeAttempt, Done };
-
   // UpstreamCallbacks
   void onUpstreamConnected() override;
   void onUpstreamBodySent(uint64_t offset) override;
@@ -181,7 +181,13 @@ class Exchange final : public DeferredDeletable,
    * then runs the request's filters from the start.
    */
   void routeOnModel();
-  void runChain(size_t from);
+  // ChainRunner::Owner
+  bool chainStopped() const override;
+  void onPhaseDone(ChainRunner::Phase phase) override;
+  void onAttemptRefused(CancelReason reason,
+                        std::optional<std::chrono::milliseconds> retry_after) override {
+    refuseAttempt(reason, retry_after);
+  }
   /**
    * The attempt being prepared was refused (Admission::refuse): the next
    * fallback upstream takes the request when the route falls back on
@@ -260,15 +266,13 @@ class Exchange final : public DeferredDeletable,
 
   ExchangeState state_ = ExchangeState::Queued;
   bool cancel_counted_ = false;
-  Phase phase_ = Phase::DecodeHeaders;
-  size_t resume_index_ = 0;
-  bool held_ = false;  // a filter returned StopIteration and has not resumed yet
   bool finished_ = false;
 
   RequestHead request_;
   RequestIdentity identity_;
   RequestIntake intake_;  // the body: its plan, the bytes, the client's upload paused or not
-  FilterChain filters_;
+  // The filters and where the request path is in them (its phase, a filter holding it).
+  ChainRunner chain_;
 
   AttemptRouter router_;  // where each attempt goes: the chain position, failed endpoints
   uint64_t response_bytes_ = 0;
