@@ -194,4 +194,13 @@ void AttemptLoop::headArrived(int status, MonotonicTime now) {
   attempt_.last_upstream_byte = now;
 }
 
+void AttemptLoop::releaseReplayState(RequestBody& client_body) {
+  attempt_.request.reset();  // UpstreamStream::sendRequest sent it
+  RequestBody& sent = body(client_body);
+  // The transport reads it still.
+  if (!sent.complete() || attempt_.body_sent < sent.size()) return;
+  sent.releaseAll();
+  if (&sent != &client_body && client_body.complete()) client_body.releaseAll();
+}
+
 }  // namespace sluice

@@ -113,6 +113,13 @@ class AttemptLoop {
   RequestBody& body(RequestBody& client_body) {
     return rewritten_body_ ? *rewritten_body_ : client_body;
   }
+  /**
+   * The response is under way: no retry or fallback will replay the
+   * request. Frees the attempt's rewritten head (the transport sent it)
+   * and, once the transport took all of it, the body it sends (and the
+   * client's `client_body`, when that was a rewritten copy's source).
+   */
+  void releaseReplayState(RequestBody& client_body);
 
   /**
    * Sends the attempt: arms its connect and first-byte timers, takes a

@@ -265,7 +265,8 @@ bool Exchange::mayReplay() const {
   // body can be sent again, and the request is safe to repeat.
   return route_->config != nullptr && !finished_ && !client_.relay().started() &&
          !client_.draining() && state_ != ExchangeState::Cancelling && intake_.requestComplete() &&
-         !intake_.body().streaming() && intake_.body().replayable() && clock().now() < deadline_ &&
+         !intake_.body().streaming() && intake_.body().replayable() &&
+         clock().now() < timers_.deadline() &&
          isRetrySafe(route_->config->retry.idempotent, request_.method,
                      request_.headers.has("idempotency-key"));
 }
@@ -405,13 +406,8 @@ void Exchange::releaseReplayState() {
   // Moved out and destroyed, not assigned an empty value: a string's move
   // assignment from a short (inline) one keeps the target's heap buffer, so
   // `= HeaderMap{}` freed nothing of a head's bytes.
-  attempts_.current().request.reset();  // the transport sent it (UpstreamStream::sendRequest)
-  releaseStorage(request_.headers);     // FilterCallbacks::request() says so
-  RequestBody& sent = attemptBody();
-  // The transport reads it still.
-  if (!sent.complete() || attempts_.current().body_sent < sent.size()) return;
-  sent.releaseAll();
-  if (&sent != &intake_.body() && intake_.body().complete()) intake_.body().releaseAll();
+  releaseStorage(request_.headers);  // FilterCallbacks::request() says so
+  attempts_.releaseReplayState(intake_.body());
 }
 
 void Exchange::releaseHeldResponse(bool end_stream) {
@@ -610,8 +606,9 @@ Problem Exchange::problemFor(CancelReason reason,
       attempts_.current().upstream != nullptr ? attempts_.current().upstream : route_->upstream;
   CancelContext context;
   context.upstream = current != nullptr ? std::string_view(current->name()) : "none";
-  if (deadline_ != MonotonicTime::max()) {
-    context.budget = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - start_);
+  if (timers_.deadline() != MonotonicTime::max()) {
+    context.budget =
+        std::chrono::duration_cast<std::chrono::milliseconds>(timers_.deadline() - start_);
   }
   context.attempts = attempts_.sent();
   return problemForCancel(reason, context, retry_after);
@@ -674,23 +671,16 @@ TimerId Exchange::armTimer(MonotonicTime at, std::function<void()> cb) {
 
 void Exchange::disarmTimer(TimerId id) { timers_.disarmCallback(id); }
 
-void Exchange::setDeadline(MonotonicTime deadline) {
-  deadline_ = deadline;
-  deadline_reason_ = CancelReason::BudgetExhausted;
-  timers_.arm(ExchangeSlot::Deadline, deadline);
-}
+void Exchange::setDeadline(MonotonicTime deadline) { timers_.setDeadline(deadline); }
 
 void Exchange::lowerDeadline(MonotonicTime deadline, CancelReason reason) {
-  if (deadline >= deadline_) return;
-  deadline_ = deadline;
-  deadline_reason_ = reason;
-  timers_.arm(ExchangeSlot::Deadline, deadline);
+  timers_.lowerDeadline(deadline, reason);
 }
 
 void Exchange::onSlot(ExchangeSlot slot) {
   switch (slot) {
     case ExchangeSlot::Deadline:
-      cancel(deadline_reason_);
+      cancel(timers_.deadlineReason());
       return;
     case ExchangeSlot::Connect:
       failAttempt(AttemptOutcome::connectError(),
@@ -727,7 +717,7 @@ ExchangeView Exchange::view() const {
           .record = record_,
           .state = state_,
           .start = start_,
-          .deadline = deadline_,
+          .deadline = timers_.deadline(),
           .attempts_started = attempts_.started(),
           .attempts_sent = attempts_.sent(),
           .fallbacks = router_.fallbacks(),

@@ -139,7 +139,7 @@ class Exchange final : public DeferredDeletable,
   TimerId armTimer(MonotonicTime at, std::function<void()> cb) override;
   void disarmTimer(TimerId id) override;
   const Clock& clock() const override { return host_.dispatcher().clock(); }
-  MonotonicTime deadline() const override { return deadline_; }
+  MonotonicTime deadline() const override { return timers_.deadline(); }
   void setDeadline(MonotonicTime deadline) override;
   void lowerDeadline(MonotonicTime deadline, CancelReason reason) override;
   MonotonicTime startTime() const override { return start_; }
@@ -294,11 +294,8 @@ class Exchange final : public DeferredDeletable,
   void notifyMcpCancel();
 
   // Every timer of this request: the named slots and the filters' timers,
-  // served by one scheduler timer at the earliest.
+  // served by one scheduler timer at the earliest; the deadline and its reason.
   ExchangeTimers timers_;
-  MonotonicTime deadline_ = MonotonicTime::max();
-  // What reaching deadline_ means: the request's own budget, or its run's deadline.
-  CancelReason deadline_reason_ = CancelReason::BudgetExhausted;
   // The attempts: the one in flight, how many were started and sent. Last:
   // destroyed first, a stream still held (a worker shutting down) is reset.
   AttemptLoop attempts_;

@@ -330,5 +330,40 @@ TEST_F(AttemptLoopTest, AStreamStillHeldWhenTheLoopGoesIsReset) {
   EXPECT_FALSE(held.attached());
 }
 
+TEST_F(AttemptLoopTest, ReleasingTheReplayStateFreesTheBodyOnlyOnceTheTransportTookIt) {
+  begin();
+  ASSERT_TRUE(send());
+  const uint64_t size = body_.size();
+  loop_->current().body_sent = size - 1;
+  loop_->releaseReplayState(body_);
+  EXPECT_EQ(loop_->current().request, nullptr);  // the head was sent
+  EXPECT_EQ(body_.held(), size);                 // the transport reads the body still
+
+  loop_->current().body_sent = size;
+  loop_->releaseReplayState(body_);
+  EXPECT_EQ(body_.held(), 0u);
+}
+
+TEST_F(AttemptLoopTest, ReleasingTheReplayStateOfAFallbackFreesItsCopyAndTheClientsBody) {
+  begin();
+  ASSERT_TRUE(send());
+  loop_->connected(route_->config, true);
+  loop_->headArrived(503, clock_.now());
+  const AttemptVerdict verdict =
+      loop_->end(AttemptOutcome::fromStatus(503), /*reuse=*/true,
+                 AttemptVerdict::fail(makeProblem(problems::kUpstreamReset, "test")));
+  ASSERT_NE(verdict.asRetry(), nullptr);
+  ExchangeRecord record;
+  loop_->scheduleRetry(*verdict.asRetry(), *route_->metrics, record, clock_.now());
+  begin(loop_->retryTarget());
+  ASSERT_TRUE(send());
+  RequestBody& copy = loop_->body(body_);
+  ASSERT_NE(&copy, &body_);
+  loop_->current().body_sent = copy.size();
+  loop_->releaseReplayState(body_);
+  EXPECT_EQ(copy.held(), 0u);
+  EXPECT_EQ(body_.held(), 0u);
+}
+
 }  // namespace
 }  // namespace sluice
