@@ -13,13 +13,15 @@
 // goes through transition(), which refuses illegal edges.
 //
 // Its parts, held by value: RequestIntake (the request and its body on the
-// way in), AttemptLoop (the attempts: where each goes, its stream and
-// timers, the verdict at its end), AttemptRouter, ClientResponse (the
-// client's side: the response on its way out through its ResponseRelay, and
-// the spend held until the client read it), ExchangeTimers and
-// ExchangeRecord (what the access log gets). The Exchange keeps the lifecycle, cancel (first cause
-// wins), running the filter chain, acting on the verdicts, and finish(), the
-// one path that ends a request.
+// way in), ChainRunner (the filters and the request path's phase through
+// them), AttemptLoop (the attempts: where each goes, its stream and timers,
+// the verdict at its end), AttemptRouter, ClientResponse (the client's
+// side: the response on its way out through its ResponseRelay, and the
+// spend held until the client read it), ExchangeTimers (with the deadline)
+// and ExchangeRecord (what the access log gets); its access log line and
+// /exchanges row are views of them (exchange_views.h). The Exchange keeps
+// the lifecycle, cancel (first cause wins), starting the chain's phases,
+// acting on the verdicts, and finish(), the one path that ends a request.
 //
 // The attempt loop: startAttempt(target) runs the per-attempt chain and sends
 // the attempt; whatever ends it (response end, transport error, timer,
