@@ -96,6 +96,17 @@ AttemptVerdict AttemptLoop::end(AttemptOutcome outcome, bool reuse, AttemptVerdi
   return verdict;
 }
 
+void AttemptLoop::spillOverRefused(CancelReason reason) {
+  AttemptEnd end = describe(AttemptOutcome::cancelled());
+  end.sent = false;
+  const std::string cause(toString(reason));
+  const AttemptVerdict verdict =
+      AttemptVerdict::retry(std::chrono::milliseconds(0), cause, AttemptTarget::nextFallback());
+  for (auto& filter : filters_) filter->onAttemptDone(end, verdict);
+  router_.countFallback(cause);
+  --started_;
+}
+
 AttemptEnd AttemptLoop::describe(const AttemptOutcome& outcome) const {
   const ExchangeFacts facts = owner_.attemptFacts();
   AttemptEnd end;

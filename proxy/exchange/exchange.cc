@@ -205,16 +205,7 @@ void Exchange::refuseAttempt(CancelReason reason,
     cancel(reason, retry_after);
     return;
   }
-  // The attempt being prepared was never sent: its filters hear that it
-  // ended (what they hold for it is returned), and it is not an attempt.
-  AttemptEnd end = attempts_.describe(AttemptOutcome::cancelled());
-  end.sent = false;
-  const std::string cause(toString(reason));
-  const AttemptVerdict verdict =
-      AttemptVerdict::retry(std::chrono::milliseconds(0), cause, AttemptTarget::nextFallback());
-  for (auto& filter : chain_.filters()) filter->onAttemptDone(end, verdict);
-  router_.countFallback(cause);
-  attempts_.uncount();
+  attempts_.spillOverRefused(reason);  // never sent: not an attempt
   startAttempt(AttemptTarget::nextFallback());
 }
 

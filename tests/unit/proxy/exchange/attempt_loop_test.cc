@@ -106,6 +106,24 @@ class NoCallbacks final : public UpstreamCallbacks {
   void onUpstreamError(UpstreamError, const std::string&) override {}
 };
 
+/** Records what each attempt's end told it: "sent|unsent <cause> <fallback?>". */
+class DoneRecorder final : public StreamFilter {
+ public:
+  explicit DoneRecorder(std::vector<std::string>& heard) : heard_(heard) {}
+  std::string_view name() const override { return "recorder"; }
+  void onAttemptDone(const AttemptEnd& end, const AttemptVerdict& verdict) override {
+    const auto* retry = verdict.asRetry();
+    heard_.push_back(std::string(end.sent ? "sent" : "unsent") + " " +
+                     (retry != nullptr ? retry->cause : "no-retry") + " " +
+                     (retry != nullptr && retry->target.kind == AttemptTarget::Kind::NextFallback
+                          ? "fallback"
+                          : "same"));
+  }
+
+ private:
+  std::vector<std::string>& heard_;
+};
+
 class AttemptLoopTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -363,6 +381,23 @@ TEST_F(AttemptLoopTest, ReleasingTheReplayStateOfAFallbackFreesItsCopyAndTheClie
   loop_->releaseReplayState(body_);
   EXPECT_EQ(copy.held(), 0u);
   EXPECT_EQ(body_.held(), 0u);
+}
+
+TEST_F(AttemptLoopTest, ARefusedAttemptThatSpillsOverIsNotAnAttemptAndItsFiltersHearIt) {
+  std::vector<std::string> heard;
+  filters_ = FilterChain::of<DoneRecorder>(2, [&](size_t) { return DoneRecorder(heard); });
+  begin();
+  EXPECT_EQ(loop_->started(), 1u);
+  loop_->spillOverRefused(CancelReason::CircuitOpen);
+  EXPECT_EQ(loop_->started(), 0u);  // never sent: not an attempt
+  EXPECT_EQ(loop_->sent(), 0u);
+  EXPECT_EQ(router_->fallbacks(), 1u);
+  EXPECT_EQ(heard, (std::vector<std::string>{"unsent circuit_open fallback",
+                                             "unsent circuit_open fallback"}));
+
+  begin(AttemptTarget::nextFallback());
+  EXPECT_EQ(loop_->started(), 1u);
+  EXPECT_EQ(loop_->current().upstream, &backup());
 }
 
 }  // namespace
