@@ -235,20 +235,10 @@ void Exchange::startAttempt(const AttemptTarget& target) {
 
 void Exchange::notifyMcpCancel() {
   ToolCancelNotifier* notifier = host_.toolCancels();
-  if (notifier == nullptr || !mcp_session_ || !record_.jsonRpcId() || request_.method != "POST") {
-    return;
-  }
-  ToolCancel cancel;
-  cancel.runtime = runtime_;
-  cancel.route = route_;
-  cancel.upstream = attempts_.current().upstream;
-  cancel.endpoint = attempts_.current().endpoint;
-  cancel.request.method = "POST";
-  cancel.request.path = request_.path;
-  cancel.request.headers = std::move(mcp_session_->headers);
-  cancel.request_id = *record_.jsonRpcId();
-  cancel.reason = toString(*record_.cancelReason());
-  notifier->send(std::move(cancel));
+  if (notifier == nullptr || !mcp_session_) return;
+  const AttemptLoop::Attempt& attempt = attempts_.current();
+  notifier->cancelCall(*mcp_session_, {request_, record_.jsonRpcId(), *record_.cancelReason(),
+                                       runtime_, route_, attempt.upstream, attempt.endpoint});
 }
 
 bool Exchange::mayReplay() const {
