@@ -96,6 +96,17 @@ AttemptVerdict AttemptLoop::end(AttemptOutcome outcome, bool reuse, AttemptVerdi
   return verdict;
 }
 
+void AttemptLoop::spillOverRefused(CancelReason reason) {
+  AttemptEnd end = describe(AttemptOutcome::cancelled());
+  end.sent = false;
+  const std::string cause(toString(reason));
+  const AttemptVerdict verdict =
+      AttemptVerdict::retry(std::chrono::milliseconds(0), cause, AttemptTarget::nextFallback());
+  for (auto& filter : filters_) filter->onAttemptDone(end, verdict);
+  router_.countFallback(cause);
+  --started_;
+}
+
 AttemptEnd AttemptLoop::describe(const AttemptOutcome& outcome) const {
   const ExchangeFacts facts = owner_.attemptFacts();
   AttemptEnd end;
@@ -192,6 +203,15 @@ void AttemptLoop::headArrived(int status, MonotonicTime now) {
   timers_.disarm(ExchangeSlot::FirstByte);
   attempt_.status = status;
   attempt_.last_upstream_byte = now;
+}
+
+void AttemptLoop::releaseReplayState(RequestBody& client_body) {
+  attempt_.request.reset();  // UpstreamStream::sendRequest sent it
+  RequestBody& sent = body(client_body);
+  // The transport reads it still.
+  if (!sent.complete() || attempt_.body_sent < sent.size()) return;
+  sent.releaseAll();
+  if (&sent != &client_body && client_body.complete()) client_body.releaseAll();
 }
 
 }  // namespace sluice

@@ -107,12 +107,25 @@ class AttemptLoop {
    * request for that endpoint and, on a fallback with a `model`, the body.
    */
   void begin(const AttemptTarget& target, const Request& request);
-  /** The attempt being prepared was refused before it was sent: it is not an attempt. */
-  void uncount() { --started_; }
+  /**
+   * The attempt being prepared was refused before it was sent (a filter's
+   * Admission) and the route spills over on `reason`: its filters hear that
+   * it ended unsent (what they hold for it is returned) with a Retry toward
+   * the next fallback, the spill-over is counted, and it is not an attempt.
+   * The caller then begins the next one (AttemptTarget::nextFallback()).
+   */
+  void spillOverRefused(CancelReason reason);
   /** The body the attempt sends: the client's, or a copy naming the fallback's `model`. */
   RequestBody& body(RequestBody& client_body) {
     return rewritten_body_ ? *rewritten_body_ : client_body;
   }
+  /**
+   * The response is under way: no retry or fallback will replay the
+   * request. Frees the attempt's rewritten head (the transport sent it)
+   * and, once the transport took all of it, the body it sends (and the
+   * client's `client_body`, when that was a rewritten copy's source).
+   */
+  void releaseReplayState(RequestBody& client_body);
 
   /**
    * Sends the attempt: arms its connect and first-byte timers, takes a

@@ -33,14 +33,15 @@ Exchange::Exchange(ExchangeHost& host, uint64_t id, ConfigSnapshotPtr runtime,
       route_(route != nullptr ? route : &runtime_->noRoute()),
       start_(start),
       intake_(&runtime_->bodyMemory(), runtime_->config().limits.max_buffered_body_bytes),
+      chain_(*this, request_, intake_.body()),
       router_(route_),
       client_(downstream, record_, identity_),
       timers_(host.dispatcher(), *this),
-      attempts_(*this, timers_, client_.relay(), router_, filters_) {
+      attempts_(*this, timers_, client_.relay(), router_, chain_.filters()) {
   route_->metrics->active().Increment();
   if (route_->config != nullptr) {
-    filters_ = buildFilterChain(*route_);
-    for (auto& filter : filters_) filter->setCallbacks(*this);
+    chain_.filters() = buildFilterChain(*route_);
+    for (auto& filter : chain_.filters()) filter->setCallbacks(*this);
   }
 }
 
@@ -87,22 +88,21 @@ void Exchange::decodeHeaders(RequestHead&& head) {
       refuseBody();
       return;
   }
-  phase_ = Phase::DecodeHeaders;
   if (!route_->config->match.model.empty()) {
     // The route depends on the body's model: decided once the body is in.
     intake_.awaitModel();
     if (intake_.modelReady()) routeOnModel();
     return;
   }
-  runChain(0);
+  chain_.run();
 }
 
 void Exchange::routeOnModel() {
   const std::string model = intake_.takeModel();
   const RouteRuntime* chosen = runtime_->match(request_.method, request_.pathOnly(), &model);
   if (chosen != route_) {
-    for (auto& filter : filters_) filter->onDestroy();  // none of them ran: nothing to undo
-    filters_.clear();
+    for (auto& filter : chain_.filters()) filter->onDestroy();  // none of them ran: nothing to undo
+    chain_.filters().clear();
     route_->metrics->active().Decrement();
     route_ = chosen != nullptr ? chosen : &runtime_->noRoute();
     router_.reroute(route_);
@@ -111,10 +111,10 @@ void Exchange::routeOnModel() {
       answer(noRouteProblem(request_, &model), ExchangeState::Completed);
       return;
     }
-    filters_ = buildFilterChain(*route_);
-    for (auto& filter : filters_) filter->setCallbacks(*this);
+    chain_.filters() = buildFilterChain(*route_);
+    for (auto& filter : chain_.filters()) filter->setCallbacks(*this);
   }
-  runChain(0);
+  chain_.run();
 }
 
 void Exchange::decodeData(const char* data, size_t len) {
@@ -131,8 +131,8 @@ void Exchange::decodeData(const char* data, size_t len) {
     case RequestIntake::Intake::StartStreaming:
       if (intake_.modelReady()) {
         routeOnModel();  // with the model in the body's first block, if it is there
-      } else if (phase_ == Phase::DecodeComplete && !held_) {
-        runChain(0);
+      } else if (chain_.phase() == ChainRunner::Phase::DecodeComplete && !chain_.held()) {
+        chain_.run();
       }
       if (finished_) return;
       break;
@@ -162,12 +162,12 @@ void Exchange::decodeComplete() {
     attempts_.requestSent(*route_->config, clock().now());
     return;
   }
-  if (held_) return;
+  if (chain_.held()) return;
   if (intake_.modelReady()) {
     routeOnModel();
     return;
   }
-  if (phase_ == Phase::DecodeComplete) runChain(0);
+  if (chain_.phase() == ChainRunner::Phase::DecodeComplete) chain_.run();
 }
 
 void Exchange::applyBodyBackpressure() {
@@ -179,52 +179,21 @@ void Exchange::refuseBody() {
              bodyOverloadedProblem(runtime_->config().limits.max_buffered_body_bytes));
 }
 
-void Exchange::runChain(size_t from) {
-  for (size_t i = from; i < filters_.size(); ++i) {
-    StreamFilter& filter = *filters_[i];
-    FilterStatus status = FilterStatus::Continue;
-    switch (phase_) {
-      case Phase::DecodeHeaders:
-        status = filter.decodeHeaders(request_);
-        break;
-      case Phase::DecodeComplete:
-        status = filter.decodeComplete(intake_.body().prefix());
-        break;
-      case Phase::BeforeAttempt: {
-        const AttemptLoop::Attempt& attempt = attempts_.current();
-        const Admission admission = filter.beforeAttempt(
-            *attempt.request, AttemptContext{attempts_.started(), attempt.destination});
-        if (admission.refuses() && !finished_ && state_ != ExchangeState::Cancelling) {
-          refuseAttempt(admission.reason, admission.retry_after);
-          return;
-        }
-        status = admission.waits() ? FilterStatus::StopIteration : FilterStatus::Continue;
-        break;
-      }
-      case Phase::Done:
-        return;
-    }
-    if (finished_ || state_ == ExchangeState::Cancelling) return;
-    if (status == FilterStatus::StopIteration) {
-      held_ = true;
-      resume_index_ = i + 1;
-      return;
-    }
-  }
-  // The phase ran to its end: move on.
-  switch (phase_) {
-    case Phase::DecodeHeaders:
-      phase_ = Phase::DecodeComplete;
+bool Exchange::chainStopped() const { return finished_ || state_ == ExchangeState::Cancelling; }
+
+void Exchange::onPhaseDone(ChainRunner::Phase phase) {
+  switch (phase) {
+    case ChainRunner::Phase::DecodeHeaders:
       // A streamed body does not wait for its end: the attempt carries it.
-      if (intake_.requestComplete() || intake_.body().streaming()) runChain(0);
+      if (intake_.requestComplete() || intake_.body().streaming()) chain_.run();
       return;
-    case Phase::DecodeComplete:
+    case ChainRunner::Phase::DecodeComplete:
       startAttempt(AttemptTarget::sameUpstream());
       return;
-    case Phase::BeforeAttempt:
+    case ChainRunner::Phase::BeforeAttempt:
       sendAttempt();
       return;
-    case Phase::Done:
+    case ChainRunner::Phase::Done:
       return;
   }
 }
@@ -236,33 +205,16 @@ void Exchange::refuseAttempt(CancelReason reason,
     cancel(reason, retry_after);
     return;
   }
-  // The attempt being prepared was never sent: its filters hear that it
-  // ended (what they hold for it is returned), and it is not an attempt.
-  AttemptEnd end = attempts_.describe(AttemptOutcome::cancelled());
-  end.sent = false;
-  const std::string cause(toString(reason));
-  const AttemptVerdict verdict =
-      AttemptVerdict::retry(std::chrono::milliseconds(0), cause, AttemptTarget::nextFallback());
-  for (auto& filter : filters_) filter->onAttemptDone(end, verdict);
-  router_.countFallback(cause);
-  attempts_.uncount();
+  attempts_.spillOverRefused(reason);  // never sent: not an attempt
   startAttempt(AttemptTarget::nextFallback());
 }
 
 void Exchange::continueDecoding() {
-  if (finished_ || !held_) return;
-  held_ = false;
-  runChain(resume_index_);
+  if (!finished_) chain_.resume();
 }
 
 void Exchange::resolveAttempt(const Admission& admission) {
-  if (finished_ || !held_ || phase_ != Phase::BeforeAttempt || admission.waits()) return;
-  if (admission.proceeds()) {
-    continueDecoding();
-    return;
-  }
-  held_ = false;
-  refuseAttempt(admission.reason, admission.retry_after);
+  if (!finished_) chain_.resolve(admission);
 }
 
 // --- attempts ---------------------------------------------------------------------
@@ -270,7 +222,6 @@ void Exchange::resolveAttempt(const Admission& admission) {
 void Exchange::startAttempt(const AttemptTarget& target) {
   assert(!attempts_.inFlight() && "one attempt at a time");
   assert(intake_.body().replayable() && "a retry needs the whole body");
-  held_ = false;
   if (attempts_.started() == 0 && mcpRoute()) {
     mcp_session_ = McpSession::find(*route_, request_, clock().now());
   }
@@ -278,26 +229,16 @@ void Exchange::startAttempt(const AttemptTarget& target) {
   attempts_.begin(
       target, {request_, client_.stream() != nullptr ? client_.stream()->clientInfo() : kNoClient,
                intake_.body(), *runtime_, mcp_session_ ? mcp_session_->endpoint : nullptr});
-  phase_ = Phase::BeforeAttempt;
-  runChain(0);
+  const AttemptLoop::Attempt& attempt = attempts_.current();
+  chain_.beginAttempt(*attempt.request, AttemptContext{attempts_.started(), attempt.destination});
 }
 
 void Exchange::notifyMcpCancel() {
   ToolCancelNotifier* notifier = host_.toolCancels();
-  if (notifier == nullptr || !mcp_session_ || !record_.jsonRpcId() || request_.method != "POST") {
-    return;
-  }
-  ToolCancel cancel;
-  cancel.runtime = runtime_;
-  cancel.route = route_;
-  cancel.upstream = attempts_.current().upstream;
-  cancel.endpoint = attempts_.current().endpoint;
-  cancel.request.method = "POST";
-  cancel.request.path = request_.path;
-  cancel.request.headers = std::move(mcp_session_->headers);
-  cancel.request_id = *record_.jsonRpcId();
-  cancel.reason = toString(*record_.cancelReason());
-  notifier->send(std::move(cancel));
+  if (notifier == nullptr || !mcp_session_) return;
+  const AttemptLoop::Attempt& attempt = attempts_.current();
+  notifier->cancelCall(*mcp_session_, {request_, record_.jsonRpcId(), *record_.cancelReason(),
+                                       runtime_, route_, attempt.upstream, attempt.endpoint});
 }
 
 bool Exchange::mayReplay() const {
@@ -305,7 +246,8 @@ bool Exchange::mayReplay() const {
   // body can be sent again, and the request is safe to repeat.
   return route_->config != nullptr && !finished_ && !client_.relay().started() &&
          !client_.draining() && state_ != ExchangeState::Cancelling && intake_.requestComplete() &&
-         !intake_.body().streaming() && intake_.body().replayable() && clock().now() < deadline_ &&
+         !intake_.body().streaming() && intake_.body().replayable() &&
+         clock().now() < timers_.deadline() &&
          isRetrySafe(route_->config->retry.idempotent, request_.method,
                      request_.headers.has("idempotency-key"));
 }
@@ -316,7 +258,6 @@ AttemptLoop::ExchangeFacts Exchange::attemptFacts() const {
 }
 
 void Exchange::sendAttempt() {
-  phase_ = Phase::Done;
   if (!transition(ExchangeState::Running)) return;
   UpstreamStreamSource& pool = host_.pool(*runtime_, attempts_.current().endpoint->pool_index);
   if (!attempts_.send(pool, *this, attemptBody(), *route_->config, intake_.requestComplete(),
@@ -414,7 +355,7 @@ void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
   // Every filter sees every response head (the spend meter must know a held
   // 503 is not billable); StopIteration from any of them holds the response.
   bool hold = false;
-  for (auto& filter : filters_) {
+  for (auto& filter : chain_.filters()) {
     hold = filter->encodeHeaders(head, end_stream) == FilterStatus::StopIteration || hold;
     if (finished_) return;
   }
@@ -446,13 +387,8 @@ void Exchange::releaseReplayState() {
   // Moved out and destroyed, not assigned an empty value: a string's move
   // assignment from a short (inline) one keeps the target's heap buffer, so
   // `= HeaderMap{}` freed nothing of a head's bytes.
-  attempts_.current().request.reset();  // the transport sent it (UpstreamStream::sendRequest)
-  releaseStorage(request_.headers);     // FilterCallbacks::request() says so
-  RequestBody& sent = attemptBody();
-  // The transport reads it still.
-  if (!sent.complete() || attempts_.current().body_sent < sent.size()) return;
-  sent.releaseAll();
-  if (&sent != &intake_.body() && intake_.body().complete()) intake_.body().releaseAll();
+  releaseStorage(request_.headers);  // FilterCallbacks::request() says so
+  attempts_.releaseReplayState(intake_.body());
 }
 
 void Exchange::releaseHeldResponse(bool end_stream) {
@@ -469,7 +405,7 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
   if (finished_) return;
   attempts_.current().last_upstream_byte = clock().now();
   response_bytes_ += len;
-  for (auto& filter : filters_) filter->encodeData(data, len, false);
+  for (auto& filter : chain_.filters()) filter->encodeData(data, len, false);
   if (client_.relay().holding()) {
     if (client_.relay().holdData(data, len)) return;
     releaseHeldResponse(false);  // too big to be an error worth retrying: stream it
@@ -485,7 +421,7 @@ void Exchange::onUpstreamData(const char* data, size_t len) {
 
 void Exchange::onUpstreamComplete() {
   if (finished_) return;
-  for (auto& filter : filters_) filter->encodeData(nullptr, 0, true);
+  for (auto& filter : chain_.filters()) filter->encodeData(nullptr, 0, true);
   const int status = attempts_.current().status;
   const AttemptVerdict verdict =
       attempts_.end(AttemptOutcome::fromStatus(status), /*reuse=*/true, AttemptVerdict::deliver());
@@ -639,7 +575,7 @@ void Exchange::answerLocally(LocalReply reply) {
 }
 
 void Exchange::sendProblem(Problem& problem) {
-  for (auto& filter : filters_) filter->encodeLocalReply(problem);
+  for (auto& filter : chain_.filters()) filter->encodeLocalReply(problem);
   if (client_.stream() == nullptr || client_.relay().started()) return;
   LocalReply reply = problemReply(problem, mcpRoute(), record_.jsonRpcId(), attempts_.sent());
   client_.sendReply(reply, clock().now());
@@ -651,8 +587,9 @@ Problem Exchange::problemFor(CancelReason reason,
       attempts_.current().upstream != nullptr ? attempts_.current().upstream : route_->upstream;
   CancelContext context;
   context.upstream = current != nullptr ? std::string_view(current->name()) : "none";
-  if (deadline_ != MonotonicTime::max()) {
-    context.budget = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - start_);
+  if (timers_.deadline() != MonotonicTime::max()) {
+    context.budget =
+        std::chrono::duration_cast<std::chrono::milliseconds>(timers_.deadline() - start_);
   }
   context.attempts = attempts_.sent();
   return problemForCancel(reason, context, retry_after);
@@ -661,7 +598,7 @@ Problem Exchange::problemFor(CancelReason reason,
 void Exchange::finish(int status_code) {
   if (finished_) return;
   finished_ = true;
-  phase_ = Phase::Done;
+  chain_.stop();
   timers_.clear();
   attempts_.releaseSlot();
   if (attempts_.inFlight()) {  // a safety net: every ending above ended its attempt
@@ -670,7 +607,7 @@ void Exchange::finish(int status_code) {
         AttemptVerdict::fail(problemFor(
             record_.cancelReason().value_or(CancelReason::ClientDisconnect), std::nullopt)));
   }
-  for (auto& filter : filters_) filter->onDestroy();
+  for (auto& filter : chain_.filters()) filter->onDestroy();
   RouteMetrics& m = *route_->metrics;
   const MonotonicTime now = clock().now();
   m.requests(status_code).Increment();
@@ -699,28 +636,7 @@ void Exchange::logAccess(int status_code, MonotonicTime now) {
     if (client_.holdsSpend()) client_.handOverSpend(runtime_, nullptr, nullptr);
     return;
   }
-  const auto age = now - start_;
-  AccessRecord r;
-  r.start = clock().systemNow() - std::chrono::duration_cast<SystemTime::duration>(age);
-  r.request_id = identity_.request_id;
-  r.trace_id = identity_.trace_id;
-  r.route = route_->name();
-  // The last attempt's upstream and endpoint: who answered (or failed last).
-  const AttemptLoop::Attempt& last = attempts_.current();
-  const UpstreamRuntime* upstream = last.upstream != nullptr ? last.upstream : route_->upstream;
-  r.upstream = upstream != nullptr ? std::string_view(upstream->name()) : "none";
-  if (last.endpoint != nullptr) r.endpoint = last.endpoint->name();
-  r.fallbacks = router_.fallbacks();
-  r.method = request_.method;
-  r.path = request_.pathOnly();
-  r.protocol = request_.version_major == 2   ? "HTTP/2"
-               : request_.version_minor == 0 ? "HTTP/1.0"
-                                             : "HTTP/1.1";
-  r.status = status_code;
-  r.attempts = attempts_.sent();
-  r.duration_ms = std::chrono::duration<double, std::milli>(age).count();
-  r.bytes_in = intake_.bytesIn();
-  record_.fill(r, start_);
+  AccessRecord r = accessRecordOf(view(), status_code, now, clock().systemNow());
   if (client_.holdsSpend()) {
     client_.handOverSpend(runtime_, &r, log);  // the line is written once the spend is booked
     return;
@@ -736,23 +652,16 @@ TimerId Exchange::armTimer(MonotonicTime at, std::function<void()> cb) {
 
 void Exchange::disarmTimer(TimerId id) { timers_.disarmCallback(id); }
 
-void Exchange::setDeadline(MonotonicTime deadline) {
-  deadline_ = deadline;
-  deadline_reason_ = CancelReason::BudgetExhausted;
-  timers_.arm(ExchangeSlot::Deadline, deadline);
-}
+void Exchange::setDeadline(MonotonicTime deadline) { timers_.setDeadline(deadline); }
 
 void Exchange::lowerDeadline(MonotonicTime deadline, CancelReason reason) {
-  if (deadline >= deadline_) return;
-  deadline_ = deadline;
-  deadline_reason_ = reason;
-  timers_.arm(ExchangeSlot::Deadline, deadline);
+  timers_.lowerDeadline(deadline, reason);
 }
 
 void Exchange::onSlot(ExchangeSlot slot) {
   switch (slot) {
     case ExchangeSlot::Deadline:
-      cancel(deadline_reason_);
+      cancel(timers_.deadlineReason());
       return;
     case ExchangeSlot::Connect:
       failAttempt(AttemptOutcome::connectError(),
@@ -778,30 +687,27 @@ void Exchange::onSlot(ExchangeSlot slot) {
 
 // --- introspection -----------------------------------------------------------------------
 
-ExchangeSnapshot Exchange::snapshot() const {
-  ExchangeSnapshot s;
-  const MonotonicTime now = clock().now();
-  s.id = id_;
-  s.request_id = identity_.request_id;
-  s.route = route_->name();
+ExchangeView Exchange::view() const {
   const AttemptLoop::Attempt& last = attempts_.current();
-  const UpstreamRuntime* upstream = last.upstream != nullptr ? last.upstream : route_->upstream;
-  s.upstream = upstream != nullptr ? upstream->name() : "none";
-  if (last.endpoint != nullptr) s.endpoint = last.endpoint->name();
-  s.fallbacks = router_.fallbacks();
-  s.method = request_.method;
-  s.path = std::string(request_.pathOnly());
-  s.state = std::string(toString(state_));
-  const std::optional<CancelReason> reason = record_.cancelReason();
-  s.cancel_reason = reason ? std::string(toString(*reason)) : "";
-  s.attempts = attempts_.started();
-  s.age_seconds = seconds(now - start_);
-  s.budget_left_seconds = deadline_ == MonotonicTime::max() ? -1 : seconds(deadline_ - now);
-  s.client_attached = client_.stream() != nullptr;
-  s.upstream_paused = client_.relay().paused();
-  s.downstream_buffered_bytes = client_.stream() != nullptr ? client_.stream()->bufferedBytes() : 0;
-  s.response_bytes = response_bytes_;
-  return s;
+  return {.id = id_,
+          .request = request_,
+          .identity = identity_,
+          .route = *route_,
+          .upstream = last.upstream,
+          .endpoint = last.endpoint,
+          .record = record_,
+          .state = state_,
+          .start = start_,
+          .deadline = timers_.deadline(),
+          .attempts_started = attempts_.started(),
+          .attempts_sent = attempts_.sent(),
+          .fallbacks = router_.fallbacks(),
+          .bytes_in = intake_.bytesIn(),
+          .response_bytes = response_bytes_,
+          .client = client_.stream(),
+          .upstream_paused = client_.relay().paused()};
 }
+
+ExchangeSnapshot Exchange::snapshot() const { return snapshotOf(view(), clock().now()); }
 
 }  // namespace sluice

@@ -13,13 +13,15 @@
 // goes through transition(), which refuses illegal edges.
 //
 // Its parts, held by value: RequestIntake (the request and its body on the
-// way in), AttemptLoop (the attempts: where each goes, its stream and
-// timers, the verdict at its end), AttemptRouter, ClientResponse (the
-// client's side: the response on its way out through its ResponseRelay, and
-// the spend held until the client read it), ExchangeTimers and
-// ExchangeRecord (what the access log gets). The Exchange keeps the lifecycle, cancel (first cause
-// wins), running the filter chain, acting on the verdicts, and finish(), the
-// one path that ends a request.
+// way in), ChainRunner (the filters and the request path's phase through
+// them), AttemptLoop (the attempts: where each goes, its stream and timers,
+// the verdict at its end), AttemptRouter, ClientResponse (the client's
+// side: the response on its way out through its ResponseRelay, and the
+// spend held until the client read it), ExchangeTimers (with the deadline)
+// and ExchangeRecord (what the access log gets); its access log line and
+// /exchanges row are views of them (exchange_views.h). The Exchange keeps
+// the lifecycle, cancel (first cause wins), starting the chain's phases,
+// acting on the verdicts, and finish(), the one path that ends a request.
 //
 // The attempt loop: startAttempt(target) runs the per-attempt chain and sends
 // the attempt; whatever ends it (response end, transport error, timer,
@@ -48,11 +50,13 @@
 #include "proxy/event/event_util.h"
 #include "proxy/exchange/attempt_loop.h"
 #include "proxy/exchange/attempt_router.h"
+#include "proxy/exchange/chain_runner.h"
 #include "proxy/exchange/client_response.h"
 #include "proxy/exchange/config_snapshot.h"
 #include "proxy/exchange/exchange_record.h"
 #include "proxy/exchange/exchange_state.h"
 #include "proxy/exchange/exchange_timers.h"
+#include "proxy/exchange/exchange_views.h"
 #include "proxy/exchange/filter_chain.h"
 #include "proxy/exchange/request_intake.h"
 #include "proxy/exchange/response_relay.h"
@@ -87,33 +91,13 @@ class ExchangeHost {
   virtual ToolCancelNotifier* toolCancels() { return nullptr; }
 };
 
-/** A point-in-time view of an Exchange for the admin `/exchanges` endpoint. */
-struct ExchangeSnapshot {
-  uint64_t id = 0;
-  std::string request_id;
-  std::string route;
-  std::string upstream;  // the current (or last) attempt's; the route's before the first
-  std::string endpoint;  // the current (or last) attempt's; "" before the first
-  std::string method;
-  std::string path;
-  std::string state;
-  std::string cancel_reason;  // "" while none
-  uint32_t attempts = 0;
-  uint32_t fallbacks = 0;
-  double age_seconds = 0;
-  double budget_left_seconds = -1;  // -1 = unbounded
-  bool client_attached = true;
-  bool upstream_paused = false;  // backpressure: a slow client holds the upstream
-  size_t downstream_buffered_bytes = 0;
-  uint64_t response_bytes = 0;
-};
-
 class Exchange final : public DeferredDeletable,
                        public RequestDecoder,
                        public FilterCallbacks,
                        private UpstreamCallbacks,
                        private ExchangeTimers::Owner,
-                       private AttemptLoop::Owner {
+                       private AttemptLoop::Owner,
+                       private ChainRunner::Owner {
  public:
   /**
    * `route` is null when no route matched (the Exchange answers 404).
@@ -157,7 +141,7 @@ class Exchange final : public DeferredDeletable,
   TimerId armTimer(MonotonicTime at, std::function<void()> cb) override;
   void disarmTimer(TimerId id) override;
   const Clock& clock() const override { return host_.dispatcher().clock(); }
-  MonotonicTime deadline() const override { return deadline_; }
+  MonotonicTime deadline() const override { return timers_.deadline(); }
   void setDeadline(MonotonicTime deadline) override;
   void lowerDeadline(MonotonicTime deadline, CancelReason reason) override;
   MonotonicTime startTime() const override { return start_; }
@@ -183,8 +167,6 @@ class Exchange final : public DeferredDeletable,
   const std::string& requestId() const { return identity_.request_id; }
 
  private:
-  enum class Phase { DecodeHeaders, DecodeComplete, BeforeAttempt, Done };
-
   // UpstreamCallbacks
   void onUpstreamConnected() override;
   void onUpstreamBodySent(uint64_t offset) override;
@@ -201,7 +183,13 @@ class Exchange final : public DeferredDeletable,
    * then runs the request's filters from the start.
    */
   void routeOnModel();
-  void runChain(size_t from);
+  // ChainRunner::Owner
+  bool chainStopped() const override;
+  void onPhaseDone(ChainRunner::Phase phase) override;
+  void onAttemptRefused(CancelReason reason,
+                        std::optional<std::chrono::milliseconds> retry_after) override {
+    refuseAttempt(reason, retry_after);
+  }
   /**
    * The attempt being prepared was refused (Admission::refuse): the next
    * fallback upstream takes the request when the route falls back on
@@ -257,6 +245,8 @@ class Exchange final : public DeferredDeletable,
   void sendResponseHead(ResponseHead& head);
   /** One access log line for the finished request, when the log is on. */
   void logAccess(int status_code, MonotonicTime now);
+  /** What the access log line and the snapshot read (exchange_views.h). */
+  ExchangeView view() const;
   void releaseHeldResponse(bool end_stream);
   /**
    * Once the upstream's response is under way no retry or fallback can
@@ -278,15 +268,13 @@ class Exchange final : public DeferredDeletable,
 
   ExchangeState state_ = ExchangeState::Queued;
   bool cancel_counted_ = false;
-  Phase phase_ = Phase::DecodeHeaders;
-  size_t resume_index_ = 0;
-  bool held_ = false;  // a filter returned StopIteration and has not resumed yet
   bool finished_ = false;
 
   RequestHead request_;
   RequestIdentity identity_;
   RequestIntake intake_;  // the body: its plan, the bytes, the client's upload paused or not
-  FilterChain filters_;
+  // The filters and where the request path is in them (its phase, a filter holding it).
+  ChainRunner chain_;
 
   AttemptRouter router_;  // where each attempt goes: the chain position, failed endpoints
   uint64_t response_bytes_ = 0;
@@ -308,11 +296,8 @@ class Exchange final : public DeferredDeletable,
   void notifyMcpCancel();
 
   // Every timer of this request: the named slots and the filters' timers,
-  // served by one scheduler timer at the earliest.
+  // served by one scheduler timer at the earliest; the deadline and its reason.
   ExchangeTimers timers_;
-  MonotonicTime deadline_ = MonotonicTime::max();
-  // What reaching deadline_ means: the request's own budget, or its run's deadline.
-  CancelReason deadline_reason_ = CancelReason::BudgetExhausted;
   // The attempts: the one in flight, how many were started and sent. Last:
   // destroyed first, a stream still held (a worker shutting down) is reset.
   AttemptLoop attempts_;

@@ -29,6 +29,19 @@ void ExchangeTimers::disarmCallback(TimerId id) {
   // The wake event may now fire early; onWake() finds nothing due and re-arms.
 }
 
+void ExchangeTimers::setDeadline(MonotonicTime at) {
+  deadline_ = at;
+  deadline_reason_ = CancelReason::BudgetExhausted;
+  arm(ExchangeSlot::Deadline, at);
+}
+
+void ExchangeTimers::lowerDeadline(MonotonicTime at, CancelReason reason) {
+  if (at >= deadline_) return;
+  deadline_ = at;
+  deadline_reason_ = reason;
+  arm(ExchangeSlot::Deadline, at);
+}
+
 void ExchangeTimers::clear() {
   slots_.fill(SlotTimer{});
   callbacks_.clear();

@@ -16,6 +16,7 @@
 #include <functional>
 #include <vector>
 
+#include "common/cancel_reason.h"
 #include "common/clock.h"
 #include "filters/filter.h"
 #include "proxy/event/dispatcher.h"
@@ -55,6 +56,21 @@ class ExchangeTimers {
   TimerId armCallback(MonotonicTime at, std::function<void()> cb);
   void disarmCallback(TimerId id);
 
+  /**
+   * The request's deadline: arms the Deadline slot at `at`, which means
+   * the request's own budget (budget_exhausted).
+   */
+  void setDeadline(MonotonicTime at);
+  /**
+   * Lowers the deadline to `at` for `reason` (a run's deadline, a tool's
+   * budget); a deadline no earlier than the current one changes nothing.
+   */
+  void lowerDeadline(MonotonicTime at, CancelReason reason);
+  /** The deadline (max: unbounded); clear() keeps it, for what the cancel answers. */
+  MonotonicTime deadline() const { return deadline_; }
+  /** What reaching the deadline means: the request's own budget, or a lower one's reason. */
+  CancelReason deadlineReason() const { return deadline_reason_; }
+
   /** Disarms everything (the exchange finished). */
   void clear();
 
@@ -86,6 +102,8 @@ class ExchangeTimers {
   ScheduledTimerPtr wake_;  // from the Dispatcher's scheduler: simulated time in tests
   // When wake_ fires; max = not armed.
   MonotonicTime wake_at_ = MonotonicTime::max();
+  MonotonicTime deadline_ = MonotonicTime::max();
+  CancelReason deadline_reason_ = CancelReason::BudgetExhausted;
 };
 
 }  // namespace sluice

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <memory>
+#include <new>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -48,6 +49,26 @@ class FilterChain {
   bool empty() const { return size_ == 0; }
   /** Destroys the filters (in order, as a vector of owners did) and frees the block. */
   void clear();
+
+  /**
+   * A chain of `n` (at most kMaxFilters) filters of type `F`, the i-th
+   * made by `make(i)`: not from the table (tests drive the chain runner
+   * with fake filters this way).
+   */
+  template <typename F, typename Make>
+  static FilterChain of(size_t n, Make make) {
+    constexpr size_t kAlign = __STDCPP_DEFAULT_NEW_ALIGNMENT__;
+    static_assert(alignof(F) <= kAlign, "a filter's alignment must fit the chain's block");
+    constexpr size_t slot = (sizeof(F) + kAlign - 1) / kAlign * kAlign;
+    FilterChain chain;
+    if (n > kMaxFilters) n = kMaxFilters;
+    chain.block_.reset(new std::byte[slot * n]);
+    for (size_t i = 0; i < n; ++i) {
+      chain.filters_[i] = new (chain.block_.get() + i * slot) F(make(i));
+      ++chain.size_;
+    }
+    return chain;
+  }
 
  private:
   friend FilterChain buildFilterChain(const RouteRuntime& route);

@@ -36,6 +36,21 @@ std::string cancelledNotification(std::string_view request_id, std::string_view 
       .dump();
 }
 
+void ToolCancelNotifier::cancelCall(McpSession& session, const CancelledCall& call) {
+  if (!call.jsonrpc_id || call.request.method != "POST") return;
+  ToolCancel cancel;
+  cancel.runtime = call.runtime;
+  cancel.route = call.route;
+  cancel.upstream = call.upstream;
+  cancel.endpoint = call.endpoint;
+  cancel.request.method = "POST";
+  cancel.request.path = call.request.path;
+  cancel.request.headers = std::move(session.headers);
+  cancel.request_id = *call.jsonrpc_id;
+  cancel.reason = toString(call.reason);
+  send(std::move(cancel));
+}
+
 /** One notification under way: its head, body, stream and timer. */
 class ToolCancelNotifier::Notification final : public DeferredDeletable, public UpstreamCallbacks {
  public:

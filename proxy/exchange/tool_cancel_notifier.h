@@ -20,10 +20,12 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_set>
 
+#include "common/cancel_reason.h"
 #include "common/http_message.h"
 #include "proxy/event/dispatcher.h"
 #include "proxy/exchange/config_snapshot.h"
@@ -63,6 +65,17 @@ struct McpSession {
                                           MonotonicTime now);
 };
 
+/** A sent call of an MCP session, cancelled: what its Exchange knows of it. */
+struct CancelledCall {
+  const RequestHead& request;                    // the client's (its method and path)
+  const std::optional<std::string>& jsonrpc_id;  // as JSON text; none: a notification
+  CancelReason reason;
+  ConfigSnapshotPtr runtime;  // where the call went: its attempt's upstream and endpoint
+  const RouteRuntime* route = nullptr;
+  const UpstreamRuntime* upstream = nullptr;
+  const EndpointRuntime* endpoint = nullptr;
+};
+
 /** The JSON-RPC notification body for `request_id` (JSON text) and `reason`. */
 std::string cancelledNotification(std::string_view request_id, std::string_view reason);
 
@@ -82,6 +95,13 @@ class ToolCancelNotifier {
 
   /** Sends `cancel` (or drops it when kMaxInFlight are under way). Never blocks. */
   void send(ToolCancel cancel);
+  /**
+   * Tells the server of `session` that `call` was cancelled: its
+   * notifications/cancelled, with the session's headers (taken) on the
+   * call's path. Nothing for a notification (no id) or a call that was not
+   * a POST: only a JSON-RPC request sent as a POST has something to cancel.
+   */
+  void cancelCall(McpSession& session, const CancelledCall& call);
   /** Tears down what is under way (the worker stops): its streams are reset. */
   void closeAll();
 

@@ -106,6 +106,24 @@ class NoCallbacks final : public UpstreamCallbacks {
   void onUpstreamError(UpstreamError, const std::string&) override {}
 };
 
+/** Records what each attempt's end told it: "sent|unsent <cause> <fallback?>". */
+class DoneRecorder final : public StreamFilter {
+ public:
+  explicit DoneRecorder(std::vector<std::string>& heard) : heard_(heard) {}
+  std::string_view name() const override { return "recorder"; }
+  void onAttemptDone(const AttemptEnd& end, const AttemptVerdict& verdict) override {
+    const auto* retry = verdict.asRetry();
+    heard_.push_back(std::string(end.sent ? "sent" : "unsent") + " " +
+                     (retry != nullptr ? retry->cause : "no-retry") + " " +
+                     (retry != nullptr && retry->target.kind == AttemptTarget::Kind::NextFallback
+                          ? "fallback"
+                          : "same"));
+  }
+
+ private:
+  std::vector<std::string>& heard_;
+};
+
 class AttemptLoopTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -328,6 +346,58 @@ TEST_F(AttemptLoopTest, AStreamStillHeldWhenTheLoopGoesIsReset) {
   loop_.reset();
   EXPECT_TRUE(held.was_reset);
   EXPECT_FALSE(held.attached());
+}
+
+TEST_F(AttemptLoopTest, ReleasingTheReplayStateFreesTheBodyOnlyOnceTheTransportTookIt) {
+  begin();
+  ASSERT_TRUE(send());
+  const uint64_t size = body_.size();
+  loop_->current().body_sent = size - 1;
+  loop_->releaseReplayState(body_);
+  EXPECT_EQ(loop_->current().request, nullptr);  // the head was sent
+  EXPECT_EQ(body_.held(), size);                 // the transport reads the body still
+
+  loop_->current().body_sent = size;
+  loop_->releaseReplayState(body_);
+  EXPECT_EQ(body_.held(), 0u);
+}
+
+TEST_F(AttemptLoopTest, ReleasingTheReplayStateOfAFallbackFreesItsCopyAndTheClientsBody) {
+  begin();
+  ASSERT_TRUE(send());
+  loop_->connected(route_->config, true);
+  loop_->headArrived(503, clock_.now());
+  const AttemptVerdict verdict =
+      loop_->end(AttemptOutcome::fromStatus(503), /*reuse=*/true,
+                 AttemptVerdict::fail(makeProblem(problems::kUpstreamReset, "test")));
+  ASSERT_NE(verdict.asRetry(), nullptr);
+  ExchangeRecord record;
+  loop_->scheduleRetry(*verdict.asRetry(), *route_->metrics, record, clock_.now());
+  begin(loop_->retryTarget());
+  ASSERT_TRUE(send());
+  RequestBody& copy = loop_->body(body_);
+  ASSERT_NE(&copy, &body_);
+  loop_->current().body_sent = copy.size();
+  loop_->releaseReplayState(body_);
+  EXPECT_EQ(copy.held(), 0u);
+  EXPECT_EQ(body_.held(), 0u);
+}
+
+TEST_F(AttemptLoopTest, ARefusedAttemptThatSpillsOverIsNotAnAttemptAndItsFiltersHearIt) {
+  std::vector<std::string> heard;
+  filters_ = FilterChain::of<DoneRecorder>(2, [&](size_t) { return DoneRecorder(heard); });
+  begin();
+  EXPECT_EQ(loop_->started(), 1u);
+  loop_->spillOverRefused(CancelReason::CircuitOpen);
+  EXPECT_EQ(loop_->started(), 0u);  // never sent: not an attempt
+  EXPECT_EQ(loop_->sent(), 0u);
+  EXPECT_EQ(router_->fallbacks(), 1u);
+  EXPECT_EQ(heard, (std::vector<std::string>{"unsent circuit_open fallback",
+                                             "unsent circuit_open fallback"}));
+
+  begin(AttemptTarget::nextFallback());
+  EXPECT_EQ(loop_->started(), 1u);
+  EXPECT_EQ(loop_->current().upstream, &backup());
 }
 
 }  // namespace

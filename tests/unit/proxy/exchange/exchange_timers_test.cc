@@ -135,5 +135,33 @@ TEST_F(ExchangeTimersTest, ArmingManyTimersLaterThanTheWakeDoesNotReArmIt) {
   EXPECT_EQ(time.arms(), arms);  // one scheduler arm serves them all
 }
 
+TEST_F(ExchangeTimersTest, TheDeadlineArmsItsSlotAndOnlyALowerOneReplacesIt) {
+  EXPECT_EQ(timers.deadline(), MonotonicTime::max());  // unbounded until set
+  timers.setDeadline(at(1000));
+  EXPECT_EQ(timers.deadline(), at(1000));
+  EXPECT_EQ(timers.deadlineReason(), CancelReason::BudgetExhausted);
+  EXPECT_TRUE(timers.armed(ExchangeSlot::Deadline));
+
+  timers.lowerDeadline(at(2000), CancelReason::RunDeadline);  // later: ignored
+  EXPECT_EQ(timers.deadline(), at(1000));
+  EXPECT_EQ(timers.deadlineReason(), CancelReason::BudgetExhausted);
+
+  timers.lowerDeadline(at(400), CancelReason::RunDeadline);
+  EXPECT_EQ(timers.deadline(), at(400));
+  EXPECT_EQ(timers.deadlineReason(), CancelReason::RunDeadline);
+  time.advance(milliseconds(400));
+  EXPECT_EQ(owner.fired, (std::vector<std::string>{"slot0"}));  // once, at the lower deadline
+}
+
+TEST_F(ExchangeTimersTest, SettingTheDeadlineAgainMeansTheBudgetAndClearKeepsIt) {
+  timers.lowerDeadline(at(300), CancelReason::RunDeadline);
+  timers.setDeadline(at(500));  // the budget's own, even later than a lowered one
+  EXPECT_EQ(timers.deadline(), at(500));
+  EXPECT_EQ(timers.deadlineReason(), CancelReason::BudgetExhausted);
+  timers.clear();
+  EXPECT_FALSE(timers.armed(ExchangeSlot::Deadline));
+  EXPECT_EQ(timers.deadline(), at(500));  // what a cancel's answer names as the budget
+}
+
 }  // namespace
 }  // namespace sluice

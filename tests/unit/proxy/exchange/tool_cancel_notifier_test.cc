@@ -206,5 +206,42 @@ TEST_F(ToolCancelNotifierTest, PastTheBoundOneIsDroppedNotQueued) {
   EXPECT_EQ(notifier.inFlight(), 0u);
 }
 
+TEST_F(ToolCancelNotifierTest, ACancelledCallIsToldWithTheSessionsHeadersOnItsPath) {
+  ToolCancelNotifier notifier(
+      dispatcher_, [&](const ConfigSnapshot&, size_t) -> UpstreamStreamSource& { return pool_; });
+  RequestHead request = cancel().request;
+  request.path = "/mcp/v2";
+  std::unique_ptr<McpSession> session = McpSession::find(*route_, request, clock_.now());
+  ASSERT_NE(session, nullptr);
+  const std::optional<std::string> id = R"("call-9")";
+  notifier.cancelCall(*session, {request, id, CancelReason::ClientDisconnect, runtime_, route_,
+                                 route_->upstream, &route_->upstream->endpoints[0]});
+  ASSERT_EQ(pool_.streams.size(), 1u);
+  RecordingStream& s = *pool_.streams[0];
+  EXPECT_EQ(s.request.method, "POST");
+  EXPECT_EQ(s.request.path, "/base/mcp/v2");
+  EXPECT_EQ(s.request.headers.get("mcp-session-id"), "s-1");
+  const json body = json::parse(s.body);
+  EXPECT_EQ(body["params"]["requestId"], "call-9");
+  EXPECT_EQ(body["params"]["reason"], "sluice client_disconnect");
+}
+
+TEST_F(ToolCancelNotifierTest, ANotificationOrANonPostCallHasNothingToCancel) {
+  ToolCancelNotifier notifier(
+      dispatcher_, [&](const ConfigSnapshot&, size_t) -> UpstreamStreamSource& { return pool_; });
+  RequestHead request = cancel().request;
+  std::unique_ptr<McpSession> session = McpSession::find(*route_, request, clock_.now());
+  ASSERT_NE(session, nullptr);
+  const std::optional<std::string> none;
+  notifier.cancelCall(*session, {request, none, CancelReason::ClientDisconnect, runtime_, route_,
+                                 route_->upstream, &route_->upstream->endpoints[0]});
+  request.method = "GET";
+  const std::optional<std::string> id = "1";
+  notifier.cancelCall(*session, {request, id, CancelReason::ClientDisconnect, runtime_, route_,
+                                 route_->upstream, &route_->upstream->endpoints[0]});
+  EXPECT_TRUE(pool_.streams.empty());
+  EXPECT_EQ(notifier.inFlight(), 0u);
+}
+
 }  // namespace
 }  // namespace sluice
