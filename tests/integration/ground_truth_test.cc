@@ -1222,6 +1222,32 @@ Scrape closeAndScrape(SluiceUnderTest& sluice, const std::string& label, TestCon
   return Scrape(sluice.metricsText());
 }
 
+// A response the request's budget cut, against the mock's ledger: what the
+// client parsed was delivered, the rest of what the mock emitted leaked under
+// `budget_exhausted`; the input goes with the client's reading.
+void expectCutLeakAsTheLedger(const Scrape& s, const Price& price, const char* what,
+                              uint64_t emitted, uint64_t input, uint64_t parsed, bool reads) {
+  const std::string label = price.pattern;
+  const double out_delivered = s.tokens(label, "output", "delivered");
+  const double out_leaked = s.tokens(label, "output", "leaked");
+  std::cout << "[" << what << "] client parsed " << parsed << " of " << emitted
+            << "; sluice delivered " << out_delivered << ", leaked " << out_leaked << " (ledger "
+            << emitted - parsed << ")\n";
+  // What the mock emitted after sluice's last read (in flight when the
+  // budget cut the upstream) sluice cannot count: a token or two.
+  EXPECT_LE(out_delivered + out_leaked, emitted);
+  EXPECT_GE(out_delivered + out_leaked + 2, emitted);
+  EXPECT_EQ(out_delivered, parsed);
+  const double ledger_leaked = static_cast<double>(emitted - parsed);
+  EXPECT_LE(std::fabs(out_leaked - ledger_leaked), std::max(2.0, 0.05 * ledger_leaked))
+      << "sluice leaked " << out_leaked << ", the ledger " << ledger_leaked;
+  EXPECT_EQ(s.tokens(label, "input", reads ? "delivered" : "leaked"), input);
+  const double budget = s.sum("sluice_leaked_spend_usd_total",
+                              {{"model", label}, {"cancel_reason", "budget_exhausted"}});
+  EXPECT_TRUE(nearUsd(budget, s.usd(label, "leaked"))) << "the leak is the cut's: " << budget;
+  expectPricedConsistently(s, price);
+}
+
 struct LeakyCase {
   const char* what;
   uint32_t read_deltas;  // deltas the client parses before it stops reading (0: none)
@@ -1438,24 +1464,7 @@ TEST(GroundTruthTest, LeakyHttp1ClientsOfACutResponseAreBookedAsRead) {
     ASSERT_GT(emitted, 0u);
     ASSERT_LT(emitted, 400u) << "the budget did not cut the stream";
     const Scrape s = closeAndScrape(sluice, label, conn, reads);
-    const double out_delivered = s.tokens(label, "output", "delivered");
-    const double out_leaked = s.tokens(label, "output", "leaked");
-    std::cout << "[leaky cut] client parsed " << parsed << " of " << emitted
-              << "; sluice delivered " << out_delivered << ", leaked " << out_leaked << " (ledger "
-              << emitted - parsed << ")\n";
-    // What the mock emitted after sluice's last read (in flight when the
-    // budget cut the upstream) sluice cannot count: a token or two.
-    EXPECT_LE(out_delivered + out_leaked, emitted);
-    EXPECT_GE(out_delivered + out_leaked + 2, emitted);
-    EXPECT_EQ(out_delivered, parsed);
-    const double ledger_leaked = static_cast<double>(emitted - parsed);
-    EXPECT_LE(std::fabs(out_leaked - ledger_leaked), std::max(2.0, 0.05 * ledger_leaked))
-        << "sluice leaked " << out_leaked << ", the ledger " << ledger_leaked;
-    EXPECT_EQ(s.tokens(label, "input", reads ? "delivered" : "leaked"), input);
-    const double budget = s.sum("sluice_leaked_spend_usd_total",
-                                {{"model", label}, {"cancel_reason", "budget_exhausted"}});
-    EXPECT_TRUE(nearUsd(budget, s.usd(label, "leaked"))) << "the leak is the cut's: " << budget;
-    expectPricedConsistently(s, price);
+    expectCutLeakAsTheLedger(s, price, "leaky cut", emitted, input, parsed, reads);
   }
 }
 
@@ -1581,24 +1590,7 @@ TEST(GroundTruthTest, LeakyHttp2ClientsOfACutResponseAreBookedAsRead) {
     h2.drop();
     EXPECT_TRUE(waitUntil(booked)) << "never booked";
     const Scrape s(sluice.metricsText());
-    const double out_delivered = s.tokens(label, "output", "delivered");
-    const double out_leaked = s.tokens(label, "output", "leaked");
-    std::cout << "[leaky h2 cut] client parsed " << parsed << " of " << emitted
-              << "; sluice delivered " << out_delivered << ", leaked " << out_leaked << " (ledger "
-              << emitted - parsed << ")\n";
-    // What the mock emitted after sluice's last read (in flight when the
-    // budget cut the upstream) sluice cannot count: a token or two.
-    EXPECT_LE(out_delivered + out_leaked, emitted);
-    EXPECT_GE(out_delivered + out_leaked + 2, emitted);
-    EXPECT_EQ(out_delivered, parsed);
-    const double ledger_leaked = static_cast<double>(emitted - parsed);
-    EXPECT_LE(std::fabs(out_leaked - ledger_leaked), std::max(2.0, 0.05 * ledger_leaked))
-        << "sluice leaked " << out_leaked << ", the ledger " << ledger_leaked;
-    EXPECT_EQ(s.tokens(label, "input", reads ? "delivered" : "leaked"), input);
-    const double budget = s.sum("sluice_leaked_spend_usd_total",
-                                {{"model", label}, {"cancel_reason", "budget_exhausted"}});
-    EXPECT_TRUE(nearUsd(budget, s.usd(label, "leaked"))) << "the leak is the cut's: " << budget;
-    expectPricedConsistently(s, price);
+    expectCutLeakAsTheLedger(s, price, "leaky h2 cut", emitted, input, parsed, reads);
   }
 }
 

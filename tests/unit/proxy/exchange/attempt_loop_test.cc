@@ -153,6 +153,14 @@ class AttemptLoopTest : public ::testing::Test {
                        /*request_complete=*/true, clock_.now());
   }
   RecordingStream& stream() { return *pool_.streams.back(); }
+  /** The attempt sent answers 503, which the route falls back on: the loop's verdict. */
+  AttemptVerdict sendAndEndWith503() {
+    EXPECT_TRUE(send());
+    loop_->connected(route_->config, true);
+    loop_->headArrived(503, clock_.now());
+    return loop_->end(AttemptOutcome::fromStatus(503), /*reuse=*/true,
+                      AttemptVerdict::fail(makeProblem(problems::kUpstreamReset, "test")));
+  }
   double attempts(const EndpointRuntime& e, AttemptResult result) {
     return e.metrics->attempts(result).Value();
   }
@@ -246,12 +254,7 @@ TEST_F(AttemptLoopTest, AResponseEndReleasesTheStreamForReuseAndCountsTheAttempt
 
 TEST_F(AttemptLoopTest, AFailureTheRouteFallsBackOnMovesToTheFallbackWithItsModel) {
   begin();
-  ASSERT_TRUE(send());
-  loop_->connected(route_->config, true);
-  loop_->headArrived(503, clock_.now());
-  const AttemptVerdict verdict =
-      loop_->end(AttemptOutcome::fromStatus(503), /*reuse=*/true,
-                 AttemptVerdict::fail(makeProblem(problems::kUpstreamReset, "test")));
+  const AttemptVerdict verdict = sendAndEndWith503();
   const auto* retry = verdict.asRetry();
   ASSERT_NE(retry, nullptr);
   EXPECT_EQ(retry->target.kind, AttemptTarget::Kind::NextFallback);
@@ -364,12 +367,7 @@ TEST_F(AttemptLoopTest, ReleasingTheReplayStateFreesTheBodyOnlyOnceTheTransportT
 
 TEST_F(AttemptLoopTest, ReleasingTheReplayStateOfAFallbackFreesItsCopyAndTheClientsBody) {
   begin();
-  ASSERT_TRUE(send());
-  loop_->connected(route_->config, true);
-  loop_->headArrived(503, clock_.now());
-  const AttemptVerdict verdict =
-      loop_->end(AttemptOutcome::fromStatus(503), /*reuse=*/true,
-                 AttemptVerdict::fail(makeProblem(problems::kUpstreamReset, "test")));
+  const AttemptVerdict verdict = sendAndEndWith503();
   ASSERT_NE(verdict.asRetry(), nullptr);
   ExchangeRecord record;
   loop_->scheduleRetry(*verdict.asRetry(), *route_->metrics, record, clock_.now());
