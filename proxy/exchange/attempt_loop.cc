@@ -3,6 +3,7 @@
 #include "common/json_fields.h"
 #include "common/random.h"
 #include "filters/attempt_outcome.h"
+#include "proxy/exchange/exchange_problem.h"
 #include "proxy/http/header_rewrite.h"
 
 namespace sluice {
@@ -49,7 +50,7 @@ void AttemptLoop::begin(const AttemptTarget& target, const Request& request) {
   attempt_.destination.model = model;
 }
 
-bool AttemptLoop::send(UpstreamStreamSource& pool, UpstreamCallbacks& callbacks, RequestBody& body,
+bool AttemptLoop::send(UpstreamStreamSource& pool, RequestBody& body,
                        const config::RouteConfig& route, bool request_complete, MonotonicTime now) {
   attempt_.last_upstream_byte = now;
   timers_.arm(ExchangeSlot::Connect, now + attempt_.upstream->config->connect_timeout);
@@ -60,8 +61,132 @@ bool AttemptLoop::send(UpstreamStreamSource& pool, UpstreamCallbacks& callbacks,
   attempt_.stream = pool.acquire();
   ++sent_;
   // May report back synchronously.
-  attempt_.stream->sendRequest(*attempt_.request, body, &callbacks);
+  attempt_.stream->sendRequest(*attempt_.request, body, this);
   return true;
+}
+
+void AttemptLoop::onTimer(ExchangeSlot slot) {
+  switch (slot) {
+    case ExchangeSlot::Connect:
+      owner_.onAttemptFailed(
+          AttemptOutcome::connectError(),
+          connectTimeoutProblem(attempt_.upstream->name(), attempt_.endpoint->name()));
+      return;
+    case ExchangeSlot::FirstByte:
+      owner_.onAttemptTimedOut();
+      return;
+    case ExchangeSlot::Idle:
+      if (idleExpired(*router_.route().config, owner_.attemptFacts().request_complete, now())) {
+        owner_.onAttemptTimedOut();
+      }
+      return;
+    default:
+      return;  // not an attempt's
+  }
+}
+
+// --- UpstreamCallbacks ------------------------------------------------------------------
+
+void AttemptLoop::onUpstreamConnected() {
+  connected(router_.route().config, owner_.attemptFacts().request_complete);
+}
+
+void AttemptLoop::onUpstreamBodySent(uint64_t offset) {
+  attempt_.body_sent = offset;
+  owner_.onAttemptBodySent(offset);
+}
+
+void AttemptLoop::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
+  if (owner_.attemptsStopped()) return;
+  headArrived(head.status, now());
+  rewriteResponseForDownstream(head);
+  // Every filter sees every response head (the spend meter must know a held
+  // 503 is not billable); StopIteration from any of them holds the response.
+  bool hold = false;
+  for (auto& filter : filters_) {
+    hold = filter->encodeHeaders(head, end_stream) == FilterStatus::StopIteration || hold;
+    if (owner_.attemptsStopped()) return;
+  }
+  // An answer the route falls back on waits too: the next upstream may replace it.
+  hold = hold ||
+         router_.fallsBackOn(AttemptOutcome::fromStatus(head.status), started_, owner_.mayReplay());
+  if (hold) {
+    relay_.hold(std::move(head));  // until the attempt ends: maybe retried, maybe released
+  } else {
+    sendHead(head);
+  }
+  armIdle(router_.route().config, owner_.attemptFacts().request_complete);
+}
+
+void AttemptLoop::sendHead(ResponseHead& head) {
+  head.headers.set("x-sluice-attempts", std::to_string(sent_));
+  head.headers.set("x-sluice-upstream", attempt_.upstream->name());
+  if (!client_.listening()) return;
+  client_.sendHead(head, now());
+  owner_.onResponseUnderWay();
+}
+
+void AttemptLoop::releaseHeld(bool end_stream) {
+  const std::unique_ptr<ResponseRelay::Held> held = relay_.takeHeld();
+  sendHead(held->head);
+  client_.sendHeldBody(held->body, end_stream);
+}
+
+void AttemptLoop::onUpstreamData(const char* data, size_t len) {
+  if (owner_.attemptsStopped()) return;
+  attempt_.last_upstream_byte = now();
+  response_bytes_ += len;
+  for (auto& filter : filters_) filter->encodeData(data, len, false);
+  if (relay_.holding()) {
+    if (relay_.holdData(data, len)) return;
+    releaseHeld(false);  // too big to be an error worth retrying: stream it
+  }
+  // The relay says whether to stop reading the upstream: not when the write lost the client.
+  if (client_.forward(data, len) && inFlight()) {
+    // The client is slower than the upstream: stop reading the upstream until
+    // the client drains (resumed()). Memory per stream stays bounded.
+    attempt_.stream->pauseReading();
+    timers_.disarm(ExchangeSlot::Idle);
+  }
+}
+
+void AttemptLoop::onUpstreamTrailers(HeaderMap&& trailers) {
+  if (!owner_.attemptsStopped()) client_.keepTrailers(std::move(trailers));
+}
+
+void AttemptLoop::onUpstreamComplete() {
+  if (owner_.attemptsStopped()) return;
+  for (auto& filter : filters_) filter->encodeData(nullptr, 0, true);
+  const int status = attempt_.status;
+  const AttemptVerdict verdict =
+      end(AttemptOutcome::fromStatus(status), /*reuse=*/true, AttemptVerdict::deliver());
+  if (owner_.attemptsStopped()) return;
+  if (const auto* retry = verdict.asRetry()) {
+    owner_.onAttemptRetry(*retry);
+    return;
+  }
+  if (relay_.holding()) {
+    if (const auto* fail = verdict.asFail()) {
+      relay_.dropHeld();  // a filter refused the held answer
+      owner_.onHeldResponseRefused(fail->problem);
+      return;
+    }
+    if (verdict.asDeliver()->discourage_client_retry) {
+      relay_.heldHead()->headers.set("x-should-retry", "false");
+    }
+    releaseHeld(true);
+  } else if (client_.listening()) {
+    client_.end();
+  }
+  owner_.onResponseDelivered(status);
+}
+
+void AttemptLoop::onUpstreamError(UpstreamError error, const std::string& detail) {
+  if (owner_.attemptsStopped()) return;
+  attempt_.unprocessed = unprocessed(error);
+  owner_.onAttemptFailed(error == UpstreamError::ConnectError ? AttemptOutcome::connectError()
+                                                              : AttemptOutcome::reset(),
+                         upstreamErrorProblem(error, detail));
 }
 
 AttemptVerdict AttemptLoop::end(AttemptOutcome outcome, bool reuse, AttemptVerdict proposed) {

@@ -1,15 +1,23 @@
 #pragma once
 
 // The attempts of one request, as one part of its Exchange (after Envoy's
-// UpstreamRequest + RetryState): the attempt in flight — where it went,
-// the request as that upstream sees it, its stream, its timers (the slots
-// Connect, FirstByte, Idle and RetryDelay of the Exchange's timers), its
-// max_pending slot —, how many attempts were started and sent, and the
+// router UpstreamRequest + RetryState): the attempt in flight — where it
+// went, the request as that upstream sees it, its stream, its timers (the
+// slots Connect, FirstByte, Idle and RetryDelay of the Exchange's timers),
+// its max_pending slot —, how many attempts were started and sent, and the
 // bookkeeping at each end: the AttemptEnd that describes it, the filters'
 // verdict on it (decideAttempt, then the router's spill-over, then
-// onAttemptDone), the stream released or reset. It decides and keeps
-// count; the Exchange acts on the verdict (deliver, fail, back off) and
-// owns whether the request may be sent again at all (Owner::mayReplay).
+// onAttemptDone), the stream released or reset.
+//
+// It is the attempt's stream's UpstreamCallbacks: it keeps the attempt's
+// own books (connected, status, bytes, timers), runs the response through
+// the filters (encodeHeaders, encodeData), holds a head a retry or a
+// fallback may replace or hands it to the client (ClientResponse), and
+// stops reading the upstream while the client is slower. What is left to
+// decide goes to its Owner, the Exchange: a failure, a timeout, a Retry,
+// a response delivered or a held answer refused. The Exchange acts on
+// those and owns whether the request may be sent again at all
+// (Owner::mayReplay).
 
 #include <cstdint>
 #include <memory>
@@ -19,10 +27,12 @@
 #include "common/cancel_reason.h"
 #include "common/clock.h"
 #include "common/http_message.h"
+#include "common/problem.h"
 #include "filters/circuit_breaker/circuit_breaker.h"
 #include "filters/filter.h"
 #include "proxy/downstream/downstream_stream.h"
 #include "proxy/exchange/attempt_router.h"
+#include "proxy/exchange/client_response.h"
 #include "proxy/exchange/config_snapshot.h"
 #include "proxy/exchange/exchange_record.h"
 #include "proxy/exchange/exchange_timers.h"
@@ -33,7 +43,7 @@
 
 namespace sluice {
 
-class AttemptLoop {
+class AttemptLoop final : private UpstreamCallbacks {
  public:
   /** What the Exchange knows when an attempt ends. */
   struct ExchangeFacts {
@@ -41,6 +51,7 @@ class AttemptLoop {
     bool finish_draining = false;               // finish mode: the client left, draining
     const DownstreamStream* client = nullptr;   // null once the client left
     bool running = false;                       // running and not finished: a Retry is actionable
+    bool request_complete = false;              // the client's whole request is in
   };
   /** The Exchange, as its attempts see it. */
   class Owner {
@@ -49,6 +60,24 @@ class AttemptLoop {
     /** The request may still be sent again (nothing reached the client, the body is held, ...). */
     virtual bool mayReplay() const = 0;
     virtual ExchangeFacts attemptFacts() const = 0;
+    /** The request finished: what the upstream still reports is dropped. */
+    virtual bool attemptsStopped() const = 0;
+
+    // What is left to decide, after the loop's own books:
+    /** The transport took the body the attempt sends up to `offset`. */
+    virtual void onAttemptBodySent(uint64_t offset) = 0;
+    /** The response's head went to the client: no retry or fallback will replay the request. */
+    virtual void onResponseUnderWay() = 0;
+    /** The attempt failed: a transport error, a connect timeout. */
+    virtual void onAttemptFailed(AttemptOutcome outcome, const Problem& problem) = 0;
+    /** The upstream was silent past first_byte_timeout or idle_timeout. */
+    virtual void onAttemptTimedOut() = 0;
+    /** The response ended and the verdict is a Retry. */
+    virtual void onAttemptRetry(const AttemptVerdict::Retry& retry) = 0;
+    /** The response ended and went to the client (when it is still there); `status` its head's. */
+    virtual void onResponseDelivered(int status) = 0;
+    /** The response ended held and a filter refused it: the client gets `problem` instead. */
+    virtual void onHeldResponseRefused(const Problem& problem) = 0;
   };
 
   // The attempt in flight (or the last one, until the next starts). Plain
@@ -72,9 +101,14 @@ class AttemptLoop {
     MonotonicTime last_upstream_byte{};
   };
 
-  AttemptLoop(Owner& owner, ExchangeTimers& timers, ResponseRelay& relay, AttemptRouter& router,
+  AttemptLoop(Owner& owner, ExchangeTimers& timers, ClientResponse& client, AttemptRouter& router,
               FilterChain& filters)
-      : owner_(owner), timers_(timers), relay_(relay), router_(router), filters_(filters) {}
+      : owner_(owner),
+        timers_(timers),
+        client_(client),
+        relay_(client.relay()),
+        router_(router),
+        filters_(filters) {}
   /** A safety net for a worker shutting down: a stream still held is detached and reset. */
   ~AttemptLoop();
   AttemptLoop(const AttemptLoop&) = delete;
@@ -91,6 +125,8 @@ class AttemptLoop {
    * log): not one refused or dropped before it was sent (circuit, throttle).
    */
   uint32_t sent() const { return sent_; }
+  /** Response body bytes the upstreams sent, over all attempts. */
+  uint64_t responseBytes() const { return response_bytes_; }
 
   /** The request, as a new attempt needs it. */
   struct Request {
@@ -130,11 +166,14 @@ class AttemptLoop {
   /**
    * Sends the attempt: arms its connect and first-byte timers, takes a
    * max_pending slot while it waits for a connection, hands the request to
-   * a stream of `pool`. False when no slot is left (the caller cancels
-   * `overloaded`). The stream may report back before this returns.
+   * a stream of `pool`, which reports to this loop. False when no slot is
+   * left (the caller cancels `overloaded`). The stream may report back
+   * before this returns.
    */
-  bool send(UpstreamStreamSource& pool, UpstreamCallbacks& callbacks, RequestBody& body,
-            const config::RouteConfig& route, bool request_complete, MonotonicTime now);
+  bool send(UpstreamStreamSource& pool, RequestBody& body, const config::RouteConfig& route,
+            bool request_complete, MonotonicTime now);
+  /** One of the attempt's slots fired (Connect, FirstByte, Idle): the Owner hears what it means. */
+  void onTimer(ExchangeSlot slot);
 
   /** The AttemptEnd of the attempt in flight, ended with `outcome`. */
   AttemptEnd describe(const AttemptOutcome& outcome) const;
@@ -179,18 +218,34 @@ class AttemptLoop {
   void releaseSlot() { connect_wait_.release(); }
 
  private:
+  // UpstreamCallbacks: the attempt's stream reports here.
+  void onUpstreamConnected() override;
+  void onUpstreamBodySent(uint64_t offset) override;
+  void onUpstreamHeaders(ResponseHead&& head, bool end_stream) override;
+  void onUpstreamData(const char* data, size_t len) override;
+  void onUpstreamTrailers(HeaderMap&& trailers) override;
+  void onUpstreamComplete() override;
+  void onUpstreamError(UpstreamError error, const std::string& detail) override;
+
   /** True while a Retry verdict can be acted on. */
   bool mayRetry(const AttemptOutcome& outcome) const;
+  /** Stamps the head with the attempts and the upstream and sends it, when the client listens. */
+  void sendHead(ResponseHead& head);
+  /** Sends the held head and body; `end_stream` ends the response. */
+  void releaseHeld(bool end_stream);
+  MonotonicTime now() const { return timers_.clock().now(); }
 
   Owner& owner_;
   ExchangeTimers& timers_;
-  ResponseRelay& relay_;
+  ClientResponse& client_;
+  ResponseRelay& relay_;  // client_'s
   AttemptRouter& router_;
   FilterChain& filters_;
 
   Attempt attempt_;
   uint32_t started_ = 0;
   uint32_t sent_ = 0;
+  uint64_t response_bytes_ = 0;
   // The body naming the current fallback's `model`, when it has one.
   std::unique_ptr<RequestBody> rewritten_body_;
   PendingSlot connect_wait_;    // a max_pending slot while the attempt waits for a connection

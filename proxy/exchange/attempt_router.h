@@ -56,6 +56,8 @@ std::string quotaKeyAt(const RequestHead& client, const UpstreamRuntime& upstrea
 class AttemptRouter {
  public:
   explicit AttemptRouter(const RouteRuntime* route) : route_(route) {}
+  /** The request's route (reroute() changes it). */
+  const RouteRuntime& route() const { return *route_; }
 
   /** The request moved to another route before its first attempt (`match.model`). */
   void reroute(const RouteRuntime* route);

@@ -29,6 +29,17 @@ void ClientResponse::sendHead(ResponseHead& head, SseDialect dialect,
   relay_.sendHead(*client_, std::move(head), dialect);  // not read after: handed over
 }
 
+void ClientResponse::noteRoute(const RouteRuntime& route) { route_ = &route; }
+
+void ClientResponse::sendHead(ResponseHead& head, MonotonicTime now) {
+  const bool mcp =
+      route_->config != nullptr && route_->config->protocol == config::RouteProtocol::Mcp;
+  const SseDialect dialect =
+      responseDialect(request_.pathOnly(), head.headers.get("content-type").value_or(""), mcp,
+                      record_.jsonRpcId().has_value());
+  sendHead(head, dialect, route_->metrics->timeToFirstByte(), start_, now);
+}
+
 void ClientResponse::sendReply(LocalReply& reply, MonotonicTime now) {
   stampRequestId(reply.head, identity_.request_id, /*from_upstream=*/false);
   record_.noteFirstByte(now);

@@ -34,10 +34,13 @@ namespace sluice {
 
 class ClientResponse {
  public:
-  /** `client` may be null (a request whose client is already gone); `record` and `identity` outlive
-   * it. */
-  ClientResponse(DownstreamStream* client, ExchangeRecord& record, const RequestIdentity& identity)
-      : client_(client), record_(record), identity_(identity) {}
+  /**
+   * `client` may be null (a request whose client is already gone); `record`,
+   * `identity` and `request` outlive it; `start` is when the request came.
+   */
+  ClientResponse(DownstreamStream* client, ExchangeRecord& record, const RequestIdentity& identity,
+                 const RequestHead& request, MonotonicTime start)
+      : client_(client), record_(record), identity_(identity), request_(request), start_(start) {}
   ClientResponse(const ClientResponse&) = delete;
   ClientResponse& operator=(const ClientResponse&) = delete;
 
@@ -62,6 +65,11 @@ class ClientResponse {
    * only where they can be carried (HTTP/2) and were asked for (`te: trailers`).
    */
   void noteRequest(const RequestHead& request);
+  /**
+   * The request's route (again when it changes): whether it speaks MCP
+   * (the SSE dialect of its responses) and its time-to-first-byte histogram.
+   */
+  void noteRoute(const RouteRuntime& route);
 
   ResponseRelay& relay() { return relay_; }
   const ResponseRelay& relay() const { return relay_; }
@@ -74,6 +82,11 @@ class ClientResponse {
    */
   void sendHead(ResponseHead& head, SseDialect dialect, prometheus::Histogram& time_to_first_byte,
                 MonotonicTime start, MonotonicTime now);
+  /**
+   * The same for the noted request and route: the dialect from the
+   * request's path, the head's content-type and the route's protocol.
+   */
+  void sendHead(ResponseHead& head, MonotonicTime now);
   /** Sends a reply of sluice's own, whole (nothing was sent yet; the client is there). */
   void sendReply(LocalReply& reply, MonotonicTime now);
   /** Sends the body of a released held response; `end_stream` ends the response. */
@@ -117,6 +130,9 @@ class ClientResponse {
   DownstreamStream* client_;
   ExchangeRecord& record_;
   const RequestIdentity& identity_;
+  const RequestHead& request_;
+  const MonotonicTime start_;
+  const RouteRuntime* route_ = nullptr;  // noteRoute()
   ResponseRelay relay_;
   std::unique_ptr<ReadReceipt> read_receipt_;  // the last attempt's spend, booked once read
   bool draining_ = false;

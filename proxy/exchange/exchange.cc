@@ -35,10 +35,11 @@ Exchange::Exchange(ExchangeHost& host, uint64_t id, ConfigSnapshotPtr runtime,
       intake_(&runtime_->bodyMemory(), runtime_->config().limits.max_buffered_body_bytes),
       chain_(*this, request_, intake_.body()),
       router_(route_),
-      client_(downstream, record_, identity_),
+      client_(downstream, record_, identity_, request_, start),
       timers_(host.dispatcher(), *this),
-      attempts_(*this, timers_, client_.relay(), router_, chain_.filters()) {
+      attempts_(*this, timers_, client_, router_, chain_.filters()) {
   route_->metrics->active().Increment();
+  client_.noteRoute(*route_);
   if (route_->config != nullptr) {
     chain_.filters() = buildFilterChain(*route_);
     for (auto& filter : chain_.filters()) filter->setCallbacks(*this);
@@ -106,6 +107,7 @@ void Exchange::routeOnModel() {
     route_->metrics->active().Decrement();
     route_ = chosen != nullptr ? chosen : &runtime_->noRoute();
     router_.reroute(route_);
+    client_.noteRoute(*route_);
     route_->metrics->active().Increment();
     if (route_->config == nullptr) {
       answer(noRouteProblem(request_, &model), ExchangeState::Completed);
@@ -254,24 +256,24 @@ bool Exchange::mayReplay() const {
 
 AttemptLoop::ExchangeFacts Exchange::attemptFacts() const {
   return {record_.cancelReason(), client_.draining(), client_.stream(),
-          !finished_ && state_ == ExchangeState::Running};
+          !finished_ && state_ == ExchangeState::Running, intake_.requestComplete()};
 }
 
 void Exchange::sendAttempt() {
   if (!transition(ExchangeState::Running)) return;
   UpstreamStreamSource& pool = host_.pool(*runtime_, attempts_.current().endpoint->pool_index);
-  if (!attempts_.send(pool, *this, attemptBody(), *route_->config, intake_.requestComplete(),
+  if (!attempts_.send(pool, attemptBody(), *route_->config, intake_.requestComplete(),
                       clock().now())) {
     cancel(CancelReason::Overloaded, kOverloadedRetryAfter);
   }
 }
 
-void Exchange::scheduleRetry(const AttemptVerdict::Retry& retry) {
+void Exchange::onAttemptRetry(const AttemptVerdict::Retry& retry) {
   attempts_.scheduleRetry(retry, *route_->metrics, record_, clock().now());
   transition(ExchangeState::BackingOff);
 }
 
-void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
+void Exchange::onAttemptFailed(AttemptOutcome outcome, const Problem& problem) {
   if (finished_) return;
   // A response under way is never retried: it will be cut, after one final
   // error event if the client can take it (decided before the spend meter reads).
@@ -286,7 +288,7 @@ void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
   const AttemptVerdict verdict = attempts_.end(outcome, false, AttemptVerdict::fail(problem));
   if (finished_) return;
   if (const auto* retry = verdict.asRetry()) {
-    scheduleRetry(*retry);
+    onAttemptRetry(*retry);
     return;
   }
   if (client_.relay().started()) {
@@ -308,7 +310,7 @@ void Exchange::failAttempt(AttemptOutcome outcome, const Problem& problem) {
   answer(fail != nullptr ? fail->problem : problem, ExchangeState::Failed);
 }
 
-void Exchange::onAttemptTimeout() {
+void Exchange::onAttemptTimedOut() {
   if (finished_) return;
   if (client_.relay().started() || client_.draining() || client_.relay().holding()) {
     cancel(CancelReason::UpstreamTimeout);
@@ -324,7 +326,7 @@ void Exchange::onAttemptTimeout() {
       seconds(clock().preciseNow() - decided));
   if (finished_) return;
   if (const auto* retry = verdict.asRetry()) {
-    scheduleRetry(*retry);
+    onAttemptRetry(*retry);
     return;
   }
   const auto* fail = verdict.asFail();
@@ -332,55 +334,13 @@ void Exchange::onAttemptTimeout() {
              fail != nullptr ? std::optional<Problem>(fail->problem) : std::nullopt);
 }
 
-void Exchange::armIdleTimer() { attempts_.armIdle(route_->config, intake_.requestComplete()); }
+// --- what the attempts leave to decide (AttemptLoop::Owner) --------------------------------
 
-// --- UpstreamCallbacks --------------------------------------------------------------
-
-void Exchange::onUpstreamConnected() {
-  attempts_.connected(route_->config, intake_.requestComplete());
-}
-
-void Exchange::onUpstreamBodySent(uint64_t offset) {
-  attempts_.current().body_sent = offset;
+void Exchange::onAttemptBodySent(uint64_t offset) {
   intake_.body().discardBefore(offset);  // a streamed body frees what the upstream took
   applyBodyBackpressure();
   // The upstream answered before it took the whole body: the rest goes once it has.
   if (client_.relay().started() && offset == attemptBody().size()) releaseReplayState();
-}
-
-void Exchange::onUpstreamHeaders(ResponseHead&& head, bool end_stream) {
-  if (finished_) return;
-  attempts_.headArrived(head.status, clock().now());
-  rewriteResponseForDownstream(head);
-  // Every filter sees every response head (the spend meter must know a held
-  // 503 is not billable); StopIteration from any of them holds the response.
-  bool hold = false;
-  for (auto& filter : chain_.filters()) {
-    hold = filter->encodeHeaders(head, end_stream) == FilterStatus::StopIteration || hold;
-    if (finished_) return;
-  }
-  // An answer the route falls back on waits too: the next upstream may replace it.
-  hold = hold || router_.fallsBackOn(AttemptOutcome::fromStatus(head.status), attempts_.started(),
-                                     mayReplay());
-  if (hold) {
-    // Held back until the attempt ends: maybe retried, maybe released.
-    client_.relay().hold(std::move(head));
-    armIdleTimer();
-    return;
-  }
-  sendResponseHead(head);
-  armIdleTimer();
-}
-
-void Exchange::sendResponseHead(ResponseHead& head) {
-  head.headers.set("x-sluice-attempts", std::to_string(attempts_.sent()));
-  head.headers.set("x-sluice-upstream", attempts_.current().upstream->name());
-  if (!client_.listening()) return;
-  const SseDialect dialect =
-      responseDialect(request_.pathOnly(), head.headers.get("content-type").value_or(""),
-                      mcpRoute(), record_.jsonRpcId().has_value());
-  client_.sendHead(head, dialect, route_->metrics->timeToFirstByte(), start_, clock().now());
-  releaseReplayState();
 }
 
 void Exchange::releaseReplayState() {
@@ -391,76 +351,13 @@ void Exchange::releaseReplayState() {
   attempts_.releaseReplayState(intake_.body());
 }
 
-void Exchange::releaseHeldResponse(bool end_stream) {
-  const std::unique_ptr<ResponseRelay::Held> held = client_.relay().takeHeld();
-  sendResponseHead(held->head);
-  client_.sendHeldBody(held->body, end_stream);
-}
-
-void Exchange::onUpstreamTrailers(HeaderMap&& trailers) {
-  if (!finished_) client_.keepTrailers(std::move(trailers));
-}
-
-void Exchange::onUpstreamData(const char* data, size_t len) {
-  if (finished_) return;
-  attempts_.current().last_upstream_byte = clock().now();
-  response_bytes_ += len;
-  for (auto& filter : chain_.filters()) filter->encodeData(data, len, false);
-  if (client_.relay().holding()) {
-    if (client_.relay().holdData(data, len)) return;
-    releaseHeldResponse(false);  // too big to be an error worth retrying: stream it
-  }
-  // The relay says whether to stop reading the upstream: not when the write lost the client.
-  if (client_.forward(data, len) && attempts_.inFlight()) {
-    // The client is slower than the upstream: stop reading the upstream until
-    // the client drains (onDownstreamWritable). Memory per stream stays bounded.
-    attempts_.current().stream->pauseReading();
-    timers_.disarm(ExchangeSlot::Idle);
-  }
-}
-
-void Exchange::onUpstreamComplete() {
-  if (finished_) return;
-  for (auto& filter : chain_.filters()) filter->encodeData(nullptr, 0, true);
-  const int status = attempts_.current().status;
-  const AttemptVerdict verdict =
-      attempts_.end(AttemptOutcome::fromStatus(status), /*reuse=*/true, AttemptVerdict::deliver());
-  if (finished_) return;
-  if (const auto* retry = verdict.asRetry()) {
-    scheduleRetry(*retry);
-    return;
-  }
-  if (client_.relay().holding()) {
-    if (const auto* fail = verdict.asFail()) {
-      // A filter refused the held answer: the client gets its problem instead.
-      client_.relay().dropHeld();
-      answer(fail->problem, ExchangeState::Failed);
-      return;
-    }
-    if (verdict.asDeliver()->discourage_client_retry) {
-      client_.relay().heldHead()->headers.set("x-should-retry", "false");
-    }
-    releaseHeldResponse(true);
-    transition(ExchangeState::Completed);
-    finish(client_.listening() ? status : kClientClosedRequest);
-    return;
-  }
-  if (!client_.listening()) {
-    transition(ExchangeState::Completed);
-    finish(kClientClosedRequest);
-    return;
-  }
-  client_.end();
+void Exchange::onResponseDelivered(int status) {
   transition(ExchangeState::Completed);
-  finish(status);
+  finish(client_.listening() ? status : kClientClosedRequest);
 }
 
-void Exchange::onUpstreamError(UpstreamError error, const std::string& detail) {
-  if (finished_) return;
-  attempts_.current().unprocessed = unprocessed(error);
-  failAttempt(error == UpstreamError::ConnectError ? AttemptOutcome::connectError()
-                                                   : AttemptOutcome::reset(),
-              upstreamErrorProblem(error, detail));
+void Exchange::onHeldResponseRefused(const Problem& problem) {
+  answer(problem, ExchangeState::Failed);
 }
 
 // --- downstream events ----------------------------------------------------------------
@@ -664,17 +561,9 @@ void Exchange::onSlot(ExchangeSlot slot) {
       cancel(timers_.deadlineReason());
       return;
     case ExchangeSlot::Connect:
-      failAttempt(AttemptOutcome::connectError(),
-                  connectTimeoutProblem(attempts_.current().upstream->name(),
-                                        attempts_.current().endpoint->name()));
-      return;
     case ExchangeSlot::FirstByte:
-      onAttemptTimeout();
-      return;
     case ExchangeSlot::Idle:
-      if (attempts_.idleExpired(*route_->config, intake_.requestComplete(), clock().now())) {
-        onAttemptTimeout();
-      }
+      attempts_.onTimer(slot);
       return;
     case ExchangeSlot::RetryDelay:
       startAttempt(attempts_.retryTarget());
@@ -703,7 +592,7 @@ ExchangeView Exchange::view() const {
           .attempts_sent = attempts_.sent(),
           .fallbacks = router_.fallbacks(),
           .bytes_in = intake_.bytesIn(),
-          .response_bytes = response_bytes_,
+          .response_bytes = attempts_.responseBytes(),
           .client = client_.stream(),
           .upstream_paused = client_.relay().paused()};
 }

@@ -6,7 +6,8 @@
 // timer of the request (one libevent timer armed at the earliest of them, as
 // HAProxy does per stream), the filter chain and the in-flight upstream
 // attempt. The downstream codec feeds it the request and is told about the
-// response; the upstream connection reports to it. Nothing asynchronous that
+// response; the upstream connection reports to its AttemptLoop, which keeps
+// the attempt's books and leaves it the decisions. Nothing asynchronous that
 // belongs to a request outlives its Exchange.
 //
 // Lifecycle: an explicit state machine (exchange_state.h). Every state change
@@ -27,9 +28,10 @@
 // the attempt; whatever ends it (response end, transport error, timer,
 // cancel) goes through AttemptLoop::end(), which describes the ending in one
 // AttemptEnd, asks the chain for an AttemptVerdict (Deliver | Retry | Fail,
-// proposed by the Exchange, decided by the filters: common/attempt.h), reports
-// it to every filter and returns it; the Exchange acts on it. A Retry backs off
-// on a timer of this Exchange, then startAttempt(verdict's target).
+// proposed by the Exchange or the loop, decided by the filters:
+// common/attempt.h), reports it to every filter and returns it; the Exchange
+// acts on it (AttemptLoop::Owner). A Retry backs off on a timer of this
+// Exchange, then startAttempt(verdict's target).
 
 #include <array>
 #include <cstdint>
@@ -94,7 +96,6 @@ class ExchangeHost {
 class Exchange final : public DeferredDeletable,
                        public RequestDecoder,
                        public FilterCallbacks,
-                       private UpstreamCallbacks,
                        private ExchangeTimers::Owner,
                        private AttemptLoop::Owner,
                        private ChainRunner::Owner {
@@ -167,15 +168,6 @@ class Exchange final : public DeferredDeletable,
   const std::string& requestId() const { return identity_.request_id; }
 
  private:
-  // UpstreamCallbacks
-  void onUpstreamConnected() override;
-  void onUpstreamBodySent(uint64_t offset) override;
-  void onUpstreamHeaders(ResponseHead&& head, bool end_stream) override;
-  void onUpstreamData(const char* data, size_t len) override;
-  void onUpstreamTrailers(HeaderMap&& trailers) override;
-  void onUpstreamComplete() override;
-  void onUpstreamError(UpstreamError error, const std::string& detail) override;
-
   bool transition(ExchangeState to);
   /**
    * Matches the route again with the body's top-level "model" (docs/design.md §5,
@@ -224,10 +216,18 @@ class Exchange final : public DeferredDeletable,
   bool mcpRoute() const {
     return route_->config != nullptr && route_->config->protocol == config::RouteProtocol::Mcp;
   }
+  // AttemptLoop::Owner: what the attempts leave to decide.
+  bool attemptsStopped() const override { return finished_; }
+  void onAttemptBodySent(uint64_t offset) override;
+  void onResponseUnderWay() override { releaseReplayState(); }
+  /** A failed attempt: retried, or the response under way cut, or the client answered. */
+  void onAttemptFailed(AttemptOutcome outcome, const Problem& problem) override;
+  /** A silent upstream: retried while nothing reached the client, else cancelled. */
+  void onAttemptTimedOut() override;
   /** Acts on a Retry: the loop's bookkeeping (AttemptLoop::scheduleRetry), then backing off. */
-  void scheduleRetry(const AttemptVerdict::Retry& retry);
-  void onAttemptTimeout();
-  void failAttempt(AttemptOutcome outcome, const Problem& problem);
+  void onAttemptRetry(const AttemptVerdict::Retry& retry) override;
+  void onResponseDelivered(int status) override;
+  void onHeldResponseRefused(const Problem& problem) override;
   void answer(Problem problem, ExchangeState terminal);
   /** Answers with `reply` (not a problem: sluice's own endpoint on the listeners) and completes. */
   void answerLocally(LocalReply reply);
@@ -241,13 +241,10 @@ class Exchange final : public DeferredDeletable,
   void finish(int status_code);
   Problem problemFor(CancelReason reason,
                      std::optional<std::chrono::milliseconds> retry_after) const;
-  void armIdleTimer();
-  void sendResponseHead(ResponseHead& head);
   /** One access log line for the finished request, when the log is on. */
   void logAccess(int status_code, MonotonicTime now);
   /** What the access log line and the snapshot read (exchange_views.h). */
   ExchangeView view() const;
-  void releaseHeldResponse(bool end_stream);
   /**
    * Once the upstream's response is under way no retry or fallback can
    * replay the request: frees what only a replay reads (the request
@@ -277,7 +274,6 @@ class Exchange final : public DeferredDeletable,
   ChainRunner chain_;
 
   AttemptRouter router_;  // where each attempt goes: the chain position, failed endpoints
-  uint64_t response_bytes_ = 0;
 
   // For the access log (docs/design.md §7): ttfb, retry causes, bytes out,
   // usage, the run, the JSON-RPC call (whose id sluice's own answers use)

@@ -48,6 +48,7 @@ class ExchangeTimers {
   ExchangeTimers(const ExchangeTimers&) = delete;
   ExchangeTimers& operator=(const ExchangeTimers&) = delete;
 
+  const Clock& clock() const { return clock_; }
   void arm(ExchangeSlot slot, MonotonicTime at);
   void disarm(ExchangeSlot slot) { slots_[index(slot)].id = 0; }
   bool armed(ExchangeSlot slot) const { return slots_[index(slot)].id != 0; }

@@ -15,6 +15,7 @@
 #include "common/metrics.h"
 #include "config/loader.h"
 #include "tests/support/simulated_time.h"
+#include "tests/unit/proxy/exchange/recording_client.h"
 
 namespace sluice {
 namespace {
@@ -52,8 +53,10 @@ class RecordingStream final : public UpstreamStream {
     sent_body = std::string(body.prefix());
     callbacks_ = callbacks;
   }
+  /** Where the stream reports: the loop. */
+  UpstreamCallbacks& callbacks() { return *callbacks_; }
   void onRequestBodyData() override {}
-  void pauseReading() override {}
+  void pauseReading() override { ++pauses; }
   void resumeReading() override { ++resumes; }
   void detach() override { callbacks_ = nullptr; }
   void release() override { released = true; }
@@ -63,6 +66,7 @@ class RecordingStream final : public UpstreamStream {
   RequestHead request;
   std::string sent_body;
   int resumes = 0;
+  int pauses = 0;
   bool released = false;
   bool was_reset = false;
 
@@ -81,29 +85,38 @@ class RecordingPool final : public UpstreamStreamSource {
   bool ready = true;
 };
 
-/** The Exchange's side: its facts are the test's to set. */
+/** The Exchange's side: its facts are the test's to set; what it is left to decide, recorded. */
 class FakeOwner final : public AttemptLoop::Owner, public ExchangeTimers::Owner {
  public:
   bool mayReplay() const override { return may_replay; }
   AttemptLoop::ExchangeFacts attemptFacts() const override { return facts; }
+  bool attemptsStopped() const override { return stopped; }
+  void onAttemptBodySent(uint64_t offset) override {
+    heard.push_back("sent " + std::to_string(offset));
+  }
+  void onResponseUnderWay() override { heard.push_back("under way"); }
+  void onAttemptFailed(AttemptOutcome outcome, const Problem& problem) override {
+    heard.push_back("failed " + std::string(causeLabel(outcome)) + " " + problem.slug);
+  }
+  void onAttemptTimedOut() override { heard.push_back("timed out"); }
+  void onAttemptRetry(const AttemptVerdict::Retry& retry) override {
+    heard.push_back("retry " + retry.cause);
+  }
+  void onResponseDelivered(int status) override {
+    heard.push_back("delivered " + std::to_string(status));
+  }
+  void onHeldResponseRefused(const Problem& problem) override {
+    heard.push_back("refused " + problem.slug);
+  }
   void onSlot(ExchangeSlot slot) override { fired.push_back(slot); }
   bool timersLive() const override { return true; }
 
   bool may_replay = true;
-  AttemptLoop::ExchangeFacts facts{std::nullopt, false, nullptr, /*running=*/true};
+  bool stopped = false;
+  AttemptLoop::ExchangeFacts facts{std::nullopt, false, nullptr, /*running=*/true,
+                                   /*request_complete=*/true};
   std::vector<ExchangeSlot> fired;
-};
-
-/** Callbacks the stream would report to; the loop itself never calls them. */
-class NoCallbacks final : public UpstreamCallbacks {
- public:
-  void onUpstreamConnected() override {}
-  void onUpstreamBodySent(uint64_t) override {}
-  void onUpstreamHeaders(ResponseHead&&, bool) override {}
-  void onUpstreamData(const char*, size_t) override {}
-  void onUpstreamTrailers(HeaderMap&&) override {}
-  void onUpstreamComplete() override {}
-  void onUpstreamError(UpstreamError, const std::string&) override {}
+  std::vector<std::string> heard;
 };
 
 /** Records what each attempt's end told it: "sent|unsent <cause> <fallback?>". */
@@ -135,7 +148,8 @@ class AttemptLoopTest : public ::testing::Test {
     route_ = runtime_->match("POST", "/v1/chat/completions");
     ASSERT_NE(route_, nullptr);
     router_ = std::make_unique<AttemptRouter>(route_);
-    loop_ = std::make_unique<AttemptLoop>(owner_, timers_, relay_, *router_, filters_);
+    loop_ = std::make_unique<AttemptLoop>(owner_, timers_, response_, *router_, filters_);
+    response_.noteRoute(*route_);
     head_.method = "POST";
     head_.path = "/v1/chat/completions";
     head_.headers.add("host", "sluice");
@@ -149,10 +163,18 @@ class AttemptLoopTest : public ::testing::Test {
     loop_->begin(target, {head_, client_, body_, *runtime_, nullptr});
   }
   bool send() {
-    return loop_->send(pool_, callbacks_, loop_->body(body_), *route_->config,
-                       /*request_complete=*/true, clock_.now());
+    return loop_->send(pool_, loop_->body(body_), *route_->config, /*request_complete=*/true,
+                       clock_.now());
   }
   RecordingStream& stream() { return *pool_.streams.back(); }
+  /** Where the attempt's stream reports: the loop. */
+  UpstreamCallbacks& upstream() { return stream().callbacks(); }
+  static ResponseHead responseHead(int status) {
+    ResponseHead head;
+    head.status = status;
+    head.headers.add("content-type", "application/json");
+    return head;
+  }
   /** The attempt sent answers 503, which the route falls back on: the loop's verdict. */
   AttemptVerdict sendAndEndWith503() {
     EXPECT_TRUE(send());
@@ -175,12 +197,14 @@ class AttemptLoopTest : public ::testing::Test {
   Dispatcher dispatcher_{clock_, &time_};
   FakeOwner owner_;
   ExchangeTimers timers_{dispatcher_, owner_};
-  ResponseRelay relay_;
   FilterChain filters_;
   std::unique_ptr<AttemptRouter> router_;
   RecordingPool pool_;
-  NoCallbacks callbacks_;
   RequestHead head_;
+  ExchangeRecord record_;
+  RequestIdentity identity_;
+  RecordingClient downstream_;
+  ClientResponse response_{&downstream_, record_, identity_, head_, MonotonicTime{}};
   ClientInfo client_{"127.0.0.1", false};
   RequestBody body_{nullptr, 0};
   std::unique_ptr<AttemptLoop> loop_;  // destroyed first
@@ -396,6 +420,115 @@ TEST_F(AttemptLoopTest, ARefusedAttemptThatSpillsOverIsNotAnAttemptAndItsFilters
   begin(AttemptTarget::nextFallback());
   EXPECT_EQ(loop_->started(), 1u);
   EXPECT_EQ(loop_->current().upstream, &backup());
+}
+
+// --- the attempt's stream reports to the loop (UpstreamCallbacks) ------------------------
+
+TEST_F(AttemptLoopTest, TheLoopForwardsTheResponseAndLeavesItsDeliveryToTheOwner) {
+  begin();
+  ASSERT_TRUE(send());
+  upstream().onUpstreamConnected();
+  EXPECT_FALSE(timers_.armed(ExchangeSlot::Connect));
+  upstream().onUpstreamHeaders(responseHead(200), false);
+  EXPECT_FALSE(timers_.armed(ExchangeSlot::FirstByte));
+  EXPECT_TRUE(timers_.armed(ExchangeSlot::Idle));
+  upstream().onUpstreamData("hello", 5);
+  upstream().onUpstreamComplete();
+
+  ASSERT_EQ(downstream_.heads.size(), 1u);
+  EXPECT_EQ(downstream_.heads[0].status, 200);
+  EXPECT_EQ(downstream_.heads[0].headers.get("x-sluice-attempts"), "1");
+  EXPECT_EQ(downstream_.heads[0].headers.get("x-sluice-upstream"), "primary");
+  EXPECT_EQ(downstream_.body, "hello");
+  EXPECT_TRUE(downstream_.ended);
+  EXPECT_EQ(loop_->responseBytes(), 5u);
+  EXPECT_EQ(owner_.heard, (std::vector<std::string>{"under way", "delivered 200"}));
+  EXPECT_TRUE(stream().released);  // a clean end: the connection is reused
+}
+
+TEST_F(AttemptLoopTest, AHeadTheRouteFallsBackOnIsHeldAndItsRetryIsTheOwnersToActOn) {
+  begin();
+  ASSERT_TRUE(send());
+  upstream().onUpstreamConnected();
+  upstream().onUpstreamHeaders(responseHead(503), false);
+  upstream().onUpstreamData("busy", 4);
+  EXPECT_TRUE(response_.relay().holding());
+  upstream().onUpstreamComplete();
+
+  EXPECT_TRUE(downstream_.heads.empty());  // the fallback may replace it
+  EXPECT_TRUE(downstream_.body.empty());
+  EXPECT_EQ(owner_.heard, (std::vector<std::string>{"retry http_5xx"}));
+}
+
+TEST_F(AttemptLoopTest, AHeldHeadIsReleasedWhenTheOwnerMayNoLongerReplay) {
+  begin();
+  ASSERT_TRUE(send());
+  upstream().onUpstreamConnected();
+  owner_.may_replay = false;  // e.g. the budget is spent: the 503 is the answer
+  upstream().onUpstreamHeaders(responseHead(503), false);
+  EXPECT_FALSE(response_.relay().holding());
+  upstream().onUpstreamData("busy", 4);
+  upstream().onUpstreamComplete();
+  ASSERT_EQ(downstream_.heads.size(), 1u);
+  EXPECT_EQ(downstream_.heads[0].status, 503);
+  EXPECT_EQ(downstream_.body, "busy");
+  EXPECT_EQ(owner_.heard, (std::vector<std::string>{"under way", "delivered 503"}));
+}
+
+TEST_F(AttemptLoopTest, TransportErrorsAndAConnectTimeoutAreTheOwnersToDecide) {
+  begin();
+  ASSERT_TRUE(send());
+  upstream().onUpstreamError(UpstreamError::Refused, "goaway");
+  EXPECT_TRUE(loop_->current().unprocessed);  // the upstream said it did not process it
+  loop_->onTimer(ExchangeSlot::Connect);
+  EXPECT_EQ(owner_.heard,
+            (std::vector<std::string>{
+                "failed reset " + upstreamErrorProblem(UpstreamError::Refused, "goaway").slug,
+                "failed connect_error " + connectTimeoutProblem("primary", "a").slug}));
+}
+
+TEST_F(AttemptLoopTest, AnIdleSlotIsATimeoutOnlyOnceTheUpstreamWasSilentPastIdleTimeout) {
+  begin();
+  ASSERT_TRUE(send());
+  upstream().onUpstreamConnected();
+  upstream().onUpstreamHeaders(responseHead(200), false);
+  clock_.advance(500ms);
+  upstream().onUpstreamData("x", 1);  // a byte: the idle time starts again
+  clock_.advance(600ms);
+  loop_->onTimer(ExchangeSlot::Idle);
+  EXPECT_TRUE(owner_.heard == std::vector<std::string>{"under way"});
+  EXPECT_TRUE(timers_.armed(ExchangeSlot::Idle));  // re-armed for the new due time
+  clock_.advance(400ms);
+  loop_->onTimer(ExchangeSlot::Idle);
+  EXPECT_EQ(owner_.heard, (std::vector<std::string>{"under way", "timed out"}));
+  loop_->onTimer(ExchangeSlot::FirstByte);
+  EXPECT_EQ(owner_.heard.back(), "timed out");
+  EXPECT_EQ(owner_.heard.size(), 3u);
+}
+
+TEST_F(AttemptLoopTest, AClientSlowerThanTheUpstreamPausesTheUpstream) {
+  begin();
+  ASSERT_TRUE(send());
+  upstream().onUpstreamConnected();
+  upstream().onUpstreamHeaders(responseHead(200), false);
+  downstream_.buffered = 128 * 1024;  // above the client's high watermark
+  upstream().onUpstreamData("x", 1);
+  EXPECT_EQ(stream().pauses, 1);
+  EXPECT_FALSE(timers_.armed(ExchangeSlot::Idle));  // not idle: held by the client
+}
+
+TEST_F(AttemptLoopTest, NothingReachesTheOwnerOrTheClientOnceTheOwnerStopped) {
+  begin();
+  ASSERT_TRUE(send());
+  upstream().onUpstreamConnected();
+  owner_.stopped = true;
+  upstream().onUpstreamHeaders(responseHead(200), false);
+  upstream().onUpstreamData("x", 1);
+  upstream().onUpstreamComplete();
+  upstream().onUpstreamError(UpstreamError::Reset, "gone");
+  EXPECT_TRUE(owner_.heard.empty());
+  EXPECT_TRUE(downstream_.heads.empty());
+  EXPECT_EQ(loop_->responseBytes(), 0u);
 }
 
 }  // namespace

@@ -51,6 +51,7 @@ struct ClientResponseTest : ::testing::Test {
   RecordingClient client;
   ExchangeRecord record;
   RequestIdentity identity;
+  RequestHead request;
   prometheus::Registry registry;
   prometheus::Histogram& ttfb =
       prometheus::BuildHistogram().Name("ttfb").Register(registry).Add({}, std::vector<double>{1});
@@ -59,7 +60,7 @@ struct ClientResponseTest : ::testing::Test {
 };
 
 TEST_F(ClientResponseTest, AHeadGetsTheRequestIdAndItsFirstByteIsObservedOnce) {
-  ClientResponse response(&client, record, identity);
+  ClientResponse response(&client, record, identity, request, start);
   ResponseHead head = upstreamHead();
   response.sendHead(head, SseDialect::OpenAI, ttfb, start, later);
   ASSERT_EQ(client.heads.size(), 1u);
@@ -70,7 +71,7 @@ TEST_F(ClientResponseTest, AHeadGetsTheRequestIdAndItsFirstByteIsObservedOnce) {
 }
 
 TEST_F(ClientResponseTest, EveryBodyByteForwardedHeldOrRepliedIsCountedOut) {
-  ClientResponse response(&client, record, identity);
+  ClientResponse response(&client, record, identity, request, start);
   ResponseHead head = upstreamHead();
   response.sendHead(head, SseDialect::OpenAI, ttfb, start, later);
   EXPECT_FALSE(response.forward("data: 1\n\n", 9));
@@ -80,7 +81,7 @@ TEST_F(ClientResponseTest, EveryBodyByteForwardedHeldOrRepliedIsCountedOut) {
 
   RecordingClient other;
   ExchangeRecord other_record;
-  ClientResponse reply_to(&other, other_record, identity);
+  ClientResponse reply_to(&other, other_record, identity, request, start);
   LocalReply reply;
   reply.head.status = 503;
   reply.body = R"({"type":"overloaded"})";
@@ -93,7 +94,7 @@ TEST_F(ClientResponseTest, EveryBodyByteForwardedHeldOrRepliedIsCountedOut) {
 }
 
 TEST_F(ClientResponseTest, AClientThatLeftIsNeverWrittenAndWhatSluiceStillHeldIsNotDelivered) {
-  ClientResponse response(&client, record, identity);
+  ClientResponse response(&client, record, identity, request, start);
   ResponseHead head = upstreamHead();
   response.sendHead(head, SseDialect::OpenAI, ttfb, start, later);
   response.forward("data: 1\n\n", 9);
@@ -111,7 +112,7 @@ TEST_F(ClientResponseTest, AClientThatLeftIsNeverWrittenAndWhatSluiceStillHeldIs
 }
 
 TEST_F(ClientResponseTest, AFinishModeDrainForwardsNothingButTheClientIsStillLetGo) {
-  ClientResponse response(&client, record, identity);
+  ClientResponse response(&client, record, identity, request, start);
   response.drain();
   EXPECT_TRUE(response.draining());
   EXPECT_FALSE(response.listening());
@@ -128,7 +129,7 @@ TEST_F(ClientResponseTest, TrailersGoOnlyToAClientThatCarriesThemAndAskedForThem
   asked.headers.add("te", "trailers");
   const auto trailersReached = [&](RecordingClient& c, const RequestHead& request) {
     ExchangeRecord r;
-    ClientResponse response(&c, r, identity);
+    ClientResponse response(&c, r, identity, request, start);
     response.noteRequest(request);
     ResponseHead head = upstreamHead("application/grpc");
     response.sendHead(head, SseDialect::None, ttfb, start, later);
@@ -151,7 +152,7 @@ TEST_F(ClientResponseTest, TrailersGoOnlyToAClientThatCarriesThemAndAskedForThem
 TEST_F(ClientResponseTest, TheSpendIsHeldOnlyWhereTheClientsReadingCanBeLearnt) {
   // A connection that cannot confirm reads books as written.
   {
-    ClientResponse response(&client, record, identity);
+    ClientResponse response(&client, record, identity, request, start);
     std::unique_ptr<ReadReceipt> receipt = std::make_unique<CountingReceipt>();
     EXPECT_FALSE(response.holdUntilRead(receipt));
     EXPECT_NE(receipt, nullptr);
@@ -159,13 +160,13 @@ TEST_F(ClientResponseTest, TheSpendIsHeldOnlyWhereTheClientsReadingCanBeLearnt) 
   client.confirms_reads = true;
   // A cut the client caused has nobody to ask.
   {
-    ClientResponse response(&client, record, identity);
+    ClientResponse response(&client, record, identity, request, start);
     std::unique_ptr<ReadReceipt> receipt =
         std::make_unique<CountingReceipt>(CancelReason::ClientStalled);
     EXPECT_FALSE(response.holdUntilRead(receipt));
   }
   // Otherwise held once, and handed to the client's connection with the request's end.
-  ClientResponse response(&client, record, identity);
+  ClientResponse response(&client, record, identity, request, start);
   std::optional<uint64_t> settled;
   std::unique_ptr<ReadReceipt> first =
       std::make_unique<CountingReceipt>(CancelReason::BudgetExhausted, &settled);
@@ -182,7 +183,7 @@ TEST_F(ClientResponseTest, TheSpendIsHeldOnlyWhereTheClientsReadingCanBeLearnt) 
 
 TEST_F(ClientResponseTest, AHeldSpendWhoseClientLeftIsSettledAtOnce) {
   client.confirms_reads = true;
-  ClientResponse response(&client, record, identity);
+  ClientResponse response(&client, record, identity, request, start);
   std::optional<uint64_t> settled;
   std::unique_ptr<ReadReceipt> held = std::make_unique<CountingReceipt>(std::nullopt, &settled);
   ASSERT_TRUE(response.holdUntilRead(held));
