@@ -22,13 +22,17 @@ void AttemptLoop::begin(const AttemptTarget& target, const Request& request) {
   attempt_ = Attempt{};
   relay_.resetAttempt();
   attempt_.target = target;
+  const RouteRuntime& route = router_.route();
+  if (started_ == 1 && route.config->protocol == config::RouteProtocol::Mcp) {
+    mcp_session_ = McpSession::find(route, request.head, now());
+  }
   // The quota key as the throttle filter will compute it: from the head rewritten per endpoint.
   const auto key_for = [&request](const UpstreamRuntime& up, const EndpointRuntime& e) {
     return quotaKeyAt(request.head, up, e, request.client);
   };
   const AttemptRouter::Placement placement =
       router_.place(target, last, owner_.mayReplay(), QuotaAsk{key_for, request.body.prefix()},
-                    threadLocalUniform(), request.session_endpoint);
+                    threadLocalUniform(), mcp_session_ ? mcp_session_->endpoint : nullptr);
   attempt_.upstream = placement.upstream;
   attempt_.endpoint = placement.endpoint;
   attempt_.request = std::make_unique<RequestHead>(requestForUpstream(
@@ -221,6 +225,18 @@ AttemptVerdict AttemptLoop::end(AttemptOutcome outcome, bool reuse, AttemptVerdi
   return verdict;
 }
 
+AttemptVerdict AttemptLoop::tearDown(AttemptOutcome outcome, AttemptVerdict proposed,
+                                     MonotonicTime decided) {
+  AttemptVerdict verdict = end(outcome, /*reuse=*/false, std::move(proposed));
+  attempt_.upstream->metrics->cancelPropagation().Observe(
+      std::chrono::duration<double>(timers_.clock().preciseNow() - decided).count());
+  return verdict;
+}
+
+void AttemptLoop::abandon(const Problem& answer) {
+  if (inFlight()) end(AttemptOutcome::cancelled(), /*reuse=*/false, AttemptVerdict::fail(answer));
+}
+
 void AttemptLoop::spillOverRefused(CancelReason reason) {
   AttemptEnd end = describe(AttemptOutcome::cancelled());
   end.sent = false;
@@ -230,6 +246,15 @@ void AttemptLoop::spillOverRefused(CancelReason reason) {
   for (auto& filter : filters_) filter->onAttemptDone(end, verdict);
   router_.countFallback(cause);
   --started_;
+}
+
+CancelContext AttemptLoop::cancelContext() const {
+  const UpstreamRuntime* upstream =
+      attempt_.upstream != nullptr ? attempt_.upstream : router_.route().upstream;
+  CancelContext context;
+  context.upstream = upstream != nullptr ? std::string_view(upstream->name()) : "none";
+  context.attempts = sent_;
+  return context;
 }
 
 AttemptEnd AttemptLoop::describe(const AttemptOutcome& outcome) const {
@@ -322,6 +347,17 @@ void AttemptLoop::resumed(const config::RouteConfig* route, bool request_complet
   attempt_.stream->resumeReading();
   attempt_.last_upstream_byte = now;
   armIdle(route, request_complete);
+}
+
+void AttemptLoop::clientDrained() {
+  if (!inFlight() || !relay_.resume()) return;
+  resumed(router_.route().config, owner_.attemptFacts().request_complete, now());
+}
+
+void AttemptLoop::bodyEnded() {
+  attempt_.stream->onRequestBodyData();
+  if (owner_.attemptsStopped() || !inFlight()) return;  // it may report back at once
+  requestSent(*router_.route().config, now());
 }
 
 void AttemptLoop::headArrived(int status, MonotonicTime now) {

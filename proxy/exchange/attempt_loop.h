@@ -34,10 +34,12 @@
 #include "proxy/exchange/attempt_router.h"
 #include "proxy/exchange/client_response.h"
 #include "proxy/exchange/config_snapshot.h"
+#include "proxy/exchange/exchange_problem.h"
 #include "proxy/exchange/exchange_record.h"
 #include "proxy/exchange/exchange_timers.h"
 #include "proxy/exchange/filter_chain.h"
 #include "proxy/exchange/response_relay.h"
+#include "proxy/exchange/tool_cancel_notifier.h"
 #include "proxy/http/request_body.h"
 #include "proxy/upstream/upstream_stream.h"
 
@@ -134,13 +136,13 @@ class AttemptLoop final : private UpstreamCallbacks {
     const ClientInfo& client;
     RequestBody& body;  // the client's, held whole
     const ConfigSnapshot& runtime;
-    /** An MCP session's endpoint: its attempts go there (null: placed as usual). */
-    const EndpointRuntime* session_endpoint = nullptr;
   };
   /**
    * Starts the next attempt toward `target`: resets the per-attempt state,
    * asks the router where it goes (AttemptRouter::place), rewrites the
    * request for that endpoint and, on a fallback with a `model`, the body.
+   * The first attempt of an MCP request looks up its session (McpSession):
+   * a session's attempts go to the endpoint that issued it.
    */
   void begin(const AttemptTarget& target, const Request& request);
   /**
@@ -175,6 +177,11 @@ class AttemptLoop final : private UpstreamCallbacks {
   /** One of the attempt's slots fired (Connect, FirstByte, Idle): the Owner hears what it means. */
   void onTimer(ExchangeSlot slot);
 
+  /**
+   * What a cancel's problem says of the attempts (exchange_problem.h): the
+   * current attempt's upstream (else the route's) and how many were sent.
+   */
+  CancelContext cancelContext() const;
   /** The AttemptEnd of the attempt in flight, ended with `outcome`. */
   AttemptEnd describe(const AttemptOutcome& outcome) const;
   /**
@@ -187,6 +194,16 @@ class AttemptLoop final : private UpstreamCallbacks {
    * becomes `proposed` again.
    */
   AttemptVerdict end(AttemptOutcome outcome, bool reuse, AttemptVerdict proposed);
+  /**
+   * end() for an attempt sluice stops (a timeout, a cancel decided at
+   * `decided`): its stream is reset, and how long the stop took to reach
+   * the upstream is observed (sluice_cancel_propagation_seconds).
+   */
+  AttemptVerdict tearDown(AttemptOutcome outcome, AttemptVerdict proposed, MonotonicTime decided);
+  /** An attempt still in flight when the request is answered another way ends `cancelled`. */
+  void abandon(const Problem& answer);
+  /** The MCP session the request carried (`Mcp-Session-Id`); null: none. */
+  McpSession* mcpSession() const { return mcp_session_.get(); }
   /** An attempt that went upstream may be sent again (the tools filter says no for some). */
   void setSentResendable(bool resendable) { sent_resendable_ = resendable; }
 
@@ -212,6 +229,10 @@ class AttemptLoop final : private UpstreamCallbacks {
   void requestSent(const config::RouteConfig& route, MonotonicTime now);
   /** The client drained: the upstream is read again from `now`. */
   void resumed(const config::RouteConfig* route, bool request_complete, MonotonicTime now);
+  /** The client drained below its low watermark: an attempt the relay paused is read again. */
+  void clientDrained();
+  /** A streamed body's end: the upstream has it all, so its time to answer starts now. */
+  void bodyEnded();
   /** The response head arrived at `now`. */
   void headArrived(int status, MonotonicTime now);
   /** Releases the max_pending slot (the exchange ends). */
@@ -248,6 +269,7 @@ class AttemptLoop final : private UpstreamCallbacks {
   uint64_t response_bytes_ = 0;
   // The body naming the current fallback's `model`, when it has one.
   std::unique_ptr<RequestBody> rewritten_body_;
+  std::unique_ptr<McpSession> mcp_session_;  // allocated only for a request that carried one
   PendingSlot connect_wait_;    // a max_pending slot while the attempt waits for a connection
   AttemptTarget retry_target_;  // of the RetryDelay slot
   bool sent_resendable_ = true;

@@ -2,6 +2,23 @@
 
 namespace sluice {
 
+void ChainRunner::install(FilterChain filters, FilterCallbacks& callbacks) {
+  for (auto& filter : filters_) filter->onDestroy();
+  filters_ = std::move(filters);
+  phase_ = Phase::DecodeHeaders;
+  held_ = false;
+  for (auto& filter : filters_) filter->setCallbacks(callbacks);
+}
+
+void ChainRunner::encodeLocalReply(Problem& problem) {
+  for (auto& filter : filters_) filter->encodeLocalReply(problem);
+}
+
+void ChainRunner::destroy() {
+  phase_ = Phase::Done;
+  for (auto& filter : filters_) filter->onDestroy();
+}
+
 void ChainRunner::beginAttempt(RequestHead& request, const AttemptContext& attempt) {
   held_ = false;
   attempt_request_ = &request;

@@ -8,8 +8,11 @@
 // waiting admission (resolveAttempt). Held by value in the Exchange; it
 // decides nothing: it tells its Owner when a phase ran to its end and when
 // a filter refused the attempt, and asks it whether to stop (the request
-// finished or is being cancelled). The response path (encodeHeaders,
-// encodeData, the attempt's verdict) iterates filters() directly.
+// finished or is being cancelled). It installs the route's chain (again
+// when the body's model picks another route), passes sluice's own answers
+// through encodeLocalReply, and tells every filter once when the request
+// ends (onDestroy). The response path (encodeHeaders, encodeData, the
+// attempt's verdict) is the AttemptLoop's: it iterates filters() directly.
 
 #include <chrono>
 #include <cstddef>
@@ -17,6 +20,7 @@
 
 #include "common/cancel_reason.h"
 #include "common/http_message.h"
+#include "common/problem.h"
 #include "filters/filter.h"
 #include "proxy/exchange/filter_chain.h"
 #include "proxy/http/request_body.h"
@@ -52,6 +56,22 @@ class ChainRunner {
   Phase phase() const { return phase_; }
   /** A filter stopped the phase and has not resumed it yet. */
   bool held() const { return held_; }
+  /** decodeComplete is next and nobody holds it: it runs once the body allows. */
+  bool waitsForBody() const { return phase_ == Phase::DecodeComplete && !held_; }
+
+  /**
+   * Installs the route's `filters`, each given `callbacks`. A chain
+   * installed before is destroyed unrun (onDestroy: none of it ran, nothing
+   * to undo); the request path starts again at decodeHeaders.
+   */
+  void install(FilterChain filters, FilterCallbacks& callbacks);
+  /** Every filter sees (and may rewrite) an answer of sluice's own before it is sent. */
+  void encodeLocalReply(Problem& problem);
+  /**
+   * The request ended: every filter hears it (onDestroy). They stay alive
+   * with the runner (what they handed out may still point at them).
+   */
+  void destroy();
 
   /** Runs the current phase from its first filter. */
   void run() { runFrom(0); }

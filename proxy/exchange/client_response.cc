@@ -69,7 +69,7 @@ void ClientResponse::keepTrailers(HeaderMap&& trailers) {
 }
 
 std::string ClientResponse::finalEventFor(const Problem& problem) {
-  if (!listening()) return "";
+  if (!listening() || !relay_.started()) return "";
   return relay_.finalEventFor(*client_, problem, record_.jsonRpcId());
 }
 
@@ -96,6 +96,15 @@ void ClientResponse::handOverSpend(ConfigSnapshotPtr snapshot, const AccessRecor
     client_->holdUntilRead(std::move(hold));
   } else {
     hold->settle(0);
+  }
+}
+
+void ClientResponse::closeBooks(const ConfigSnapshotPtr& snapshot, const AccessRecord* record,
+                                AccessLogBuffer* log) {
+  if (read_receipt_) {
+    handOverSpend(snapshot, record, log);
+  } else if (record != nullptr) {
+    log->append(*record);
   }
 }
 

@@ -46,6 +46,11 @@ class ClientResponse {
 
   /** The client's stream; null once it left (never written again). */
   DownstreamStream* stream() const { return client_; }
+  /** The client's address and transport; empty once it left. */
+  const ClientInfo& clientInfo() const {
+    static const ClientInfo kNoClient{};
+    return client_ != nullptr ? client_->clientInfo() : kNoClient;
+  }
   /**
    * Somebody reads what is forwarded: the client is attached and the
    * Exchange is not draining the upstream's answer for nobody.
@@ -100,7 +105,10 @@ class ClientResponse {
   void keepTrailers(HeaderMap&& trailers);
   /** Ends the response (with the kept trailers, when there are). */
   void end() { relay_.end(*client_); }
-  /** The final SSE error event a cut may append (ResponseRelay::finalEventFor), "" when none. */
+  /**
+   * The final SSE error event a cut of the response under way may append
+   * (ResponseRelay::finalEventFor); "" when none, or when no response is under way.
+   */
   std::string finalEventFor(const Problem& problem);
   /** Ends the response under way truncated, after `final_event` if there is one. */
   void cut(const std::string& final_event);
@@ -119,6 +127,13 @@ class ClientResponse {
    * the client's reading is known; settled at once when the client is gone.
    */
   void handOverSpend(ConfigSnapshotPtr snapshot, const AccessRecord* record, AccessLogBuffer* log);
+  /**
+   * The request's books close: a held spend is handed over with the access
+   * log line (`record` and `log`, null while the log is off), the line then
+   * written once the spend is booked; with none held, the line is written now.
+   */
+  void closeBooks(const ConfigSnapshotPtr& snapshot, const AccessRecord* record,
+                  AccessLogBuffer* log);
 
   /**
    * The request ended: the client's stream is told and let go. `resume_upload`:

@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include "filters/runs/run_cancel_request.h"
 #include "proxy/observability/log.h"
 #include "proxy/shared_state/shared_state.h"
 
@@ -291,6 +292,11 @@ const RouteRuntime* ConfigSnapshot::match(std::string_view method, std::string_v
     return &route;
   }
   return nullptr;
+}
+
+std::optional<LocalReply> ConfigSnapshot::answerRunCancel(const RequestHead& request) const {
+  if (runs_ == nullptr) return std::nullopt;
+  return answerRunCancelRequest(request, *config().runs, *runs_);
 }
 
 }  // namespace sluice

@@ -169,6 +169,11 @@ class ConfigSnapshot : public std::enable_shared_from_this<ConfigSnapshot> {
    * and its cancel outlive a SIGHUP).
    */
   RunTable* runs() const { return runs_.get(); }
+  /**
+   * sluice's own `DELETE /sluice/runs/{id}` (runs.cancel_token), answered
+   * before any route; nullopt when `request` is not one or runs are off.
+   */
+  std::optional<LocalReply> answerRunCancel(const RequestHead& request) const;
 
  private:
   config::ConfigPtr config_;

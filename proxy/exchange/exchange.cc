@@ -5,7 +5,6 @@
 
 #include "common/release_storage.h"
 #include "filters/retry/retry_decision.h"
-#include "filters/runs/run_cancel_request.h"
 #include "proxy/exchange/exchange_problem.h"
 #include "proxy/exchange/filter_chain.h"
 #include "proxy/exchange/request_intake.h"
@@ -40,25 +39,11 @@ Exchange::Exchange(ExchangeHost& host, uint64_t id, ConfigSnapshotPtr runtime,
       attempts_(*this, timers_, client_, router_, chain_.filters()) {
   route_->metrics->active().Increment();
   client_.noteRoute(*route_);
-  if (route_->config != nullptr) {
-    chain_.filters() = buildFilterChain(*route_);
-    for (auto& filter : chain_.filters()) filter->setCallbacks(*this);
-  }
+  if (route_->config != nullptr) chain_.install(buildFilterChain(*route_), *this);
 }
 
 // finish() normally ran; attempts_ resets a stream still held (a worker shutting down).
 Exchange::~Exchange() = default;
-
-// --- lifecycle ----------------------------------------------------------------
-
-bool Exchange::transition(ExchangeState to) {
-  if (!isLegalTransition(state_, to)) {
-    assert(false && "illegal Exchange transition");
-    return false;
-  }
-  state_ = to;
-  return true;
-}
 
 // --- request path -----------------------------------------------------------------
 
@@ -66,28 +51,21 @@ void Exchange::decodeHeaders(RequestHead&& head) {
   request_ = std::move(head);
   client_.noteRequest(request_);
   identity_ = establishIdentity(request_.headers, host_.ids());
-  if (runtime_->runs() != nullptr) {
-    // DELETE /sluice/runs/{id} with runs.cancel_token: sluice's own, before any route.
-    if (auto reply =
-            answerRunCancelRequest(request_, *runtime_->config().runs, *runtime_->runs())) {
-      answerLocally(std::move(*reply));
-      return;
-    }
+  // DELETE /sluice/runs/{id} with runs.cancel_token: sluice's own, before any route.
+  if (auto reply = runtime_->answerRunCancel(request_)) {
+    answerLocally(std::move(*reply));
+    return;
   }
   if (route_->config == nullptr) {
     answer(noRouteProblem(request_), ExchangeState::Completed);
     return;
   }
-  switch (intake_.plan(request_, runtime_->config().limits.max_body,
-                       RequestIntake::streamAbove(route_->config->retry, request_))) {
-    case RequestIntake::Plan::Ok:
-      break;
-    case RequestIntake::Plan::TooLarge:
-      rejectBodyTooLarge();
-      return;
-    case RequestIntake::Plan::Refused:
-      refuseBody();
-      return;
+  const RequestIntake::Plan plan =
+      intake_.plan(request_, runtime_->config().limits.max_body,
+                   RequestIntake::streamAbove(route_->config->retry, request_));
+  if (plan != RequestIntake::Plan::Ok) {
+    refuseBody(plan == RequestIntake::Plan::TooLarge);
+    return;
   }
   if (!route_->config->match.model.empty()) {
     // The route depends on the body's model: decided once the body is in.
@@ -102,38 +80,36 @@ void Exchange::routeOnModel() {
   const std::string model = intake_.takeModel();
   const RouteRuntime* chosen = runtime_->match(request_.method, request_.pathOnly(), &model);
   if (chosen != route_) {
-    for (auto& filter : chain_.filters()) filter->onDestroy();  // none of them ran: nothing to undo
-    chain_.filters().clear();
     route_->metrics->active().Decrement();
     route_ = chosen != nullptr ? chosen : &runtime_->noRoute();
     router_.reroute(route_);
     client_.noteRoute(*route_);
     route_->metrics->active().Increment();
     if (route_->config == nullptr) {
+      chain_.install(FilterChain(), *this);
       answer(noRouteProblem(request_, &model), ExchangeState::Completed);
       return;
     }
-    chain_.filters() = buildFilterChain(*route_);
-    for (auto& filter : chain_.filters()) filter->setCallbacks(*this);
+    chain_.install(buildFilterChain(*route_), *this);
   }
   chain_.run();
 }
 
 void Exchange::decodeData(const char* data, size_t len) {
   if (finished_) return;
-  switch (intake_.append(data, len, runtime_->config().limits.max_body)) {
+  const RequestIntake::Intake intake =
+      intake_.append(data, len, runtime_->config().limits.max_body);
+  switch (intake) {
     case RequestIntake::Intake::TooLarge:
-      rejectBodyTooLarge();
-      return;
     case RequestIntake::Intake::Refused:
-      refuseBody();
+      refuseBody(intake == RequestIntake::Intake::TooLarge);
       return;
     case RequestIntake::Intake::Held:
       return;
     case RequestIntake::Intake::StartStreaming:
       if (intake_.modelReady()) {
         routeOnModel();  // with the model in the body's first block, if it is there
-      } else if (chain_.phase() == ChainRunner::Phase::DecodeComplete && !chain_.held()) {
+      } else if (chain_.waitsForBody()) {
         chain_.run();
       }
       if (finished_) return;
@@ -145,11 +121,6 @@ void Exchange::decodeData(const char* data, size_t len) {
   applyBodyBackpressure();
 }
 
-void Exchange::rejectBodyTooLarge() {
-  runtime_->metrics().rejections(Rejection::BodyTooLarge).Increment();
-  answer(bodyTooLargeProblem(runtime_->config().limits.max_body), ExchangeState::Failed);
-}
-
 void Exchange::decodeComplete() {
   if (intake_.complete() && client_.stream() != nullptr) {
     // The codec read the end with the bytes that paused it: let it read
@@ -158,30 +129,30 @@ void Exchange::decodeComplete() {
   }
   if (finished_) return;
   if (attempts_.inFlight()) {
-    // A streamed body's end: the upstream has it all, so its time to answer starts now.
-    attempts_.current().stream->onRequestBodyData();
-    if (finished_ || !attempts_.inFlight()) return;
-    attempts_.requestSent(*route_->config, clock().now());
+    attempts_.bodyEnded();  // a streamed body's
     return;
   }
   if (chain_.held()) return;
   if (intake_.modelReady()) {
     routeOnModel();
-    return;
+  } else if (chain_.waitsForBody()) {
+    chain_.run();
   }
-  if (chain_.phase() == ChainRunner::Phase::DecodeComplete) chain_.run();
 }
 
 void Exchange::applyBodyBackpressure() {
   if (client_.stream() != nullptr && !finished_) intake_.steer(*client_.stream());
 }
 
-void Exchange::refuseBody() {
+void Exchange::refuseBody(bool too_large) {
+  if (too_large) {
+    runtime_->metrics().rejections(Rejection::BodyTooLarge).Increment();
+    answer(bodyTooLargeProblem(runtime_->config().limits.max_body), ExchangeState::Failed);
+    return;
+  }
   cancelWith(CancelReason::Overloaded,
              bodyOverloadedProblem(runtime_->config().limits.max_buffered_body_bytes));
 }
-
-bool Exchange::chainStopped() const { return finished_ || state_ == ExchangeState::Cancelling; }
 
 void Exchange::onPhaseDone(ChainRunner::Phase phase) {
   switch (phase) {
@@ -211,44 +182,30 @@ void Exchange::refuseAttempt(CancelReason reason,
   startAttempt(AttemptTarget::nextFallback());
 }
 
-void Exchange::continueDecoding() {
-  if (!finished_) chain_.resume();
-}
-
-void Exchange::resolveAttempt(const Admission& admission) {
-  if (!finished_) chain_.resolve(admission);
-}
-
 // --- attempts ---------------------------------------------------------------------
 
 void Exchange::startAttempt(const AttemptTarget& target) {
   assert(!attempts_.inFlight() && "one attempt at a time");
   assert(intake_.body().replayable() && "a retry needs the whole body");
-  if (attempts_.started() == 0 && mcpRoute()) {
-    mcp_session_ = McpSession::find(*route_, request_, clock().now());
-  }
-  static const ClientInfo kNoClient{};
-  attempts_.begin(
-      target, {request_, client_.stream() != nullptr ? client_.stream()->clientInfo() : kNoClient,
-               intake_.body(), *runtime_, mcp_session_ ? mcp_session_->endpoint : nullptr});
+  attempts_.begin(target, {request_, client_.clientInfo(), intake_.body(), *runtime_});
   const AttemptLoop::Attempt& attempt = attempts_.current();
   chain_.beginAttempt(*attempt.request, AttemptContext{attempts_.started(), attempt.destination});
 }
 
 void Exchange::notifyMcpCancel() {
   ToolCancelNotifier* notifier = host_.toolCancels();
-  if (notifier == nullptr || !mcp_session_) return;
+  McpSession* session = attempts_.mcpSession();
+  if (notifier == nullptr || session == nullptr) return;
   const AttemptLoop::Attempt& attempt = attempts_.current();
-  notifier->cancelCall(*mcp_session_, {request_, record_.jsonRpcId(), *record_.cancelReason(),
-                                       runtime_, route_, attempt.upstream, attempt.endpoint});
+  notifier->cancelCall(*session, {request_, record_.jsonRpcId(), *record_.cancelReason(), runtime_,
+                                  route_, attempt.upstream, attempt.endpoint});
 }
 
 bool Exchange::mayReplay() const {
   // The rules of a retry (docs/design.md §5): nothing reached the client yet, the
   // body can be sent again, and the request is safe to repeat.
   return route_->config != nullptr && !finished_ && !client_.relay().started() &&
-         !client_.draining() && state_ != ExchangeState::Cancelling && intake_.requestComplete() &&
-         !intake_.body().streaming() && intake_.body().replayable() &&
+         !client_.draining() && state_ != ExchangeState::Cancelling && intake_.replayable() &&
          clock().now() < timers_.deadline() &&
          isRetrySafe(route_->config->retry.idempotent, request_.method,
                      request_.headers.has("idempotency-key"));
@@ -277,8 +234,7 @@ void Exchange::onAttemptFailed(AttemptOutcome outcome, const Problem& problem) {
   if (finished_) return;
   // A response under way is never retried: it will be cut, after one final
   // error event if the client can take it (decided before the spend meter reads).
-  const std::string final_event =
-      client_.relay().started() ? client_.finalEventFor(problem) : std::string();
+  const std::string final_event = client_.finalEventFor(problem);
   // The upstream broke the response the client is reading: the request ends
   // cut (its status stays the one the client saw), with a reason the spend
   // meter, the access log and sluice_cancellations_total all see.
@@ -292,18 +248,13 @@ void Exchange::onAttemptFailed(AttemptOutcome outcome, const Problem& problem) {
     return;
   }
   if (client_.relay().started()) {
-    if (record_.cancelReason() == CancelReason::UpstreamReset && !cancel_counted_) {
-      route_->metrics->cancellations(CancelReason::UpstreamReset).Increment();
-      cancel_counted_ = true;
-    }
+    if (record_.cancelReason() == CancelReason::UpstreamReset) countCancel();
     client_.cut(final_event);
-    transition(ExchangeState::Failed);
-    finish(attempts_.current().status);
+    finish(ExchangeState::Failed, attempts_.current().status);
     return;
   }
   if (client_.draining()) {
-    transition(ExchangeState::Failed);
-    finish(kClientClosedRequest);
+    finish(ExchangeState::Failed, kClientClosedRequest);
     return;
   }
   const auto* fail = verdict.asFail();
@@ -318,12 +269,10 @@ void Exchange::onAttemptTimedOut() {
   }
   // Nothing reached the client: the attempt failed with `timeout`, which the
   // retry filter may retry. Otherwise the exchange stops with upstream_timeout.
-  const MonotonicTime decided = clock().preciseNow();
-  const AttemptVerdict verdict =
-      attempts_.end(AttemptOutcome::timeout(), /*reuse=*/false,
-                    AttemptVerdict::fail(problemFor(CancelReason::UpstreamTimeout, std::nullopt)));
-  attempts_.current().upstream->metrics->cancelPropagation().Observe(
-      seconds(clock().preciseNow() - decided));
+  const AttemptVerdict verdict = attempts_.tearDown(
+      AttemptOutcome::timeout(),
+      AttemptVerdict::fail(problemFor(CancelReason::UpstreamTimeout, std::nullopt)),
+      clock().preciseNow());
   if (finished_) return;
   if (const auto* retry = verdict.asRetry()) {
     onAttemptRetry(*retry);
@@ -352,12 +301,7 @@ void Exchange::releaseReplayState() {
 }
 
 void Exchange::onResponseDelivered(int status) {
-  transition(ExchangeState::Completed);
-  finish(client_.listening() ? status : kClientClosedRequest);
-}
-
-void Exchange::onHeldResponseRefused(const Problem& problem) {
-  answer(problem, ExchangeState::Failed);
+  finish(ExchangeState::Completed, client_.listening() ? status : kClientClosedRequest);
 }
 
 // --- downstream events ----------------------------------------------------------------
@@ -373,11 +317,8 @@ void Exchange::onDownstreamDisconnect(CancelReason reason) {
     // Let the side-effecting call complete, within finish_grace; its output is leaked.
     client_.drain();
     record_.noteCancel(reason);
-    route_->metrics->cancellations(*record_.cancelReason()).Increment();
-    cancel_counted_ = true;
-    if (client_.relay().resume()) {
-      attempts_.resumed(route_->config, intake_.requestComplete(), clock().now());
-    }
+    countCancel();
+    attempts_.clientDrained();
     // The first grace holds (its cancel's reason is the one noted above).
     if (!timers_.armed(ExchangeSlot::FinishGrace)) {
       timers_.arm(ExchangeSlot::FinishGrace, clock().now() + route_->config->finish_grace);
@@ -388,8 +329,7 @@ void Exchange::onDownstreamDisconnect(CancelReason reason) {
 }
 
 void Exchange::onDownstreamWritable() {
-  if (finished_ || !attempts_.inFlight() || !client_.relay().resume()) return;
-  attempts_.resumed(route_->config, intake_.requestComplete(), clock().now());
+  if (!finished_) attempts_.clientDrained();
 }
 
 // --- endings --------------------------------------------------------------------------
@@ -411,24 +351,17 @@ void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_wit
   std::string final_event;
   // Decided before the attempt ends: the spend meter must know whether what
   // is buffered for the client will still be delivered.
-  if (client_.stream() != nullptr && client_.relay().started() && clientStillListening(cause)) {
-    final_event = client_.finalEventFor(problem);
-  }
+  if (clientStillListening(cause)) final_event = client_.finalEventFor(problem);
   if (had_attempt) {
     const bool sent = attempts_.current().connected;
     // Torn down: the verdict can only be this cancel's answer (no retry).
-    attempts_.end(cause == CancelReason::UpstreamTimeout ? AttemptOutcome::timeout()
-                                                         : AttemptOutcome::cancelled(),
-                  /*reuse=*/false, AttemptVerdict::fail(problem));
-    attempts_.current().upstream->metrics->cancelPropagation().Observe(
-        seconds(clock().preciseNow() - decided));
+    attempts_.tearDown(cause == CancelReason::UpstreamTimeout ? AttemptOutcome::timeout()
+                                                              : AttemptOutcome::cancelled(),
+                       AttemptVerdict::fail(problem), decided);
     // A session-ful MCP server may not read the closed stream as a cancel.
-    if (sent && mcp_session_) notifyMcpCancel();
+    if (sent) notifyMcpCancel();
   }
-  if (!cancel_counted_) {
-    route_->metrics->cancellations(cause).Increment();
-    cancel_counted_ = true;
-  }
+  countCancel();
   int code = kClientClosedRequest;
   if (client_.stream() != nullptr) {
     if (!client_.relay().started()) {
@@ -439,27 +372,20 @@ void Exchange::cancelWith(CancelReason reason, std::optional<Problem> answer_wit
       code = attempts_.current().status;
     }
   }
-  transition(ExchangeState::Cancelled);
-  finish(code);
+  finish(ExchangeState::Cancelled, code);
 }
 
 void Exchange::sendLocalReply(const Problem& problem) {
   if (finished_) return;
-  if (attempts_.inFlight()) {
-    attempts_.end(AttemptOutcome::cancelled(), false, AttemptVerdict::fail(problem));
-  }
+  attempts_.abandon(problem);
   answer(problem, ExchangeState::Completed);
 }
 
 void Exchange::answer(Problem problem, ExchangeState terminal) {
   if (finished_) return;
   sendProblem(problem);
-  // An attempt still in flight (a streamed body refused midway) is torn down.
-  if (attempts_.inFlight()) {
-    attempts_.end(AttemptOutcome::cancelled(), false, AttemptVerdict::fail(problem));
-  }
-  transition(terminal);
-  finish(problem.status);
+  attempts_.abandon(problem);  // a streamed body refused midway: its attempt is torn down
+  finish(terminal, problem.status);
 }
 
 void Exchange::answerLocally(LocalReply reply) {
@@ -467,12 +393,11 @@ void Exchange::answerLocally(LocalReply reply) {
   if (client_.stream() != nullptr && !client_.relay().started()) {
     client_.sendReply(reply, clock().now());
   }
-  transition(ExchangeState::Completed);
-  finish(status);
+  finish(ExchangeState::Completed, status);
 }
 
 void Exchange::sendProblem(Problem& problem) {
-  for (auto& filter : chain_.filters()) filter->encodeLocalReply(problem);
+  chain_.encodeLocalReply(problem);
   if (client_.stream() == nullptr || client_.relay().started()) return;
   LocalReply reply = problemReply(problem, mcpRoute(), record_.jsonRpcId(), attempts_.sent());
   client_.sendReply(reply, clock().now());
@@ -480,31 +405,32 @@ void Exchange::sendProblem(Problem& problem) {
 
 Problem Exchange::problemFor(CancelReason reason,
                              std::optional<std::chrono::milliseconds> retry_after) const {
-  const UpstreamRuntime* current =
-      attempts_.current().upstream != nullptr ? attempts_.current().upstream : route_->upstream;
-  CancelContext context;
-  context.upstream = current != nullptr ? std::string_view(current->name()) : "none";
+  CancelContext context = attempts_.cancelContext();
   if (timers_.deadline() != MonotonicTime::max()) {
     context.budget =
         std::chrono::duration_cast<std::chrono::milliseconds>(timers_.deadline() - start_);
   }
-  context.attempts = attempts_.sent();
   return problemForCancel(reason, context, retry_after);
 }
 
-void Exchange::finish(int status_code) {
+void Exchange::countCancel() {
+  if (cancel_counted_) return;
+  route_->metrics->cancellations(*record_.cancelReason()).Increment();
+  cancel_counted_ = true;
+}
+
+void Exchange::finish(ExchangeState terminal, int status_code) {
   if (finished_) return;
+  transition(terminal);
   finished_ = true;
   chain_.stop();
   timers_.clear();
   attempts_.releaseSlot();
   if (attempts_.inFlight()) {  // a safety net: every ending above ended its attempt
-    attempts_.end(
-        AttemptOutcome::cancelled(), false,
-        AttemptVerdict::fail(problemFor(
-            record_.cancelReason().value_or(CancelReason::ClientDisconnect), std::nullopt)));
+    attempts_.abandon(
+        problemFor(record_.cancelReason().value_or(CancelReason::ClientDisconnect), std::nullopt));
   }
-  for (auto& filter : chain_.filters()) filter->onDestroy();
+  chain_.destroy();
   RouteMetrics& m = *route_->metrics;
   const MonotonicTime now = clock().now();
   m.requests(status_code).Increment();
@@ -516,44 +442,17 @@ void Exchange::finish(int status_code) {
   host_.retire(*this);
 }
 
-std::function<void()> Exchange::crossThreadWaker(std::function<void()> fn) {
-  Dispatcher* dispatcher = &host_.dispatcher();
-  ExchangeHost* host = &host_;
-  const uint64_t id = id_;
-  return [dispatcher, host, id, fn = std::move(fn)] {
-    dispatcher->post([host, id, fn] {
-      if (host->alive(id)) fn();
-    });
-  };
-}
-
 void Exchange::logAccess(int status_code, MonotonicTime now) {
   AccessLogBuffer* log = host_.accessLog();
   if (log == nullptr || !log->enabled()) {
-    if (client_.holdsSpend()) client_.handOverSpend(runtime_, nullptr, nullptr);
+    client_.closeBooks(runtime_, nullptr, nullptr);
     return;
   }
-  AccessRecord r = accessRecordOf(view(), status_code, now, clock().systemNow());
-  if (client_.holdsSpend()) {
-    client_.handOverSpend(runtime_, &r, log);  // the line is written once the spend is booked
-    return;
-  }
-  log->append(r);
+  const AccessRecord r = accessRecordOf(view(), status_code, now, clock().systemNow());
+  client_.closeBooks(runtime_, &r, log);
 }
 
 // --- timers (ExchangeTimers: one wake at the earliest) ----------------------------------
-
-TimerId Exchange::armTimer(MonotonicTime at, std::function<void()> cb) {
-  return timers_.armCallback(at, std::move(cb));
-}
-
-void Exchange::disarmTimer(TimerId id) { timers_.disarmCallback(id); }
-
-void Exchange::setDeadline(MonotonicTime deadline) { timers_.setDeadline(deadline); }
-
-void Exchange::lowerDeadline(MonotonicTime deadline, CancelReason reason) {
-  timers_.lowerDeadline(deadline, reason);
-}
 
 void Exchange::onSlot(ExchangeSlot slot) {
   switch (slot) {

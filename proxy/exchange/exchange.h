@@ -55,6 +55,7 @@
 #include "proxy/exchange/chain_runner.h"
 #include "proxy/exchange/client_response.h"
 #include "proxy/exchange/config_snapshot.h"
+#include "proxy/exchange/exchange_host.h"
 #include "proxy/exchange/exchange_record.h"
 #include "proxy/exchange/exchange_state.h"
 #include "proxy/exchange/exchange_timers.h"
@@ -68,30 +69,6 @@
 #include "proxy/upstream/upstream_stream.h"
 
 namespace sluice {
-
-class AccessLogBuffer;
-class Exchange;
-class IdGenerator;
-
-/** What the Exchange needs from the worker that hosts it. */
-class ExchangeHost {
- public:
-  virtual ~ExchangeHost() = default;
-  virtual Dispatcher& dispatcher() = 0;
-  /** This worker's pool number `index` of `runtime` (an endpoint's: EndpointRuntime::pool_index).
-   */
-  virtual UpstreamStreamSource& pool(const ConfigSnapshot& runtime, size_t index) = 0;
-  /** The Exchange has finished: the host deletes it (deferred). */
-  virtual void retire(Exchange& exchange) = 0;
-  /** True while exchange `id` exists on this host and has not finished. */
-  virtual bool alive(uint64_t id) const = 0;
-  /** This worker's source of request and trace ids (docs/design.md §7). */
-  virtual IdGenerator& ids() = 0;
-  /** This worker's access log buffer; null while the access log is off. */
-  virtual AccessLogBuffer* accessLog() = 0;
-  /** This worker's sender of MCP `notifications/cancelled`; null: none are sent. */
-  virtual ToolCancelNotifier* toolCancels() { return nullptr; }
-};
 
 class Exchange final : public DeferredDeletable,
                        public RequestDecoder,
@@ -134,22 +111,33 @@ class Exchange final : public DeferredDeletable,
   void onDownstreamWritable() override;
 
   // --- FilterCallbacks ------------------------------------------------------------
-  void continueDecoding() override;
-  void resolveAttempt(const Admission& admission) override;
+  void continueDecoding() override {
+    if (!finished_) chain_.resume();
+  }
+  void resolveAttempt(const Admission& admission) override {
+    if (!finished_) chain_.resolve(admission);
+  }
   void sendLocalReply(const Problem& problem) override;
   void cancel(CancelReason reason,
               std::optional<std::chrono::milliseconds> retry_after = std::nullopt) override;
-  TimerId armTimer(MonotonicTime at, std::function<void()> cb) override;
-  void disarmTimer(TimerId id) override;
+  // Every timer of the request is one of ExchangeTimers' (one wake at the earliest).
+  TimerId armTimer(MonotonicTime at, std::function<void()> cb) override {
+    return timers_.armCallback(at, std::move(cb));
+  }
+  void disarmTimer(TimerId id) override { timers_.disarmCallback(id); }
   const Clock& clock() const override { return host_.dispatcher().clock(); }
   MonotonicTime deadline() const override { return timers_.deadline(); }
-  void setDeadline(MonotonicTime deadline) override;
-  void lowerDeadline(MonotonicTime deadline, CancelReason reason) override;
+  void setDeadline(MonotonicTime deadline) override { timers_.setDeadline(deadline); }
+  void lowerDeadline(MonotonicTime deadline, CancelReason reason) override {
+    timers_.lowerDeadline(deadline, reason);
+  }
   MonotonicTime startTime() const override { return start_; }
   const RequestHead& request() const override { return request_; }
   uint32_t attemptNumber() const override { return attempts_.started(); }
   bool requestBodyReplayable() const override { return intake_.body().replayable(); }
-  std::function<void()> crossThreadWaker(std::function<void()> fn) override;
+  std::function<void()> crossThreadWaker(std::function<void()> fn) override {
+    return host_.wakerFor(id_, std::move(fn));
+  }
 
   // --- introspection ----------------------------------------------------------
   uint64_t id() const { return id_; }
@@ -168,7 +156,8 @@ class Exchange final : public DeferredDeletable,
   const std::string& requestId() const { return identity_.request_id; }
 
  private:
-  bool transition(ExchangeState to);
+  /** Every state change goes through the lifecycle table (exchange_state.h). */
+  bool transition(ExchangeState to) { return sluice::transition(state_, to); }
   /**
    * Matches the route again with the body's top-level "model" (docs/design.md §5,
    * `match.model`), switches to the route that matches (or answers 404),
@@ -176,7 +165,7 @@ class Exchange final : public DeferredDeletable,
    */
   void routeOnModel();
   // ChainRunner::Owner
-  bool chainStopped() const override;
+  bool chainStopped() const override { return finished_ || state_ == ExchangeState::Cancelling; }
   void onPhaseDone(ChainRunner::Phase phase) override;
   void onAttemptRefused(CancelReason reason,
                         std::optional<std::chrono::milliseconds> retry_after) override {
@@ -227,18 +216,27 @@ class Exchange final : public DeferredDeletable,
   /** Acts on a Retry: the loop's bookkeeping (AttemptLoop::scheduleRetry), then backing off. */
   void onAttemptRetry(const AttemptVerdict::Retry& retry) override;
   void onResponseDelivered(int status) override;
-  void onHeldResponseRefused(const Problem& problem) override;
+  void onHeldResponseRefused(const Problem& problem) override {
+    answer(problem, ExchangeState::Failed);
+  }
   void answer(Problem problem, ExchangeState terminal);
   /** Answers with `reply` (not a problem: sluice's own endpoint on the listeners) and completes. */
   void answerLocally(LocalReply reply);
   /** Passes `problem` through the filters (encodeLocalReply) and sends it if nothing was sent. */
   void sendProblem(Problem& problem);
-  /** 413 body-too-large, counted in the downstream rejections. */
-  void rejectBodyTooLarge();
-  /** 503 `overloaded`: the body does not fit under `limits.max_buffered_body_bytes`. */
-  void refuseBody();
-  /** The one path that ends a request: metrics, the access log line, the codec told, retired. */
-  void finish(int status_code);
+  /**
+   * The body is refused: 413 body-too-large (`too_large`, counted in the
+   * downstream rejections), or 503 `overloaded` when it does not fit under
+   * `limits.max_buffered_body_bytes`.
+   */
+  void refuseBody(bool too_large);
+  /**
+   * The one path that ends a request, in state `terminal`: metrics, the
+   * access log line, the codec told, retired.
+   */
+  void finish(ExchangeState terminal, int status_code);
+  /** sluice_cancellations_total counts the first cause, once. */
+  void countCancel();
   Problem problemFor(CancelReason reason,
                      std::optional<std::chrono::milliseconds> retry_after) const;
   /** One access log line for the finished request, when the log is on. */
@@ -285,9 +283,6 @@ class Exchange final : public DeferredDeletable,
   // The run filter's, while the request is a task of a run.
   RunSpend* run_spend_ = nullptr;
 
-  // An MCP request's session (ToolCancelNotifier's McpSession): allocated
-  // only for a request that carried `Mcp-Session-Id`.
-  std::unique_ptr<McpSession> mcp_session_;
   /** A cancel of a sent MCP request of a session: tells the server (ToolCancelNotifier). */
   void notifyMcpCancel();
 

@@ -1,6 +1,7 @@
 #include "proxy/exchange/exchange_state.h"
 
 #include <array>
+#include <cassert>
 #include <utility>
 
 namespace sluice {
@@ -58,6 +59,15 @@ bool isLegalTransition(ExchangeState from, ExchangeState to) {
 
 bool isTerminal(ExchangeState s) {
   return s == S::Completed || s == S::Failed || s == S::Cancelled;
+}
+
+bool transition(ExchangeState& state, ExchangeState to) {
+  if (!isLegalTransition(state, to)) {
+    assert(false && "illegal Exchange transition");
+    return false;
+  }
+  state = to;
+  return true;
 }
 
 }  // namespace sluice

@@ -22,6 +22,12 @@ std::string_view toString(ExchangeState s);
 /** True when `from → to` is in the lifecycle table. */
 bool isLegalTransition(ExchangeState from, ExchangeState to);
 
+/**
+ * Moves `state` to `to` when the edge is in the table and returns true;
+ * otherwise asserts (debug builds), leaves `state` as it is and returns false.
+ */
+bool transition(ExchangeState& state, ExchangeState to);
+
 /** True for completed, failed and cancelled. */
 bool isTerminal(ExchangeState s);
 

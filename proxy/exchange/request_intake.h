@@ -57,6 +57,8 @@ class RequestIntake {
   /** The request's last byte arrived. True when the client was paused (the codec must resume). */
   bool complete();
   bool requestComplete() const { return complete_; }
+  /** The whole body is in and held: an attempt can send it again. */
+  bool replayable() const { return complete_ && !body_.streaming() && body_.replayable(); }
 
   enum class Flow { Keep, Pause, Resume };
   /**

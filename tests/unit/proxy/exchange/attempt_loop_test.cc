@@ -160,7 +160,7 @@ class AttemptLoopTest : public ::testing::Test {
   }
 
   void begin(const AttemptTarget& target = AttemptTarget::sameUpstream()) {
-    loop_->begin(target, {head_, client_, body_, *runtime_, nullptr});
+    loop_->begin(target, {head_, client_, body_, *runtime_});
   }
   bool send() {
     return loop_->send(pool_, loop_->body(body_), *route_->config, /*request_complete=*/true,

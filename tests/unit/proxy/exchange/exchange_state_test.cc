@@ -124,5 +124,15 @@ TEST(ExchangeStateTest, ToStringNames) {
   EXPECT_EQ(distinct.size(), std::size(kAllStates));
 }
 
+TEST(ExchangeStateTest, TransitionMovesAStateOnlyAlongTheTable) {
+  S state = S::Queued;
+  EXPECT_TRUE(transition(state, S::Running));
+  EXPECT_EQ(state, S::Running);
+  // An illegal edge is a bug: it asserts in debug builds and is refused in release.
+  EXPECT_DEBUG_DEATH({ EXPECT_FALSE(transition(state, S::Queued)); },
+                     "illegal Exchange transition");
+  EXPECT_EQ(state, S::Running);
+}
+
 }  // namespace
 }  // namespace sluice
