@@ -531,5 +531,32 @@ TEST_F(AttemptLoopTest, NothingReachesTheOwnerOrTheClientOnceTheOwnerStopped) {
   EXPECT_EQ(loop_->responseBytes(), 0u);
 }
 
+TEST_F(AttemptLoopTest, AnAttemptSluiceStopsIsResetAndItsPropagationObserved) {
+  begin();
+  ASSERT_TRUE(send());
+  upstream().onUpstreamConnected();
+  const CancelContext before = loop_->cancelContext();
+  EXPECT_EQ(before.upstream, "primary");
+  EXPECT_EQ(before.attempts, 1u);
+  const AttemptVerdict verdict = loop_->tearDown(
+      AttemptOutcome::timeout(), AttemptVerdict::fail(makeProblem(problems::kUpstreamTimeout, "t")),
+      clock_.preciseNow());
+  EXPECT_NE(verdict.asFail(), nullptr);
+  EXPECT_TRUE(stream().was_reset);  // not reused: generation stops
+  EXPECT_FALSE(loop_->inFlight());
+  EXPECT_EQ(primary().metrics->cancelPropagation().Collect().histogram.sample_count, 1u);
+  loop_->abandon(makeProblem(problems::kUpstreamTimeout, "t"));  // nothing in flight: nothing to do
+  EXPECT_EQ(attempts(*loop_->current().endpoint, AttemptResult::Timeout), 1);
+}
+
+TEST_F(AttemptLoopTest, AnAttemptStillInFlightWhenTheRequestIsAnsweredIsAbandonedCancelled) {
+  begin();
+  ASSERT_TRUE(send());
+  loop_->abandon(makeProblem(problems::kBadRequest, "answered"));
+  EXPECT_FALSE(loop_->inFlight());
+  EXPECT_TRUE(stream().was_reset);
+  EXPECT_EQ(loop_->current().outcome.kind, OutcomeKind::Cancelled);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -38,6 +38,11 @@ class FakeFilter final : public StreamFilter {
     if (during) during();
     return admission;
   }
+  void encodeLocalReply(Problem& problem) override {
+    log_.push_back(std::to_string(index_) + ":local");
+    problem.detail += "+" + std::to_string(index_);
+  }
+  void onDestroy() override { log_.push_back(std::to_string(index_) + ":destroy"); }
 
   FilterStatus headers = FilterStatus::Continue;
   FilterStatus complete = FilterStatus::Continue;
@@ -239,6 +244,27 @@ TEST_F(ChainRunnerTest, AfterStopNothingRuns) {
   runner_.run();
   EXPECT_TRUE(log_.empty());
   EXPECT_EQ(runner_.phase(), Phase::Done);
+}
+
+TEST_F(ChainRunnerTest, AnAnswerOfSluicesOwnPassesEveryFilterInOrder) {
+  build(2);
+  Problem problem = makeProblem(problems::kUpstreamTimeout, "x");
+  runner_.encodeLocalReply(problem);
+  EXPECT_EQ(log_, (Log{"0:local", "1:local"}));
+  EXPECT_EQ(problem.detail, "x+0+1");
+}
+
+TEST_F(ChainRunnerTest, DestroyTellsEveryFilterOnceAndNothingRunsAfter) {
+  build(2);
+  runner_.run();
+  log_.clear();
+  runner_.destroy();
+  EXPECT_EQ(log_, (Log{"0:destroy", "1:destroy"}));
+  EXPECT_EQ(runner_.phase(), Phase::Done);
+  EXPECT_EQ(runner_.filters().size(), 2u);  // alive: what they handed out may point at them
+  log_.clear();
+  runner_.run();
+  EXPECT_TRUE(log_.empty());
 }
 
 }  // namespace

@@ -193,5 +193,26 @@ TEST_F(ClientResponseTest, AHeldSpendWhoseClientLeftIsSettledAtOnce) {
   EXPECT_EQ(settled, 0u);
 }
 
+TEST_F(ClientResponseTest, ClosingTheBooksHandsOverOnlyASpendThatIsHeld) {
+  client.confirms_reads = true;
+  ClientResponse response(&client, record, identity, request, start);
+  response.closeBooks(nullptr, nullptr, nullptr);  // the access log is off, nothing held
+  EXPECT_EQ(client.held, nullptr);
+  std::unique_ptr<ReadReceipt> receipt = std::make_unique<CountingReceipt>();
+  ASSERT_TRUE(response.holdUntilRead(receipt));
+  response.closeBooks(nullptr, nullptr, nullptr);
+  EXPECT_NE(client.held, nullptr);  // booked once the client's reading is known
+}
+
+TEST_F(ClientResponseTest, AFinalEventIsOnlyForAResponseUnderWay) {
+  ClientResponse response(&client, record, identity, request, start);
+  const Problem problem = makeProblem(problems::kUpstreamTimeout, "x");
+  EXPECT_EQ(response.finalEventFor(problem), "");  // nothing sent: the problem is the answer
+  ResponseHead head = upstreamHead();
+  response.sendHead(head, SseDialect::OpenAI, ttfb, start, later);
+  response.forward("data: 1\n\n", 9);
+  EXPECT_NE(response.finalEventFor(problem), "");
+}
+
 }  // namespace
 }  // namespace sluice
