@@ -1,6 +1,5 @@
 #include "proxy/exchange/exchange.h"
 
-#include <algorithm>
 #include <cassert>
 
 #include "common/release_storage.h"
@@ -9,7 +8,6 @@
 #include "proxy/exchange/filter_chain.h"
 #include "proxy/exchange/request_intake.h"
 #include "proxy/exchange/tool_cancel_notifier.h"
-#include "proxy/http/header_rewrite.h"
 #include "proxy/observability/access_log.h"
 
 namespace sluice {
@@ -225,6 +223,8 @@ void Exchange::sendAttempt() {
   }
 }
 
+// --- what the attempts leave to decide (AttemptLoop::Owner) --------------------------------
+
 void Exchange::onAttemptRetry(const AttemptVerdict::Retry& retry) {
   attempts_.scheduleRetry(retry, *route_->metrics, record_, clock().now());
   transition(ExchangeState::BackingOff);
@@ -283,8 +283,6 @@ void Exchange::onAttemptTimedOut() {
              fail != nullptr ? std::optional<Problem>(fail->problem) : std::nullopt);
 }
 
-// --- what the attempts leave to decide (AttemptLoop::Owner) --------------------------------
-
 void Exchange::onAttemptBodySent(uint64_t offset) {
   intake_.body().discardBefore(offset);  // a streamed body frees what the upstream took
   applyBodyBackpressure();
@@ -318,7 +316,7 @@ void Exchange::onDownstreamDisconnect(CancelReason reason) {
     client_.drain();
     record_.noteCancel(reason);
     countCancel();
-    attempts_.clientDrained();
+    attempts_.clientDrained();  // nobody reads any more: a paused upstream is read on
     // The first grace holds (its cancel's reason is the one noted above).
     if (!timers_.armed(ExchangeSlot::FinishGrace)) {
       timers_.arm(ExchangeSlot::FinishGrace, clock().now() + route_->config->finish_grace);
